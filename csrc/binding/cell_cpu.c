@@ -1,0 +1,163 @@
+/*
+ * cell_cpu.c - the CPU kernels of the lltm::cell_forward and
+ * lltm::cell_backward operators: validate, allocate, run the matrix products
+ * through aten::mm and the fused pointwise parts in the C core.
+ */
+#include "ops.h"
+#include "tensor_args.h"
+
+#include <string.h>
+
+/* X = [h, x]: row b is old_h[b, :] followed by input[b, :]. */
+static void concat_state_input(const lltm_cell_dims *d, size_t elem,
+                               const void *old_h, const void *input, void *X)
+{
+    const size_t h_bytes = (size_t)d->H * elem, x_bytes = (size_t)d->I * elem;
+    for (int64_t b = 0; b < d->B; ++b) {
+        char *row = (char *)X + (size_t)b * (h_bytes + x_bytes);
+        memcpy(row, (const char *)old_h + (size_t)b * h_bytes, h_bytes);
+        memcpy(row + h_bytes, (const char *)input + (size_t)b * x_bytes, x_bytes);
+    }
+}
+
+/* The inverse: d_old_h[b] and d_input[b] are the two halves of row b of dX. */
+static void split_state_input(const lltm_cell_dims *d, size_t elem,
+                              const void *dX, void *d_old_h, void *d_input)
+{
+    const size_t h_bytes = (size_t)d->H * elem, x_bytes = (size_t)d->I * elem;
+    for (int64_t b = 0; b < d->B; ++b) {
+        const char *row = (const char *)dX + (size_t)b * (h_bytes + x_bytes);
+        memcpy((char *)d_old_h + (size_t)b * h_bytes, row, h_bytes);
+        memcpy((char *)d_input + (size_t)b * x_bytes, row + h_bytes, x_bytes);
+    }
+}
+
+static int read_args(AtenTensorHandle *handles, const char *const *names, int n,
+                     lltm_tensor *args, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
+            return -1;
+    return 0;
+}
+
+static int contiguous_all(lltm_tensor *args, int n, lltm_owned *owned,
+                          lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_make_contiguous(&args[k], owned, err))
+            return -1;
+    return 0;
+}
+
+static int core_failed(lltm_error *err, const char *what, int status)
+{
+    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
+}
+
+/* cell_forward(input, weights, bias, old_h, old_cell) -> (new_h, new_cell, gates) */
+void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
+{
+    static const char *const names[5] = {"input", "weights", "bias", "old_h", "old_cell"};
+    lltm_owned owned = {.count = 0};
+    lltm_error err;
+    AtenTensorHandle handles[5], X, W_t, gates, new_h, new_cell;
+    void *X_data, *gates_data, *new_h_data, *new_cell_data;
+    lltm_tensor a[5];
+    lltm_cell_dims d;
+
+    if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
+        read_args(handles, names, 5, a, &err) ||
+        lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        contiguous_all(a, 5, &owned, &err))
+        goto fail;
+
+    const int64_t G = 3 * d.H, K = d.I + d.H;
+    const int64_t X_sizes[2] = {d.B, K}, G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H};
+    const int64_t Wt_sizes[2] = {K, G}, Wt_strides[2] = {1, K};
+    if (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
+        lltm_empty(2, G_sizes, &a[0], &owned, &gates, &gates_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &new_h, &new_h_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &new_cell, &new_cell_data, &err) ||
+        lltm_view(a[1].handle, 2, Wt_sizes, Wt_strides, &owned, &W_t, &err))
+        goto fail;
+
+    concat_state_input(&d, lltm_dtype_size(d.dtype), a[3].data, a[0].data, X_data);
+    if (lltm_mm_out(X, W_t, gates, &err))
+        goto fail;
+    int status = lltm_cell_forward_pointwise_cpu(d.dtype, d.B, d.H, gates_data, a[2].data,
+                                                 a[4].data, new_h_data, new_cell_data,
+                                                 lltm_torch_parallel_for);
+    if (status != LLTM_OK) {
+        core_failed(&err, "lltm_cell_forward_pointwise_cpu", status);
+        goto fail;
+    }
+    lltm_return(&owned, new_h, &stack[0]);
+    lltm_return(&owned, new_cell, &stack[1]);
+    lltm_return(&owned, gates, &stack[2]);
+    lltm_free_owned(&owned);
+    return;
+fail:
+    lltm_raise("lltm::cell_forward", &owned, &err);
+}
+
+/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights)
+ *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell) */
+void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
+{
+    static const char *const names[7] = {"grad_h", "grad_cell", "new_cell", "gates",
+                                         "input",  "old_h",     "weights"};
+    lltm_owned owned = {.count = 0};
+    lltm_error err;
+    AtenTensorHandle handles[7], X, dX, d_gates, d_gates_t, d_input, d_weights, d_bias,
+        d_old_h, d_old_cell;
+    void *X_data, *dX_data, *d_gates_data, *d_input_data, *d_bias_data, *d_old_h_data,
+        *d_old_cell_data;
+    lltm_tensor a[7];
+    lltm_cell_dims d;
+
+    if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
+        read_args(handles, names, 7, a, &err) ||
+        lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        contiguous_all(a, 7, &owned, &err))
+        goto fail;
+
+    const int64_t G = 3 * d.H, K = d.I + d.H;
+    const int64_t X_sizes[2] = {d.B, K}, G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H};
+    const int64_t I_sizes[2] = {d.B, d.I}, W_sizes[2] = {G, K}, bias_size[1] = {G};
+    const int64_t Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
+    if (lltm_empty(2, G_sizes, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_cell, &d_old_cell_data, &err) ||
+        lltm_empty(1, bias_size, &a[0], &owned, &d_bias, &d_bias_data, &err) ||
+        lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
+        lltm_empty(2, X_sizes, &a[0], &owned, &dX, &dX_data, &err) ||
+        lltm_empty(2, W_sizes, &a[0], &owned, &d_weights, NULL, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, &d_old_h_data, &err) ||
+        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, &d_input_data, &err) ||
+        lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err))
+        goto fail;
+
+    int status = lltm_cell_backward_pointwise_cpu(
+        d.dtype, d.B, d.H, a[0].data, a[1].data, a[2].data, a[3].data, d_gates_data,
+        d_old_cell_data, d_bias_data, lltm_torch_parallel_for);
+    if (status != LLTM_OK) {
+        core_failed(&err, "lltm_cell_backward_pointwise_cpu", status);
+        goto fail;
+    }
+    /* dX = dG W  [B, I+H];  dW = dG^T X  [3H, I+H] */
+    concat_state_input(&d, lltm_dtype_size(d.dtype), a[5].data, a[4].data, X_data);
+    if (lltm_mm_out(d_gates, a[6].handle, dX, &err) ||
+        lltm_mm_out(d_gates_t, X, d_weights, &err))
+        goto fail;
+    split_state_input(&d, lltm_dtype_size(d.dtype), dX_data, d_old_h_data, d_input_data);
+
+    lltm_return(&owned, d_input, &stack[0]);
+    lltm_return(&owned, d_weights, &stack[1]);
+    lltm_return(&owned, d_bias, &stack[2]);
+    lltm_return(&owned, d_old_h, &stack[3]);
+    lltm_return(&owned, d_old_cell, &stack[4]);
+    lltm_free_owned(&owned);
+    return;
+fail:
+    lltm_raise("lltm::cell_backward", &owned, &err);
+}

@@ -1,0 +1,30 @@
+/*
+ * ops.h - the lltm operators: their schemas (one contract for every device)
+ * and the boxed kernels that implement them per device.
+ *
+ * A boxed kernel takes its arguments from stack[0..num_args) (tensor
+ * handles it owns) and leaves its results in stack[0..num_outputs).
+ */
+#ifndef LLTM_BINDING_OPS_H
+#define LLTM_BINDING_OPS_H
+
+#include "torch_stable_abi.h"
+
+#define LLTM_NAMESPACE "lltm"
+
+#define LLTM_SCHEMA_CELL_FORWARD                                                   \
+    "cell_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "      \
+    "Tensor old_cell) -> (Tensor new_h, Tensor new_cell, Tensor gates)"
+#define LLTM_SCHEMA_CELL_BACKWARD                                                  \
+    "cell_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, "            \
+    "Tensor gates, Tensor input, Tensor old_h, Tensor weights) -> "               \
+    "(Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "                 \
+    "Tensor grad_old_h, Tensor grad_old_cell)"
+
+typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
+                                  uint64_t num_outputs);
+
+void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+
+#endif /* LLTM_BINDING_OPS_H */

@@ -1,0 +1,63 @@
+/*
+ * register_cpu.c - the entry point of liblltm.so: defines the lltm operator
+ * schemas and registers the CPU kernels. Python calls lltm_register() once
+ * after loading the library (lltm/_native.py); a failure comes back as a
+ * message rather than an exception thrown during dlopen.
+ */
+#include "ops.h"
+
+#include <stdio.h>
+
+#define LLTM_EXPORT __attribute__((visibility("default")))
+
+/* Library handles must live as long as the process: deleting one would
+ * remove its registrations. */
+static TorchLibraryHandle schema_library, cpu_library;
+static int registered;
+
+typedef struct kernel_entry {
+    const char *name;
+    lltm_boxed_kernel fn;
+} kernel_entry;
+
+static const char *const schemas[] = {
+    LLTM_SCHEMA_CELL_FORWARD,
+    LLTM_SCHEMA_CELL_BACKWARD,
+};
+
+static const kernel_entry cpu_kernels[] = {
+    {"cell_forward", lltm_cell_forward_cpu},
+    {"cell_backward", lltm_cell_backward_cpu},
+};
+
+LLTM_EXPORT int lltm_register(char *err, size_t err_len)
+{
+    if (registered)
+        return 0; /* already registered in this process */
+    if (aoti_torch_library_init_fragment(LLTM_NAMESPACE, __FILE__, __LINE__,
+                                         &schema_library) != 0) {
+        snprintf(err, err_len, "could not create the lltm library fragment");
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof schemas / sizeof schemas[0]; ++k) {
+        if (aoti_torch_library_def(schema_library, schemas[k]) != 0) {
+            snprintf(err, err_len, "could not define lltm::%s", schemas[k]);
+            return -1;
+        }
+    }
+    if (aoti_torch_library_init_impl(LLTM_NAMESPACE, "CPU", __FILE__, __LINE__,
+                                     &cpu_library) != 0) {
+        snprintf(err, err_len, "could not create the lltm CPU library");
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof cpu_kernels / sizeof cpu_kernels[0]; ++k) {
+        if (torch_library_impl(cpu_library, cpu_kernels[k].name, cpu_kernels[k].fn,
+                               LLTM_TORCH_TARGET_VERSION) != 0) {
+            snprintf(err, err_len, "could not register the CPU kernel of lltm::%s",
+                     cpu_kernels[k].name);
+            return -1;
+        }
+    }
+    registered = 1;
+    return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * torch_stable_abi.h - the subset of PyTorch's stable C ABI ("C shim") that
+ * the lltm binding calls, declared in plain C.
+ *
+ * The official headers (torch/csrc/inductor/aoti_torch/c/shim.h and
+ * torch/csrc/stable/c/shim.h) cannot be included from C: they use C++ `using`
+ * aliases and C++ types. These prototypes copy theirs; tests/abi/
+ * abi_drift_check.cpp includes both in one C++ translation unit, so any
+ * prototype that drifts from the installed torch fails to compile in CI.
+ *
+ * Every symbol here exists in torch 2.11, the oldest torch we load on, except
+ * those marked LLTM_WEAK (newer; test for NULL before calling). CUDA-only
+ * symbols live in libtorch_cuda.so and are declared only when LLTM_WITH_CUDA
+ * is defined (the CUDA library, which links libtorch_cuda).
+ */
+#ifndef LLTM_BINDING_TORCH_STABLE_ABI_H
+#define LLTM_BINDING_TORCH_STABLE_ABI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLTM_WEAK __attribute__((weak))
+
+/* The stable-ABI version we target; passed to calls that adapt to schema
+ * changes between versions. 2.11.0 = (2 << 56) | (11 << 48). */
+#define LLTM_TORCH_TARGET_VERSION ((2ULL << 56) | (11ULL << 48))
+
+typedef int32_t AOTITorchError; /* 0 on success */
+typedef struct AtenTensorOpaque *AtenTensorHandle;
+typedef uint64_t StableIValue;
+typedef struct TorchLibraryOpaque *TorchLibraryHandle;
+typedef void (*ParallelFunc)(int64_t begin, int64_t end, void *ctx);
+
+/* dtype and device codes */
+int32_t aoti_torch_dtype_float32(void);
+int32_t aoti_torch_dtype_float64(void);
+int32_t aoti_torch_dtype_float16(void);
+int32_t aoti_torch_dtype_bfloat16(void);
+int32_t aoti_torch_device_type_cpu(void);
+int32_t aoti_torch_device_type_cuda(void);
+
+/* tensor handles: owned handles must be deleted exactly once */
+AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle,
+                                            AtenTensorHandle *new_handle);
+
+/* tensor metadata; sizes, strides and data are borrowed from the handle */
+AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void **ret_data_ptr);
+AOTITorchError aoti_torch_get_dim(AtenTensorHandle tensor, int64_t *ret_dim);
+AOTITorchError aoti_torch_get_numel(AtenTensorHandle tensor, int64_t *ret_numel);
+AOTITorchError aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t **ret_sizes);
+AOTITorchError aoti_torch_get_strides(AtenTensorHandle tensor, int64_t **ret_strides);
+AOTITorchError aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t *ret_dtype);
+AOTITorchError aoti_torch_get_device_type(AtenTensorHandle tensor,
+                                          int32_t *ret_device_type);
+AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor,
+                                           int32_t *ret_device_index);
+AOTITorchError aoti_torch_is_contiguous(AtenTensorHandle tensor,
+                                        bool *ret_is_contiguous);
+
+/* allocation, views and copies */
+AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t *sizes_ptr,
+                                        const int64_t *strides_ptr, int32_t dtype,
+                                        int32_t device_type, int32_t device_index,
+                                        AtenTensorHandle *ret_new_tensor);
+AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, int64_t ndim,
+                                              const int64_t *sizes_ptr,
+                                              const int64_t *strides_ptr,
+                                              int64_t storage_offset,
+                                              AtenTensorHandle *ret_new_tensor);
+AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
+                                int32_t non_blocking);
+
+/* operator registration */
+AOTITorchError aoti_torch_library_init_fragment(const char *ns, const char *file,
+                                                uint32_t line,
+                                                TorchLibraryHandle *ret_new_torch_lib);
+AOTITorchError aoti_torch_library_init_impl(const char *ns, const char *k,
+                                            const char *file, uint32_t line,
+                                            TorchLibraryHandle *ret_new_torch_lib);
+AOTITorchError aoti_torch_library_def(TorchLibraryHandle self, const char *schema);
+AOTITorchError aoti_torch_delete_library_object(TorchLibraryHandle tlh);
+AOTITorchError torch_library_impl(TorchLibraryHandle self, const char *name,
+                                  void (*fn)(StableIValue *, uint64_t, uint64_t),
+                                  uint64_t extension_build_version);
+
+/* calling ATen operators; tensor arguments are consumed, returns are owned */
+AOTITorchError torch_call_dispatcher(const char *opName, const char *overloadName,
+                                     StableIValue *stack,
+                                     uint64_t extension_build_version);
+
+/* torch's intra-op thread pool (honours torch.set_num_threads) */
+AOTITorchError torch_parallel_for(int64_t begin, int64_t end, int64_t grain_size,
+                                  ParallelFunc func, void *ctx);
+
+/* errors: throws a C++ exception that reaches Python as RuntimeError(msg) */
+void aoti_torch_check(bool cond, const char *func, const char *file,
+                      uint32_t line, const char *msg);
+
+/* 2.13+: the message of the last exception a shim call swallowed */
+LLTM_WEAK const char *torch_exception_get_what_without_backtrace(void);
+
+#ifdef LLTM_WITH_CUDA
+typedef struct CUDAGuardOpaque *CUDAGuardHandle;
+AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index,
+                                            CUDAGuardHandle *ret_guard);
+AOTITorchError aoti_torch_delete_cuda_guard(CUDAGuardHandle guard);
+AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index,
+                                                  void **ret_stream);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLTM_BINDING_TORCH_STABLE_ABI_H */

@@ -1,0 +1,120 @@
+/*
+ * lltm.h - the framework-free core of the LLTM recurrent unit.
+ *
+ * LLTM ("Long-Long-Term Memory") is an LSTM-like cell with no forget gate and
+ * an ELU candidate. For one step, with X = [h, x] (state first, then input):
+ *
+ *     g  = X W^T + b                 g = [g_i | g_o | g_z], each [B,H]
+ *     i  = sigmoid(g_i)   o = sigmoid(g_o)   z = elu(g_z)      (alpha = 1)
+ *     c' = c + i * z
+ *     h' = tanh(c') * o
+ *
+ * Nothing in this directory knows PyTorch: kernels take raw pointers, sizes,
+ * a dtype code and (on the CPU) a parallel-for callback; the CUDA launchers
+ * take a stream. The binding (csrc/binding) validates tensors, allocates,
+ * runs the matrix products and calls these.
+ *
+ * Shapes (legend): B batch rows, I input features, H state size, G = 3H.
+ * Every array is dense and row-major: [B,G] means element (b, k) sits at
+ * b*G + k. Gate blocks inside a [.,G] row are ordered i, o, z: column k of
+ * block q is at q*H + k.
+ *
+ * Element types: each array has the kernel's dtype. Float32 and float64
+ * compute in their own precision; float16 and bfloat16 (CUDA only) compute
+ * and accumulate in float32 and store in their own type.
+ *
+ * Aliasing: outputs never alias inputs, except where an argument is marked
+ * "in/out" (read, then overwritten in place).
+ *
+ * What a training step keeps for the backward: the gate activations [B,G]
+ * (3*B*H elements: 3*B*H*4 bytes in float32) beyond the step's own inputs
+ * (x, h, W) and output c', which the caller keeps alive anyway.
+ *
+ * Return codes: LLTM_OK, or a negative lltm_status; lltm_status_string()
+ * names it.
+ */
+#ifndef LLTM_CORE_LLTM_H
+#define LLTM_CORE_LLTM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum lltm_dtype {
+    LLTM_FLOAT32 = 0,
+    LLTM_FLOAT64 = 1,
+    LLTM_FLOAT16 = 2,
+    LLTM_BFLOAT16 = 3,
+} lltm_dtype;
+
+typedef enum lltm_status {
+    LLTM_OK = 0,
+    LLTM_ERR_DTYPE = -1,      /* dtype not supported by this kernel */
+    LLTM_ERR_ARGUMENT = -2,   /* negative size or null pointer */
+    LLTM_ERR_PARALLEL = -3,   /* the parallel-for callback failed */
+    LLTM_ERR_CUDA = -4,       /* a CUDA launch or call failed */
+    LLTM_ERR_GEMM = -5,       /* the matrix-product callback failed */
+    LLTM_ERR_NO_MEMORY = -6,  /* a workspace allocation failed */
+} lltm_status;
+
+const char *lltm_status_string(int status);
+
+/* Bytes of one element of `dtype`, 0 if unknown. */
+size_t lltm_dtype_size(lltm_dtype dtype);
+
+/* ------------------------------------------------------------------------ */
+/* CPU                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* A parallel-for: call body(lo, hi, ctx) on disjoint sub-ranges covering
+ * [begin, end), each at least `grain` long where possible; return 0 on
+ * success. The binding passes torch's thread pool (so torch.set_num_threads
+ * applies); tests pass lltm_serial_for. */
+typedef void (*lltm_range_body)(int64_t lo, int64_t hi, void *ctx);
+typedef int (*lltm_parallel_for)(int64_t begin, int64_t end, int64_t grain,
+                                 lltm_range_body body, void *ctx);
+
+int lltm_serial_for(int64_t begin, int64_t end, int64_t grain,
+                    lltm_range_body body, void *ctx);
+
+/*
+ * Cell forward, pointwise part (after the caller computed X W^T).
+ *   gates     [B,G]  in/out: in g - b (the matrix product, bias not added);
+ *                    out the activations [i | o | z]
+ *   bias      [G]
+ *   old_cell  [B,H]
+ *   new_h     [B,H]  out
+ *   new_cell  [B,H]  out
+ * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ */
+int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
+                                    void *gates, const void *bias,
+                                    const void *old_cell, void *new_h,
+                                    void *new_cell, lltm_parallel_for pfor);
+
+/*
+ * Cell backward, pointwise part and bias gradient.
+ *   grad_h      [B,H]  dL/dh'
+ *   grad_cell   [B,H]  dL/dc' (from outside the step)
+ *   new_cell    [B,H]  c' of the forward
+ *   gates       [B,G]  activations [i | o | z] saved by the forward
+ *   grad_gates  [B,G]  out: dL/dg (pre-activation gate gradients)
+ *   grad_old_cell [B,H] out: dL/dc
+ *   grad_bias   [G]    out: sum over the batch of grad_gates
+ * The caller then forms dL/dX = grad_gates W and dL/dW = grad_gates^T X.
+ * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ */
+int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
+                                     const void *grad_h, const void *grad_cell,
+                                     const void *new_cell, const void *gates,
+                                     void *grad_gates, void *grad_old_cell,
+                                     void *grad_bias, lltm_parallel_for pfor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLTM_CORE_LLTM_H */

@@ -1,0 +1,79 @@
+"""What torch needs besides the C kernels: fake (meta) implementations for
+tracing and torch.compile, and autograd formulas tying forward to backward.
+Both are registered in Python because the stable C ABI has no autograd API."""
+from __future__ import annotations
+
+import torch
+
+
+def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
+    names = list(tensors)
+    first = tensors[names[0]]
+    if first.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise RuntimeError(f"{op}: {names[0]} has dtype {first.dtype}; expected a floating dtype")
+    for name in names[1:]:
+        t = tensors[name]
+        if t.device != first.device:
+            raise RuntimeError(f"{op}: all tensors must be on one device: "
+                               f"{names[0]} is on {first.device}, {name} on {t.device}")
+        if t.dtype != first.dtype:
+            raise RuntimeError(f"{op}: all tensors must have one dtype: "
+                               f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
+
+
+def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
+
+
+@torch.library.register_fake("lltm::cell_forward")
+def _cell_forward_fake(input, weights, bias, old_h, old_cell):
+    op = "lltm::cell_forward"
+    _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
+                       old_cell=old_cell)
+    if input.dim() != 2 or old_h.dim() != 2:
+        raise RuntimeError(f"{op}: input must be [B, I] and old_h [B, H]")
+    B, I = input.shape
+    H = old_h.shape[1]
+    _expect(op, "old_h", old_h, (B, H))
+    _expect(op, "old_cell", old_cell, (B, H))
+    _expect(op, "weights", weights, (3 * H, I + H))
+    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):
+        raise RuntimeError(f"{op}: bias has shape {list(bias.shape)}, expected [{3 * H}]")
+    return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
+
+
+@torch.library.register_fake("lltm::cell_backward")
+def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights):
+    op = "lltm::cell_backward"
+    _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
+                       gates=gates, input=input, old_h=old_h, weights=weights)
+    B, I = input.shape
+    H = old_h.shape[1]
+    for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("new_cell", new_cell),
+                    ("old_h", old_h)):
+        _expect(op, name, t, (B, H))
+    _expect(op, "gates", gates, (B, 3 * H))
+    _expect(op, "weights", weights, (3 * H, I + H))
+    return (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
+            weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H))
+
+
+def _cell_setup_context(ctx, inputs, output):
+    input, weights, bias, old_h, _old_cell = inputs
+    _new_h, new_cell, gates = output
+    # Only the gate activations are new memory; the rest is alive anyway.
+    ctx.save_for_backward(input, weights, old_h, new_cell, gates)
+    ctx.bias_shape = bias.shape
+    ctx.mark_non_differentiable(gates)
+
+
+def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
+    input, weights, old_h, new_cell, gates = ctx.saved_tensors
+    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.cell_backward(
+        grad_h, grad_cell, new_cell, gates, input, old_h, weights)
+    return d_input, d_weights, d_bias.view(ctx.bias_shape), d_old_h, d_old_cell
+
+
+torch.library.register_autograd("lltm::cell_forward", _cell_backward,
+                                setup_context=_cell_setup_context)

@@ -1,0 +1,80 @@
+"""torch.nn modules: :class:`LLTMCell` (one step)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import functional, reference
+
+CELL_IMPLEMENTATIONS = {
+    "native": functional.lltm_cell,
+    "reference": reference.lltm_cell,
+    "reference_function": reference.lltm_cell_function,
+}
+
+
+def _check_impl(impl: str) -> None:
+    if impl not in CELL_IMPLEMENTATIONS:
+        raise ValueError(f"impl must be one of {sorted(CELL_IMPLEMENTATIONS)}, got {impl!r}")
+
+
+class LLTMCell(torch.nn.Module):
+    """One LLTM step, laid out like the tutorial's ``LLTM`` module.
+
+    Args:
+        input_features: I, features of each input row.
+        state_size: H, size of the hidden and cell state.
+        impl: ``"native"`` (C / CUDA kernels, default), ``"reference"`` (plain
+            PyTorch) or ``"reference_function"`` (the tutorial's hand-written
+            backward), for comparisons.
+
+    Parameters: ``weights`` [3H, I+H] (gate rows i, o, z; columns state then
+    input) and ``bias`` [3H], uniform in +-1/sqrt(H) like the tutorial.
+
+    ``forward(input [B, I], state=None) -> (new_h, new_cell)``, each [B, H];
+    ``state`` is ``(h, c)``, zeros when omitted.
+    """
+
+    def __init__(self, input_features: int, state_size: int, impl: str = "native",
+                 device=None, dtype=None):
+        super().__init__()
+        if input_features < 0 or state_size <= 0:
+            raise ValueError("input_features must be >= 0 and state_size > 0, got "
+                             f"{input_features} and {state_size}")
+        _check_impl(impl)
+        factory = {"device": device, "dtype": dtype}
+        self.input_features = input_features
+        self.state_size = state_size
+        self.impl = impl
+        self.weights = torch.nn.Parameter(
+            torch.empty(3 * state_size, input_features + state_size, **factory))
+        self.bias = torch.nn.Parameter(torch.empty(3 * state_size, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        stdv = 1.0 / math.sqrt(self.state_size)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(-stdv, stdv)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The tutorial's C++ variant keeps bias as [1, 3H]: accept it.
+        key = prefix + "bias"
+        bias = state_dict.get(key)
+        if bias is not None and bias.dim() == 2 and bias.shape[0] == 1:
+            state_dict[key] = bias.reshape(-1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, input: torch.Tensor, state=None):
+        if input.dim() != 2:
+            raise ValueError(f"LLTMCell expects input of shape [B, {self.input_features}], "
+                             f"got {list(input.shape)}")
+        if state is None:
+            zeros = input.new_zeros(input.shape[0], self.state_size)
+            state = (zeros, zeros)
+        old_h, old_cell = state
+        return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h, old_cell)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_features}, {self.state_size}, impl={self.impl!r}"

@@ -1,0 +1,14 @@
+// abi_drift_check.cpp - the one C++ file of the project, compiled in CI only.
+//
+// It includes PyTorch's official stable-ABI headers and then our C
+// redeclarations. C++ rejects a redeclared extern "C" function whose
+// parameter or return types differ, so any prototype in our header that has
+// drifted from the installed torch is a compile error here.
+#define USE_CUDA 1  // declare the CUDA shim functions too
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/c/shim.h>
+
+#define LLTM_WITH_CUDA 1
+#include "../../csrc/binding/torch_stable_abi.h"
+
+int main() { return 0; }
