@@ -31,6 +31,9 @@ CPU_SOURCES = [
     "core/lltm_cpu.c",
     "binding/tensor_args.c",
     "binding/cell_cpu.c",
+    "core/lltm_sequence_cpu.c",
+    "binding/sequence_args.c",
+    "binding/sequence_cpu.c",
     "binding/register_cpu.c",
 ]
 # The CUDA library: kernels (.cu, C launchers) plus its own C binding.
@@ -139,15 +142,22 @@ def cuda_wanted(torch_module) -> bool:
 
 
 def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
-                    cuda: bool | None = None) -> dict[str, Path]:
-    """Build (incrementally) the native libraries into ``out_dir``.
+                    cuda: bool | None = None,
+                    obj_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Build (incrementally) the native libraries into ``out_dir``, objects into
+    ``obj_dir`` (default: ``out_dir/obj``, or ``build/obj`` of the checkout when
+    building into the package folder).
 
-    Returns {"cpu": path, "cuda": path-or-absent}."""
+    Returns {"cpu": path, "cuda": path (only when built)}."""
     if not CSRC.is_dir():
         raise BuildError(f"the C sources are not at {CSRC}: build from a source checkout")
-    include, torch_lib, torch = _torch_paths()
+    _, torch_lib, torch = _torch_paths()
     out = Path(out_dir)
-    obj_dir = out / "obj"
+    out.mkdir(parents=True, exist_ok=True)
+    if obj_dir is None:
+        in_package = out.resolve() == Path(__file__).resolve().parent
+        obj_dir = REPO_ROOT / "build" / "obj" if in_package else out / "obj"
+    obj_dir = Path(obj_dir)
     obj_dir.mkdir(parents=True, exist_ok=True)
     link_torch = [f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}", "-lm"]
     built: dict[str, Path] = {}

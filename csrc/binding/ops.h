@@ -20,11 +20,25 @@
     "Tensor gates, Tensor input, Tensor old_h, Tensor weights) -> "               \
     "(Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "                 \
     "Tensor grad_old_h, Tensor grad_old_cell)"
+/* One layer over a whole sequence: input [T,B,I], h0/c0 [B,H]; output
+ * [T,B,H] = h_1..h_T, h_n/c_n [B,H] = the last state (h0/c0 when T == 0);
+ * cells [T,B,H] and gates [T,B,3H] (activations) are kept for the backward. */
+#define LLTM_SCHEMA_SEQUENCE_FORWARD                                               \
+    "sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, "     \
+    "Tensor c0) -> (Tensor output, Tensor h_n, Tensor c_n, Tensor cells, "        \
+    "Tensor gates)"
+#define LLTM_SCHEMA_SEQUENCE_BACKWARD                                              \
+    "sequence_backward(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, "    \
+    "Tensor input, Tensor weights, Tensor h0, Tensor output, Tensor cells, "      \
+    "Tensor gates) -> (Tensor grad_input, Tensor grad_weights, "                  \
+    "Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
 
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
                                   uint64_t num_outputs);
 
 void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 
 #endif /* LLTM_BINDING_OPS_H */

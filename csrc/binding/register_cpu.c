@@ -23,11 +23,15 @@ typedef struct kernel_entry {
 static const char *const schemas[] = {
     LLTM_SCHEMA_CELL_FORWARD,
     LLTM_SCHEMA_CELL_BACKWARD,
+    LLTM_SCHEMA_SEQUENCE_FORWARD,
+    LLTM_SCHEMA_SEQUENCE_BACKWARD,
 };
 
 static const kernel_entry cpu_kernels[] = {
     {"cell_forward", lltm_cell_forward_cpu},
     {"cell_backward", lltm_cell_backward_cpu},
+    {"sequence_forward", lltm_sequence_forward_cpu},
+    {"sequence_backward", lltm_sequence_backward_cpu},
 };
 
 LLTM_EXPORT int lltm_register(char *err, size_t err_len)

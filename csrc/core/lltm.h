@@ -113,6 +113,66 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                      void *grad_gates, void *grad_old_cell,
                                      void *grad_bias, lltm_parallel_for pfor);
 
+/* ------------------------------------------------------------------------ */
+/* One layer over a whole sequence (CPU)                                     */
+/* ------------------------------------------------------------------------ */
+/*
+ * Shapes: T steps; x [T,B,I]; W = [W_h | W_x] [G,H+I] (W_h = columns 0..H-1,
+ * W_x = columns H..H+I-1); h_0, c_0 [B,H]; outputs h_1..h_T, c_1..c_T.
+ *
+ * Forward (the binding's loop, csrc/binding/sequence_cpu.c):
+ *   gates[T*B,G] = x[T*B,I] W_x^T             one matrix product, all steps
+ *   for t: r[B,G] = h_{t-1} W_h^T             one matrix product per step
+ *          lltm_sequence_forward_step_cpu     gates[t] <- activations, h_t, c_t
+ * Backward, reverse time, dh = dL/dh_T (from h_n), dc = dL/dc_T (from c_n):
+ *   for t = T..1: lltm_sequence_backward_step_cpu   dG[t], dc <- dL/dc_{t-1}
+ *                 dh[B,H] = dG[t] W_h                one product per step
+ *   then dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}], dx = dG W_x: one large
+ *   matrix product each over all T*B rows.
+ *
+ * What training keeps per step for the backward: the gate activations
+ * [B,G] and the cell state c_t [B,H], 4*B*H elements (16*B*H bytes in
+ * float32), beyond the layer's input x_t and output h_t, which the caller
+ * keeps anyway (h_t is the layer's output; h_{t-1} is read from it).
+ */
+
+/*
+ * Forward step t, pointwise part.
+ *   recurrent [B,G]  h_{t-1} W_h^T
+ *   gates     [B,G]  in/out: in x_t W_x^T (bias not added); out the
+ *                    activations [i | o | z] of step t
+ *   bias      [G]
+ *   old_cell  [B,H]  c_{t-1}
+ *   new_h     [B,H]  out: h_t
+ *   new_cell  [B,H]  out: c_t
+ * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ */
+int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
+                                   const void *recurrent, void *gates,
+                                   const void *bias, const void *old_cell,
+                                   void *new_h, void *new_cell,
+                                   lltm_parallel_for pfor);
+
+/*
+ * Backward step t, pointwise part; accumulates the bias gradient.
+ *   grad_output [B,H]  dL/dh_t arriving from the layer's output at step t
+ *   grad_h      [B,H]  dL/dh_t arriving through step t+1 (dG[t+1] W_h), or
+ *                      from h_n at the last step
+ *   grad_cell   [B,H]  in/out: in dL/dc_t, out dL/dc_{t-1}
+ *   cell        [B,H]  c_t of the forward
+ *   gates       [B,G]  activations [i | o | z] of step t
+ *   grad_gates  [B,G]  out: dL/dg of step t (pre-activation)
+ *   grad_bias   [G]    in/out: += the batch sum of grad_gates (the caller
+ *                      zeroes it before the first step)
+ * grad_output and grad_h may be the same array only if read-only (they are).
+ * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ */
+int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
+                                    const void *grad_output, const void *grad_h,
+                                    void *grad_cell, const void *cell,
+                                    const void *gates, void *grad_gates,
+                                    void *grad_bias, lltm_parallel_for pfor);
+
 #ifdef __cplusplus
 }
 #endif

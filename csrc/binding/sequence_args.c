@@ -1,0 +1,146 @@
+/* sequence_args.c - see sequence_args.h. */
+#include "sequence_args.h"
+
+const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS] = {
+    "input", "weights", "bias", "h0", "c0"};
+const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS] = {
+    "grad_output", "grad_h_n", "grad_c_n", "input", "weights",
+    "h0",          "output",   "cells",    "gates"};
+
+static int call_failed(lltm_error *err, const char *call)
+{
+    const char *why = NULL;
+    if (torch_exception_get_what_without_backtrace != NULL)
+        why = torch_exception_get_what_without_backtrace();
+    return lltm_fail(err, "%s failed%s%s", call, why ? ": " : "", why ? why : "");
+}
+
+int lltm_read_all(AtenTensorHandle *handles, const char *const *names, int n,
+                  lltm_tensor *args, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
+            return -1;
+    return 0;
+}
+
+int lltm_contiguous_all(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_make_contiguous(&args[k], owned, err))
+            return -1;
+    return 0;
+}
+
+/* t is [B, H] */
+static int check_state(const lltm_tensor *t, const lltm_sequence_dims *d, lltm_error *err)
+{
+    return lltm_check_dim(t, 2, "[B, H]", err) ||
+           lltm_check_size(t, 0, d->B, "batch size B of input", err) ||
+           lltm_check_size(t, 1, d->H, "state size H of h0", err);
+}
+
+/* t is [T, B, n] */
+static int check_steps(const lltm_tensor *t, const lltm_sequence_dims *d, int64_t n,
+                       const char *shape_doc, const char *what, lltm_error *err)
+{
+    return lltm_check_dim(t, 3, shape_doc, err) ||
+           lltm_check_size(t, 0, d->T, "sequence length T of input", err) ||
+           lltm_check_size(t, 1, d->B, "batch size B of input", err) ||
+           lltm_check_size(t, 2, n, what, err);
+}
+
+static int check_weights(const lltm_tensor *w, const lltm_sequence_dims *d, lltm_error *err)
+{
+    return lltm_check_dim(w, 2, "[3H, I+H]", err) ||
+           lltm_check_size(w, 0, 3 * d->H, "3H, three gates of state size H of h0", err) ||
+           lltm_check_size(w, 1, d->I + d->H,
+                           "I+H, input features I of input plus state size H of h0", err);
+}
+
+/* Sizes from input [T,B,I] and a state [B,H]; rejects H == 0. */
+static int read_dims(const lltm_tensor *input, const lltm_tensor *state,
+                     lltm_sequence_dims *d, lltm_error *err)
+{
+    if (lltm_check_dim(input, 3, "[T, B, I]", err) ||
+        lltm_check_dim(state, 2, "[B, H]", err))
+        return -1;
+    d->T = input->sizes[0];
+    d->B = input->sizes[1];
+    d->I = input->sizes[2];
+    d->H = state->sizes[1];
+    if (d->H == 0)
+        return lltm_fail(err, "%s has state size H = 0; expected H > 0", state->name);
+    return 0;
+}
+
+int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],
+                                int32_t device_type, bool half_types_ok,
+                                lltm_sequence_dims *d, lltm_error *err)
+{
+    const lltm_tensor *bias = &in[LLTM_SEQ_FWD_BIAS];
+    if (lltm_core_dtype(&in[0], half_types_ok, &d->dtype, err) ||
+        lltm_check_same_dtype_device(in, LLTM_SEQ_FWD_NARGS, device_type, err) ||
+        read_dims(&in[LLTM_SEQ_FWD_INPUT], &in[LLTM_SEQ_FWD_H0], d, err) ||
+        check_state(&in[LLTM_SEQ_FWD_H0], d, err) ||
+        check_state(&in[LLTM_SEQ_FWD_C0], d, err) ||
+        check_weights(&in[LLTM_SEQ_FWD_WEIGHTS], d, err))
+        return -1;
+    if (bias->dim == 2) {
+        if (lltm_check_size(bias, 0, 1, "bias is [3H] or [1, 3H]", err))
+            return -1;
+    } else if (lltm_check_dim(bias, 1, "[3H] (or [1, 3H])", err)) {
+        return -1;
+    }
+    return lltm_check_size(bias, bias->dim - 1, 3 * d->H,
+                           "3H, three gates of state size H of h0", err);
+}
+
+int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
+                                 int32_t device_type, bool half_types_ok,
+                                 lltm_sequence_dims *d, lltm_error *err)
+{
+    if (lltm_core_dtype(&in[0], half_types_ok, &d->dtype, err) ||
+        lltm_check_same_dtype_device(in, LLTM_SEQ_BWD_NARGS, device_type, err) ||
+        read_dims(&in[LLTM_SEQ_BWD_INPUT], &in[LLTM_SEQ_BWD_H0], d, err) ||
+        check_state(&in[LLTM_SEQ_BWD_H0], d, err) ||
+        check_state(&in[LLTM_SEQ_BWD_GRAD_H_N], d, err) ||
+        check_state(&in[LLTM_SEQ_BWD_GRAD_C_N], d, err) ||
+        check_weights(&in[LLTM_SEQ_BWD_WEIGHTS], d, err))
+        return -1;
+    return check_steps(&in[LLTM_SEQ_BWD_GRAD_OUTPUT], d, d->H, "[T, B, H]", "state size H", err) ||
+           check_steps(&in[LLTM_SEQ_BWD_OUTPUT], d, d->H, "[T, B, H]", "state size H", err) ||
+           check_steps(&in[LLTM_SEQ_BWD_CELLS], d, d->H, "[T, B, H]", "state size H", err) ||
+           check_steps(&in[LLTM_SEQ_BWD_GATES], d, 3 * d->H, "[T, B, 3H]", "3H", err);
+}
+
+static int make_view(const lltm_matrix *m, AtenTensorHandle *out, lltm_error *err)
+{
+    const int64_t sizes[2] = {m->rows, m->cols};
+    const int64_t strides[2] = {m->row_stride, m->col_stride};
+    if (aoti_torch__reinterpret_tensor(m->base, 2, sizes, strides, m->offset, out) != 0)
+        return call_failed(err, "aoti_torch__reinterpret_tensor");
+    return 0;
+}
+
+int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
+                     const lltm_matrix *out, lltm_error *err)
+{
+    /* The dispatcher consumes its tensor arguments: hand it the views. */
+    const lltm_matrix *ms[3] = {a, b, out};
+    StableIValue stack[3];
+    for (int k = 0; k < 3; ++k) {
+        AtenTensorHandle view;
+        if (make_view(ms[k], &view, err)) {
+            for (int j = 0; j < k; ++j)
+                aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[j]);
+            return -1;
+        }
+        stack[k] = (StableIValue)(uintptr_t)view;
+    }
+    if (torch_call_dispatcher("aten::mm", "out", stack, LLTM_TORCH_TARGET_VERSION) != 0)
+        return call_failed(err, "aten::mm.out");
+    /* mm.out returns its `out` argument as a new handle. */
+    aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/*
+ * sequence_args.h - what the CPU and CUDA kernels of lltm::sequence_forward
+ * and lltm::sequence_backward share: argument checks and strided matrix
+ * products on parts of a tensor (one time step, the W_h or W_x block of the
+ * weights) without copies.
+ */
+#ifndef LLTM_BINDING_SEQUENCE_ARGS_H
+#define LLTM_BINDING_SEQUENCE_ARGS_H
+
+#include "tensor_args.h"
+
+/* Sizes of one layer over a sequence, derived from the arguments. */
+typedef struct lltm_sequence_dims {
+    int64_t T, B, I, H;
+    lltm_dtype dtype;
+} lltm_sequence_dims;
+
+/* Argument order of the two operators (see ops.h). */
+enum {
+    LLTM_SEQ_FWD_INPUT, LLTM_SEQ_FWD_WEIGHTS, LLTM_SEQ_FWD_BIAS, LLTM_SEQ_FWD_H0,
+    LLTM_SEQ_FWD_C0, LLTM_SEQ_FWD_NARGS
+};
+enum {
+    LLTM_SEQ_BWD_GRAD_OUTPUT, LLTM_SEQ_BWD_GRAD_H_N, LLTM_SEQ_BWD_GRAD_C_N,
+    LLTM_SEQ_BWD_INPUT, LLTM_SEQ_BWD_WEIGHTS, LLTM_SEQ_BWD_H0, LLTM_SEQ_BWD_OUTPUT,
+    LLTM_SEQ_BWD_CELLS, LLTM_SEQ_BWD_GATES, LLTM_SEQ_BWD_NARGS
+};
+
+extern const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS];
+extern const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS];
+
+/* input [T,B,I], weights [3H,I+H], bias [3H] or [1,3H], h0 [B,H], c0 [B,H] */
+int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],
+                                int32_t device_type, bool half_types_ok,
+                                lltm_sequence_dims *dims, lltm_error *err);
+
+/* grad_output [T,B,H], grad_h_n [B,H], grad_c_n [B,H], input [T,B,I],
+ * weights [3H,I+H], h0 [B,H], output [T,B,H], cells [T,B,H], gates [T,B,3H] */
+int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
+                                 int32_t device_type, bool half_types_ok,
+                                 lltm_sequence_dims *dims, lltm_error *err);
+
+/* Read handles[k] as argument names[k], for k < n. */
+int lltm_read_all(AtenTensorHandle *handles, const char *const *names, int n,
+                  lltm_tensor *args, lltm_error *err);
+/* Make every argument contiguous (copies are owned). */
+int lltm_contiguous_all(lltm_tensor *args, int n, lltm_owned *owned,
+                        lltm_error *err);
+
+/* A matrix inside a tensor's storage: element (r, c) at
+ * offset + r*row_stride + c*col_stride elements from the tensor's start. */
+typedef struct lltm_matrix {
+    AtenTensorHandle base;
+    int64_t offset, rows, cols, row_stride, col_stride;
+} lltm_matrix;
+
+/* A row-major [rows, cols] block starting `offset` elements into `base`. */
+static inline lltm_matrix lltm_rows(AtenTensorHandle base, int64_t offset,
+                                    int64_t rows, int64_t cols, int64_t row_stride)
+{
+    lltm_matrix m = {base, offset, rows, cols, row_stride, 1};
+    return m;
+}
+
+/* The transpose of m (a view, no copy). */
+static inline lltm_matrix lltm_transposed(lltm_matrix m)
+{
+    lltm_matrix t = {m.base, m.offset, m.cols, m.rows, m.col_stride, m.row_stride};
+    return t;
+}
+
+/* out = a @ b through aten::mm.out on views of the three (no copies of
+ * strided operands where BLAS can read them as they are). */
+int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
+                     const lltm_matrix *out, lltm_error *err);
+
+#endif /* LLTM_BINDING_SEQUENCE_ARGS_H */

@@ -1,0 +1,227 @@
+/*
+ * test_core.c - unit tests of the C core's CPU kernels against a naive C
+ * reference written straight from the formulas, in long double. Built with
+ * AddressSanitizer and UndefinedBehaviorSanitizer by `make test-c`.
+ *
+ * Each case draws fresh random inputs, poisons every output with NaN first
+ * (so an unwritten element fails), and runs the kernel both serially and
+ * through a parallel-for that cuts the range into small uneven chunks.
+ * Prints "N passed, N failed" last; exits nonzero on any failure.
+ */
+#include "../../csrc/core/lltm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int passed, failed;
+
+static void check(int ok, const char *what, long long B, long long H, const char *dtype)
+{
+    if (ok) {
+        ++passed;
+    } else {
+        ++failed;
+        printf("FAIL %s (B=%lld H=%lld %s)\n", what, B, H, dtype);
+    }
+}
+
+/* A parallel-for that splits [begin, end) into chunks of 1, 2, 3, ... to
+ * exercise range boundaries the way a thread pool would. */
+static int chunked_for(int64_t begin, int64_t end, int64_t grain, lltm_range_body body,
+                       void *ctx)
+{
+    (void)grain;
+    int64_t step = 1;
+    for (int64_t lo = begin; lo < end; lo += step++)
+        body(lo, lo + step < end ? lo + step : end, ctx);
+    return 0;
+}
+
+static int failing_for(int64_t begin, int64_t end, int64_t grain, lltm_range_body body,
+                       void *ctx)
+{
+    (void)begin, (void)end, (void)grain, (void)body, (void)ctx;
+    return 1;
+}
+
+static double uniform(void) { return 2.0 * rand() / (double)RAND_MAX - 1.0; }
+
+typedef long double real;
+
+/* Naive reference of one step's pointwise parts (bias included). */
+static void reference_forward(long long B, long long H, const double *pre, const double *bias,
+                              const double *c, double *gates, double *h_out, double *c_out)
+{
+    for (long long b = 0; b < B; ++b)
+        for (long long k = 0; k < H; ++k) {
+            real gi = (real)pre[b * 3 * H + k] + bias[k];
+            real go = (real)pre[b * 3 * H + H + k] + bias[H + k];
+            real gz = (real)pre[b * 3 * H + 2 * H + k] + bias[2 * H + k];
+            real i = 1 / (1 + expl(-gi)), o = 1 / (1 + expl(-go));
+            real z = gz > 0 ? gz : expm1l(gz);
+            real cn = c[b * H + k] + i * z;
+            gates[b * 3 * H + k] = (double)i;
+            gates[b * 3 * H + H + k] = (double)o;
+            gates[b * 3 * H + 2 * H + k] = (double)z;
+            c_out[b * H + k] = (double)cn;
+            h_out[b * H + k] = (double)(tanhl(cn) * o);
+        }
+}
+
+static void reference_backward(long long B, long long H, const double *gh, const double *gc,
+                               const double *cn, const double *gates, double *dg, double *dc,
+                               double *dbias)
+{
+    for (long long j = 0; j < 3 * H; ++j)
+        dbias[j] = 0;
+    for (long long b = 0; b < B; ++b)
+        for (long long k = 0; k < H; ++k) {
+            real i = gates[b * 3 * H + k], o = gates[b * 3 * H + H + k];
+            real z = gates[b * 3 * H + 2 * H + k];
+            real t = tanhl(cn[b * H + k]);
+            real dcell = gc[b * H + k] + gh[b * H + k] * o * (1 - t * t);
+            real dgi = dcell * z * i * (1 - i);
+            real dgo = gh[b * H + k] * t * o * (1 - o);
+            real dgz = dcell * i * (z > 0 ? 1 : z + 1);
+            dg[b * 3 * H + k] = (double)dgi;
+            dg[b * 3 * H + H + k] = (double)dgo;
+            dg[b * 3 * H + 2 * H + k] = (double)dgz;
+            dc[b * H + k] = (double)dcell;
+            dbias[k] += (double)dgi;
+            dbias[H + k] += (double)dgo;
+            dbias[2 * H + k] += (double)dgz;
+        }
+}
+
+/* Arrays of doubles converted to the kernel's dtype and back. */
+static void *to_dtype(const double *x, size_t n, lltm_dtype dt)
+{
+    void *out = malloc(n * lltm_dtype_size(dt) + 1);
+    if (!out) { perror("malloc"); exit(2); }
+    for (size_t k = 0; k < n; ++k) {
+        if (dt == LLTM_FLOAT32) ((float *)out)[k] = (float)x[k];
+        else ((double *)out)[k] = x[k];
+    }
+    return out;
+}
+
+static void *poisoned(size_t n, lltm_dtype dt)
+{
+    double *nan_values = malloc(n * sizeof(double) + 1);
+    if (!nan_values) { perror("malloc"); exit(2); }
+    for (size_t k = 0; k < n; ++k) nan_values[k] = NAN;
+    void *out = to_dtype(nan_values, n, dt);
+    free(nan_values);
+    return out;
+}
+
+static double at(const void *p, size_t k, lltm_dtype dt)
+{
+    return dt == LLTM_FLOAT32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
+}
+
+/* max |x - ref| / (atol + rtol |ref|) <= 1, and every element finite */
+static int close_to(const void *x, const double *ref, size_t n, lltm_dtype dt)
+{
+    const double rtol = dt == LLTM_FLOAT32 ? 1e-5 : 1e-12, atol = dt == LLTM_FLOAT32 ? 1e-5 : 1e-13;
+    for (size_t k = 0; k < n; ++k) {
+        double v = at(x, k, dt);
+        if (!isfinite(v) || fabs(v - ref[k]) > atol + rtol * fabs(ref[k]))
+            return 0;
+    }
+    return 1;
+}
+
+static double *random_array(size_t n, double scale)
+{
+    double *x = malloc(n * sizeof(double) + 1);
+    if (!x) { perror("malloc"); exit(2); }
+    for (size_t k = 0; k < n; ++k) x[k] = scale * uniform();
+    return x;
+}
+
+static void test_case(long long B, long long H, lltm_dtype dt, lltm_parallel_for pfor)
+{
+    const char *name = dt == LLTM_FLOAT32 ? "float32" : "float64";
+    const size_t nG = (size_t)(B * 3 * H), nH = (size_t)(B * H);
+    double *pre = random_array(nG, 3.0), *bias = random_array((size_t)(3 * H), 1.0);
+    double *c = random_array(nH, 2.0), *gh = random_array(nH, 1.0), *gc = random_array(nH, 1.0);
+    double *r_gates = malloc(nG * sizeof(double) + 1), *r_h = malloc(nH * sizeof(double) + 1);
+    double *r_c = malloc(nH * sizeof(double) + 1), *r_dg = malloc(nG * sizeof(double) + 1);
+    double *r_dc = malloc(nH * sizeof(double) + 1), *r_db = malloc((size_t)(3 * H) * sizeof(double) + 1);
+    if (!r_gates || !r_h || !r_c || !r_dg || !r_dc || !r_db) { perror("malloc"); exit(2); }
+
+    /* The kernel's inputs are rounded to its dtype: feed the reference the same values. */
+    void *gates = to_dtype(pre, nG, dt), *b_in = to_dtype(bias, (size_t)(3 * H), dt);
+    void *c_in = to_dtype(c, nH, dt);
+    for (size_t k = 0; k < nG; ++k) pre[k] = at(gates, k, dt);
+    for (long long k = 0; k < 3 * H; ++k) bias[k] = at(b_in, (size_t)k, dt);
+    for (size_t k = 0; k < nH; ++k) c[k] = at(c_in, k, dt);
+    void *h_out = poisoned(nH, dt), *c_out = poisoned(nH, dt);
+
+    reference_forward(B, H, pre, bias, c, r_gates, r_h, r_c);
+    int status = lltm_cell_forward_pointwise_cpu(dt, B, H, gates, b_in, c_in, h_out, c_out, pfor);
+    check(status == LLTM_OK, "forward status", B, H, name);
+    check(close_to(gates, r_gates, nG, dt), "forward gates", B, H, name);
+    check(close_to(h_out, r_h, nH, dt), "forward new_h", B, H, name);
+    check(close_to(c_out, r_c, nH, dt), "forward new_cell", B, H, name);
+
+    /* Backward from the kernel's own forward results (rounded to dtype). */
+    for (size_t k = 0; k < nG; ++k) r_gates[k] = at(gates, k, dt);
+    for (size_t k = 0; k < nH; ++k) r_c[k] = at(c_out, k, dt);
+    void *gh_in = to_dtype(gh, nH, dt), *gc_in = to_dtype(gc, nH, dt);
+    for (size_t k = 0; k < nH; ++k) gh[k] = at(gh_in, k, dt), gc[k] = at(gc_in, k, dt);
+    void *dg = poisoned(nG, dt), *dc = poisoned(nH, dt), *db = poisoned((size_t)(3 * H), dt);
+    reference_backward(B, H, gh, gc, r_c, r_gates, r_dg, r_dc, r_db);
+    status = lltm_cell_backward_pointwise_cpu(dt, B, H, gh_in, gc_in, c_out, gates, dg, dc, db, pfor);
+    check(status == LLTM_OK, "backward status", B, H, name);
+    check(close_to(dg, r_dg, nG, dt), "backward grad_gates", B, H, name);
+    check(close_to(dc, r_dc, nH, dt), "backward grad_old_cell", B, H, name);
+    check(close_to(db, r_db, (size_t)(3 * H), dt), "backward grad_bias", B, H, name);
+
+    void *owned[] = {pre, bias, c, gh, gc, r_gates, r_h, r_c, r_dg, r_dc, r_db, gates, b_in,
+                     c_in, h_out, c_out, gh_in, gc_in, dg, dc, db};
+    for (size_t k = 0; k < sizeof owned / sizeof owned[0]; ++k)
+        free(owned[k]);
+}
+
+static void test_errors(void)
+{
+    float x[3] = {0};
+    check(lltm_cell_forward_pointwise_cpu(LLTM_FLOAT16, 1, 1, x, x, x, x, x, lltm_serial_for) ==
+              LLTM_ERR_DTYPE, "float16 rejected on CPU", 1, 1, "float16");
+    check(lltm_cell_forward_pointwise_cpu(LLTM_FLOAT32, -1, 1, x, x, x, x, x, lltm_serial_for) ==
+              LLTM_ERR_ARGUMENT, "negative batch rejected", -1, 1, "float32");
+    check(lltm_cell_backward_pointwise_cpu(LLTM_FLOAT32, 1, 1, x, x, x, x, x, x, x, NULL) ==
+              LLTM_ERR_ARGUMENT, "missing parallel-for rejected", 1, 1, "float32");
+    check(lltm_cell_forward_pointwise_cpu(LLTM_FLOAT32, 1, 1, x, x, x, x, x, failing_for) ==
+              LLTM_ERR_PARALLEL, "parallel-for failure reported", 1, 1, "float32");
+    check(strcmp(lltm_status_string(LLTM_ERR_DTYPE), "unknown status") != 0,
+          "status strings", 0, 0, "-");
+    /* B = 0: nothing to compute, but the bias gradient must be zeroed. */
+    float db[3] = {NAN, NAN, NAN};
+    check(lltm_cell_backward_pointwise_cpu(LLTM_FLOAT32, 0, 1, x, x, x, x, x, x, db,
+                                           lltm_serial_for) == LLTM_OK &&
+              db[0] == 0 && db[1] == 0 && db[2] == 0,
+          "empty batch zeroes grad_bias", 0, 1, "float32");
+}
+
+int main(void)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    printf("seed %u\n", seed);
+    const long long shapes[][2] = {{1, 1}, {1, 7}, {3, 5}, {2, 33}, {16, 128}, {5, 257}, {64, 65}};
+    const lltm_dtype dtypes[] = {LLTM_FLOAT32, LLTM_FLOAT64};
+    const lltm_parallel_for runners[] = {lltm_serial_for, chunked_for};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (size_t d = 0; d < 2; ++d)
+            for (size_t r = 0; r < 2; ++r)
+                test_case(shapes[s][0], shapes[s][1], dtypes[d], runners[r]);
+    test_errors();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

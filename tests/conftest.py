@@ -1,0 +1,29 @@
+"""Shared test helpers: fresh random inputs (never zeros) and the reference."""
+import pytest
+import torch
+
+import lltm  # noqa: F401  (loads the native library, registers the ops)
+
+
+def cell_inputs(B, I, H, dtype=torch.float64, device="cpu", requires_grad=False):
+    """Fresh random (input, weights, bias, old_h, old_cell); scaled so gates
+    span both the linear and the saturated regions of the activations."""
+    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    def rand(*shape, scale=1.0):
+        t = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+        return t.requires_grad_(requires_grad)
+    return (rand(B, I), rand(3 * H, I + H, scale=1.0 / (I + H) ** 0.5 * 2), rand(3 * H),
+            rand(B, H), rand(B, H))
+
+
+def tolerances(dtype):
+    return {torch.float64: dict(rtol=1e-10, atol=1e-12),
+            torch.float32: dict(rtol=1e-4, atol=1e-5),
+            torch.float16: dict(rtol=1e-2, atol=1e-2),
+            torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}[dtype]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed():
+    torch.seed()  # fresh random inputs every test, every run
+    yield
