@@ -3,8 +3,11 @@
     import lltm
     cell = lltm.LLTMCell(32, 128)
     h, c = cell(torch.randn(16, 32))
+    rnn = lltm.LLTM(32, 128, num_layers=2)         # whole sequences, like nn.LSTM
+    output, (h_n, c_n) = rnn(torch.randn(100, 16, 32))
 
-Operators: ``torch.ops.lltm.cell_forward`` / ``cell_backward`` (see
+Operators: ``torch.ops.lltm.cell_forward`` / ``cell_backward`` and
+``sequence_forward`` / ``sequence_backward`` (one layer, whole sequence; see
 ``csrc/core/lltm.h`` for the math and the shapes).
 """
 from . import _native
@@ -14,6 +17,7 @@ _native.ensure_loaded()
 from . import _ops  # noqa: E402,F401  (fake kernels and autograd)
 from . import functional, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
+from .sequence import LLTM  # noqa: E402
 
-__all__ = ["LLTMCell", "functional", "reference"]
+__all__ = ["LLTM", "LLTMCell", "functional", "reference"]
 __version__ = "0.1.0"

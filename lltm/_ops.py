@@ -77,3 +77,78 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
 
 torch.library.register_autograd("lltm::cell_forward", _cell_backward,
                                 setup_context=_cell_setup_context)
+
+
+# --- one layer over a whole sequence -------------------------------------------------
+
+def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[int, int, int, int]:
+    if input.dim() != 3:
+        raise RuntimeError(f"{op}: input must be 3-dimensional [T, B, I], got shape "
+                           f"{list(input.shape)}")
+    if state.dim() != 2:
+        raise RuntimeError(f"{op}: h0 must be 2-dimensional [B, H], got shape {list(state.shape)}")
+    T, B, I = input.shape
+    H = state.shape[1]
+    if H == 0:
+        raise RuntimeError(f"{op}: h0 has state size H = 0; expected H > 0")
+    return T, B, I, H
+
+
+@torch.library.register_fake("lltm::sequence_forward")
+def _sequence_forward_fake(input, weights, bias, h0, c0):
+    op = "lltm::sequence_forward"
+    _same_dtype_device(op, input=input, weights=weights, bias=bias, h0=h0, c0=c0)
+    T, B, I, H = _sequence_dims(op, input, h0)
+    _expect(op, "h0", h0, (B, H))
+    _expect(op, "c0", c0, (B, H))
+    _expect(op, "weights", weights, (3 * H, I + H))
+    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):
+        raise RuntimeError(f"{op}: bias has shape {list(bias.shape)}, expected [{3 * H}]")
+    return (h0.new_empty(T, B, H), h0.new_empty(B, H), h0.new_empty(B, H),
+            h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
+
+
+@torch.library.register_fake("lltm::sequence_backward")
+def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                            cells, gates):
+    op = "lltm::sequence_backward"
+    _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
+                       input=input, weights=weights, h0=h0, output=output, cells=cells,
+                       gates=gates)
+    T, B, I, H = _sequence_dims(op, input, h0)
+    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n), ("h0", h0)):
+        _expect(op, name, t, (B, H))
+    for name, t in (("grad_output", grad_output), ("output", output), ("cells", cells)):
+        _expect(op, name, t, (T, B, H))
+    _expect(op, "gates", gates, (T, B, 3 * H))
+    _expect(op, "weights", weights, (3 * H, I + H))
+    return (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
+            weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H))
+
+
+def _sequence_setup_context(ctx, inputs, output):
+    input, weights, bias, h0, _c0 = inputs
+    out, _h_n, _c_n, cells, gates = output
+    # New memory kept per step: cells and gates (4*B*H); out is the layer's
+    # result (h_{t-1} is read from it) and input is alive anyway.
+    ctx.save_for_backward(input, weights, h0, out, cells, gates)
+    ctx.bias_shape = bias.shape
+    ctx.mark_non_differentiable(cells, gates)
+
+
+def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
+    input, weights, h0, out, cells, gates = ctx.saved_tensors
+    # Gradients may arrive through output, h_n and c_n in any combination.
+    if grad_output is None:
+        grad_output = torch.zeros_like(out)
+    if grad_h_n is None:
+        grad_h_n = torch.zeros_like(h0)
+    if grad_c_n is None:
+        grad_c_n = torch.zeros_like(h0)
+    d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward(
+        grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
+    return d_input, d_weights, d_bias.view(ctx.bias_shape), d_h0, d_c0
+
+
+torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
+                                setup_context=_sequence_setup_context)

@@ -14,3 +14,21 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     """
     new_h, new_cell, _gates = torch.ops.lltm.cell_forward(input, weights, bias, old_h, old_cell)
     return new_h, new_cell
+
+
+def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor | None,
+                  h0: torch.Tensor, c0: torch.Tensor
+                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One LLTM layer over a whole sequence through the native kernels: the
+    time loop runs in C (CPU) or on the GPU, not in Python.
+
+    Shapes: input [T, B, I], weights [3H, I+H], bias [3H] (or [1, 3H], or None
+    for no bias), h0 [B, H], c0 [B, H]. Returns (output [T, B, H], (h_n, c_n)),
+    h_n and c_n [B, H] (h0 and c0 when T == 0). Differentiable in every
+    argument, through output, h_n and c_n.
+    """
+    if bias is None:
+        bias = weights.new_zeros(weights.shape[0])
+    output, h_n, c_n, _cells, _gates = torch.ops.lltm.sequence_forward(
+        input, weights, bias, h0, c0)
+    return output, (h_n, c_n)
