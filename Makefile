@@ -42,7 +42,8 @@ test: test-c abi-check cuda-compile-check test-python
 # The C core against a naive C reference, under AddressSanitizer + UBSan.
 test-c:
 	mkdir -p build
-	$(CC) -std=c11 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
+	$(CC) -std=c11 -g -O2 -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror \
+	    -fsanitize=address,undefined \
 	    -fno-omit-frame-pointer -fno-sanitize-recover=all \
 	    tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
 	./build/test_core

@@ -13,6 +13,7 @@ by path before anything is built).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -42,11 +43,15 @@ CUDA_SOURCES = [
     "binding/tensor_args.c",
 ]
 CUDA_ONLY_SOURCES = [
-    # filled in by the CUDA work: "core/lltm_cuda.cu", "binding/register_cuda.c", ...
+    "core/lltm_cuda_cell.cu",
+    "binding/cell_cuda.c",
+    "binding/register_cuda.c",
 ]
 
+# -fno-trapping-math / -fno-math-errno let the pointwise loops vectorise
+# (branch-free selects, no errno side effects); IEEE results are unchanged.
 C_FLAGS = ["-std=c11", "-O3", "-fPIC", "-fexceptions", "-fvisibility=hidden",
-           "-Wall", "-Wextra"]
+           "-fno-trapping-math", "-fno-math-errno", "-Wall", "-Wextra"]
 # Hopper is the target; other architectures by LLTM_CUDA_ARCHS="80;90".
 DEFAULT_CUDA_ARCHS = "90"
 
@@ -103,22 +108,43 @@ def _cc() -> str:
     return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
 
 
+def _atomic_output(target: Path) -> Path:
+    """A private temporary name beside ``target``: each output is written there
+    and renamed into place, so concurrent builds (two test processes, say)
+    never see or link a half-written file."""
+    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+
+
+def _run_to(cmd_without_output: list[str], target: Path, verbose: bool) -> None:
+    tmp = _atomic_output(target)
+    try:
+        _run([*cmd_without_output, "-o", str(tmp)], verbose)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _compile_c(src: Path, obj: Path, extra: list[str], verbose: bool) -> None:
     flags = C_FLAGS + (["-Werror"] if os.environ.get("LLTM_WERROR") else []) + extra
-    _run([_cc(), *flags, "-c", str(src), "-o", str(obj)], verbose)
+    _run_to([_cc(), *flags, "-c", str(src)], obj, verbose)
 
 
 def _compile_cu(nvcc: str, src: Path, obj: Path, verbose: bool) -> None:
     archs = os.environ.get("LLTM_CUDA_ARCHS", DEFAULT_CUDA_ARCHS).replace(",", ";").split(";")
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs if a]
-    _run([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-          "--expt-relaxed-constexpr", *gencode, "-c", str(src), "-o", str(obj)], verbose)
+    _run_to([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
+             "--expt-relaxed-constexpr", *gencode, "-c", str(src)], obj, verbose)
 
 
 def _objects(sources: list[str], obj_dir: Path, tag: str, nvcc: str | None,
              extra_c: list[str], verbose: bool) -> tuple[list[Path], bool]:
     objs, rebuilt = [], False
     headers = _headers_mtime()
+    # Objects are named after the compiler and flags too, so changing either
+    # rebuilds them (mtimes alone would keep objects built with old flags).
+    recipe = repr((_cc(), nvcc, C_FLAGS, extra_c, os.environ.get("LLTM_WERROR"),
+                   os.environ.get("LLTM_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)))
+    tag = f"{tag}-{hashlib.sha1(recipe.encode()).hexdigest()[:10]}"
     for rel in sources:
         src = CSRC / rel
         obj = obj_dir / (rel.replace("/", "_") + f".{tag}.o")
@@ -139,6 +165,23 @@ def cuda_wanted(torch_module) -> bool:
     if flag is not None:
         return flag not in ("0", "", "false", "no")
     return torch_module.version.cuda is not None and find_nvcc() is not None
+
+
+def _link_record(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".objects")
+
+
+def _needs_link(lib: Path, objs: list[Path], rebuilt: bool) -> bool:
+    """Relink when an object changed, or when the library was linked from
+    other objects (other flags) than the ones wanted now."""
+    record = _link_record(lib)
+    wanted = "\n".join(map(str, objs))
+    return (rebuilt or not lib.exists() or not record.exists()
+            or record.read_text() != wanted or _stale(lib, objs))
+
+
+def _record_link(lib: Path, objs: list[Path]) -> None:
+    _link_record(lib).write_text("\n".join(map(str, objs)))
 
 
 def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
@@ -165,8 +208,9 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
     start = time.perf_counter()
     objs, rebuilt = _objects(CPU_SOURCES, obj_dir, "cpu", None, [], verbose)
     lib = out / CPU_LIBRARY
-    if rebuilt or not lib.exists():
-        _run([_cc(), "-shared", "-o", str(lib), *map(str, objs), *link_torch], verbose)
+    if _needs_link(lib, objs, rebuilt):
+        _run_to([_cc(), "-shared", *map(str, objs), *link_torch], lib, verbose)
+        _record_link(lib, objs)
     built["cpu"] = lib
 
     if cuda is None:
@@ -180,10 +224,13 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
                                  ["-DLLTM_WITH_CUDA"], verbose)
         lib = out / CUDA_LIBRARY
         if rebuilt or not lib.exists():
-            cuda_lib = Path(nvcc).resolve().parent.parent / "lib64"
-            _run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", str(lib), *map(str, objs),
-                  f"-L{torch_lib}", "-ltorch_cuda", "-ltorch_cpu", "-lc10",
-                  f"-Xlinker", f"-rpath,{torch_lib}", f"-L{cuda_lib}", "-lm"], verbose)
+            # The CUDA runtime is linked statically (nvcc's libcudart_static):
+            # nothing to find at load time beside torch's own libraries, and
+            # kernels still run in the context torch made current (the runtime
+            # adopts the current driver context) on torch's streams.
+            _run_to([nvcc, "-shared", "-cudart", "static", "-Xcompiler", "-fPIC",
+                     *map(str, objs), f"-L{torch_lib}", "-ltorch_cuda", "-ltorch_cpu",
+                     "-lc10", "-Xlinker", f"-rpath,{torch_lib}", "-lm"], lib, verbose)
         built["cuda"] = lib
     if verbose:
         print(f"lltm: native libraries up to date in {out} "

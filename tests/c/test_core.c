@@ -9,6 +9,7 @@
  * Prints "N passed, N failed" last; exits nonzero on any failure.
  */
 #include "../../csrc/core/lltm.h"
+#include "../../csrc/core/lltm_cpu_math.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -209,6 +210,48 @@ static void test_errors(void)
           "empty batch zeroes grad_bias", 0, 1, "float32");
 }
 
+/* The float32 exp / expm1 / tanh / sigmoid of lltm_cpu_math.h against libm in
+ * double: relative error within a few float32 ulp (absolute near zero), and
+ * IEEE behaviour at NaN and the infinities. */
+static void test_fast_math(void)
+{
+    double worst[4] = {0, 0, 0, 0};
+    for (int k = -2000000; k <= 2000000; ++k) {
+        const float x = (float)k * 5e-5f; /* [-100, 100] in steps of 5e-5 */
+        const double e = exp((double)x), em1 = expm1((double)x), t = tanh((double)x);
+        const double s = 1.0 / (1.0 + exp(-(double)x));
+        if (x < 88.3f && x > -87.3f) {
+            const double err = fabs(lltm_exp_f32(x) - e) / e;
+            worst[0] = err > worst[0] ? err : worst[0];
+        }
+        if (x < 88.3f) {
+            const double err = fabs(lltm_expm1_f32(x) - em1) / fmax(fabs(em1), 1e-30);
+            worst[1] = err > worst[1] ? err : worst[1];
+        }
+        const double err_t = fabs(lltm_tanh_f32(x) - t) / fmax(fabs(t), 1e-6);
+        const double err_s = fabs(lltm_sigmoid_f32(x) - s) / fmax(s, 1e-30);
+        worst[2] = err_t > worst[2] ? err_t : worst[2];
+        worst[3] = x > -87.0f && err_s > worst[3] ? err_s : worst[3];
+    }
+    const char *names[4] = {"exp", "expm1", "tanh", "sigmoid"};
+    for (int f = 0; f < 4; ++f) {
+        /* 4 ulp of float32 = 4 * 2^-23 ~ 4.8e-7 */
+        int ok = worst[f] < 4.8e-7;
+        if (!ok)
+            printf("fast %s: worst relative error %.3g\n", names[f], worst[f]);
+        check(ok, names[f], 0, 0, "float32 fast math");
+    }
+    const float inf = INFINITY, nan = NAN;
+    check(isnan(lltm_exp_f32(nan)) && isnan(lltm_expm1_f32(nan)) && isnan(lltm_tanh_f32(nan)) &&
+              isnan(lltm_sigmoid_f32(nan)),
+          "NaN propagates", 0, 0, "float32 fast math");
+    check(lltm_exp_f32(inf) == inf && lltm_exp_f32(-inf) == 0.0f && lltm_expm1_f32(-inf) == -1.0f &&
+              lltm_tanh_f32(inf) == 1.0f && lltm_tanh_f32(-inf) == -1.0f &&
+              lltm_sigmoid_f32(inf) == 1.0f && lltm_sigmoid_f32(-inf) == 0.0f &&
+              lltm_exp_f32(0.0f) == 1.0f && lltm_tanh_f32(0.0f) == 0.0f,
+          "infinities and zero", 0, 0, "float32 fast math");
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
@@ -222,6 +265,7 @@ int main(void)
             for (size_t r = 0; r < 2; ++r)
                 test_case(shapes[s][0], shapes[s][1], dtypes[d], runners[r]);
     test_errors();
+    test_fast_math();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
