@@ -41,4 +41,15 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
 void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 
+/* CUDA kernels (liblltm_cuda.so, csrc/binding/cell_cuda.c). */
+void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+
+/* How the CUDA cell runs its matrix products: chosen by size (AUTO), always
+ * the fused own kernels, or always cuBLAS through aten::mm. Returns the
+ * previous policy, or -1 for an unknown one. Exported from liblltm_cuda.so
+ * for tests and benchmarks; LLTM_CUDA_MATMUL=auto|fused|cublas at load. */
+enum { LLTM_MATMUL_AUTO = 0, LLTM_MATMUL_FUSED = 1, LLTM_MATMUL_CUBLAS = 2 };
+int lltm_cuda_set_matmul_policy(int policy);
+
 #endif /* LLTM_BINDING_OPS_H */

@@ -173,6 +173,92 @@ int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                     const void *gates, void *grad_gates,
                                     void *grad_bias, lltm_parallel_for pfor);
 
+/* ------------------------------------------------------------------------ */
+/* CUDA, cell (csrc/core/lltm_cuda_cell.cu; liblltm_cuda.so only)            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every pointer is a device pointer on the CURRENT device (the caller sets it,
+ * e.g. with a device guard); `stream` is a cudaStream_t of that device, passed
+ * as void * so this header needs no CUDA header. Kernels are only enqueued:
+ * the calls return before the work runs, and a launch failure comes back as
+ * LLTM_ERR_CUDA. dtype: any lltm_dtype. Arrays may be NULL where they have no
+ * elements (e.g. input when I == 0).
+ */
+
+/*
+ * Whole cell forward in ONE kernel: g = [h, x] W^T + b, activations, state
+ * update. X = [h, x] is read from old_h and input directly.
+ *   input     [B,I]
+ *   old_h     [B,H]
+ *   weights   [G,I+H]  (columns: state first, then input)
+ *   bias      [G]
+ *   old_cell  [B,H]
+ *   new_h     [B,H]  out
+ *   new_cell  [B,H]  out
+ *   gates     [B,G]  out: the activations [i | o | z] (saved for backward)
+ */
+int lltm_cell_forward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,
+                                 int64_t H, const void *input,
+                                 const void *old_h, const void *weights,
+                                 const void *bias, const void *old_cell,
+                                 void *new_h, void *new_cell, void *gates,
+                                 void *stream);
+
+/*
+ * Whole cell backward in TWO kernels: (1) gate gradients, d_old_cell, the bias
+ * gradient and dW = dG^T [h, x]; (2) dX = dG W, split into grad_old_h and
+ * grad_input as it is written.
+ *   grad_h, grad_cell, new_cell  [B,H]
+ *   gates         [B,G]    activations saved by the forward
+ *   input         [B,I]
+ *   old_h         [B,H]
+ *   weights       [G,I+H]
+ *   grad_gates    [B,G]    out (workspace): dL/dg
+ *   grad_input    [B,I]    out
+ *   grad_weights  [G,I+H]  out
+ *   grad_bias     [G]      out
+ *   grad_old_h    [B,H]    out
+ *   grad_old_cell [B,H]    out
+ */
+int lltm_cell_backward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,
+                                  int64_t H, const void *grad_h,
+                                  const void *grad_cell, const void *new_cell,
+                                  const void *gates, const void *input,
+                                  const void *old_h, const void *weights,
+                                  void *grad_gates, void *grad_input,
+                                  void *grad_weights, void *grad_bias,
+                                  void *grad_old_h, void *grad_old_cell,
+                                  void *stream);
+
+/* Pieces for running the matrix products elsewhere (cuBLAS through aten::mm):
+ * X = [h, x].
+ *   old_h [B,H], input [B,I], X [B,I+H] out */
+int lltm_concat_state_input_cuda(lltm_dtype dtype, int64_t B, int64_t I,
+                                 int64_t H, const void *old_h,
+                                 const void *input, void *X, void *stream);
+
+/* Forward pointwise part, as lltm_cell_forward_pointwise_cpu:
+ *   gates [B,G] in/out: in X W^T (no bias), out the activations
+ *   bias [G], old_cell [B,H], new_h [B,H] out, new_cell [B,H] out */
+int lltm_cell_forward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t H,
+                                     void *gates, const void *bias,
+                                     const void *old_cell, void *new_h,
+                                     void *new_cell, void *stream);
+
+/* Backward pointwise part in one kernel: gate gradients, d_old_cell, the bias
+ * gradient (fixed-order batch sum) and, if X is not NULL, X = [h, x].
+ *   grad_h, grad_cell, new_cell [B,H], gates [B,G], old_h [B,H], input [B,I]
+ *   grad_gates [B,G] out, grad_old_cell [B,H] out, grad_bias [G] out,
+ *   X [B,I+H] out or NULL */
+int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
+                                      int64_t H, const void *grad_h,
+                                      const void *grad_cell,
+                                      const void *new_cell, const void *gates,
+                                      const void *old_h, const void *input,
+                                      void *grad_gates, void *grad_old_cell,
+                                      void *grad_bias, void *X, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,250 @@
+/*
+ * cell_cuda.c - the CUDA kernels of the lltm::cell_forward and
+ * lltm::cell_backward operators: validate, guard the tensors' device, take
+ * torch's current stream, allocate, launch (csrc/core/lltm_cuda_cell.cu).
+ *
+ * Two routes, one result (see lltm.h, section "CUDA, cell"):
+ * - fused: the core's own matrix products; forward 1 launch, backward 2.
+ *   Host overhead dominates small steps, so fewer launches win there.
+ * - cuBLAS: the matrix products through aten::mm.out (tensor cores for the
+ *   half types), around the core's pointwise kernels; forward 3 launches
+ *   (X = [h, x], mm, pointwise), backward 4 (pointwise + X, three mm).
+ * The automatic choice takes cuBLAS once the step's matrix product is large
+ * (lltm_cuda_set_matmul_policy overrides it, for tests and benchmarks).
+ */
+#include "ops.h"
+#include "tensor_args.h"
+
+#include <stdatomic.h>
+
+/* Multiply-adds of X W^T (B * 3H * (I+H)) from which the automatic choice
+ * takes cuBLAS: the half types gain tensor cores early; float32 without TF32
+ * gains only once its own kernel's tiles run out of parallelism. */
+#define LLTM_CUBLAS_MIN_MACS_HALF ((int64_t)1 << 24)
+#define LLTM_CUBLAS_MIN_MACS_FLOAT ((int64_t)1 << 28)
+
+static atomic_int matmul_policy = LLTM_MATMUL_AUTO;
+
+__attribute__((visibility("default"))) int lltm_cuda_set_matmul_policy(int policy)
+{
+    if (policy != LLTM_MATMUL_AUTO && policy != LLTM_MATMUL_FUSED &&
+        policy != LLTM_MATMUL_CUBLAS)
+        return -1;
+    return atomic_exchange(&matmul_policy, policy);
+}
+
+static bool use_cublas(const lltm_cell_dims *d)
+{
+    const int policy = atomic_load_explicit(&matmul_policy, memory_order_relaxed);
+    if (policy != LLTM_MATMUL_AUTO)
+        return policy == LLTM_MATMUL_CUBLAS;
+    const int64_t macs = d->B * 3 * d->H * (d->I + d->H);
+    const bool half = d->dtype == LLTM_FLOAT16 || d->dtype == LLTM_BFLOAT16;
+    return macs >= (half ? LLTM_CUBLAS_MIN_MACS_HALF : LLTM_CUBLAS_MIN_MACS_FLOAT);
+}
+
+static int read_args(AtenTensorHandle *handles, const char *const *names, int n,
+                     lltm_tensor *args, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
+            return -1;
+    return 0;
+}
+
+static int contiguous_all(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_make_contiguous(&args[k], owned, err))
+            return -1;
+    return 0;
+}
+
+static int core_failed(lltm_error *err, const char *what, int status)
+{
+    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
+}
+
+/* Make the tensors' device current (until the guard is deleted) and fetch
+ * torch's current stream on it: every kernel, copy and mm of the op runs
+ * there, so side streams and CUDA-graph capture see it in order. */
+static int enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
+                        lltm_error *err)
+{
+    if (aoti_torch_create_cuda_guard(device_index, guard) != 0) {
+        *guard = NULL;
+        return lltm_fail(err, "could not make cuda:%d the current device", device_index);
+    }
+    if (aoti_torch_get_current_cuda_stream(device_index, stream) != 0)
+        return lltm_fail(err, "could not get the current CUDA stream of cuda:%d", device_index);
+    return 0;
+}
+
+static void leave_device(CUDAGuardHandle guard)
+{
+    if (guard != NULL)
+        aoti_torch_delete_cuda_guard(guard);
+}
+
+/* A view of the columns [col, col + ncols) of the row-major [rows, ld]
+ * matrix `self` (no copy): sizes [rows, ncols], strides [ld, 1]. */
+static int column_slice(AtenTensorHandle self, int64_t rows, int64_t ld, int64_t col,
+                        int64_t ncols, lltm_owned *owned, AtenTensorHandle *out,
+                        lltm_error *err)
+{
+    const int64_t sizes[2] = {rows, ncols}, strides[2] = {ld, 1};
+    if (aoti_torch__reinterpret_tensor(self, 2, sizes, strides, col, out) != 0)
+        return lltm_fail(err, "aoti_torch__reinterpret_tensor failed");
+    return lltm_own(owned, *out, err);
+}
+
+/* cell_forward(input, weights, bias, old_h, old_cell) -> (new_h, new_cell, gates) */
+void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
+{
+    static const char *const names[5] = {"input", "weights", "bias", "old_h", "old_cell"};
+    lltm_owned owned = {.count = 0};
+    lltm_error err;
+    CUDAGuardHandle guard = NULL;
+    void *stream = NULL;
+    AtenTensorHandle handles[5], gates, new_h, new_cell;
+    void *gates_data, *new_h_data, *new_cell_data;
+    lltm_tensor a[5];
+    lltm_cell_dims d;
+    int status;
+
+    if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
+        read_args(handles, names, 5, a, &err) ||
+        lltm_check_cell_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
+        enter_device(a[0].device_index, &guard, &stream, &err) ||
+        contiguous_all(a, 5, &owned, &err))
+        goto fail;
+
+    const int64_t G = 3 * d.H, K = d.I + d.H;
+    const int64_t G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H};
+    if (lltm_empty(2, H_sizes, &a[0], &owned, &new_h, &new_h_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &new_cell, &new_cell_data, &err) ||
+        lltm_empty(2, G_sizes, &a[0], &owned, &gates, &gates_data, &err))
+        goto fail;
+
+    if (!use_cublas(&d)) {
+        status = lltm_cell_forward_fused_cuda(d.dtype, d.B, d.I, d.H, a[0].data, a[3].data,
+                                              a[1].data, a[2].data, a[4].data, new_h_data,
+                                              new_cell_data, gates_data, stream);
+        if (status != LLTM_OK) {
+            core_failed(&err, "lltm_cell_forward_fused_cuda", status);
+            goto fail;
+        }
+    } else {
+        /* gates = [h, x] W^T (cuBLAS), then bias + activations + state. */
+        AtenTensorHandle X, W_t;
+        void *X_data;
+        const int64_t X_sizes[2] = {d.B, K}, Wt_sizes[2] = {K, G}, Wt_strides[2] = {1, K};
+        if (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
+            lltm_view(a[1].handle, 2, Wt_sizes, Wt_strides, &owned, &W_t, &err))
+            goto fail;
+        status = lltm_concat_state_input_cuda(d.dtype, d.B, d.I, d.H, a[3].data, a[0].data,
+                                              X_data, stream);
+        if (status != LLTM_OK) {
+            core_failed(&err, "lltm_concat_state_input_cuda", status);
+            goto fail;
+        }
+        if (lltm_mm_out(X, W_t, gates, &err))
+            goto fail;
+        status = lltm_cell_forward_pointwise_cuda(d.dtype, d.B, d.H, gates_data, a[2].data,
+                                                  a[4].data, new_h_data, new_cell_data, stream);
+        if (status != LLTM_OK) {
+            core_failed(&err, "lltm_cell_forward_pointwise_cuda", status);
+            goto fail;
+        }
+    }
+    lltm_return(&owned, new_h, &stack[0]);
+    lltm_return(&owned, new_cell, &stack[1]);
+    lltm_return(&owned, gates, &stack[2]);
+    lltm_free_owned(&owned);
+    leave_device(guard);
+    return;
+fail:
+    leave_device(guard);
+    lltm_raise("lltm::cell_forward", &owned, &err);
+}
+
+/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights)
+ *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell) */
+void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
+{
+    static const char *const names[7] = {"grad_h", "grad_cell", "new_cell", "gates",
+                                         "input",  "old_h",     "weights"};
+    lltm_owned owned = {.count = 0};
+    lltm_error err;
+    CUDAGuardHandle guard = NULL;
+    void *stream = NULL;
+    AtenTensorHandle handles[7], d_gates, d_input, d_weights, d_bias, d_old_h, d_old_cell;
+    void *d_gates_data, *d_input_data, *d_weights_data, *d_bias_data, *d_old_h_data,
+        *d_old_cell_data;
+    lltm_tensor a[7];
+    lltm_cell_dims d;
+    int status;
+
+    if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
+        read_args(handles, names, 7, a, &err) ||
+        lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
+        enter_device(a[0].device_index, &guard, &stream, &err) ||
+        contiguous_all(a, 7, &owned, &err))
+        goto fail;
+
+    const int64_t G = 3 * d.H, K = d.I + d.H;
+    const int64_t G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H}, I_sizes[2] = {d.B, d.I};
+    const int64_t W_sizes[2] = {G, K}, bias_size[1] = {G};
+    if (lltm_empty(2, G_sizes, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
+        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, &d_input_data, &err) ||
+        lltm_empty(2, W_sizes, &a[0], &owned, &d_weights, &d_weights_data, &err) ||
+        lltm_empty(1, bias_size, &a[0], &owned, &d_bias, &d_bias_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, &d_old_h_data, &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_cell, &d_old_cell_data, &err))
+        goto fail;
+
+    if (!use_cublas(&d)) {
+        status = lltm_cell_backward_fused_cuda(
+            d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
+            a[5].data, a[6].data, d_gates_data, d_input_data, d_weights_data, d_bias_data,
+            d_old_h_data, d_old_cell_data, stream);
+        if (status != LLTM_OK) {
+            core_failed(&err, "lltm_cell_backward_fused_cuda", status);
+            goto fail;
+        }
+    } else {
+        /* Pointwise (+ X = [h, x]), then dW = dG^T X, and dX = dG W as two
+         * products on column slices of W, straight into grad_old_h and
+         * grad_input. */
+        AtenTensorHandle X, d_gates_t, W_h, W_x;
+        void *X_data;
+        const int64_t X_sizes[2] = {d.B, K}, Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
+        if (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
+            lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err) ||
+            column_slice(a[6].handle, G, K, 0, d.H, &owned, &W_h, &err) ||
+            column_slice(a[6].handle, G, K, d.H, d.I, &owned, &W_x, &err))
+            goto fail;
+        status = lltm_cell_backward_pointwise_cuda(
+            d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[5].data,
+            a[4].data, d_gates_data, d_old_cell_data, d_bias_data, X_data, stream);
+        if (status != LLTM_OK) {
+            core_failed(&err, "lltm_cell_backward_pointwise_cuda", status);
+            goto fail;
+        }
+        if (lltm_mm_out(d_gates_t, X, d_weights, &err) ||
+            lltm_mm_out(d_gates, W_h, d_old_h, &err) ||
+            lltm_mm_out(d_gates, W_x, d_input, &err))
+            goto fail;
+    }
+    lltm_return(&owned, d_input, &stack[0]);
+    lltm_return(&owned, d_weights, &stack[1]);
+    lltm_return(&owned, d_bias, &stack[2]);
+    lltm_return(&owned, d_old_h, &stack[3]);
+    lltm_return(&owned, d_old_cell, &stack[4]);
+    lltm_free_owned(&owned);
+    leave_device(guard);
+    return;
+fail:
+    leave_device(guard);
+    lltm_raise("lltm::cell_backward", &owned, &err);
+}

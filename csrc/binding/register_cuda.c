@@ -1,0 +1,71 @@
+/*
+ * register_cuda.c - the entry point of liblltm_cuda.so: registers the CUDA
+ * kernels of the lltm operators (whose schemas liblltm.so defined, loaded
+ * first). Python calls lltm_cuda_register() once after loading the library
+ * (lltm/_native.py), only where torch has CUDA: this library links
+ * libtorch_cuda.
+ */
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LLTM_EXPORT __attribute__((visibility("default")))
+
+/* Must live as long as the process: deleting it would remove the kernels. */
+static TorchLibraryHandle cuda_library;
+static int registered;
+
+typedef struct kernel_entry {
+    const char *name;
+    lltm_boxed_kernel fn;
+} kernel_entry;
+
+static const kernel_entry cuda_kernels[] = {
+    {"cell_forward", lltm_cell_forward_cuda},
+    {"cell_backward", lltm_cell_backward_cuda},
+};
+
+/* LLTM_CUDA_MATMUL=auto|fused|cublas: the initial matmul policy. */
+static int policy_from_environment(char *err, size_t err_len)
+{
+    const char *value = getenv("LLTM_CUDA_MATMUL");
+    int policy;
+    if (value == NULL || *value == '\0' || strcmp(value, "auto") == 0)
+        policy = LLTM_MATMUL_AUTO;
+    else if (strcmp(value, "fused") == 0)
+        policy = LLTM_MATMUL_FUSED;
+    else if (strcmp(value, "cublas") == 0)
+        policy = LLTM_MATMUL_CUBLAS;
+    else {
+        snprintf(err, err_len, "LLTM_CUDA_MATMUL must be auto, fused or cublas, got '%s'",
+                 value);
+        return -1;
+    }
+    lltm_cuda_set_matmul_policy(policy);
+    return 0;
+}
+
+LLTM_EXPORT int lltm_cuda_register(char *err, size_t err_len)
+{
+    if (registered)
+        return 0; /* already registered in this process */
+    if (policy_from_environment(err, err_len) != 0)
+        return -1;
+    if (aoti_torch_library_init_impl(LLTM_NAMESPACE, "CUDA", __FILE__, __LINE__,
+                                     &cuda_library) != 0) {
+        snprintf(err, err_len, "could not create the lltm CUDA library");
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof cuda_kernels / sizeof cuda_kernels[0]; ++k) {
+        if (torch_library_impl(cuda_library, cuda_kernels[k].name, cuda_kernels[k].fn,
+                               LLTM_TORCH_TARGET_VERSION) != 0) {
+            snprintf(err, err_len, "could not register the CUDA kernel of lltm::%s",
+                     cuda_kernels[k].name);
+            return -1;
+        }
+    }
+    registered = 1;
+    return 0;
+}

@@ -1,0 +1,247 @@
+"""The CUDA cell kernels (csrc/core/lltm_cuda_cell.cu) run on the CPU through
+a small emulation (tests/cuda_emu: blocks in turn, a block's threads as real
+threads meeting at a barrier), against the reference in float64.
+
+No GPU needed: CI checks the kernels' indexing, tiling, edge guards and
+barriers at odd sizes, for both tile configurations, every dtype, and that
+every output element is written and nothing outside the outputs is. Timing,
+warps and the memory model are not emulated: tests/test_cuda_cell.py runs the
+real thing on a GPU.
+"""
+import ctypes
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from lltm import reference
+
+ROOT = Path(__file__).resolve().parent.parent
+CU_SOURCE = ROOT / "csrc" / "core" / "lltm_cuda_cell.cu"
+EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+# Tolerances against float64: elementwise |got - ref| <= tol * (|ref| +
+# max|ref|) (sums over a batch or a row lose precision relative to their
+# largest terms, not to the result), and for the half types, over 64
+# elements or more, also ||got - ref|| / ||ref|| <= tol / 2. Half types round inputs, saved state
+# and outputs to 11 (float16) or 8 (bfloat16) significant bits.
+TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
+              torch.bfloat16: 4e-2}
+# "default": the size-based choice; "large" / "small": one tile configuration
+# for every size (LLTM_CUDA_LARGE_TILE_MIN_BLOCKS).
+VARIANTS = {"default": None, "large": 1, "small": 1 << 62}
+SENTINEL = 7777.0  # guard zones around every output: must stay untouched
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def _emulated_source() -> str:
+    launch = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
+    text, count = launch.subn(lambda m: f"emu::launch(emu::cfg({m.group(2)}), {m.group(1)}, ",
+                              CU_SOURCE.read_text())
+    assert count >= 9, "expected the kernel launches of lltm_cuda_cell.cu"
+    return text
+
+
+@pytest.fixture(scope="session")
+def emu_libs(tmp_path_factory):
+    source = _emulated_source()
+    digest = hashlib.sha1((source + (ROOT / "csrc/core/lltm.h").read_text()).encode()).hexdigest()[:12]
+    out = tmp_path_factory.mktemp("cuda_emu")
+    cpp = out / f"cell_emu_{digest}.cpp"
+    cpp.write_text(source)
+    libs = {}
+    for name, threshold in VARIANTS.items():
+        lib = out / f"libcell_emu_{name}.so"
+        cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra",
+               "-Wno-unknown-pragmas", "-Werror", "-I", str(EMU_INCLUDE),
+               "-I", str(ROOT / "csrc" / "core"), str(cpp), "-o", str(lib)]
+        if threshold is not None:
+            cmd.insert(1, f"-DLLTM_CUDA_LARGE_TILE_MIN_BLOCKS={threshold}")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        libs[name] = _declare(ctypes.CDLL(str(lib)))
+    return libs
+
+
+def _declare(lib):
+    """argtypes: the sizes are int64_t (ctypes would pass a 32-bit int)."""
+    i64, p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.lltm_cell_forward_fused_cuda.argtypes = [i32, i64, i64, i64] + [p] * 9
+    lib.lltm_cell_backward_fused_cuda.argtypes = [i32, i64, i64, i64] + [p] * 14
+    lib.lltm_concat_state_input_cuda.argtypes = [i32, i64, i64, i64] + [p] * 4
+    lib.lltm_cell_forward_pointwise_cuda.argtypes = [i32, i64, i64] + [p] * 6
+    lib.lltm_cell_backward_pointwise_cuda.argtypes = [i32, i64, i64, i64] + [p] * 11
+    for fn in (lib.lltm_cell_forward_fused_cuda, lib.lltm_cell_backward_fused_cuda,
+               lib.lltm_concat_state_input_cuda, lib.lltm_cell_forward_pointwise_cuda,
+               lib.lltm_cell_backward_pointwise_cuda):
+        fn.restype = ctypes.c_int
+    return lib
+
+
+class Guarded:
+    """An uninitialised-looking (NaN) output inside a buffer whose guard zones
+    hold SENTINEL: afterwards, every element must be written and no guard."""
+
+    GUARD = 67
+
+    def __init__(self, shape, dtype):
+        n = 1
+        for s in shape:
+            n *= s
+        self.buf = torch.full((n + 2 * self.GUARD,), SENTINEL, dtype=dtype)
+        self.buf[self.GUARD:self.GUARD + n] = float("nan")
+        self.n, self.shape = n, shape
+
+    @property
+    def ptr(self):
+        return ctypes.c_void_p(self.buf.data_ptr() + self.GUARD * self.buf.element_size())
+
+    @property
+    def value(self):
+        return self.buf[self.GUARD:self.GUARD + self.n].view(self.shape)
+
+    def check(self, name):
+        g = self.GUARD
+        assert (self.buf[:g] == SENTINEL).all() and (self.buf[g + self.n:] == SENTINEL).all(), \
+            f"{name}: a write outside the output"
+        assert not torch.isnan(self.value).any(), f"{name}: elements left unwritten"
+        return self.value
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _inputs(B, I, H, dtype):
+    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
+    args64 = [rand(B, I), rand(3 * H, I + H, scale=2.0 / (I + H) ** 0.5), rand(3 * H),
+              rand(B, H), rand(B, H)]
+    # Round through dtype so the reference sees exactly the kernel's inputs.
+    args = [a.to(dtype) for a in args64]
+    return args, [a.double() for a in args]
+
+
+def _reference_step(x, W, b, h, c):
+    """(new_h, new_cell, gates) in float64 and a backward closure."""
+    args = [t.clone().requires_grad_() for t in (x, W, b, h, c)]
+    X = torch.cat([args[3], args[0]], dim=1)
+    g = X @ args[1].t() + args[2]
+    H = h.shape[1]
+    gates = torch.cat([torch.sigmoid(g[:, :H]), torch.sigmoid(g[:, H:2 * H]),
+                       torch.nn.functional.elu(g[:, 2 * H:])], dim=1)
+    new_h, new_cell = reference.lltm_cell(*args)
+
+    def backward(grad_h, grad_cell):
+        grads = torch.autograd.grad((new_h, new_cell), args, (grad_h, grad_cell),
+                                    allow_unused=True)
+        return [torch.zeros_like(a) if gr is None else gr for a, gr in zip(args, grads)]
+    return new_h.detach(), new_cell.detach(), gates.detach(), backward
+
+
+def _close(name, got, want, dtype):
+    tol = TOLERANCES[dtype]
+    got = got.double()
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
+    if dtype in (torch.float16, torch.bfloat16) and want.numel() >= 64:
+        rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+        assert rel <= tol / 2, f"{name}: relative error {rel:.2e} > {tol / 2:.2e}"
+
+
+SHAPES = [(1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 70, 17),
+          (17, 9, 7), (2, 0, 4), (40, 3, 70)]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
+@pytest.mark.parametrize("B,I,H", SHAPES)
+def test_fused_forward_backward(emu_libs, variant, dtype, B, I, H):
+    if variant != "default" and dtype in (torch.float16, torch.bfloat16) and B * H > 600:
+        pytest.skip("half types: each tile configuration is covered at the smaller sizes")
+    lib = emu_libs[variant]
+    code = DTYPE_CODES[dtype]
+    (x, W, b, h, c), ref_args = _inputs(B, I, H, dtype)
+    new_h, new_cell, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((B, 3 * H), dtype)
+    status = lib.lltm_cell_forward_fused_cuda(code, B, I, H, _ptr(x), _ptr(h), _ptr(W), _ptr(b), _ptr(c),
+                                        new_h.ptr, new_cell.ptr, gates.ptr, None)
+    assert status == 0
+    r_h, r_c, r_g, backward = _reference_step(*ref_args)
+    _close("new_h", new_h.check("new_h"), r_h, dtype)
+    _close("new_cell", new_cell.check("new_cell"), r_c, dtype)
+    _close("gates", gates.check("gates"), r_g, dtype)
+
+    grad_h = torch.randn(B, H, dtype=torch.float64).to(dtype)
+    grad_cell = torch.randn(B, H, dtype=torch.float64).to(dtype)
+    K = I + H
+    outs = {"grad_gates": Guarded((B, 3 * H), dtype), "grad_input": Guarded((B, I), dtype),
+            "grad_weights": Guarded((3 * H, K), dtype), "grad_bias": Guarded((3 * H,), dtype),
+            "grad_old_h": Guarded((B, H), dtype), "grad_old_cell": Guarded((B, H), dtype)}
+    status = lib.lltm_cell_backward_fused_cuda(
+        code, B, I, H, _ptr(grad_h), _ptr(grad_cell), _ptr(new_cell.value), _ptr(gates.value),
+        _ptr(x), _ptr(h), _ptr(W), *[o.ptr for o in outs.values()], None)
+    assert status == 0
+    # The reference backward at the kernel's own saved state (what the op
+    # does): differentiate the float64 step.
+    d_x, d_W, d_b, d_h, d_c = backward(grad_h.double(), grad_cell.double())
+    got = {name: o.check(name) for name, o in outs.items()}
+    _close("grad_input", got["grad_input"], d_x, dtype)
+    _close("grad_weights", got["grad_weights"], d_W, dtype)
+    _close("grad_bias", got["grad_bias"], d_b, dtype)
+    _close("grad_old_h", got["grad_old_h"], d_h, dtype)
+    _close("grad_old_cell", got["grad_old_cell"], d_c, dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
+@pytest.mark.parametrize("B,I,H", [(1, 1, 1), (3, 7, 5), (40, 3, 70), (2, 0, 4)])
+def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):
+    """The cuBLAS route: concat, mm (torch here), forward pointwise; backward
+    pointwise (with X), mm."""
+    lib = emu_libs["default"]
+    code = DTYPE_CODES[dtype]
+    (x, W, b, h, c), ref_args = _inputs(B, I, H, dtype)
+    X = Guarded((B, I + H), dtype)
+    assert lib.lltm_concat_state_input_cuda(code, B, I, H, _ptr(h), _ptr(x), X.ptr, None) == 0
+    assert torch.equal(X.check("X"), torch.cat([h, x], dim=1))
+    gates = Guarded((B, 3 * H), dtype)
+    gates.value.copy_((X.value.double() @ W.double().t()).to(dtype))
+    new_h, new_cell = Guarded((B, H), dtype), Guarded((B, H), dtype)
+    assert lib.lltm_cell_forward_pointwise_cuda(code, B, H, gates.ptr, _ptr(b), _ptr(c),
+                                                new_h.ptr, new_cell.ptr, None) == 0
+    r_h, r_c, r_g, backward = _reference_step(*ref_args)
+    _close("new_h", new_h.check("new_h"), r_h, dtype)
+    _close("new_cell", new_cell.check("new_cell"), r_c, dtype)
+    _close("gates", gates.check("gates"), r_g, dtype)
+
+    grad_h = torch.randn(B, H, dtype=torch.float64).to(dtype)
+    grad_cell = torch.randn(B, H, dtype=torch.float64).to(dtype)
+    d_gates, d_c, d_b, X2 = (Guarded((B, 3 * H), dtype), Guarded((B, H), dtype),
+                             Guarded((3 * H,), dtype), Guarded((B, I + H), dtype))
+    assert lib.lltm_cell_backward_pointwise_cuda(
+        code, B, I, H, _ptr(grad_h), _ptr(grad_cell), _ptr(new_cell.value), _ptr(gates.value),
+        _ptr(h), _ptr(x), d_gates.ptr, d_c.ptr, d_b.ptr, X2.ptr, None) == 0
+    assert torch.equal(X2.check("X"), torch.cat([h, x], dim=1))
+    dG = d_gates.check("grad_gates").double()
+    r_x, r_W, r_b, r_h_grad, r_c_grad = backward(grad_h.double(), grad_cell.double())
+    _close("grad_bias", d_b.check("grad_bias"), r_b, dtype)
+    _close("grad_old_cell", d_c.check("grad_old_cell"), r_c_grad, dtype)
+    _close("grad_weights", (dG.t() @ X2.value.double()).to(dtype), r_W, dtype)
+    dX = (dG @ W.double()).to(dtype)
+    _close("grad_old_h", dX[:, :H], r_h_grad, dtype)
+    _close("grad_input", dX[:, H:], r_x, dtype)
+
+
+def test_unknown_dtype_and_bad_sizes_are_refused(emu_libs):
+    lib = emu_libs["default"]
+    null = ctypes.c_void_p(0)
+    assert lib.lltm_cell_forward_fused_cuda(9, 1, 1, 1, *[null] * 8, None) != 0
+    assert lib.lltm_cell_forward_fused_cuda(0, -1, 1, 1, *[null] * 8, None) != 0
+    # Empty batch: nothing to do, nothing touched.
+    assert lib.lltm_cell_forward_fused_cuda(0, 0, 3, 2, *[null] * 8, None) == 0
