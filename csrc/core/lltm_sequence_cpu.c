@@ -10,8 +10,7 @@
  * (deterministic for any thread count).
  */
 #include "lltm.h"
-
-#include <math.h>
+#include "lltm_cpu_math.h"
 
 /* Same grain as the cell: below this many elements (units x batch) one
  * thread does the step, waking the pool would cost more. */
@@ -39,75 +38,91 @@ typedef struct sequence_backward_args {
     void *grad_gates, *grad_bias;
 } sequence_backward_args;
 
-/* One body pair per dtype; EXP, EXPM1, TANH are the dtype's own libm
- * functions, so float64 never passes through float. */
-#define LLTM_DEFINE_SEQUENCE_BODIES(T, SUFFIX, EXP, EXPM1, TANH)               \
-    static inline T seq_sigmoid_##SUFFIX(T x) { return (T)1 / ((T)1 + EXP(-x)); } \
-                                                                               \
-    static void seq_forward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)  \
-    {                                                                          \
-        const sequence_forward_args *a = (const sequence_forward_args *)vctx;  \
-        const int64_t H = a->H, G = 3 * a->H;                                  \
-        const T *bias = (const T *)a->bias;                                    \
-        for (int64_t b = 0; b < a->B; ++b) {                                   \
-            const T *r = (const T *)a->recurrent + b * G;                      \
-            T *g = (T *)a->gates + b * G;                                      \
-            const T *c = (const T *)a->old_cell + b * H;                       \
-            T *h_out = (T *)a->new_h + b * H;                                  \
-            T *c_out = (T *)a->new_cell + b * H;                               \
-            for (int64_t k = lo; k < hi; ++k) {                                \
-                const T gi = g[k] + r[k] + bias[k];                            \
-                const T go = g[H + k] + r[H + k] + bias[H + k];                \
-                const T gz = g[2 * H + k] + r[2 * H + k] + bias[2 * H + k];    \
-                const T i = seq_sigmoid_##SUFFIX(gi);                          \
-                const T o = seq_sigmoid_##SUFFIX(go);                          \
-                const T z = gz > (T)0 ? gz : EXPM1(gz);                        \
-                const T c_new = c[k] + i * z;                                  \
-                g[k] = i;                                                      \
-                g[H + k] = o;                                                  \
-                g[2 * H + k] = z;                                              \
-                c_out[k] = c_new;                                              \
-                h_out[k] = TANH(c_new) * o;                                    \
-            }                                                                  \
-        }                                                                      \
-    }                                                                          \
-                                                                               \
-    static void seq_backward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx) \
-    {                                                                          \
-        const sequence_backward_args *a = (const sequence_backward_args *)vctx; \
-        const int64_t H = a->H, G = 3 * a->H;                                  \
-        T *d_bias = (T *)a->grad_bias;                                         \
-        for (int64_t b = 0; b < a->B; ++b) {                                   \
-            const T *dy = (const T *)a->grad_output + b * H;                   \
-            const T *dh = (const T *)a->grad_h + b * H;                        \
-            T *dc = (T *)a->grad_cell + b * H;                                 \
-            const T *c_new = (const T *)a->cell + b * H;                       \
-            const T *act = (const T *)a->gates + b * G;                        \
-            T *d_g = (T *)a->grad_gates + b * G;                               \
-            for (int64_t k = lo; k < hi; ++k) {                                \
-                const T i = act[k], o = act[H + k], z = act[2 * H + k];        \
-                const T gh = dy[k] + dh[k];                                    \
-                const T tc = TANH(c_new[k]);                                   \
-                const T d_o = gh * tc;                                         \
-                const T d_cell = dc[k] + gh * o * ((T)1 - tc * tc);            \
-                /* elu'(x) = 1 for x > 0, else exp(x) = z + 1 */               \
-                const T d_elu = z > (T)0 ? (T)1 : z + (T)1;                    \
-                const T d_gi = d_cell * z * i * ((T)1 - i);                    \
-                const T d_go = d_o * o * ((T)1 - o);                           \
-                const T d_gz = d_cell * i * d_elu;                             \
-                d_g[k] = d_gi;                                                 \
-                d_g[H + k] = d_go;                                             \
-                d_g[2 * H + k] = d_gz;                                         \
-                dc[k] = d_cell; /* c = c_prev + i z: dL/dc_prev = dL/dc */     \
-                d_bias[k] += d_gi;                                             \
-                d_bias[H + k] += d_go;                                         \
-                d_bias[2 * H + k] += d_gz;                                     \
-            }                                                                  \
-        }                                                                      \
+/* One set of functions per dtype around the shared per-element math of
+ * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm). Each
+ * row's loop over hidden units is its own function whose arrays are
+ * restrict-qualified parameters (the gate blocks of a row are disjoint, and
+ * so are the arrays: lltm.h's aliasing rule); GCC needs that to vectorise. */
+#define LLTM_DEFINE_SEQUENCE_BODIES(T, SUFFIX)                                      \
+    static inline void seq_forward_row_##SUFFIX(                                    \
+        int64_t lo, int64_t hi, const T *restrict r_i, const T *restrict r_o,       \
+        const T *restrict r_z, T *restrict g_i, T *restrict g_o, T *restrict g_z,   \
+        const T *restrict b_i, const T *restrict b_o, const T *restrict b_z,        \
+        const T *restrict c, T *restrict h_out, T *restrict c_out)                  \
+    {                                                                               \
+        for (int64_t k = lo; k < hi; ++k) {                                         \
+            T i, o, z, c_new, h_new;                                                \
+            lltm_step_forward_##SUFFIX(g_i[k] + r_i[k] + b_i[k],                    \
+                                       g_o[k] + r_o[k] + b_o[k],                    \
+                                       g_z[k] + r_z[k] + b_z[k], c[k], &i, &o, &z,  \
+                                       &c_new, &h_new);                             \
+            g_i[k] = i;                                                             \
+            g_o[k] = o;                                                             \
+            g_z[k] = z;                                                             \
+            c_out[k] = c_new;                                                       \
+            h_out[k] = h_new;                                                       \
+        }                                                                           \
+    }                                                                               \
+                                                                                    \
+    LLTM_CPU_CLONES                                                                 \
+    static void seq_forward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)       \
+    {                                                                               \
+        const sequence_forward_args *a = (const sequence_forward_args *)vctx;       \
+        const int64_t H = a->H, G = 3 * a->H;                                       \
+        const T *bias = (const T *)a->bias;                                         \
+        for (int64_t b = 0; b < a->B; ++b) {                                        \
+            const T *r = (const T *)a->recurrent + b * G;                           \
+            T *g = (T *)a->gates + b * G;                                           \
+            seq_forward_row_##SUFFIX(lo, hi, r, r + H, r + 2 * H, g, g + H,         \
+                                     g + 2 * H, bias, bias + H, bias + 2 * H,       \
+                                     (const T *)a->old_cell + b * H,                \
+                                     (T *)a->new_h + b * H,                         \
+                                     (T *)a->new_cell + b * H);                     \
+        }                                                                           \
+    }                                                                               \
+                                                                                    \
+    static inline void seq_backward_row_##SUFFIX(                                   \
+        int64_t lo, int64_t hi, const T *restrict dy, const T *restrict dh,         \
+        T *restrict dc, const T *restrict c_new, const T *restrict a_i,             \
+        const T *restrict a_o, const T *restrict a_z, T *restrict dg_i,             \
+        T *restrict dg_o, T *restrict dg_z, T *restrict db_i, T *restrict db_o,     \
+        T *restrict db_z)                                                           \
+    {                                                                               \
+        for (int64_t k = lo; k < hi; ++k) {                                         \
+            T d_gi, d_go, d_gz, d_cell;                                             \
+            /* dL/dh_t: from the output at t plus through step t+1 */              \
+            lltm_step_backward_##SUFFIX(a_i[k], a_o[k], a_z[k], c_new[k],           \
+                                        dy[k] + dh[k], dc[k], &d_gi, &d_go, &d_gz,  \
+                                        &d_cell);                                   \
+            dg_i[k] = d_gi;                                                         \
+            dg_o[k] = d_go;                                                         \
+            dg_z[k] = d_gz;                                                         \
+            dc[k] = d_cell; /* c_t = c_{t-1} + i z: dL/dc_{t-1} = dL/dc_t */        \
+            db_i[k] += d_gi;                                                        \
+            db_o[k] += d_go;                                                        \
+            db_z[k] += d_gz;                                                        \
+        }                                                                           \
+    }                                                                               \
+                                                                                    \
+    LLTM_CPU_CLONES                                                                 \
+    static void seq_backward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)      \
+    {                                                                               \
+        const sequence_backward_args *a = (const sequence_backward_args *)vctx;     \
+        const int64_t H = a->H, G = 3 * a->H;                                       \
+        T *db = (T *)a->grad_bias;                                                  \
+        for (int64_t b = 0; b < a->B; ++b) {                                        \
+            const T *act = (const T *)a->gates + b * G;                             \
+            T *dg = (T *)a->grad_gates + b * G;                                     \
+            seq_backward_row_##SUFFIX(                                              \
+                lo, hi, (const T *)a->grad_output + b * H,                          \
+                (const T *)a->grad_h + b * H, (T *)a->grad_cell + b * H,            \
+                (const T *)a->cell + b * H, act, act + H, act + 2 * H, dg, dg + H,  \
+                dg + 2 * H, db, db + H, db + 2 * H);                                \
+        }                                                                           \
     }
 
-LLTM_DEFINE_SEQUENCE_BODIES(float, f32, expf, expm1f, tanhf)
-LLTM_DEFINE_SEQUENCE_BODIES(double, f64, exp, expm1, tanh)
+LLTM_DEFINE_SEQUENCE_BODIES(float, f32)
+LLTM_DEFINE_SEQUENCE_BODIES(double, f64)
 
 int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                    const void *recurrent, void *gates,
