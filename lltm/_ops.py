@@ -152,3 +152,40 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
 
 torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
                                 setup_context=_sequence_setup_context)
+
+
+# --- eager fast path ------------------------------------------------------------------
+# torch.library's generic autograd layer (what register_autograd installs) runs
+# ~20 us of Python per call on the CPU host, more than a whole small step. For
+# eager calls we wrap the same setup_context / backward in a plain
+# autograd.Function whose forward runs the op below autograd. torch.compile,
+# opcheck and direct torch.ops calls keep using the registered formula.
+
+def _eager_function(name: str, op, setup_context, backward):
+    def forward(ctx, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            output = op(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    return type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
+        "backward": staticmethod(backward),
+    })
+
+
+def eager_call(function, op, *args):
+    """``op(*args)`` with autograd, through ``function`` (an _eager_function of
+    op) when eager and some input needs a gradient."""
+    if torch.compiler.is_compiling():
+        return op(*args)
+    if torch.is_grad_enabled() and any(a.requires_grad for a in args if a is not None):
+        return function.apply(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+CellForward = _eager_function("CellForward", torch.ops.lltm.cell_forward.default,
+                              _cell_setup_context, _cell_backward)
+SequenceForward = _eager_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
+                                  _sequence_setup_context, _sequence_backward)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from ._ops import CellForward, SequenceForward, eager_call
+
 
 def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
               old_h: torch.Tensor, old_cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -12,7 +14,8 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     old_h [B, H], old_cell [B, H]. Returns (new_h, new_cell), each [B, H].
     Differentiable in every argument.
     """
-    new_h, new_cell, _gates = torch.ops.lltm.cell_forward(input, weights, bias, old_h, old_cell)
+    new_h, new_cell, _gates = eager_call(CellForward, torch.ops.lltm.cell_forward.default,
+                                         input, weights, bias, old_h, old_cell)
     return new_h, new_cell
 
 
@@ -29,6 +32,6 @@ def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor
     """
     if bias is None:
         bias = weights.new_zeros(weights.shape[0])
-    output, h_n, c_n, _cells, _gates = torch.ops.lltm.sequence_forward(
-        input, weights, bias, h0, c0)
+    output, h_n, c_n, _cells, _gates = eager_call(
+        SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias, h0, c0)
     return output, (h_n, c_n)
