@@ -1,0 +1,57 @@
+"""The LLTM benchmark: ``python -m lltm.bench`` (``--help`` lists the options).
+
+The PyTorch C++ extension tutorial's comparison, done so that its numbers mean
+something: every implementation is checked before it is timed, the GPU is
+synchronized, implementations are interleaved, and medians with their spread
+are reported.
+
+Implementations, on every device asked for (CPU, and CUDA where present):
+
+  cell, one step of B rows (ratios against ``reference``)
+    reference           the tutorial's Python LLTM, gradients by autograd
+    reference_function  the tutorial's autograd.Function with its hand-written backward
+    native              lltm.functional.lltm_cell: our C / CUDA kernels
+    compile             torch.compile(reference), default mode, static shapes
+    lstm_cell           torch.nn.LSTMCell: NOT an LLTM (4 gates, 33% more math),
+                        the peer a user would pick instead
+  sequence, T steps (ratios against ``reference_loop`` and ``lstm``)
+    lltm                lltm.LLTM: the whole sequence in one call
+    lstm                torch.nn.LSTM (cuDNN on CUDA): NOT an LLTM, the peer
+    native_loop         a Python loop of native cells
+    reference_loop      a Python loop of reference cells
+
+What is timed, in microseconds, median and [p10-p90] of the samples:
+
+  forward   one forward call (autograd recording), synchronized before and after
+  backward  torch.autograd.grad of the outputs with fixed random output
+            gradients; the forward before it is not timed
+  step      forward + backward, N times back to back with no synchronization
+            inside the loop, synchronized at the end, divided by N
+  graph     CUDA only: forward, backward and step captured in one CUDA graph
+            (several iterations unrolled) and replayed between CUDA events:
+            the GPU's time without the host's launch cost. "n/a" says why
+            where capture fails.
+
+Within a configuration the implementations take turns round by round (each
+round starts with a different one), so drift of the machine hits all alike.
+
+Checks: before timing, outputs and gradients (of the input, the state and
+every parameter) are compared with a float64 CPU oracle: the reference LLTM for
+the LLTM implementations, and their own float64 counterpart for the LSTM
+peers. The error of a tensor is max|got - want| / max|want|; the largest over
+all tensors must be within the tolerance of the dtype (``TOLERANCE``). A wrong
+implementation is reported WRONG and not timed; one that raises (an
+unsupported dtype, a compiler missing) is reported ERROR with the reason.
+
+The table is printed last; ``--json`` saves every number with a description of
+the machine, ``--plot`` a PNG (bars per implementation, log scale).
+"""
+from __future__ import annotations
+
+from .cases import (DTYPES, TOLERANCE, Case, Impl, Workload, check, default_impls,
+                    lltm_cell_impl, lltm_loop_impl)
+from .runner import build_parser, main
+from .timing import GRAPH_METRICS, METRICS
+
+__all__ = ["DTYPES", "GRAPH_METRICS", "METRICS", "TOLERANCE", "Case", "Impl", "Workload",
+           "build_parser", "check", "default_impls", "lltm_cell_impl", "lltm_loop_impl", "main"]

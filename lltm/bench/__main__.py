@@ -1,0 +1,4 @@
+"""``python -m lltm.bench``."""
+from .runner import main
+
+main()

@@ -1,0 +1,333 @@
+"""What is benchmarked: workloads (a configuration, its random data, its
+float64 oracle), the implementations, and the check that comes before timing."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Sequence
+
+import torch
+
+import lltm
+from lltm import functional, reference
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64,
+          "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Largest accepted max|got - want| / max|want| against the float64 oracle.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
+             torch.bfloat16: 5e-2}
+# float32 products that run on TF32 tensor cores (cuDNN RNNs by default) keep
+# 10 mantissa bits, as float16 does.
+TF32_TOLERANCE = 1e-2
+
+CELL_BASELINES = ("reference",)
+SEQUENCE_BASELINES = ("reference_loop", "lstm")
+
+
+# ----------------------------------------------------------------------------
+# Workloads: one configuration, its random data and its float64 oracle.
+
+@dataclasses.dataclass
+class Workload:
+    """One configuration: device, dtype, cell or sequence, sizes."""
+    device: torch.device
+    dtype: torch.dtype
+    kind: str                  # "cell" | "sequence"
+    B: int
+    I: int
+    H: int
+    T: int = 1
+
+    def __post_init__(self):
+        self._data: dict[str, torch.Tensor] = {}
+        self._oracles: dict[str, tuple] = {}
+
+    @property
+    def name(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        size = f"B={self.B} I={self.I} H={self.H}" + (f" T={self.T}" if self.kind == "sequence" else "")
+        return f"{self.device} {dtype} {self.kind} {size}"
+
+    def data(self, name: str) -> torch.Tensor:
+        """A float64 CPU tensor of this workload, random, the same on every
+        device and dtype (seeded by the sizes)."""
+        if not self._data:
+            self._make_data()
+        return self._data[name]
+
+    def _make_data(self) -> None:
+        B, I, H, T = self.B, self.I, self.H, self.T
+        g = torch.Generator().manual_seed(1000003 * B + 1009 * I + 17 * H + T)
+
+        def randn(*shape, scale=1.0):
+            return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+
+        def uniform(*shape, bound):
+            return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+
+        bound = 1.0 / math.sqrt(H)  # the modules' own initialisation
+        x_shape = (B, I) if self.kind == "cell" else (T, B, I)
+        self._data = {
+            "x": randn(*x_shape), "h": randn(B, H, scale=0.5), "c": randn(B, H, scale=0.5),
+            "W": uniform(3 * H, I + H, bound=bound), "b": uniform(3 * H, bound=bound),
+            "w_ih": uniform(4 * H, I, bound=bound), "w_hh": uniform(4 * H, H, bound=bound),
+            "b_ih": uniform(4 * H, bound=bound), "b_hh": uniform(4 * H, bound=bound),
+            "grad_h": randn(B, H), "grad_c": randn(B, H),
+            "grad_out": randn(T, B, H) if self.kind == "sequence" else randn(B, H),
+        }
+
+    def leaf(self, name: str, shape=None) -> torch.Tensor:
+        """The data in this workload's device and dtype, requiring grad."""
+        t = self.data(name)
+        if shape is not None:
+            t = t.reshape(shape)
+        return t.to(device=self.device, dtype=self.dtype).requires_grad_()
+
+    def grads_out(self, *names: str, state_shape=None) -> tuple[torch.Tensor, ...]:
+        """Output gradients; those of the final state ("grad_h", "grad_c")
+        reshaped to ``state_shape`` when given (nn.LSTM's [layers, B, H])."""
+        def get(name):
+            t = self.data(name)
+            if state_shape is not None and name in ("grad_h", "grad_c"):
+                t = t.reshape(state_shape)
+            return t.to(device=self.device, dtype=self.dtype)
+        return tuple(get(n) for n in names)
+
+    def oracle(self, key: str, compute: Callable[["Workload"], tuple]) -> tuple:
+        """(outputs, gradients) in float64 on the CPU, computed once per key."""
+        if key not in self._oracles:
+            self._oracles[key] = compute(self)
+        return self._oracles[key]
+
+
+def _outputs_and_grads(forward, leaves, grad_outputs):
+    outputs = forward()
+    grads = torch.autograd.grad(outputs, leaves, grad_outputs)
+    return [o.detach() for o in outputs], list(grads)
+
+
+def _cpu64(w: Workload, *names):
+    return [w.data(n).clone().requires_grad_() for n in names]
+
+
+def _lltm_sequence_loop(cell, x, W, b, h, c):
+    outputs = []
+    for t in range(x.shape[0]):
+        h, c = cell(x[t], W, b, h, c)
+        outputs.append(h)
+    return torch.stack(outputs), h, c
+
+
+def lltm_cell_oracle(w: Workload):
+    x, W, b, h, c = leaves = _cpu64(w, "x", "W", "b", "h", "c")
+    return _outputs_and_grads(lambda: reference.lltm_cell(x, W, b, h, c), leaves,
+                              (w.data("grad_h"), w.data("grad_c")))
+
+
+def lltm_sequence_oracle(w: Workload):
+    x, W, b, h, c = leaves = _cpu64(w, "x", "W", "b", "h", "c")
+    return _outputs_and_grads(lambda: _lltm_sequence_loop(reference.lltm_cell, x, W, b, h, c),
+                              leaves, (w.data("grad_out"), w.data("grad_h"), w.data("grad_c")))
+
+
+def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh):
+    """torch.nn.LSTMCell's documented formula."""
+    gates = x @ w_ih.t() + b_ih + h @ w_hh.t() + b_hh
+    i, f, g, o = gates.chunk(4, dim=1)
+    new_c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.tanh(new_c) * torch.sigmoid(o), new_c
+
+
+_LSTM_DATA = ("x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def lstm_cell_oracle(w: Workload):
+    x, h, c, *params = leaves = _cpu64(w, *_LSTM_DATA)
+    return _outputs_and_grads(lambda: _lstm_step(x, h, c, *params), leaves,
+                              (w.data("grad_h"), w.data("grad_c")))
+
+
+def lstm_sequence_oracle(w: Workload):
+    x, h0, c0, *params = leaves = _cpu64(w, *_LSTM_DATA)
+
+    def forward():
+        h, c, outputs = h0, c0, []
+        for t in range(x.shape[0]):
+            h, c = _lstm_step(x[t], h, c, *params)
+            outputs.append(h)
+        return torch.stack(outputs), h, c
+    return _outputs_and_grads(forward, leaves,
+                              (w.data("grad_out"), w.data("grad_h"), w.data("grad_c")))
+
+
+# ----------------------------------------------------------------------------
+# Implementations: each builds a Case (what to run) for a workload.
+
+@dataclasses.dataclass
+class Case:
+    forward: Callable[[], Sequence[torch.Tensor]]
+    leaves: list[torch.Tensor]           # gradients are taken with respect to these
+    grad_outputs: tuple[torch.Tensor, ...]
+    expected: tuple                      # (outputs, gradients): float64 CPU, same order
+    uses_cudnn: bool = False             # float32 may then run on TF32
+    setup_s: float | None = None         # e.g. compilation time
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Impl:
+    key: str
+    label: str
+    kind: str                                   # "cell" | "sequence"
+    build: Callable[[Workload], Case]
+    available: Callable[[Workload], str | None] = lambda w: None  # reason to skip, or None
+    note: str = ""
+    graph_unroll: int = 10                      # iterations per CUDA graph replay
+
+
+def lltm_cell_impl(key: str, label: str, cell_fn, note: str = "") -> Impl:
+    """An LLTM cell implementation ``cell_fn(input, weights, bias, old_h, old_cell)
+    -> (new_h, new_cell)``, checked against the float64 reference."""
+    def build(w: Workload) -> Case:
+        x, W, b, h, c = leaves = [w.leaf(n) for n in ("x", "W", "b", "h", "c")]
+        return Case(lambda: cell_fn(x, W, b, h, c), leaves, w.grads_out("grad_h", "grad_c"),
+                    w.oracle("lltm", lltm_cell_oracle))
+    return Impl(key, label, "cell", build, note=note)
+
+
+def lltm_loop_impl(key: str, label: str, cell_fn, note: str = "") -> Impl:
+    """A Python loop over the T steps of ``cell_fn``."""
+    def build(w: Workload) -> Case:
+        x, W, b, h, c = leaves = [w.leaf(n) for n in ("x", "W", "b", "h", "c")]
+        return Case(lambda: _lltm_sequence_loop(cell_fn, x, W, b, h, c), leaves,
+                    w.grads_out("grad_out", "grad_h", "grad_c"),
+                    w.oracle("lltm", lltm_sequence_oracle))
+    return Impl(key, label, "sequence", build, note=note, graph_unroll=1)
+
+
+def _build_compiled(w: Workload) -> Case:
+    # A fresh compilation per configuration, static shapes: what a user who
+    # compiles for one fixed size gets (and no recompilation limit is hit).
+    torch.compiler.reset()
+    compiled = torch.compile(reference.lltm_cell, dynamic=False)
+    case = lltm_cell_impl("compile", "", compiled).build(w)
+    start = time.perf_counter()
+    _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)  # compiles fwd and bwd
+    synchronize(w.device)
+    case.setup_s = time.perf_counter() - start
+    case.note = f"first call (compilation) {case.setup_s:.1f} s"
+    return case
+
+
+def _build_lstm_cell(w: Workload) -> Case:
+    module = torch.nn.LSTMCell(w.I, w.H, device=w.device, dtype=w.dtype)
+    _copy_parameters(module, w, {"weight_ih": "w_ih", "weight_hh": "w_hh",
+                                 "bias_ih": "b_ih", "bias_hh": "b_hh"})
+    x, h, c = (w.leaf(n) for n in ("x", "h", "c"))
+    leaves = [x, h, c, module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh]
+    return Case(lambda: module(x, (h, c)), leaves, w.grads_out("grad_h", "grad_c"),
+                w.oracle("lstm_cell", lstm_cell_oracle))
+
+
+def _build_lstm(w: Workload) -> Case:
+    module = torch.nn.LSTM(w.I, w.H, device=w.device, dtype=w.dtype)
+    _copy_parameters(module, w, {"weight_ih_l0": "w_ih", "weight_hh_l0": "w_hh",
+                                 "bias_ih_l0": "b_ih", "bias_hh_l0": "b_hh"})
+    x = w.leaf("x")
+    h, c = (w.leaf(n, shape=(1, w.B, w.H)) for n in ("h", "c"))
+    leaves = [x, h, c, module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0,
+              module.bias_hh_l0]
+
+    def forward():
+        output, (h_n, c_n) = module(x, (h, c))
+        return output, h_n, c_n
+    return Case(forward, leaves,
+                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=(1, w.B, w.H)),
+                w.oracle("lstm", lstm_sequence_oracle), uses_cudnn=w.device.type == "cuda")
+
+
+def _build_lltm_sequence(w: Workload) -> Case:
+    module = lltm.LLTM(w.I, w.H, device=w.device, dtype=w.dtype)
+    _copy_parameters(module, w, {"weights_l0": "W", "bias_l0": "b"})
+    x = w.leaf("x")
+    h, c = (w.leaf(n, shape=(1, w.B, w.H)) for n in ("h", "c"))
+    leaves = [x, module.weights_l0, module.bias_l0, h, c]
+
+    def forward():
+        output, (h_n, c_n) = module(x, (h, c))
+        return output, h_n, c_n
+    return Case(forward, leaves,
+                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=(1, w.B, w.H)),
+                w.oracle("lltm", lltm_sequence_oracle))
+
+
+def _copy_parameters(module: torch.nn.Module, w: Workload, names: dict[str, str]) -> None:
+    with torch.no_grad():
+        for param_name, data_name in names.items():
+            param = getattr(module, param_name, None)
+            if param is None:
+                raise RuntimeError(f"{type(module).__name__} has no parameter {param_name!r}")
+            param.copy_(w.data(data_name).reshape(param.shape))
+
+
+def _needs_lltm_sequence(w: Workload) -> str | None:
+    return None if hasattr(lltm, "LLTM") else "lltm.LLTM is not in this version of lltm"
+
+
+def default_impls() -> list[Impl]:
+    lstm_note = "not an LLTM (4 gates); checked against the LSTM formula in float64"
+    return [
+        lltm_cell_impl("reference", "reference (Python, autograd)", reference.lltm_cell),
+        lltm_cell_impl("reference_function", "reference Function (manual bwd)",
+                       reference.lltm_cell_function),
+        lltm_cell_impl("native", "native (lltm C/CUDA)", functional.lltm_cell),
+        Impl("compile", "torch.compile(reference)", "cell", _build_compiled),
+        Impl("lstm_cell", "nn.LSTMCell (peer)", "cell", _build_lstm_cell, note=lstm_note),
+        lltm_loop_impl("reference_loop", "loop of reference cells", reference.lltm_cell),
+        lltm_loop_impl("native_loop", "loop of native cells", functional.lltm_cell),
+        Impl("lltm", "lltm.LLTM (one call)", "sequence", _build_lltm_sequence,
+             available=_needs_lltm_sequence, graph_unroll=1),
+        Impl("lstm", "nn.LSTM (peer, cuDNN on CUDA)", "sequence", _build_lstm, note=lstm_note,
+             graph_unroll=1),
+    ]
+
+
+# ----------------------------------------------------------------------------
+# Checking.
+
+def tolerance(w: Workload, case: Case) -> float:
+    if w.dtype == torch.float32 and w.device.type == "cuda" and (
+            torch.backends.cuda.matmul.allow_tf32
+            or (case.uses_cudnn and torch.backends.cudnn.allow_tf32)):
+        return TF32_TOLERANCE
+    return TOLERANCE[w.dtype]
+
+
+def check(case: Case) -> tuple[float, str]:
+    """Largest normalized error over every output and gradient, and where."""
+    outputs, grads = _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)
+    want_outputs, want_grads = case.expected
+    worst, where = 0.0, ""
+    pairs = [(f"output {i}", g, e) for i, (g, e) in enumerate(zip(outputs, want_outputs))]
+    pairs += [(f"gradient {i}", g, e) for i, (g, e) in enumerate(zip(grads, want_grads))]
+    if len(outputs) != len(want_outputs) or len(grads) != len(want_grads):
+        return math.inf, "wrong number of outputs"
+    for name, got, want in pairs:
+        if got is None or got.numel() != want.numel():
+            return math.inf, f"{name}: shape {None if got is None else list(got.shape)}, " \
+                             f"expected {list(want.shape)}"
+        got = got.detach().to("cpu", torch.float64).reshape(want.shape)
+        scale = want.abs().max().item() if want.numel() else 0.0
+        err = (got - want).abs().max().item() / max(scale, 1e-30) if want.numel() else 0.0
+        if not math.isfinite(err):
+            return math.inf, f"{name}: not finite"
+        if err > worst:
+            worst, where = err, name
+    return worst, where
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

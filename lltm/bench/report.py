@@ -1,0 +1,233 @@
+"""Reporting: progress bar, machine description, the table, the plot."""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+
+import lltm
+
+from .cases import CELL_BASELINES, SEQUENCE_BASELINES
+from .timing import GRAPH_METRICS, METRICS
+
+
+class Progress:
+    """tqdm when installed, else a plain bar on stderr."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self._bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def update(self, n: int, what: str) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.set_description_str(what[:60], refresh=False)
+            self._bar.update(n)
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+                         f"{100 * self.done / max(self.total, 1):3.0f}% {what[:60]:<60}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            sys.stderr.write("\n")
+
+
+def median(rec: dict, metric: str) -> float | None:
+    value = rec.get(metric)
+    return value.get("median_us") if isinstance(value, dict) else None
+
+
+def describe_machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "lltm": getattr(lltm, "__version__", None), "lltm_git": _git_revision(),
+        "gpus": [], "tf32": None,
+    }
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["cudnn"] = torch.backends.cudnn.version()
+        info["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                        "cudnn": torch.backends.cudnn.allow_tf32}
+    return info
+
+
+def _git_revision() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5,
+                             cwd=os.path.dirname(os.path.abspath(lltm.__file__)))
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _fmt_us(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if value >= 1 else f"{value:.2g}"
+
+
+def _fmt_cell(stat) -> str:
+    if stat is None:
+        return "-"
+    if "n/a" in stat:
+        return "n/a"
+    return f"{_fmt_us(stat['median_us'])} [{_fmt_us(stat['p10_us'])}-{_fmt_us(stat['p90_us'])}]"
+
+
+def _fmt_speedup(ratio: float | None) -> str:
+    if ratio is None:
+        return "-"
+    if ratio >= 1:
+        return f"x{ratio:.2f} faster"
+    return f"x{1 / ratio:.2f} slower"
+
+
+def _fmt_status(rec: dict) -> str:
+    if rec["status"] == "ok":
+        return f"ok {rec['error']:.0e}"
+    if rec["status"] == "WRONG":
+        return f"WRONG {rec['error']:.1e}"
+    return rec["status"]
+
+
+def format_table(records: list[dict], machine: dict) -> str:
+    lines = [f"lltm benchmark, {machine['date']}: torch {machine['torch']}, "
+             f"CPU {machine['cpu']} ({machine['torch_threads']} torch threads)"
+             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else ""),
+             "times in microseconds per call: median [p10-p90]; check = largest "
+             "max|err|/max|ref| of outputs and gradients against float64;",
+             "x faster/slower = the baseline's median / this median, for the pipelined step.",
+             ""]
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],
+                           rec["H"], rec["T"]), []).append(rec)
+    for (device, dtype, kind, B, I, H, T), recs in groups.items():
+        graphs = any(isinstance(r.get("graph_step"), dict) for r in recs)
+        metrics = METRICS + (GRAPH_METRICS if graphs else ())
+        baselines = CELL_BASELINES if kind == "cell" else SEQUENCE_BASELINES
+        size = f"B={B} I={I} H={H}" + (f" T={T}" if kind == "sequence" else "")
+        lines.append(f"== {device} | {dtype} | {kind} {size}")
+        header = ["implementation", "check"] + [m.replace("graph_", "graph ") for m in metrics] \
+            + [f"step vs {b}" for b in baselines]
+        rows = [header]
+        for rec in recs:
+            rows.append([rec["label"], _fmt_status(rec)] + [_fmt_cell(rec[m]) for m in metrics]
+                        + ["baseline" if rec["impl"] == b else
+                           _fmt_speedup(rec.get("speedup", {}).get(b, {}).get("step"))
+                           for b in baselines])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for i, row in enumerate(rows):
+            lines.append("  " + "  ".join(cell.ljust(widths[j]) if j < 2 else cell.rjust(widths[j])
+                                          for j, cell in enumerate(row)).rstrip())
+        for rec in recs:
+            notes = [rec["note"]] if rec["note"] else []
+            for metric in GRAPH_METRICS:
+                stat = rec.get(metric)
+                if isinstance(stat, dict) and stat.get("n/a"):
+                    notes.append(f"{metric}: n/a ({stat['n/a']})")
+            if rec["status"] == "WRONG":
+                notes.append(f"not timed: error {rec['error']:.2e} in {rec['where']} "
+                             f"> tolerance {rec['tolerance']:.0e}")
+            if notes:
+                lines.append(f"  - {rec['impl']}: " + "; ".join(notes))
+        ours = [r for r in recs if r["impl"] in ("native", "lltm") and median(r, "step")]
+        for mine in ours:
+            parts = [f"{_fmt_speedup(median(p, 'step') / median(mine, 'step'))} than {p['impl']}"
+                     for p in recs if p is not mine and median(p, "step")]
+            if parts:
+                lines.append(f"  {mine['impl']} step: " + ", ".join(parts))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def save_plot(records: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],
+                           rec["H"], rec["T"]), []).append(rec)
+    ncols = 2 if len(groups) > 1 else 1
+    nrows = math.ceil(len(groups) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(8 * ncols, 4.5 * nrows), squeeze=False)
+    colors = {"forward": "#4c72b0", "backward": "#dd8452", "step": "#55a868",
+              "graph_forward": "#8fa9d6", "graph_backward": "#f0b48a", "graph_step": "#a3d4ad"}
+    for ax, ((device, dtype, kind, B, I, H, T), recs) in zip(axes.flat, groups.items()):
+        metrics = [m for m in METRICS + GRAPH_METRICS
+                   if any(median(r, m) for r in recs)]
+        width = 0.8 / max(len(metrics), 1)
+        for j, metric in enumerate(metrics):
+            xs, ys, lo, hi = [], [], [], []
+            for i, rec in enumerate(recs):
+                med = median(rec, metric)
+                if med:
+                    xs.append(i + (j - (len(metrics) - 1) / 2) * width)
+                    ys.append(med)
+                    lo.append(med - rec[metric]["p10_us"])
+                    hi.append(rec[metric]["p90_us"] - med)
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=metric.replace("_", " "),
+                   color=colors[metric])
+        labels = [r["label"] + ("" if r["status"] == "ok" else f"\n({r['status']})") for r in recs]
+        ax.set_xticks(range(len(recs)))
+        ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_ylabel("microseconds (median, p10-p90)")
+        size = f"B={B} I={I} H={H}" + (f" T={T}" if kind == "sequence" else "")
+        ax.set_title(f"{device} {dtype} {kind} {size}", fontsize=10)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def finite(value):
+    """JSON has no inf / nan: write them as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

@@ -1,0 +1,264 @@
+"""The command line: ``python -m lltm.bench``; runs every workload: check, then
+time, each implementation, interleaved."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from typing import Sequence
+
+import torch
+
+from .cases import (CELL_BASELINES, DTYPES, SEQUENCE_BASELINES, Impl, Workload, check,
+                    default_impls, tolerance)
+from .report import Progress, describe_machine, finite, format_table, median, save_plot
+from .timing import GRAPH_METRICS, METRICS, GraphTimer, Timer, reason, summarize
+
+DEFAULT_SIZES = "16,32,128;64,256,512"
+
+
+@dataclasses.dataclass
+class Options:
+    reps: int            # timed iterations per metric (cells)
+    seq_reps: int        # timed iterations per metric (sequences)
+    rounds: int
+    warmup: int
+    graphs: bool
+    compile_on_cpu: bool
+
+
+def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress) -> list[dict]:
+    """Check, then time, every implementation of one workload; one record each."""
+    records, timers, graph_timers = [], {}, {}
+    for impl in impls:
+        rec = {"device": str(w.device), "dtype": str(w.dtype).replace("torch.", ""),
+               "kind": w.kind, "B": w.B, "I": w.I, "H": w.H, "T": w.T, "impl": impl.key,
+               "label": impl.label, "status": "ok", "error": None, "tolerance": None,
+               "where": None, "note": impl.note, "setup_s": None,
+               **{m: None for m in METRICS + GRAPH_METRICS}}
+        records.append(rec)
+        skip = impl.available(w)
+        if skip is None and impl.key == "compile" and w.device.type == "cpu" \
+                and not opts.compile_on_cpu:
+            skip = "skipped on CPU by --quick (inductor compiles C++: seconds per size)"
+        if skip:
+            rec.update(status="skipped", note=skip)
+            progress.update(1, f"{w.name}: {impl.key}")
+            continue
+        try:
+            case = impl.build(w)
+            rec["setup_s"] = case.setup_s
+            if case.note:
+                rec["note"] = "; ".join(filter(None, [rec["note"], case.note]))
+            err, where = check(case)
+            tol = tolerance(w, case)
+            rec.update(error=err, tolerance=tol, where=where)
+            if not err <= tol:
+                rec["status"] = "WRONG"
+            else:
+                timers[impl.key] = Timer(case, w.device)
+        except Exception as error:  # noqa: BLE001
+            rec.update(status="ERROR", note=reason(error))
+        progress.update(1, f"{w.name}: check {impl.key}")
+
+    reps = opts.reps if w.kind == "cell" else opts.seq_reps
+    per_round = max(1, math.ceil(reps / opts.rounds))
+    order = list(timers.values())
+    for timer in order:
+        timer.warm_up(opts.warmup)
+    for r in range(opts.rounds):
+        for timer in order[r % max(len(order), 1):] + order[:r % max(len(order), 1)]:
+            timer.round(per_round)
+        progress.update(len(impls), f"{w.name}: round {r + 1}/{opts.rounds}")
+
+    if w.device.type == "cuda" and opts.graphs:
+        unroll = {impl.key: impl.graph_unroll for impl in impls}
+        for key, timer in timers.items():
+            graph_timers[key] = gt = GraphTimer(timer.case, w.device, unroll[key])
+            gt.capture()
+        active = list(graph_timers.values())
+        for r in range(opts.rounds):
+            for gt in active[r % max(len(active), 1):] + active[:r % max(len(active), 1)]:
+                gt.round(per_round)
+        progress.update(len(impls), f"{w.name}: CUDA graphs")
+
+    for rec in records:
+        timer = timers.get(rec["impl"])
+        if timer is None:
+            continue
+        for metric in METRICS:
+            rec[metric] = summarize(timer.samples[metric])
+        gt = graph_timers.get(rec["impl"])
+        if gt is not None:
+            for metric in GRAPH_METRICS:
+                rec[metric] = summarize(gt.samples[metric]) or {"n/a": gt.reasons.get(metric, "")}
+            gt.release()
+    if w.device.type == "cuda":
+        torch.cuda.empty_cache()
+    _add_ratios(records, CELL_BASELINES if w.kind == "cell" else SEQUENCE_BASELINES)
+    return records
+
+
+def _add_ratios(records: list[dict], baselines: Sequence[str]) -> None:
+    """speedup[baseline][metric] = baseline's median / this median (> 1: faster)."""
+    by_key = {r["impl"]: r for r in records}
+    for rec in records:
+        rec["speedup"] = {}
+        for base in baselines:
+            if base not in by_key:
+                continue
+            ratios = {}
+            for metric in METRICS + GRAPH_METRICS:
+                mine, theirs = median(rec, metric), median(by_key[base], metric)
+                if mine and theirs:
+                    ratios[metric] = theirs / mine
+            if ratios:
+                rec["speedup"][base] = ratios
+
+
+def _parse_sizes(text: str) -> list[tuple[int, int, int]]:
+    sizes = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        fields = [f.strip() for f in part.split(",")]
+        if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
+            raise argparse.ArgumentTypeError(
+                f"a size is B,I,H with three positive integers, got {part!r}")
+        sizes.append(tuple(int(f) for f in fields))
+    if not sizes:
+        raise argparse.ArgumentTypeError("no sizes given")
+    return sizes
+
+
+def _parse_devices(text: str) -> list[torch.device]:
+    devices = []
+    for name in text.split(","):
+        name = name.strip()
+        if name == "all":
+            devices.append(torch.device("cpu"))
+            if torch.cuda.is_available():
+                devices.append(torch.device("cuda"))
+            continue
+        device = torch.device(name)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError("--device cuda: CUDA is not available here")
+        if device.type not in ("cpu", "cuda"):
+            raise argparse.ArgumentTypeError(f"--device: cpu, cuda or all, got {name!r}")
+        devices.append(device)
+    return devices
+
+
+def _parse_dtypes(text: str) -> list[torch.dtype]:
+    try:
+        return [DTYPES[name.strip()] for name in text.split(",")]
+    except KeyError as error:
+        raise argparse.ArgumentTypeError(
+            f"--dtype: one or more of {', '.join(DTYPES)}, got {error.args[0]!r}") from None
+
+
+def _parse_keys(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lltm.bench", description=sys.modules[__package__].__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Implementations: " + ", ".join(i.key for i in default_impls()) + ".")
+    parser.add_argument("--device", type=_parse_devices, default="all",
+                        help="cpu, cuda (or cuda:N), all, or a comma list (default: all available)")
+    parser.add_argument("--sizes", type=_parse_sizes, default=DEFAULT_SIZES,
+                        help=f"B,I,H[;B,I,H...] (default: {DEFAULT_SIZES})")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="T of the sequence benchmarks (default 100, 10 with --quick; "
+                             "0 skips them)")
+    parser.add_argument("--dtype", type=_parse_dtypes, default="float32",
+                        help="float32 (default), float64, bfloat16, float16, or a comma list")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="timed iterations per metric and cell implementation "
+                             "(default 200, 20 with --quick); sequences get a tenth")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds the reps are split into (default 10, 2 with --quick)")
+    parser.add_argument("--only", type=_parse_keys, default=None,
+                        help="comma list of implementations to run (default: all)")
+    parser.add_argument("--skip", type=_parse_keys, default=[],
+                        help="comma list of implementations to leave out")
+    parser.add_argument("--no-graphs", action="store_true", help="no CUDA-graph timings")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads for the CPU runs (default: torch's choice)")
+    parser.add_argument("--json", metavar="PATH", help="save every number and the machine here")
+    parser.add_argument("--plot", metavar="PATH", help="save a PNG bar chart here (matplotlib)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: few reps, T=10, no torch.compile on CPU")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) -> list[dict]:
+    """Run the benchmark; returns the records (also printed, and saved with
+    --json). ``extra_impls`` adds implementations (tests use it)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib (pip install matplotlib)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seq_len = args.seq_len if args.seq_len is not None else (10 if args.quick else 100)
+    reps = args.reps or (20 if args.quick else 200)
+    opts = Options(reps=reps, seq_reps=max(2, reps // 10),
+                   rounds=args.rounds or (2 if args.quick else 10),
+                   warmup=2 if args.quick else 5, graphs=not args.no_graphs,
+                   compile_on_cpu=not args.quick)
+    opts.rounds = max(1, min(opts.rounds, opts.seq_reps))
+
+    impls = default_impls() + list(extra_impls)
+    known = {i.key for i in impls}
+    unknown = [k for k in (args.only or []) + args.skip if k not in known]
+    if unknown:
+        parser.error(f"unknown implementation(s) {unknown}; known: {sorted(known)}")
+    impls = [i for i in impls if (args.only is None or i.key in args.only)
+             and i.key not in args.skip]
+
+    workloads = []
+    for device in args.device:
+        for dtype in args.dtype:
+            for B, I, H in args.sizes:
+                workloads.append(Workload(device, dtype, "cell", B, I, H))
+            if seq_len > 0:
+                for B, I, H in args.sizes:
+                    workloads.append(Workload(device, dtype, "sequence", B, I, H, seq_len))
+    plan = [(w, [i for i in impls if i.kind == w.kind]) for w in workloads]
+    plan = [(w, ws) for w, ws in plan if ws]
+    total = sum(len(ws) * (1 + opts.rounds + (w.device.type == "cuda" and opts.graphs))
+                for w, ws in plan)
+
+    machine = describe_machine()
+    progress = Progress(total, enabled=not args.no_progress)
+    records = []
+    try:
+        for w, ws in plan:
+            records += run_workload(w, ws, opts, progress)
+    finally:
+        progress.close()
+
+    print(format_table(records, machine))
+    if args.json:
+        config = {"argv": list(argv) if argv is not None else sys.argv[1:],
+                  "sizes": args.sizes, "seq_len": seq_len, "dtypes": [str(d) for d in args.dtype],
+                  "devices": [str(d) for d in args.device], **dataclasses.asdict(opts)}
+        with open(args.json, "w") as f:
+            json.dump(finite({"machine": machine, "config": config, "results": records}), f,
+                      indent=1, default=str)
+        print(f"saved {args.json}")
+    if args.plot:
+        save_plot(records, args.plot)
+        print(f"saved {args.plot}")
+    return records
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""python -m lltm.bench: the CLI runs, saves JSON and PNG, and never times a
+wrong implementation."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lltm import bench, reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK_CPU = ["--quick", "--device", "cpu", "--sizes", "3,5,7", "--no-progress"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_cli_quick_cpu_writes_table_json_and_png(tmp_path):
+    out_json, out_png = tmp_path / "out.json", tmp_path / "out.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lltm.bench", *QUICK_CPU, "--json", str(out_json),
+         "--plot", str(out_png)],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "== cpu | float32 | cell B=3 I=5 H=7" in proc.stdout
+    assert "== cpu | float32 | sequence B=3 I=5 H=7 T=10" in proc.stdout
+
+    report = json.loads(out_json.read_text())
+    machine = report["machine"]
+    for key in ("date", "cpu", "cpu_count", "torch_threads", "torch", "python", "gpus"):
+        assert key in machine, key
+    assert machine["torch"] == torch.__version__
+    assert machine["torch_threads"] >= 1
+    assert report["config"]["sizes"] == [[3, 5, 7]]
+    results = {(r["kind"], r["impl"]): r for r in report["results"]}
+    must_run = [("cell", "reference"), ("cell", "reference_function"), ("cell", "native"),
+                ("cell", "lstm_cell"), ("sequence", "reference_loop"),
+                ("sequence", "native_loop"), ("sequence", "lstm")]
+    if hasattr(__import__("lltm"), "LLTM"):
+        must_run.append(("sequence", "lltm"))
+    for key in must_run:
+        r = results[key]
+        assert r["status"] == "ok", (key, r["note"])
+        assert r["error"] <= r["tolerance"]
+        for metric in ("forward", "backward", "step"):
+            stat = r[metric]
+            assert 0 < stat["p10_us"] <= stat["median_us"] <= stat["p90_us"], (key, metric)
+        assert r["graph_step"] is None  # CPU: no CUDA graphs
+    assert results[("cell", "compile")]["status"] == "skipped"  # --quick on CPU
+    assert results[("cell", "native")]["speedup"]["reference"]["step"] > 0
+    assert "lstm" in results[("sequence", "reference_loop")]["speedup"]
+
+    png = out_png.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+class _Counted:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+class _WrongBackward(torch.autograd.Function):
+    """The reference forward with a gradient of the weights off by 1%."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, old_h, old_cell):
+        with torch.enable_grad():
+            args = [t.detach().requires_grad_() for t in (input, weights, bias, old_h, old_cell)]
+            outputs = reference.lltm_cell(*args)
+        ctx.save_for_backward(*args, *outputs)
+        return tuple(o.detach() for o in outputs)
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_cell):
+        *args, new_h, new_cell = ctx.saved_tensors
+        grads = list(torch.autograd.grad((new_h, new_cell), args, (grad_h, grad_cell)))
+        grads[1] = grads[1] * 1.01
+        return tuple(grads)
+
+
+def test_wrong_implementations_are_reported_and_not_timed(capsys):
+    wrong_forward = _Counted(lambda x, W, b, h, c: tuple(
+        t * 1.001 for t in reference.lltm_cell(x, W, b, h, c)))
+    wrong_backward = _Counted(_WrongBackward.apply)
+
+    def raising(*args):
+        raise RuntimeError("no kernel for this")
+
+    extra = [bench.lltm_cell_impl("wrong_forward", "wrong forward", wrong_forward),
+             bench.lltm_cell_impl("wrong_backward", "wrong backward", wrong_backward),
+             bench.lltm_cell_impl("raises", "raises", raising)]
+    records = bench.main(QUICK_CPU + ["--seq-len", "0", "--only",
+                                      "reference,native,wrong_forward,wrong_backward,raises"],
+                         extra_impls=extra)
+    table = capsys.readouterr().out
+    by_impl = {r["impl"]: r for r in records}
+    for key, fn in (("wrong_forward", wrong_forward), ("wrong_backward", wrong_backward)):
+        r = by_impl[key]
+        assert r["status"] == "WRONG", r
+        assert r["error"] > r["tolerance"]
+        assert all(r[m] is None for m in bench.METRICS + bench.GRAPH_METRICS)
+        assert r["speedup"] == {}
+        assert fn.calls == 1  # the check only: never timed
+    assert by_impl["wrong_backward"]["where"] == "gradient 1"  # the weights
+    assert by_impl["raises"]["status"] == "ERROR"
+    assert "no kernel for this" in by_impl["raises"]["note"]
+    assert by_impl["native"]["status"] == "ok" and by_impl["native"]["step"]["n"] >= 1
+    assert table.count("WRONG") >= 2 and "not timed" in table
+    assert "ERROR" in table
+
+
+def test_compile_is_checked_and_timed_on_cpu():
+    records = bench.main(["--device", "cpu", "--sizes", "2,3,4", "--seq-len", "0", "--reps", "2",
+                          "--rounds", "1", "--only", "reference,compile", "--no-progress"])
+    compiled = next(r for r in records if r["impl"] == "compile")
+    if compiled["status"] == "ERROR":
+        pytest.skip(f"torch.compile unavailable here: {compiled['note']}")
+    assert compiled["status"] == "ok", compiled
+    assert compiled["setup_s"] > 0 and compiled["step"]["median_us"] > 0
+
+
+def test_float64_and_several_dtypes():
+    records = bench.main(QUICK_CPU + ["--seq-len", "3", "--dtype", "float64,bfloat16",
+                                      "--only", "reference,native,reference_loop,lltm"])
+    f64 = {r["impl"]: r for r in records if r["dtype"] == "float64"}
+    assert f64["native"]["status"] == "ok" and f64["native"]["error"] < 1e-12
+    assert f64["reference_loop"]["status"] == "ok"
+    bf16 = [r for r in records if r["dtype"] == "bfloat16"]
+    assert bf16 and all(r["status"] in ("ok", "ERROR") for r in bf16)
+    assert next(r for r in bf16 if r["impl"] == "reference")["status"] == "ok"
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "3,5"], ["--sizes", "3,0,7"], ["--dtype", "int8"],
+                                  ["--only", "nonesuch"]])
+def test_bad_arguments_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--device", "cpu", *argv])
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err

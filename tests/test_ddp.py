@@ -1,0 +1,109 @@
+"""DistributedDataParallel with 2 processes (gloo, CPU, 127.0.0.1 only): one
+step's gradients equal a single process's over the union batch, and the
+training example runs under DDP."""
+import datetime
+import os
+import socket
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytest.importorskip("sklearn")
+from lltm.examples import train  # noqa: E402
+
+WORLD = 2
+UNION_BATCH = 16
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(fn, args):
+    """Spawn WORLD processes of fn(rank, *args); fail (and kill them) past TIMEOUT_S."""
+    context = mp.spawn(fn, args=args, nprocs=WORLD, join=False)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+            pytest.fail(f"DDP processes still running after {TIMEOUT_S} s")
+
+
+def _settings(kind):
+    return train.build_parser().parse_args(["--device", "cpu", "--hidden", "16", "--models", kind])
+
+
+def _union_batch():
+    data = train.load_digits()
+    return data, data.x_train[:UNION_BATCH], data.y_train[:UNION_BATCH]
+
+
+def _gradients(model, x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return {name: p.grad.clone() for name, p in train._unwrap(model).named_parameters()}
+
+
+def _gradient_worker(rank, port, kind, out_dir):
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    try:
+        data, x, y = _union_batch()
+        model = train.build_model(kind, data, _settings(kind), torch.device("cpu"))
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+        share = UNION_BATCH // WORLD
+        grads = _gradients(ddp_model, x[rank * share:(rank + 1) * share],
+                           y[rank * share:(rank + 1) * share])
+        torch.save(grads, os.path.join(out_dir, f"{kind}-rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["lltm", "lstm"])
+def test_ddp_gradients_equal_single_process(kind, tmp_path):
+    _run(_gradient_worker, (_free_port(), kind, str(tmp_path)))
+    data, x, y = _union_batch()
+    model = train.build_model(kind, data, _settings(kind), torch.device("cpu"))
+    single = _gradients(model, x, y)
+    for rank in range(WORLD):
+        ddp = torch.load(tmp_path / f"{kind}-rank{rank}.pt", weights_only=True)
+        assert ddp.keys() == single.keys()
+        for name, grad in single.items():
+            assert grad.abs().max() > 0, name  # a gradient that can fail the comparison
+            torch.testing.assert_close(ddp[name], grad, rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"rank {rank} {name}: {m}")
+
+
+def _example_worker(rank, port, out_dir):
+    os.environ.update({"GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                       "WORLD_SIZE": str(WORLD)})
+    torch.set_num_threads(1)
+    result = train.main(["--device", "cpu", "--epochs", "3", "--hidden", "16", "--plot", "",
+                         "--no-progress", "--checkpoint", os.path.join(out_dir, "ddp.pt")])
+    torch.save({"world_size": result["world_size"],
+                "test_acc": {k: r["test_acc"] for k, r in result["models"].items()},
+                "state": result["state"]}, os.path.join(out_dir, f"result-rank{rank}.pt"))
+
+
+def test_example_trains_under_ddp(tmp_path):
+    _run(_example_worker, (_free_port(), str(tmp_path)))
+    results = [torch.load(tmp_path / f"result-rank{r}.pt", weights_only=True)
+               for r in range(WORLD)]
+    assert all(r["world_size"] == WORLD for r in results)
+    for kind in ("lltm", "lstm"):
+        assert results[0]["test_acc"][kind] > 0.5, results[0]["test_acc"]
+        for name, value in results[0]["state"][kind].items():  # replicas stayed in step
+            torch.testing.assert_close(results[1]["state"][kind][name], value)
+    checkpoint = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    assert checkpoint["epoch"] == 3
