@@ -178,7 +178,7 @@ def save_plot(records: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     groups: dict[tuple, list[dict]] = {}
     for rec in records:
@@ -208,6 +208,7 @@ def save_plot(records: list[dict], path: str) -> None:
         ax.set_xticks(range(len(recs)))
         ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_ylabel("microseconds (median, p10-p90)")
