@@ -95,11 +95,19 @@ def test_wrong_implementations_are_reported_and_not_timed(capsys):
     def raising(*args):
         raise RuntimeError("no kernel for this")
 
+    def fails_after_check(*args):
+        if fails_after_check.calls:
+            raise RuntimeError("broke while timed")
+        fails_after_check.calls += 1
+        return reference.lltm_cell(*args)
+    fails_after_check.calls = 0
+
     extra = [bench.lltm_cell_impl("wrong_forward", "wrong forward", wrong_forward),
              bench.lltm_cell_impl("wrong_backward", "wrong backward", wrong_backward),
-             bench.lltm_cell_impl("raises", "raises", raising)]
+             bench.lltm_cell_impl("raises", "raises", raising),
+             bench.lltm_cell_impl("flaky", "fails after its check", fails_after_check)]
     records = bench.main(QUICK_CPU + ["--seq-len", "0", "--only",
-                                      "reference,native,wrong_forward,wrong_backward,raises"],
+                                      "reference,native,wrong_forward,wrong_backward,raises,flaky"],
                          extra_impls=extra)
     table = capsys.readouterr().out
     by_impl = {r["impl"]: r for r in records}
@@ -113,6 +121,8 @@ def test_wrong_implementations_are_reported_and_not_timed(capsys):
     assert by_impl["wrong_backward"]["where"] == "gradient 1"  # the weights
     assert by_impl["raises"]["status"] == "ERROR"
     assert "no kernel for this" in by_impl["raises"]["note"]
+    assert by_impl["flaky"]["status"] == "ERROR" and by_impl["flaky"]["step"] is None
+    assert "broke while timed" in by_impl["flaky"]["note"]
     assert by_impl["native"]["status"] == "ok" and by_impl["native"]["step"]["n"] >= 1
     assert table.count("WRONG") >= 2 and "not timed" in table
     assert "ERROR" in table

@@ -52,7 +52,9 @@ class Workload:
     @property
     def name(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")
-        size = f"B={self.B} I={self.I} H={self.H}" + (f" T={self.T}" if self.kind == "sequence" else "")
+        size = f"B={self.B} I={self.I} H={self.H}"
+        if self.kind == "sequence":
+            size += f" T={self.T}"
         return f"{self.device} {dtype} {self.kind} {size}"
 
     def data(self, name: str) -> torch.Tensor:

@@ -71,28 +71,40 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
 
     reps = opts.reps if w.kind == "cell" else opts.seq_reps
     per_round = max(1, math.ceil(reps / opts.rounds))
-    order = list(timers.values())
-    for timer in order:
-        timer.warm_up(opts.warmup)
+    failed: dict[str, str] = {}  # implementations that raised while timed
+
+    def attempt(key: str, run) -> None:
+        if key in failed:
+            return
+        try:
+            run()
+        except Exception as error:  # noqa: BLE001
+            failed[key] = reason(error)
+
+    for key, timer in timers.items():
+        attempt(key, lambda: timer.warm_up(opts.warmup))
     for r in range(opts.rounds):
-        for timer in order[r % max(len(order), 1):] + order[:r % max(len(order), 1)]:
-            timer.round(per_round)
+        for key, timer in _rotated(timers, r):
+            attempt(key, lambda: timer.round(per_round))
         progress.update(len(impls), f"{w.name}: round {r + 1}/{opts.rounds}")
 
     if w.device.type == "cuda" and opts.graphs:
         unroll = {impl.key: impl.graph_unroll for impl in impls}
         for key, timer in timers.items():
-            graph_timers[key] = gt = GraphTimer(timer.case, w.device, unroll[key])
-            gt.capture()
-        active = list(graph_timers.values())
+            if key not in failed:
+                graph_timers[key] = GraphTimer(timer.case, w.device, unroll[key])
+                graph_timers[key].capture()  # failures become "n/a" with the reason
         for r in range(opts.rounds):
-            for gt in active[r % max(len(active), 1):] + active[:r % max(len(active), 1)]:
-                gt.round(per_round)
+            for key, gt in _rotated(graph_timers, r):
+                attempt(key, lambda: gt.round(per_round))
         progress.update(len(impls), f"{w.name}: CUDA graphs")
 
     for rec in records:
         timer = timers.get(rec["impl"])
         if timer is None:
+            continue
+        if rec["impl"] in failed:
+            rec.update(status="ERROR", note=f"failed while timed: {failed[rec['impl']]}")
             continue
         for metric in METRICS:
             rec[metric] = summarize(timer.samples[metric])
@@ -105,6 +117,13 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
         torch.cuda.empty_cache()
     _add_ratios(records, CELL_BASELINES if w.kind == "cell" else SEQUENCE_BASELINES)
     return records
+
+
+def _rotated(items: dict, r: int) -> list[tuple]:
+    """The items in turn, starting from the r-th: each round another goes first."""
+    pairs = list(items.items())
+    k = r % len(pairs) if pairs else 0
+    return pairs[k:] + pairs[:k]
 
 
 def _add_ratios(records: list[dict], baselines: Sequence[str]) -> None:
@@ -185,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="timed iterations per metric and cell implementation "
                              "(default 200, 20 with --quick); sequences get a tenth")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds the reps are split into (default 10, 2 with --quick)")
+                        help="interleaved rounds the reps are split into "
+                             "(default 10, 2 with --quick)")
     parser.add_argument("--only", type=_parse_keys, default=None,
                         help="comma list of implementations to run (default: all)")
     parser.add_argument("--skip", type=_parse_keys, default=[],

@@ -247,8 +247,8 @@ def load_checkpoint(path: str, settings: dict, models: dict, optimizers: dict, d
     differ = {k: (state["settings"].get(k), settings[k]) for k in MODEL_SETTINGS
               if state["settings"].get(k) != settings[k]}
     if differ:
-        raise SystemExit(f"{path} was saved with other settings; "
-                         + ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in differ.items()))
+        raise SystemExit(f"{path} was saved with other settings; " + ", ".join(
+            f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in differ.items()))
     for key, model in models.items():
         _unwrap(model).load_state_dict(state["models"][key])
         optimizers[key].load_state_dict(state["optimizers"][key])
