@@ -66,13 +66,22 @@ def _cell_setup_context(ctx, inputs, output):
     ctx.save_for_backward(input, weights, old_h, new_cell, gates)
     ctx.bias_shape = bias.shape
     ctx.mark_non_differentiable(gates)
+    # No zero-filled gradient for gates (never used) each backward: that was a
+    # kernel launch per step on CUDA. _cell_backward fills what it needs.
+    ctx.set_materialize_grads(False)
 
 
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     input, weights, old_h, new_cell, gates = ctx.saved_tensors
-    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.cell_backward(
+    if grad_h is None:
+        grad_h = torch.zeros_like(new_cell)
+    if grad_cell is None:
+        grad_cell = torch.zeros_like(new_cell)
+    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.cell_backward.default(
         grad_h, grad_cell, new_cell, gates, input, old_h, weights)
-    return d_input, d_weights, d_bias.view(ctx.bias_shape), d_old_h, d_old_cell
+    if d_bias.shape != ctx.bias_shape:  # the tutorial's [1, 3H] bias
+        d_bias = d_bias.view(ctx.bias_shape)
+    return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
 torch.library.register_autograd("lltm::cell_forward", _cell_backward,

@@ -31,6 +31,7 @@ from lltm import _native, reference  # noqa: E402
 
 DEVICE = "cuda"
 SMALL = (16, 32, 128)
+MEDIUM = (64, 256, 512)  # where the fused kernels and cuBLAS meet
 LARGE = (256, 512, 1024)
 
 
@@ -45,7 +46,11 @@ class Impl:
 
     def __init__(self, label, B, I, H, compiled_cache):
         """label: "<impl>[<route>] <dtype>", route and dtype optional
-        (default auto, float32); impl: native, reference, compile, lstmcell."""
+        (default auto, float32); impl: native, reference, compile, lstmcell,
+        and two floors: "ops" (the native operators called directly, no
+        autograd: what the binding and launches cost) and "autograd-floor"
+        (one multiply and its backward through autograd: the least any
+        autograd implementation pays on this host)."""
         self.name = label
         head, _, dtype_name = label.partition(" ")
         dtype = {"": torch.float32, "bf16": torch.bfloat16}[dtype_name]
@@ -60,6 +65,12 @@ class Impl:
         self.x, self.h, self.c = rand(B, I), rand(B, H), rand(B, H)
         self.up = (torch.randn(B, H, device=dev, generator=g).to(dtype),
                    torch.randn(B, H, device=dev, generator=g).to(dtype))
+        self.backward = self._autograd_backward
+        if name == "autograd-floor":
+            self.leaves = [self.h]
+            self.up = self.up[:1]
+            self.fn = lambda: (self.h * 2.0,)
+            return
         if name == "lstmcell":
             self.cell = torch.nn.LSTMCell(I, H, device=dev, dtype=dtype)
             self.leaves = [self.x, self.h, self.c, *self.cell.parameters()]
@@ -69,7 +80,14 @@ class Impl:
         self.b = rand(3 * H, scale=0.1)
         self.leaves = [self.x, self.W, self.b, self.h, self.c]
         args = (self.x, self.W, self.b, self.h, self.c)
-        if name.startswith("native"):
+        if name == "ops":
+            plain = [a.detach() for a in args]
+            fwd_op = torch.ops.lltm.cell_forward.default
+            bwd_op = torch.ops.lltm.cell_backward.default
+            self.fn = lambda: fwd_op(*plain)
+            self.backward = lambda out: bwd_op(self.up[0], self.up[1], out[1], out[2], plain[0],
+                                               plain[3], plain[1])
+        elif name.startswith("native"):
             self.fn = lambda: lltm.functional.lltm_cell(*args)
         elif name == "reference":
             self.fn = lambda: reference.lltm_cell(*args)
@@ -82,8 +100,8 @@ class Impl:
         else:
             raise ValueError(name)
 
-    def backward(self, out):
-        return torch.autograd.grad(out, self.leaves, self.up)
+    def _autograd_backward(self, out, retain_graph=False):
+        return torch.autograd.grad(out, self.leaves, self.up, retain_graph=retain_graph)
 
 
 def time_sync(fn, reps):
@@ -118,12 +136,14 @@ def measure_round(impl: Impl, reps: int, steps: int) -> dict[str, list[float]]:
     return res
 
 
-def graph_times(impl: Impl, replays: int = 200) -> dict[str, float | None]:
-    """GPU time per forward and per backward from CUDA-graph replays."""
+def graph_times(impl: Impl, per_graph: int = 20, replays: int = 20) -> dict[str, float | None]:
+    """GPU time per forward and per backward: `per_graph` calls captured in one
+    CUDA graph (so the host's graph launch is amortised), replayed."""
     set_policy(impl.policy)
     out_times = {}
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    retain = {} if impl.name.startswith("ops") else {"retain_graph": True}
     try:
         with torch.cuda.stream(side):
             for _ in range(3):
@@ -131,13 +151,12 @@ def graph_times(impl: Impl, replays: int = 200) -> dict[str, float | None]:
         torch.cuda.current_stream().wait_stream(side)
         g_fwd = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g_fwd):
-            static_out = impl.fn()
+            outs = [impl.fn() for _ in range(per_graph)]
         g_bwd = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g_bwd):
-            impl.backward_retained = torch.autograd.grad(static_out, impl.leaves, impl.up,
-                                                         retain_graph=True)
+            grads = [impl.backward(outs[0], **retain) for _ in range(per_graph)]
         for key, graph in (("g_fwd", g_fwd), ("g_bwd", g_bwd)):
-            for _ in range(10):
+            for _ in range(3):
                 graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             samples = []
@@ -147,8 +166,9 @@ def graph_times(impl: Impl, replays: int = 200) -> dict[str, float | None]:
                     graph.replay()
                 end.record()
                 end.synchronize()
-                samples.append(start.elapsed_time(end) * 1e3 / replays)
+                samples.append(start.elapsed_time(end) * 1e3 / (replays * per_graph))
             out_times[key] = statistics.median(samples)
+        del outs, grads
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be captured
         print(f"  ({impl.name}: graph capture failed: {type(exc).__name__}: {exc})", flush=True)
         out_times.setdefault("g_fwd", None)
@@ -189,27 +209,38 @@ def main() -> int:
     args = parser.parse_args()
     rounds, reps, steps = (3, 30, 50) if args.quick else (5, 60, 100)
     torch.backends.cuda.matmul.allow_tf32 = False  # torch's default, stated
+    # Lets the compiled baseline's backward be captured with retain_graph.
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, float32 unless noted; "
           f"{rounds} rounds x {reps} reps, {steps} pipelined steps per round", flush=True)
     cache: dict = {}
     results = {}
     base = ["native", "reference", "compile", "lstmcell"]
-    results["small"] = run_size(*SMALL, base + ["native[fused]", "native[cublas]"],
+    results["small"] = run_size(*SMALL, base + ["native[fused]", "native[cublas]", "ops",
+                                               "autograd-floor"],
                                 rounds, reps, steps, cache)
+    results["medium"] = run_size(*MEDIUM, ["native[fused]", "native[cublas]", "reference"],
+                                 max(2, rounds // 2), max(10, reps // 2), max(20, steps // 2),
+                                 cache)
     results["large"] = run_size(*LARGE, base + ["native[fused]", "native[cublas]", "native bf16",
                                                 "native[fused] bf16", "native[cublas] bf16",
                                                 "reference bf16"],
                                 rounds, max(10, reps // 2), max(20, steps // 2), cache)
     print("\n| size B,I,H | impl | fwd us | bwd us | step us | graph fwd us | graph bwd us |")
     print("|---|---|---|---|---|---|---|")
-    for size_key, size in (("small", SMALL), ("large", LARGE)):
+    for size_key, size in (("small", SMALL), ("medium", MEDIUM), ("large", LARGE)):
         for name, r in results[size_key].items():
             print(f"| {size} | {name} | {fmt(r['fwd'])} | {fmt(r['bwd'])} | {fmt(r['step'])} |"
                   f" {fmt(r.get('g_fwd'))} | {fmt(r.get('g_bwd'))} |")
     s, l = results["small"], results["large"]
     n = s["native"]
-    print("\nratios (other / native; > 1 means native is faster), float32:")
+    fl = s["autograd-floor"]
+    print(f"\nfloors at B16/I32/H128: one multiply through autograd, fwd+bwd step "
+          f"{fl['step']:.1f} us (synced bwd {fl['bwd']:.1f}); the native operators without "
+          f"autograd, step {s['ops']['step']:.1f} us")
+    print("ratios (other / native; > 1 means native is faster), float32:")
     print(f"  B16/I32/H128 step: reference {s['reference']['step'] / n['step']:.2f}x, "
           f"compile {s['compile']['step'] / n['step']:.2f}x, "
           f"LSTMCell {s['lstmcell']['step'] / n['step']:.2f}x   (targets 4x, 3x, >1x)")

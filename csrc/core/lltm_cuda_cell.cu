@@ -622,7 +622,10 @@ int forward_fused(int64_t B, int64_t I, int64_t H, const void *input, const void
             <<<grid, (TB / RB) * (TU / RU) * KS, 0, stream>>>(B, I, H, x, h, W, b, c, h_out,
                                                               c_out, g_out);
     } else {
-        constexpr int TB = 16, TU = 4, RB = 1, RU = 1, KC = 96, KS = 4;
+        /* Chunks as long as shared memory allows (48 KB static): a small K
+         * then takes one round trip to global memory. */
+        constexpr int TB = 16, TU = 4, RB = 1, RU = 1, KS = 4;
+        constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
         const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
         if (ceil_div(H, TU) > MAX_GRID_Y)
             return LLTM_ERR_ARGUMENT;
@@ -680,7 +683,8 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
             backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>
                 <<<grid, (TB / RB) * (TK / RC) * KS, 0, stream>>>(B, I, H, dg, W, dx, dh);
         } else {
-            constexpr int TB = 16, TK = 8, RB = 2, RC = 1, GC = 128, KS = 4;
+            constexpr int TB = 16, TK = 8, RB = 2, RC = 1, KS = 4;
+            constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 128 : 384;
             const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
             if (ceil_div(K, TK) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
