@@ -73,7 +73,7 @@ def describe_machine() -> dict:
         "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "lltm": getattr(lltm, "__version__", None), "lltm_git": _git_revision(),
-        "gpus": [], "tf32": None,
+        "gpus": [], "tf32": None, "load_average": load_average(),
     }
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -81,6 +81,15 @@ def describe_machine() -> dict:
         info["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                         "cudnn": torch.backends.cudnn.allow_tf32}
     return info
+
+
+def load_average() -> float | None:
+    """The 1-minute load average: other work on the machine shows here (and
+    in wide p10-p90 spreads)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 def _git_revision() -> str | None:
@@ -130,7 +139,8 @@ def format_table(records: list[dict], machine: dict) -> str:
              "times in microseconds per call: median [p10-p90]; check = largest "
              "max|err|/max|ref| of outputs and gradients against float64;",
              "x faster/slower = the baseline's median / this median, for the pipelined step.",
-             ""]
+             f"load average (1 min) at start {machine['load_average']}, at end "
+             f"{machine.get('load_average_end')} on {machine['cpu_count']} CPUs", ""]
     groups: dict[tuple, list[dict]] = {}
     for rec in records:
         groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],

@@ -13,7 +13,8 @@ import torch
 
 from .cases import (CELL_BASELINES, DTYPES, LOW_PRECISION, SEQUENCE_BASELINES, Impl, Workload,
                     check, default_impls, tolerance)
-from .report import Progress, describe_machine, finite, format_table, median, save_plot
+from .report import (Progress, describe_machine, finite, format_table, load_average, median,
+                     save_plot)
 from .timing import GRAPH_METRICS, METRICS, GraphTimer, Timer, reason, summarize
 
 DEFAULT_SIZES = "16,32,128;64,256,512"
@@ -270,6 +271,7 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
             records += run_workload(w, ws, opts, progress)
     finally:
         progress.close()
+    machine["load_average_end"] = load_average()
 
     print(format_table(records, machine))
     if args.json:
