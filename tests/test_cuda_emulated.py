@@ -59,7 +59,7 @@ def emu_libs(tmp_path_factory):
     for name, threshold in VARIANTS.items():
         lib = out / f"libcell_emu_{name}.so"
         cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra",
-               "-Wno-unknown-pragmas", "-Werror", "-I", str(EMU_INCLUDE),
+               "-Wno-unknown-pragmas", "-I", str(EMU_INCLUDE),
                "-I", str(ROOT / "csrc" / "core"), str(cpp), "-o", str(lib)]
         if threshold is not None:
             cmd.insert(1, f"-DLLTM_CUDA_LARGE_TILE_MIN_BLOCKS={threshold}")
