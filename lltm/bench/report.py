@@ -225,7 +225,10 @@ def save_plot(records: list[dict], path: str) -> None:
         size = f"B={B} I={I} H={H}" + (f" T={T}" if kind == "sequence" else "")
         ax.set_title(f"{device} {dtype} {kind} {size}", fontsize=10)
         ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if metrics:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "nothing timed", transform=ax.transAxes, ha="center")
     for ax in list(axes.flat)[len(groups):]:
         ax.axis("off")
     fig.tight_layout()
