@@ -94,7 +94,7 @@ def load_average() -> float | None:
 
 def _git_revision() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
                              text=True, timeout=5,
                              cwd=os.path.dirname(os.path.abspath(lltm.__file__)))
         return out.stdout.strip() or None if out.returncode == 0 else None
