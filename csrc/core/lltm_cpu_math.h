@@ -117,10 +117,12 @@ static inline double lltm_elu_f64(double x) { return x > 0.0 ? x : expm1(x); }
 LLTM_DEFINE_STEP_MATH(float, f32)
 LLTM_DEFINE_STEP_MATH(double, f64)
 
-/* Hot loops are compiled twice, for AVX2 and for the x86-64 baseline, and the
- * loader picks one per machine (GNU ifunc). */
+/* Hot loops are compiled for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and the
+ * baseline, and the loader picks one per machine (GNU ifunc). Measured at
+ * B16/H128 forward: 27.6 us baseline, 11.6 us v3, 5.6 us v4. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LLTM_NO_CLONES)
-#define LLTM_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define LLTM_CPU_CLONES                                                               \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LLTM_CPU_CLONES
 #endif
