@@ -1,6 +1,7 @@
-"""DistributedDataParallel with 2 processes (gloo, CPU, 127.0.0.1 only): one
-step's gradients equal a single process's over the union batch, and the
-training example runs under DDP."""
+"""DistributedDataParallel with 2 processes (gloo on CPU; NCCL with one GPU
+per process where 2 GPUs exist; 127.0.0.1 only): one step's gradients equal a
+single process's over the union batch, and the training example runs under
+DDP."""
 import datetime
 import os
 import socket
@@ -37,8 +38,20 @@ def _run(fn, args):
             pytest.fail(f"DDP processes still running after {TIMEOUT_S} s")
 
 
-def _settings(kind):
-    return train.build_parser().parse_args(["--device", "cpu", "--hidden", "16", "--models", kind])
+BACKENDS = [
+    pytest.param("gloo", id="gloo-cpu"),
+    pytest.param("nccl", id="nccl-cuda", marks=pytest.mark.skipif(
+        torch.cuda.device_count() < 2, reason="NCCL needs 2 GPUs")),
+]
+
+
+def _device(backend, rank=0):
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def _settings(kind, device):
+    return train.build_parser().parse_args(["--device", device.type, "--hidden", "16",
+                                            "--models", kind])
 
 
 def _union_batch():
@@ -52,29 +65,36 @@ def _gradients(model, x, y):
     return {name: p.grad.clone() for name, p in train._unwrap(model).named_parameters()}
 
 
-def _gradient_worker(rank, port, kind, out_dir):
+def _gradient_worker(rank, port, kind, backend, out_dir):
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # no NVLink multicast on shared machines
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    device = _device(backend, rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD, timeout=datetime.timedelta(seconds=60))
     try:
         data, x, y = _union_batch()
-        model = train.build_model(kind, data, _settings(kind), torch.device("cpu"))
+        model = train.build_model(kind, data, _settings(kind, device), device)
         ddp_model = torch.nn.parallel.DistributedDataParallel(model)
         share = UNION_BATCH // WORLD
-        grads = _gradients(ddp_model, x[rank * share:(rank + 1) * share],
-                           y[rank * share:(rank + 1) * share])
-        torch.save(grads, os.path.join(out_dir, f"{kind}-rank{rank}.pt"))
+        grads = _gradients(ddp_model, x[rank * share:(rank + 1) * share].to(device),
+                           y[rank * share:(rank + 1) * share].to(device))
+        torch.save({k: g.cpu() for k, g in grads.items()},
+                   os.path.join(out_dir, f"{kind}-rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["lltm", "lstm"])
-def test_ddp_gradients_equal_single_process(kind, tmp_path):
-    _run(_gradient_worker, (_free_port(), kind, str(tmp_path)))
+def test_ddp_gradients_equal_single_process(kind, backend, tmp_path):
+    _run(_gradient_worker, (_free_port(), kind, backend, str(tmp_path)))
     data, x, y = _union_batch()
-    model = train.build_model(kind, data, _settings(kind), torch.device("cpu"))
-    single = _gradients(model, x, y)
+    device = _device(backend)
+    model = train.build_model(kind, data, _settings(kind, device), device)
+    single = {k: g.cpu() for k, g in _gradients(model, x.to(device), y.to(device)).items()}
     for rank in range(WORLD):
         ddp = torch.load(tmp_path / f"{kind}-rank{rank}.pt", weights_only=True)
         assert ddp.keys() == single.keys()
