@@ -184,3 +184,26 @@ def test_respects_torch_num_threads():
         torch.testing.assert_close(a, r, **tolerances(torch.float32))
     assert torch.equal(bwd1[2], bwd2[2])  # grad_bias: our reduction
     assert torch.equal(bwd1[4], bwd2[4])  # grad_old_cell: our pointwise kernel
+
+
+def test_inputs_with_storage_offset():
+    """Contiguous views that start inside a larger buffer: every view the
+    binding makes (transposed weights, column blocks) is relative to them."""
+    B, I, H = 3, 4, 5
+    x, W, b, h, c = cell_inputs(B, I, H)
+    def inside(t):  # the same values, at a nonzero storage offset
+        buf = torch.randn(t.numel() + 7, dtype=t.dtype)
+        view = buf[7:].view(t.shape)
+        view.copy_(t)
+        return view
+    args_off = [inside(t).requires_grad_() for t in (x, W, b, h, c)]
+    assert all(t.storage_offset() == 7 and t.is_contiguous() for t in args_off)
+    args_ref = [t.clone().requires_grad_() for t in (x, W, b, h, c)]
+    out_off = lltm.functional.lltm_cell(*args_off)
+    out_ref = reference.lltm_cell(*args_ref)
+    up = [torch.randn_like(o) for o in out_ref]
+    torch.autograd.backward(out_off, up)
+    torch.autograd.backward(out_ref, up)
+    for n, r in zip(list(out_off) + [a.grad for a in args_off],
+                    list(out_ref) + [a.grad for a in args_ref]):
+        torch.testing.assert_close(n, r, **tolerances(torch.float64))

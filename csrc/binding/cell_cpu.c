@@ -20,18 +20,6 @@ static void concat_state_input(const lltm_cell_dims *d, size_t elem,
     }
 }
 
-/* The inverse: d_old_h[b] and d_input[b] are the two halves of row b of dX. */
-static void split_state_input(const lltm_cell_dims *d, size_t elem,
-                              const void *dX, void *d_old_h, void *d_input)
-{
-    const size_t h_bytes = (size_t)d->H * elem, x_bytes = (size_t)d->I * elem;
-    for (int64_t b = 0; b < d->B; ++b) {
-        const char *row = (const char *)dX + (size_t)b * (h_bytes + x_bytes);
-        memcpy((char *)d_old_h + (size_t)b * h_bytes, row, h_bytes);
-        memcpy((char *)d_input + (size_t)b * x_bytes, row + h_bytes, x_bytes);
-    }
-}
-
 static int read_args(AtenTensorHandle *handles, const char *const *names, int n,
                      lltm_tensor *args, lltm_error *err)
 {
@@ -109,10 +97,9 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
                                          "input",  "old_h",     "weights"};
     lltm_owned owned = {.count = 0};
     lltm_error err;
-    AtenTensorHandle handles[7], X, dX, d_gates, d_gates_t, d_input, d_weights, d_bias,
-        d_old_h, d_old_cell;
-    void *X_data, *dX_data, *d_gates_data, *d_input_data, *d_bias_data, *d_old_h_data,
-        *d_old_cell_data;
+    AtenTensorHandle handles[7], d_gates, d_gates_t, d_input, d_weights, d_bias, d_old_h,
+        d_old_cell, W_h, W_x, dW_h, dW_x;
+    void *d_gates_data, *d_bias_data, *d_old_cell_data;
     lltm_tensor a[7];
     lltm_cell_dims d;
 
@@ -122,19 +109,25 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
         contiguous_all(a, 7, &owned, &err))
         goto fail;
 
+    /* Column blocks of W [3H, H+I] and dW: state columns 0..H-1, input
+     * columns H..H+I-1, each a [3H, n] view with row stride H+I. The matrix
+     * products read and write them in place: no concatenated X, no split dX. */
     const int64_t G = 3 * d.H, K = d.I + d.H;
-    const int64_t X_sizes[2] = {d.B, K}, G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H};
-    const int64_t I_sizes[2] = {d.B, d.I}, W_sizes[2] = {G, K}, bias_size[1] = {G};
+    const int64_t G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H}, I_sizes[2] = {d.B, d.I};
+    const int64_t W_sizes[2] = {G, K}, bias_size[1] = {G};
     const int64_t Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
+    const int64_t block_h[2] = {G, d.H}, block_x[2] = {G, d.I}, block_strides[2] = {K, 1};
     if (lltm_empty(2, G_sizes, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
         lltm_empty(2, H_sizes, &a[0], &owned, &d_old_cell, &d_old_cell_data, &err) ||
         lltm_empty(1, bias_size, &a[0], &owned, &d_bias, &d_bias_data, &err) ||
-        lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
-        lltm_empty(2, X_sizes, &a[0], &owned, &dX, &dX_data, &err) ||
         lltm_empty(2, W_sizes, &a[0], &owned, &d_weights, NULL, &err) ||
-        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, &d_old_h_data, &err) ||
-        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, &d_input_data, &err) ||
-        lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err))
+        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, NULL, &err) ||
+        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, NULL, &err) ||
+        lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err) ||
+        lltm_view_at(a[6].handle, 2, block_h, block_strides, 0, &owned, &W_h, &err) ||
+        lltm_view_at(a[6].handle, 2, block_x, block_strides, d.H, &owned, &W_x, &err) ||
+        lltm_view_at(d_weights, 2, block_h, block_strides, 0, &owned, &dW_h, &err) ||
+        lltm_view_at(d_weights, 2, block_x, block_strides, d.H, &owned, &dW_x, &err))
         goto fail;
 
     int status = lltm_cell_backward_pointwise_cpu(
@@ -144,12 +137,12 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
         core_failed(&err, "lltm_cell_backward_pointwise_cpu", status);
         goto fail;
     }
-    /* dX = dG W  [B, I+H];  dW = dG^T X  [3H, I+H] */
-    concat_state_input(&d, lltm_dtype_size(d.dtype), a[5].data, a[4].data, X_data);
-    if (lltm_mm_out(d_gates, a[6].handle, dX, &err) ||
-        lltm_mm_out(d_gates_t, X, d_weights, &err))
+    /* [d_old_h | d_input] = dG W;  [dW_h | dW_x] = dG^T [old_h | input] */
+    if (lltm_mm_out(d_gates, W_h, d_old_h, &err) ||
+        lltm_mm_out(d_gates, W_x, d_input, &err) ||
+        lltm_mm_out(d_gates_t, a[5].handle, dW_h, &err) ||
+        lltm_mm_out(d_gates_t, a[4].handle, dW_x, &err))
         goto fail;
-    split_state_input(&d, lltm_dtype_size(d.dtype), dX_data, d_old_h_data, d_input_data);
 
     lltm_return(&owned, d_input, &stack[0]);
     lltm_return(&owned, d_weights, &stack[1]);

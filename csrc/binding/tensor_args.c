@@ -253,13 +253,21 @@ int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
     return 0;
 }
 
+int lltm_view_at(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
+                 const int64_t *strides, int64_t offset, lltm_owned *owned,
+                 AtenTensorHandle *out, lltm_error *err)
+{
+    /* The offset is relative to self's own storage offset. */
+    if (aoti_torch__reinterpret_tensor(self, ndim, sizes, strides, offset, out) != 0)
+        return shim_failed(err, "aoti_torch__reinterpret_tensor");
+    return lltm_own(owned, *out, err);
+}
+
 int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
               const int64_t *strides, lltm_owned *owned, AtenTensorHandle *out,
               lltm_error *err)
 {
-    if (aoti_torch__reinterpret_tensor(self, ndim, sizes, strides, 0, out) != 0)
-        return shim_failed(err, "aoti_torch__reinterpret_tensor");
-    return lltm_own(owned, *out, err);
+    return lltm_view_at(self, ndim, sizes, strides, 0, owned, out, err);
 }
 
 int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,

@@ -94,7 +94,12 @@ int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
                lltm_owned *owned, AtenTensorHandle *out, void **data,
                lltm_error *err);
 
-/* A view of `self` with the given sizes and strides, owned. */
+/* A view of `self` with the given sizes and strides, starting `offset`
+ * elements after self's first element, owned. */
+int lltm_view_at(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
+                 const int64_t *strides, int64_t offset, lltm_owned *owned,
+                 AtenTensorHandle *out, lltm_error *err);
+/* The same, at offset 0. */
 int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
               const int64_t *strides, lltm_owned *owned, AtenTensorHandle *out,
               lltm_error *err);
