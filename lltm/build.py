@@ -41,10 +41,13 @@ CPU_SOURCES = [
 CUDA_SOURCES = [
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
+    "binding/sequence_args.c",
 ]
 CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_cell.cu",
     "binding/cell_cuda.c",
+    "core/lltm_cuda_sequence.cu",
+    "binding/sequence_cuda.c",
     "binding/register_cuda.c",
 ]
 

@@ -259,6 +259,100 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
                                       void *grad_gates, void *grad_old_cell,
                                       void *grad_bias, void *X, void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* CUDA, sequence (csrc/core/lltm_cuda_sequence.cu; liblltm_cuda.so only)    */
+/* ------------------------------------------------------------------------ */
+/*
+ * One layer over T steps, as on the CPU (section "One layer over a whole
+ * sequence"): the binding forms gates = x W_x^T for all steps and, after the
+ * backward, dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}] and dx = dG W_x as
+ * large products (cuBLAS). The recurrence runs either in ONE persistent
+ * kernel per direction (the plans below: W_h held in registers across all
+ * steps, a cluster or grid barrier per step) or, for sizes no plan fits, as
+ * per-step kernels the binding calls between per-step matrix products.
+ * Device pointers, current device, `stream` a cudaStream_t; launches only.
+ *
+ * Bytes kept for the backward per step, as on the CPU: gates [B,G] and
+ * cells [B,H] (16*B*H bytes in float32) beyond the layer's input and output.
+ */
+enum {
+    LLTM_SEQ_PLAN_STEPS = 0,        /* per-step kernels (fallback) */
+    LLTM_SEQ_PLAN_CLUSTER_16_8 = 1, /* H <= 128: one thread-block cluster */
+    LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128: cooperative grid */
+    LLTM_SEQ_PLAN_GRID_32_16 = 3,   /* H <= 512 */
+    LLTM_SEQ_PLAN_GRID_32_32 = 4,   /* H <= 1024, not float64 */
+};
+enum {
+    LLTM_SEQ_MODE_AUTO = 0,    /* the fastest plan that fits */
+    LLTM_SEQ_MODE_CLUSTER = 1, /* a cluster plan, or LLTM_ERR_ARGUMENT */
+    LLTM_SEQ_MODE_GRID = 2,    /* a grid plan, or LLTM_ERR_ARGUMENT */
+    LLTM_SEQ_MODE_STEPS = 3,   /* per-step kernels */
+};
+
+/* Choose the plan for B, H on the current device (*plan out). */
+int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode,
+                            int *plan);
+
+/* Bytes of workspace the persistent kernels need (float16/bfloat16 carry
+ * their recurrent state in float32: 7*B*H floats; 0 for float32/64). */
+size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int64_t B, int64_t H);
+
+/*
+ * Forward recurrence in one launch (plan != LLTM_SEQ_PLAN_STEPS).
+ *   h0, c0     [B,H]
+ *   weights    [G,I+H]  (W_h = columns 0..H-1 are read)
+ *   bias       [G]
+ *   gates      [T,B,G]  in/out: in x_t W_x^T of every step, out activations
+ *   output     [T,B,H]  out: h_1..h_T
+ *   cells      [T,B,H]  out: c_1..c_T
+ *   workspace  lltm_sequence_workspace_cuda bytes, or NULL if that is 0
+ */
+int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T,
+                                          int64_t B, int64_t I, int64_t H,
+                                          const void *h0, const void *c0,
+                                          const void *weights, const void *bias,
+                                          void *gates, void *output, void *cells,
+                                          void *workspace, void *stream);
+
+/*
+ * Backward recurrence in one launch, T >= 1, B >= 1.
+ *   grad_output [T,B,H], grad_h_n [B,H], grad_c_n [B,H]
+ *   weights [G,I+H], cells [T,B,H], gates [T,B,G] (from the forward)
+ *   grad_gates [T,B,G] out: dL/dg of every step
+ *   grad_bias [G] out, grad_h0 [B,H] out, grad_c0 [B,H] out
+ *   workspace as for the forward
+ */
+int lltm_sequence_backward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T,
+                                           int64_t B, int64_t I, int64_t H,
+                                           const void *grad_output,
+                                           const void *grad_h_n,
+                                           const void *grad_c_n, const void *weights,
+                                           const void *cells, const void *gates,
+                                           void *grad_gates, void *grad_bias,
+                                           void *grad_h0, void *grad_c0,
+                                           void *workspace, void *stream);
+
+/* Per-step kernels, as lltm_sequence_forward_step_cpu /
+ * lltm_sequence_backward_step_cpu (same arguments), except that the bias
+ * gradient accumulates into bias_acc [G] of the accumulation type (float32
+ * for float16/bfloat16); lltm_sequence_convert_cuda rounds it at the end. */
+int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
+                                    const void *recurrent, void *gates,
+                                    const void *bias, const void *old_cell,
+                                    void *new_h, void *new_cell, void *stream);
+int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
+                                     const void *grad_output, const void *grad_h,
+                                     void *grad_cell, const void *cell,
+                                     const void *gates, void *grad_gates,
+                                     void *bias_acc, void *stream);
+/* dst [n] (dtype) = src [n] (its accumulation type) */
+int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src,
+                               void *dst, void *stream);
+
+/* Stream-ordered device-to-device copy and zero fill. */
+int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
+int lltm_cuda_zero(void *dst, size_t bytes, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,49 @@
+"""A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
+sequence kernels: every route (cluster, grid, per-step), float32 and
+bfloat16, sizes with padded units, two 16-row chunks and I = 0. Run by
+scripts/sequence_gpu_check.sh as
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
+
+Prints "sanitize driver: N runs ok" when every run finished; the sanitizer's
+exit code reports what it found.
+"""
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import lltm  # noqa: E402,F401
+from lltm import _native  # noqa: E402
+
+CASES = {"cluster": [(3, 17, 5, 33), (2, 2, 0, 128)],
+         "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600)],
+         "steps": [(3, 17, 5, 33)]}
+
+
+def main() -> int:
+    assert torch.cuda.is_available() and _native.has_cuda_kernels(), "needs the CUDA kernels"
+    quick = "--quick" in sys.argv  # racecheck is slow: float32 only
+    runs = 0
+    for route, shapes in CASES.items():
+        os.environ["LLTM_CUDA_SEQUENCE"] = route
+        for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
+            for T, B, I, H in shapes:
+                x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype) for s in
+                                 ((T, B, I), (3 * H, I + H), (3 * H,), (B, H), (B, H)))
+                out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward(x, W, b, h, c)
+                grads = torch.ops.lltm.sequence_backward(
+                    torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n), x, W,
+                    h, out, cells, gates)
+                torch.cuda.synchronize()
+                assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
+                    (route, dtype, T, B, I, H)
+                runs += 1
+    print(f"sanitize driver: {runs} runs ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

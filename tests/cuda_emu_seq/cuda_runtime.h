@@ -1,0 +1,334 @@
+/*
+ * cuda_runtime.h (fiber emulation) - runs the persistent sequence kernels of
+ * csrc/core/lltm_cuda_sequence.cu on the CPU, so CI (no GPU) checks their
+ * indexing, padding, warp-shuffle reductions and per-step barriers.
+ *
+ * Model: every thread of every block is a fiber (ucontext) on one OS thread,
+ * so a grid-wide barrier works (all blocks are resident, as in a cooperative
+ * or cluster launch). A fiber runs until it waits at a barrier: the block's
+ * (__syncthreads), its warp's (each __shfl_xor_sync is two warp barriers
+ * around a slot exchange) or the grid's (grid/cluster sync); the last to
+ * arrive makes the others runnable. A barrier that some threads never reach
+ * is reported as a deadlock. Not emulated: timing, the memory model, caches.
+ *
+ * The test's build step rewrites `kernel<<<grid, block, smem, stream>>>(...)`
+ * into emu::launch(...), the persistent launches into emu::launch_args(...),
+ * and `extern __shared__ ... name[]` into a pointer to the block's dynamic
+ * shared memory (tests/test_cuda_sequence_emulated.py).
+ */
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <deque>
+#include <functional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct float4 { float x, y, z, w; };
+struct double2 { double x, y; };
+
+typedef struct CUstream_st *cudaStream_t;
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorLaunchFailure = 719,
+} cudaError_t;
+enum cudaDeviceAttr {
+    cudaDevAttrMultiProcessorCount,
+    cudaDevAttrCooperativeLaunch,
+    cudaDevAttrClusterLaunch,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin,
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice };
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension };
+struct cudaLaunchAttribute {
+    cudaLaunchAttributeID id;
+    struct {
+        struct { unsigned x, y, z; } clusterDim;
+    } val;
+};
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute *attrs;
+    unsigned numAttrs;
+};
+
+namespace emu {
+
+constexpr size_t STACK_BYTES = 48 * 1024;
+constexpr size_t SMEM_OPTIN = 227 * 1024;
+
+struct Fiber {
+    ucontext_t ctx;
+    dim3 tid, bid;
+    unsigned block = 0, lane = 0, warp = 0; /* warp: index over the grid */
+    bool done = false;
+    std::vector<char> stack;
+};
+
+struct Barrier {
+    unsigned expected = 0, arrived = 0;
+    std::vector<Fiber *> waiting;
+};
+
+struct Grid {
+    dim3 grid, block;
+    unsigned threads_per_block = 0;
+    std::vector<Fiber> fibers;
+    std::vector<Barrier> block_barriers, warp_barriers;
+    Barrier grid_barrier;
+    std::vector<std::vector<unsigned char>> smem;
+    std::vector<std::vector<double>> slots; /* per warp: one value per lane */
+    std::vector<Fiber *> runnable;
+    std::function<void()> body;
+};
+
+inline Grid *g = nullptr;
+} // namespace emu
+inline dim3 blockDim, gridDim; /* of the launch running now */
+namespace emu {
+inline Fiber *current = nullptr;
+inline ucontext_t scheduler;
+inline cudaError_t last_error = cudaSuccess;
+inline bool deadlock = false;
+
+inline void yield_to_scheduler() { swapcontext(&current->ctx, &scheduler); }
+
+/* Wait at b until `expected` fibers arrived. */
+inline void arrive(Barrier &b)
+{
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        for (Fiber *f : b.waiting)
+            g->runnable.push_back(f);
+        b.waiting.clear();
+        return; /* the last one goes on without switching */
+    }
+    b.waiting.push_back(current);
+    yield_to_scheduler();
+}
+
+inline void trampoline()
+{
+    g->body();
+    current->done = true;
+    yield_to_scheduler();
+}
+
+/* getcontext returns twice: keep it out of run()'s frame */
+__attribute__((noinline)) inline void make_fiber(Fiber &f)
+{
+    f.stack.resize(STACK_BYTES);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, trampoline, 0);
+}
+
+inline unsigned char *dynamic_smem() { return g->smem[current->block].data(); }
+
+/* Run body() as every thread of grid x block, all resident at once. */
+inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()> body)
+{
+    const unsigned nt = block.x * block.y * block.z;
+    const unsigned nb = grid.x * grid.y * grid.z;
+    if (nt == 0 || nt > 1024 || nt % 32 != 0 || nb == 0 || smem > SMEM_OPTIN)
+        return last_error = cudaErrorInvalidConfiguration;
+    Grid state;
+    state.grid = grid;
+    state.block = block;
+    state.threads_per_block = nt;
+    state.body = std::move(body);
+    state.fibers.resize((size_t)nb * nt);
+    state.block_barriers.resize(nb);
+    state.warp_barriers.resize((size_t)nb * nt / 32);
+    state.slots.assign((size_t)nb * nt / 32, std::vector<double>(32));
+    state.smem.assign(nb, std::vector<unsigned char>(smem + 16));
+    for (auto &b : state.block_barriers)
+        b.expected = nt;
+    for (auto &w : state.warp_barriers)
+        w.expected = 32;
+    state.grid_barrier.expected = nb * nt;
+    g = &state;
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned b = 0; b < nb; ++b)
+        for (unsigned t = 0; t < nt; ++t) {
+            Fiber &f = state.fibers[(size_t)b * nt + t];
+            f.block = b;
+            f.bid = dim3(b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y));
+            f.tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            f.lane = t % 32;
+            f.warp = (b * nt + t) / 32;
+            make_fiber(f);
+            state.runnable.push_back(&f);
+        }
+    /* Runnable fibers are picked in a pseudo-random order (fixed seed), so
+     * blocks drift apart as far as the barriers allow: a missing barrier
+     * shows up as reads of outputs not yet written (poisoned with NaN). */
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    while (!state.runnable.empty()) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const size_t pick = (size_t)(rng >> 33) % state.runnable.size();
+        std::swap(state.runnable[pick], state.runnable.back());
+        current = state.runnable.back();
+        state.runnable.pop_back();
+        swapcontext(&scheduler, &current->ctx);
+    }
+    bool all_done = true;
+    for (auto &f : state.fibers)
+        all_done = all_done && f.done;
+    g = nullptr;
+    current = nullptr;
+    if (!all_done) {
+        deadlock = true;
+        fprintf(stderr, "emu: deadlock: some threads wait at a barrier others never reach\n");
+        return last_error = cudaErrorLaunchFailure;
+    }
+    return cudaSuccess;
+}
+
+template <typename... P, size_t... N>
+std::tuple<P...> unpack(void **args, std::index_sequence<N...>)
+{
+    return std::tuple<P...>(*static_cast<P *>(args[N])...);
+}
+
+/* A persistent launch: arguments as the runtime's void **args. */
+template <typename... P>
+cudaError_t launch_args(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void **args)
+{
+    std::tuple<P...> params = unpack<P...>(args, std::index_sequence_for<P...>{});
+    return run(grid, block, smem, [&] { std::apply(kernel, params); });
+}
+
+struct cfg {
+    dim3 grid, block;
+    size_t smem;
+    cfg(dim3 g_, dim3 b_, size_t s = 0, cudaStream_t = nullptr) : grid(g_), block(b_), smem(s) {}
+};
+
+/* kernel<<<grid, block, smem, stream>>>(args...) */
+template <typename... P, typename... Args>
+void launch(cfg c, void (*kernel)(P...), Args... args)
+{
+    std::tuple<P...> params(static_cast<P>(args)...);
+    cudaError_t e = run(c.grid, c.block, c.smem, [&] { std::apply(kernel, params); });
+    if (e != cudaSuccess)
+        last_error = e;
+}
+
+inline void warp_sync() { arrive(g->warp_barriers[current->warp]); }
+
+template <typename T> T shfl_xor(T v, int mask)
+{
+    auto &slot = g->slots[current->warp];
+    static_assert(sizeof(T) <= sizeof(double), "shuffle of a wider type");
+    memcpy(&slot[current->lane], &v, sizeof(T));
+    warp_sync();
+    T r;
+    memcpy(&r, &slot[current->lane ^ (unsigned)mask], sizeof(T));
+    warp_sync();
+    return r;
+}
+
+} // namespace emu
+
+#define threadIdx (emu::current->tid)
+#define blockIdx (emu::current->bid)
+
+inline void __syncthreads() { emu::arrive(emu::g->block_barriers[emu::current->block]); }
+
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask)
+{
+    return emu::shfl_xor(v, mask);
+}
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+
+inline cudaError_t cudaGetLastError()
+{
+    cudaError_t e = emu::last_error;
+    emu::last_error = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaGetDevice(int *device)
+{
+    *device = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
+{
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrCooperativeLaunch: *value = 1; break;
+    case cudaDevAttrClusterLaunch: *value = 1; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)emu::SMEM_OPTIN; break;
+    }
+    return cudaSuccess;
+}
+inline cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int value)
+{
+    return value <= (int)emu::SMEM_OPTIN ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int,
+                                                                 size_t)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *,
+                                                  const cudaLaunchConfig_t *)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind,
+                                   cudaStream_t)
+{
+    memcpy(dst, src, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t)
+{
+    memset(dst, v, n);
+    return cudaSuccess;
+}
+
+/* The runtime's C++ launch forms that lltm_cuda_sequence.cu uses. */
+template <typename... P>
+inline cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 block,
+                                               void **args, size_t smem, cudaStream_t)
+{
+    return emu::launch_args(kernel, grid, block, smem, args);
+}
+template <typename... P, typename... Args>
+inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*kernel)(P...),
+                                      Args &&...args)
+{
+    std::tuple<P...> params(static_cast<P>(args)...);
+    return emu::run(config->gridDim, config->blockDim, config->dynamicSmemBytes,
+                    [&] { std::apply(kernel, params); });
+}

@@ -1,0 +1,256 @@
+"""One LLTM layer over a whole sequence on CUDA (lltm::sequence_forward /
+sequence_backward, lltm.LLTM), against the float64 reference loop of cells
+on the CPU.
+
+Every route of csrc/binding/sequence_cuda.c is tested, chosen with
+LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
+H <= 128), "grid" (persistent kernel, cooperative grid), "steps" (per-step
+aten::mm + pointwise kernel) and "auto".
+
+Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
+(products sum many terms), and for the half types, over >= 64 elements, also
+||got - ref|| / ||ref|| <= tol/2: float64 1e-10, float32 1e-4 (TF32 off,
+torch's default), float16 1e-2, bfloat16 4e-2. Skipped without a GPU.
+"""
+import os
+
+import pytest
+import torch
+
+import lltm
+from lltm import _native, reference
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or not _native.has_cuda_kernels(),
+    reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 4e-2}
+HALF = (torch.float16, torch.bfloat16)
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+ROUTES = ["auto", "cluster", "grid", "steps"]
+SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0
+    (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4),
+    (3, 5, 40, 129), (2, 64, 256, 512), (2, 4, 8, 1000), (2, 3, 4, 1100),
+]
+
+
+@pytest.fixture
+def route(request, monkeypatch):
+    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", request.param)
+    return request.param
+
+
+def route_fits(route, H, dtype):
+    if route == "cluster":
+        return H <= 128
+    if route == "grid":
+        return H <= (512 if dtype == torch.float64 else 1024)
+    return True
+
+
+def seq_inputs(T, B, I, H, dtype, device="cuda", weight_scale=2.0):
+    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    args = [rand(T, B, I), rand(3 * H, I + H, scale=weight_scale / (I + H) ** 0.5), rand(3 * H),
+            rand(B, H), rand(B, H)]
+    return [a.to(device) for a in args], [a.double() for a in args]  # reference: rounded inputs
+
+
+def reference_sequence(x, W, b, h0, c0):
+    h, c, outs = h0, c0, []
+    for t in range(x.shape[0]):
+        h, c = reference.lltm_cell(x[t], W, b, h, c)
+        outs.append(h)
+    return (torch.stack(outs) if outs else h0.new_empty(0, *h0.shape)), h, c
+
+
+def native_sequence(x, W, b, h0, c0):
+    out, (h_n, c_n) = lltm.functional.lltm_sequence(x, W, b, h0, c0)
+    return out, h_n, c_n
+
+
+def assert_close(name, got, want, dtype):
+    tol = TOL[dtype]
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert not torch.isnan(got).any(), f"{name}: NaN"
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
+    if dtype in HALF and want.numel() >= 64:
+        rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+        assert rel <= tol / 2, f"{name}: relative error {rel:.2e}"
+
+
+def compare(T, B, I, H, dtype, through=(0, 1, 2)):
+    args, ref_args = seq_inputs(T, B, I, H, dtype)
+    nat = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in ref_args]
+    out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
+    for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
+        assert n.dtype == dtype and n.device.type == "cuda" and n.shape == r.shape, name
+        assert_close(name, n, r, dtype)
+    ups = [torch.randn_like(out_r[k]) for k in through]
+    torch.autograd.backward([out_n[k] for k in through], [u.to(dtype).cuda() for u in ups])
+    torch.autograd.backward([out_r[k] for k in through], ups)
+    for name, n, r in zip(["input", "weights", "bias", "h0", "c0"], nat, ref):
+        assert n.grad is not None and n.grad.dtype == dtype, name
+        assert_close(f"grad of {name}", n.grad, r.grad, dtype)
+
+
+@pytest.mark.parametrize("route", ROUTES, indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("T,B,I,H", SHAPES)
+def test_matches_reference(route, dtype, T, B, I, H):
+    if not route_fits(route, H, dtype):
+        with pytest.raises(RuntimeError, match="no persistent plan"):
+            compare(T, B, I, H, dtype)
+        return
+    compare(T, B, I, H, dtype)
+
+
+@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("through", [(0,), (1,), (2,)])
+def test_gradients_through_each_output(route, through):
+    compare(5, 3, 4, 20, torch.float64, through=through)
+
+
+@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+def test_gradcheck_float64(route):
+    args, _ = seq_inputs(3, 2, 3, 5, torch.float64)
+    args = [a.requires_grad_() for a in args]
+    assert torch.autograd.gradcheck(native_sequence, args)
+
+
+@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("T,tol", [(100, 1e-4), (1000, 1e-3)])
+def test_long_sequence_matches_cpu_op(route, T, tol):
+    """float32 on the GPU against the (reference-tested) CPU op in float64,
+    B=16, H=128. Weights of a contracting recurrence: with the scale of the
+    other tests c grows into the thousands over 1000 steps and float32 itself
+    drifts ~1e-3 from float64 (on the CPU too)."""
+    B, I, H = 16, 32, 128
+    args, ref_args = seq_inputs(T, B, I, H, torch.float32, weight_scale=0.5)
+    nat = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in ref_args]
+    out_n, out_r = native_sequence(*nat), native_sequence(*ref)
+    ups = [torch.randn_like(o) for o in out_r]
+    torch.autograd.backward(out_n, [u.float().cuda() for u in ups])
+    torch.autograd.backward(out_r, ups)
+    got = list(out_n) + [a.grad for a in nat]
+    want = list(out_r) + [a.grad for a in ref]
+    names = ["output", "h_n", "c_n", "grad input", "grad weights", "grad bias", "grad h0",
+             "grad c0"]
+    errors = {n: ((g.detach().double().cpu() - w.detach()).abs().max()
+                  / w.detach().abs().max().clamp_min(1e-30)).item()
+              for n, g, w in zip(names, got, want)}
+    assert max(errors.values()) <= tol, errors
+
+
+@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+def test_every_output_element_is_written(route):
+    """The caching allocator hands back blocks just filled with NaN."""
+    T, B, I, H = 7, 5, 6, 37
+    for _ in range(3):
+        junk = [torch.full((T * B * 3 * H + 1000,), float("nan"), device="cuda")
+                for _ in range(8)]
+        del junk
+        args, _ = seq_inputs(T, B, I, H, torch.float32)
+        outs = torch.ops.lltm.sequence_forward(*args)
+        out, h_n, c_n, cells, gates = outs
+        grads = torch.ops.lltm.sequence_backward(
+            torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n), args[0],
+            args[1], args[3], out, cells, gates)
+        for t in list(outs) + list(grads):
+            assert torch.isfinite(t).all()
+
+
+@pytest.mark.parametrize("route", ["auto", "steps"], indirect=True)
+def test_deterministic(route):
+    args, _ = seq_inputs(6, 5, 7, 70, torch.float32)
+    runs = []
+    for _ in range(2):
+        nat = [a.clone().requires_grad_() for a in args]
+        out, h_n, c_n = native_sequence(*nat)
+        (out.sum() + (h_n * c_n).sum()).backward()
+        runs.append([out, h_n, c_n] + [a.grad for a in nat])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("route", ["cluster", "grid"], indirect=True)
+def test_side_stream_and_cuda_graph(route):
+    T, B, I, H = 4, 3, 5, 40
+    args, _ = seq_inputs(T, B, I, H, torch.float32)
+    want = torch.ops.lltm.sequence_forward(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = torch.ops.lltm.sequence_forward(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    static = [a.clone() for a in args]
+    graph = torch.cuda.CUDAGraph()
+    torch.ops.lltm.sequence_forward(*static)  # warm up (plan, attributes) outside capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = torch.ops.lltm.sequence_forward(*static)
+    fresh, _ = seq_inputs(T, B, I, H, torch.float32)
+    for s, f in zip(static, fresh):
+        s.copy_(f)
+    graph.replay()
+    expect = torch.ops.lltm.sequence_forward(*fresh)
+    for a, b in zip(captured, expect):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_opcheck(dtype):
+    args, _ = seq_inputs(3, 2, 5, 7, dtype)
+    torch.library.opcheck(torch.ops.lltm.sequence_forward.default,
+                          [a.requires_grad_() for a in args])
+    args, _ = seq_inputs(3, 2, 5, 7, dtype)
+    out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward(*args)
+    torch.library.opcheck(torch.ops.lltm.sequence_backward.default,
+                          (torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n),
+                           args[0], args[1], args[3], out, cells, gates))
+
+
+def test_module_on_cuda_matches_cpu_and_compiles():
+    torch._dynamo.reset()
+    m = lltm.LLTM(6, 20, num_layers=2, batch_first=True, dtype=torch.float64)
+    m_cuda = lltm.LLTM(6, 20, num_layers=2, batch_first=True, dtype=torch.float64,
+                       device="cuda")
+    m_cuda.load_state_dict(m.state_dict())
+    x = torch.randn(3, 7, 6, dtype=torch.float64)
+
+    def loss(mod, x):
+        out, (h_n, c_n) = mod(x)
+        return (out * out).sum() + (h_n * c_n).sum()
+
+    l_cpu = loss(m, x)
+    g_cpu = torch.autograd.grad(l_cpu, list(m.parameters()))
+    compiled = torch.compile(lambda x: loss(m_cuda, x), fullgraph=True)
+    l_cuda = compiled(x.cuda())
+    g_cuda = torch.autograd.grad(l_cuda, list(m_cuda.parameters()))
+    torch.testing.assert_close(l_cuda.cpu(), l_cpu)
+    for a, b in zip(g_cuda, g_cpu):
+        torch.testing.assert_close(a.cpu(), b)
+
+
+def test_mixed_devices_rejected():
+    args, _ = seq_inputs(3, 2, 4, 5, torch.float32)
+    args[3] = args[3].cpu()
+    with pytest.raises(RuntimeError, match="one device"):
+        torch.ops.lltm.sequence_forward(*args)
+
+
+def test_bad_route_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", "fast")
+    args, _ = seq_inputs(3, 2, 4, 5, torch.float32)
+    with pytest.raises(RuntimeError, match="LLTM_CUDA_SEQUENCE must be auto, cluster, grid"):
+        torch.ops.lltm.sequence_forward(*args)
+
+
+def test_route_environment_is_unset_by_default():
+    assert os.environ.get("LLTM_CUDA_SEQUENCE") in (None, "", "auto")
