@@ -32,7 +32,7 @@ setup: $(STAMP)
 
 # Rebuild the native library in place (incremental; seconds from scratch).
 build: $(STAMP)
-	$(PY) -m lltm.build --inplace
+	$(PY) lltm/build.py --inplace
 
 bench: setup
 	$(PY) -m lltm.bench $(BENCH_ARGS)
@@ -67,7 +67,7 @@ cuda-compile-check:
 
 # Warnings are errors in the project's own checks (not for users' installs).
 test-python: setup
-	LLTM_WERROR=1 $(PY) -m lltm.build --inplace
+	LLTM_WERROR=1 $(PY) lltm/build.py --inplace
 	$(PY) -m pytest -q tests
 
 clean:

@@ -226,7 +226,7 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
         objs, rebuilt = _objects(CUDA_SOURCES + CUDA_ONLY_SOURCES, obj_dir, "cuda", nvcc,
                                  ["-DLLTM_WITH_CUDA"], verbose)
         lib = out / CUDA_LIBRARY
-        if rebuilt or not lib.exists():
+        if _needs_link(lib, objs, rebuilt):
             # The CUDA runtime is linked statically (nvcc's libcudart_static):
             # nothing to find at load time beside torch's own libraries, and
             # kernels still run in the context torch made current (the runtime
@@ -234,6 +234,7 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
             _run_to([nvcc, "-shared", "-cudart", "static", "-Xcompiler", "-fPIC",
                      *map(str, objs), f"-L{torch_lib}", "-ltorch_cuda", "-ltorch_cpu",
                      "-lc10", "-Xlinker", f"-rpath,{torch_lib}", "-lm"], lib, verbose)
+            _record_link(lib, objs)
         built["cuda"] = lib
     if verbose:
         print(f"lltm: native libraries up to date in {out} "

@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# gpu_check.sh - the one script for a GPU machine (offline): build the
-# CUDA-enabled library against the installed torch, run the CUDA tests,
-# compute-sanitizer (memcheck, racecheck) on scripts/sanitize_cuda.py, and the
-# side-by-side timing (scripts/cuda_timing.py). Logs go to $OUT (default
-# ./gpu-check-out); a short table is printed last.
+# gpu_check.sh - the one script for the GPU machine (offline, torch preinstalled).
 #
-#   bash scripts/gpu_check.sh            # everything
-#   SKIP_TIMING=1 bash scripts/gpu_check.sh
+#   bash scripts/gpu_check.sh tests   build the CUDA library against the installed torch, run
+#                                     every test (CPU and CUDA), compute-sanitizer memcheck and
+#                                     racecheck over the cell and sequence kernels
+#   bash scripts/gpu_check.sh bench   the project's benchmark on CUDA (lltm.bench): the default
+#                                     table, the large cell size in float32 and bfloat16, T=1000
+#   bash scripts/gpu_check.sh multi   what needs 2 GPUs: cuda:1 tests, DDP over NCCL
+#   bash scripts/gpu_check.sh timing  the kernel-level timing scripts (cuda_timing, sequence_timing)
 #
-# Each stage has a time limit so the whole run ends within 10 minutes.
+# Logs and JSON/PNG results go to $OUT (default ./gpu-check-out); a short table
+# is printed last. Each stage has a time limit so one mode ends within 10 minutes.
 set -u
 cd "$(dirname "$0")/.."
+MODE=${1:-tests}
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-# Nothing we run needs NVLink multicast; keep it off (shared machines).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-# A fresh build directory outside $OUT (only logs go there): the build is
-# part of what is checked.
+# Nothing here needs NVLink multicast; keep it off (shared machines).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The build is part of what is checked: a fresh directory outside $OUT.
 export LLTM_BUILD_DIR=${LLTM_BUILD_DIR:-/tmp/lltm-gpu-check-build}
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 declare -a NAMES STATUS SECONDS_TAKEN
 stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
@@ -32,7 +35,7 @@ stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
     NAMES+=("$name")
     STATUS+=("$([ $rc -eq 0 ] && echo ok || { [ $rc -eq 124 ] && echo "TIMEOUT" || echo "FAIL($rc)"; })")
     SECONDS_TAKEN+=($((SECONDS - t0)))
-    tail -n 25 "$OUT/$log"
+    tail -n 12 "$OUT/$log"
     return $rc
 }
 
@@ -42,19 +45,48 @@ stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
     command -v nvcc && nvcc --version | tail -1
 } 2>&1 | tee "$OUT/env.log"
 
-stage build 120 build.log $PY -m lltm.build --cuda yes -v
+stage build 240 build.log $PY lltm/build.py --cuda yes -v
 stage load 60 load.log $PY -c "import torch, lltm; from lltm import _native; \
 assert torch.cuda.is_available(), 'no GPU'; assert _native.has_cuda_kernels(), 'CUDA kernels not loaded'; \
-print('CUDA kernels loaded:', _native._loaded['cuda']._name, torch.cuda.get_device_name())"
-stage cuda-tests 170 cuda_tests.log $PY -m pytest -q -rs -s --durations=10 tests/test_cuda_cell.py
-if [ -z "${SKIP_TIMING:-}" ]; then
-    stage timing 150 timing.log $PY scripts/cuda_timing.py --json "$OUT/timing.json"
-fi
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-stage memcheck 70 memcheck.log "$SAN" --tool memcheck --error-exitcode 9 --print-limit 20 \
-    $PY scripts/sanitize_cuda.py
-stage racecheck 70 racecheck.log "$SAN" --tool racecheck \
-    --error-exitcode 9 --print-limit 20 $PY scripts/sanitize_cuda.py --quick
+print('loaded on torch', torch.__version__, _native._loaded['cuda']._name, torch.cuda.get_device_name())"
+
+case "$MODE" in
+tests)
+    stage tests 420 tests.log $PY -m pytest -q -rs -p no:cacheprovider --durations=12 tests
+    stage launch-counts 60 launches.log $PY -m pytest -q -s -p no:cacheprovider \
+        tests/test_cuda_cell.py -k launch_counts
+    stage memcheck-cell 90 memcheck_cell.log "$SAN" --tool memcheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_cuda.py
+    stage racecheck-cell 90 racecheck_cell.log "$SAN" --tool racecheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_cuda.py --quick
+    stage memcheck-sequence 90 memcheck_seq.log "$SAN" --tool memcheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_sequence.py
+    stage racecheck-sequence 90 racecheck_seq.log "$SAN" --tool racecheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_sequence.py --quick
+    ;;
+bench)
+    stage bench-default 300 bench_default.log $PY -m lltm.bench --device cuda --no-progress \
+        --json "$OUT/bench_default.json" --plot "$OUT/bench_default.png"
+    stage bench-large 150 bench_large.log $PY -m lltm.bench --device cuda --no-progress \
+        --sizes 256,512,1024 --dtype float32,bfloat16 --seq-len 0 --json "$OUT/bench_large.json"
+    stage bench-t1000 120 bench_t1000.log $PY -m lltm.bench --device cuda --no-progress \
+        --sizes 16,32,128 --seq-len 1000 --only lltm,lstm --json "$OUT/bench_t1000.json"
+    ;;
+multi)
+    stage second-device 200 second_device.log $PY -m pytest -q -rs -p no:cacheprovider \
+        tests/test_cuda_cell.py tests/test_cuda_sequence.py -k second_device
+    stage ddp-nccl 240 ddp.log $PY -m pytest -q -rs -p no:cacheprovider tests/test_ddp.py
+    stage torchrun-nccl 180 torchrun.log torchrun --standalone --nproc_per_node=2 \
+        -m lltm.examples.train --quick --device cuda --no-progress --plot ""
+    ;;
+timing)
+    stage cell-timing 200 cell_timing.log $PY scripts/cuda_timing.py --json "$OUT/cell_timing.json"
+    stage sequence-timing 200 sequence_timing.log $PY scripts/sequence_timing.py \
+        --json "$OUT/sequence_timing.json"
+    ;;
+*)
+    echo "unknown mode $MODE (tests, bench, multi, timing)"; exit 2 ;;
+esac
 
 echo
 echo "| stage | result | seconds |"
@@ -62,8 +94,10 @@ echo "|---|---|---|"
 for i in "${!NAMES[@]}"; do
     echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECONDS_TAKEN[$i]} |"
 done
-grep -E "passed|failed" "$OUT/cuda_tests.log" | tail -1
-grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$OUT/memcheck.log" "$OUT/racecheck.log"
-grep -E "^launches" "$OUT/cuda_tests.log"
-grep -h "CUDA kernels loaded" "$OUT/load.log"
-[ -f "$OUT/timing.log" ] && sed -n '/^| size/,$p' "$OUT/timing.log"
+grep -h "loaded on torch" "$OUT/load.log"
+for log in tests second_device ddp; do
+    [ -f "$OUT/$log.log" ] && grep -E "passed|failed" "$OUT/$log.log" | tail -1
+done
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$OUT"/memcheck_*.log "$OUT"/racecheck_*.log 2>/dev/null
+grep -hE "^launches" "$OUT/launches.log" 2>/dev/null
+for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done

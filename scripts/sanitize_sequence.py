@@ -1,7 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster, grid, per-step), float32 and
 bfloat16, sizes with padded units, two 16-row chunks and I = 0. Run by
-scripts/sequence_gpu_check.sh as
+scripts/gpu_check.sh (mode tests) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
 

@@ -81,16 +81,16 @@ def assert_close(name, got, want, dtype):
         assert rel <= tol / 2, f"{name}: relative error {rel:.2e}"
 
 
-def compare(T, B, I, H, dtype, through=(0, 1, 2)):
-    args, ref_args = seq_inputs(T, B, I, H, dtype)
+def compare(T, B, I, H, dtype, through=(0, 1, 2), device="cuda"):
+    args, ref_args = seq_inputs(T, B, I, H, dtype, device=device)
     nat = [a.clone().requires_grad_() for a in args]
     ref = [a.clone().requires_grad_() for a in ref_args]
     out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
     for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
-        assert n.dtype == dtype and n.device.type == "cuda" and n.shape == r.shape, name
+        assert n.dtype == dtype and n.device == torch.device(device) and n.shape == r.shape, name
         assert_close(name, n, r, dtype)
     ups = [torch.randn_like(out_r[k]) for k in through]
-    torch.autograd.backward([out_n[k] for k in through], [u.to(dtype).cuda() for u in ups])
+    torch.autograd.backward([out_n[k] for k in through], [u.to(dtype).to(device) for u in ups])
     torch.autograd.backward([out_r[k] for k in through], ups)
     for name, n, r in zip(["input", "weights", "bias", "h0", "c0"], nat, ref):
         assert n.grad is not None and n.grad.dtype == dtype, name
@@ -254,3 +254,13 @@ def test_bad_route_is_a_clear_error(monkeypatch):
 
 def test_route_environment_is_unset_by_default():
     assert os.environ.get("LLTM_CUDA_SEQUENCE") in (None, "", "auto")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+def test_second_device(route):
+    """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the
+    tensors' device (a device guard) and on its current stream."""
+    assert torch.cuda.current_device() == 0
+    compare(5, 3, 7, 33, torch.float32, device="cuda:1")
+    torch.cuda.synchronize(1)
