@@ -87,7 +87,7 @@ def compare(T, B, I, H, dtype, through=(0, 1, 2), device="cuda"):
     ref = [a.clone().requires_grad_() for a in ref_args]
     out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
     for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
-        assert n.dtype == dtype and n.device == torch.device(device) and n.shape == r.shape, name
+        assert n.dtype == dtype and n.device == args[0].device and n.shape == r.shape, name
         assert_close(name, n, r, dtype)
     ups = [torch.randn_like(out_r[k]) for k in through]
     torch.autograd.backward([out_n[k] for k in through], [u.to(dtype).to(device) for u in ups])
