@@ -27,3 +27,15 @@ def tolerances(dtype):
 def _fresh_seed():
     torch.seed()  # fresh random inputs every test, every run
     yield
+
+
+def assert_matches(got, want, dtype, msg, tol=None):
+    """``got`` (computed in ``dtype``) against the float64 ``want``: relative
+    tolerance per element, plus an absolute one scaled by max|want|. Weight
+    gradients are sums over many rows; their rounding error scales with the
+    terms, not with a sum that may cancel to near zero. ``tol``: rtol/atol
+    other than the dtype's."""
+    tol = tol or tolerances(dtype)
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=tol["atol"] * scale,
+                               msg=msg)

@@ -9,7 +9,7 @@ import torch
 
 import lltm
 from lltm import reference
-from conftest import tolerances
+from conftest import assert_matches, tolerances
 
 DTYPES = [torch.float32, torch.float64]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1, odd sizes, I > H, I < H, I = 0
@@ -48,19 +48,18 @@ def compare(args, dtype, through=(0, 1, 2), tol=None):
     """Outputs and gradients of every argument, native in `dtype` against the
     reference in float64, with random upstream gradients arriving through the
     outputs listed in `through` (0 output, 1 h_n, 2 c_n)."""
-    tol = tol or tolerances(dtype)
     nat = [a.detach().clone().to(dtype).requires_grad_() for a in args]
     ref = [a.detach().clone().double().requires_grad_() for a in args]
     out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
     for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
         assert n.dtype == dtype and n.shape == r.shape, name
-        torch.testing.assert_close(n.double(), r, **tol, msg=name)
+        assert_matches(n, r, dtype, msg=name, tol=tol)
     ups = [torch.randn_like(out_r[k]) for k in through]
     torch.autograd.backward([out_n[k] for k in through], [u.to(dtype) for u in ups])
     torch.autograd.backward([out_r[k] for k in through], ups)
     for name, n, r in zip(["input", "weights", "bias", "h0", "c0"], nat, ref):
         assert n.grad is not None and n.grad.dtype == dtype and n.grad.shape == r.shape, name
-        torch.testing.assert_close(n.grad.double(), r.grad, **tol, msg=f"grad of {name}")
+        assert_matches(n.grad, r.grad, dtype, msg=f"grad of {name}", tol=tol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
