@@ -21,11 +21,13 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
 # float32 products that run on TF32 tensor cores (cuDNN RNNs by default) keep
 # 10 mantissa bits, as float16 does.
 TF32_TOLERANCE = 1e-2
-# In float16 / bfloat16 the error grows with the sizes and with T (the LLTM's
-# cell state only accumulates), so the bar there is the larger of TOLERANCE and
-# twice the error of the family's reference computed in that same dtype:
-# an implementation must be about as accurate as plain PyTorch, or better.
-LOW_PRECISION = (torch.float16, torch.bfloat16)
+# Below float64 the error grows with the sizes and with T (the LLTM's cell
+# state only accumulates, and a long recurrence amplifies rounding: the
+# float32 reference loop itself is ~1e-3 off float64 at T=1000), so the bar
+# there is the larger of TOLERANCE and twice the error of the family's
+# reference computed in that same dtype, when the reference runs: an
+# implementation must be about as accurate as plain PyTorch, or better.
+REFERENCE_SETS_BAR = (torch.float32, torch.float16, torch.bfloat16)
 
 CELL_BASELINES = ("reference",)
 SEQUENCE_BASELINES = ("reference_loop", "lstm")
@@ -308,12 +310,12 @@ def default_impls() -> list[Impl]:
 
 def tolerance(w: Workload, case: Case, reference_error: float | None = None) -> float:
     """The largest error accepted; ``reference_error``: that of the family's
-    reference in the same dtype (used in float16 / bfloat16 only)."""
+    reference in the same dtype (used below float64 only)."""
     if w.dtype == torch.float32 and w.device.type == "cuda" and (
             torch.backends.cuda.matmul.allow_tf32
             or (case.uses_cudnn and torch.backends.cudnn.allow_tf32)):
         return TF32_TOLERANCE
-    if w.dtype in LOW_PRECISION and reference_error is not None:
+    if w.dtype in REFERENCE_SETS_BAR and reference_error is not None:
         return max(TOLERANCE[w.dtype], 2 * reference_error)
     return TOLERANCE[w.dtype]
 
