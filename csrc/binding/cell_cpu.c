@@ -20,29 +20,6 @@ static void concat_state_input(const lltm_cell_dims *d, size_t elem,
     }
 }
 
-static int read_args(AtenTensorHandle *handles, const char *const *names, int n,
-                     lltm_tensor *args, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
-            return -1;
-    return 0;
-}
-
-static int contiguous_all(lltm_tensor *args, int n, lltm_owned *owned,
-                          lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_make_contiguous(&args[k], owned, err))
-            return -1;
-    return 0;
-}
-
-static int core_failed(lltm_error *err, const char *what, int status)
-{
-    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
-}
-
 /* cell_forward(input, weights, bias, old_h, old_cell) -> (new_h, new_cell, gates) */
 void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
 {
@@ -55,9 +32,9 @@ void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_
     lltm_cell_dims d;
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
-        read_args(handles, names, 5, a, &err) ||
+        lltm_read_tensors(handles, names, 5, a, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        contiguous_all(a, 5, &owned, &err))
+        lltm_make_all_contiguous(a, 5, &owned, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -77,7 +54,7 @@ void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_
                                                  a[4].data, new_h_data, new_cell_data,
                                                  lltm_torch_parallel_for);
     if (status != LLTM_OK) {
-        core_failed(&err, "lltm_cell_forward_pointwise_cpu", status);
+        lltm_core_failed(&err, "lltm_cell_forward_pointwise_cpu", status);
         goto fail;
     }
     lltm_return(&owned, new_h, &stack[0]);
@@ -104,9 +81,9 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
     lltm_cell_dims d;
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
-        read_args(handles, names, 7, a, &err) ||
+        lltm_read_tensors(handles, names, 7, a, &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        contiguous_all(a, 7, &owned, &err))
+        lltm_make_all_contiguous(a, 7, &owned, &err))
         goto fail;
 
     /* Column blocks of W [3H, H+I] and dW: state columns 0..H-1, input
@@ -134,7 +111,7 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
         d.dtype, d.B, d.H, a[0].data, a[1].data, a[2].data, a[3].data, d_gates_data,
         d_old_cell_data, d_bias_data, lltm_torch_parallel_for);
     if (status != LLTM_OK) {
-        core_failed(&err, "lltm_cell_backward_pointwise_cpu", status);
+        lltm_core_failed(&err, "lltm_cell_backward_pointwise_cpu", status);
         goto fail;
     }
     /* [d_old_h | d_input] = dG W;  [dW_h | dW_x] = dG^T [old_h | input] */

@@ -43,48 +43,6 @@ static bool use_cublas(const lltm_cell_dims *d)
     return macs >= (half ? LLTM_CUBLAS_MIN_MACS_HALF : LLTM_CUBLAS_MIN_MACS_FLOAT);
 }
 
-static int read_args(AtenTensorHandle *handles, const char *const *names, int n,
-                     lltm_tensor *args, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
-            return -1;
-    return 0;
-}
-
-static int contiguous_all(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_make_contiguous(&args[k], owned, err))
-            return -1;
-    return 0;
-}
-
-static int core_failed(lltm_error *err, const char *what, int status)
-{
-    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
-}
-
-/* Make the tensors' device current (until the guard is deleted) and fetch
- * torch's current stream on it: every kernel, copy and mm of the op runs
- * there, so side streams and CUDA-graph capture see it in order. */
-static int enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
-                        lltm_error *err)
-{
-    if (aoti_torch_create_cuda_guard(device_index, guard) != 0) {
-        *guard = NULL;
-        return lltm_fail(err, "could not make cuda:%d the current device", device_index);
-    }
-    if (aoti_torch_get_current_cuda_stream(device_index, stream) != 0)
-        return lltm_fail(err, "could not get the current CUDA stream of cuda:%d", device_index);
-    return 0;
-}
-
-static void leave_device(CUDAGuardHandle guard)
-{
-    if (guard != NULL)
-        aoti_torch_delete_cuda_guard(guard);
-}
 
 /* A view of the columns [col, col + ncols) of the row-major [rows, ld]
  * matrix `self` (no copy): sizes [rows, ncols], strides [ld, 1]. */
@@ -113,10 +71,10 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
     int status;
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
-        read_args(handles, names, 5, a, &err) ||
+        lltm_read_tensors(handles, names, 5, a, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        enter_device(a[0].device_index, &guard, &stream, &err) ||
-        contiguous_all(a, 5, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        lltm_make_all_contiguous(a, 5, &owned, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -131,7 +89,7 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
                                               a[1].data, a[2].data, a[4].data, new_h_data,
                                               new_cell_data, gates_data, stream);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_cell_forward_fused_cuda", status);
+            lltm_core_failed(&err, "lltm_cell_forward_fused_cuda", status);
             goto fail;
         }
     } else {
@@ -145,7 +103,7 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
         status = lltm_concat_state_input_cuda(d.dtype, d.B, d.I, d.H, a[3].data, a[0].data,
                                               X_data, stream);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_concat_state_input_cuda", status);
+            lltm_core_failed(&err, "lltm_concat_state_input_cuda", status);
             goto fail;
         }
         if (lltm_mm_out(X, W_t, gates, &err))
@@ -153,7 +111,7 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
         status = lltm_cell_forward_pointwise_cuda(d.dtype, d.B, d.H, gates_data, a[2].data,
                                                   a[4].data, new_h_data, new_cell_data, stream);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_cell_forward_pointwise_cuda", status);
+            lltm_core_failed(&err, "lltm_cell_forward_pointwise_cuda", status);
             goto fail;
         }
     }
@@ -161,10 +119,10 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
     lltm_return(&owned, new_cell, &stack[1]);
     lltm_return(&owned, gates, &stack[2]);
     lltm_free_owned(&owned);
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     return;
 fail:
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     lltm_raise("lltm::cell_forward", &owned, &err);
 }
 
@@ -186,10 +144,10 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     int status;
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
-        read_args(handles, names, 7, a, &err) ||
+        lltm_read_tensors(handles, names, 7, a, &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        enter_device(a[0].device_index, &guard, &stream, &err) ||
-        contiguous_all(a, 7, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        lltm_make_all_contiguous(a, 7, &owned, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -209,7 +167,7 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
             a[5].data, a[6].data, d_gates_data, d_input_data, d_weights_data, d_bias_data,
             d_old_h_data, d_old_cell_data, stream);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_cell_backward_fused_cuda", status);
+            lltm_core_failed(&err, "lltm_cell_backward_fused_cuda", status);
             goto fail;
         }
     } else {
@@ -228,7 +186,7 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
             d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[5].data,
             a[4].data, d_gates_data, d_old_cell_data, d_bias_data, X_data, stream);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_cell_backward_pointwise_cuda", status);
+            lltm_core_failed(&err, "lltm_cell_backward_pointwise_cuda", status);
             goto fail;
         }
         if (lltm_mm_out(d_gates_t, X, d_weights, &err) ||
@@ -242,9 +200,9 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     lltm_return(&owned, d_old_h, &stack[3]);
     lltm_return(&owned, d_old_cell, &stack[4]);
     lltm_free_owned(&owned);
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     return;
 fail:
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     lltm_raise("lltm::cell_backward", &owned, &err);
 }

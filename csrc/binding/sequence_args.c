@@ -7,31 +7,6 @@ const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS] = {
     "grad_output", "grad_h_n", "grad_c_n", "input", "weights",
     "h0",          "output",   "cells",    "gates"};
 
-static int call_failed(lltm_error *err, const char *call)
-{
-    const char *why = NULL;
-    if (torch_exception_get_what_without_backtrace != NULL)
-        why = torch_exception_get_what_without_backtrace();
-    return lltm_fail(err, "%s failed%s%s", call, why ? ": " : "", why ? why : "");
-}
-
-int lltm_read_all(AtenTensorHandle *handles, const char *const *names, int n,
-                  lltm_tensor *args, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
-            return -1;
-    return 0;
-}
-
-int lltm_contiguous_all(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_make_contiguous(&args[k], owned, err))
-            return -1;
-    return 0;
-}
-
 /* t is [B, H] */
 static int check_state(const lltm_tensor *t, const lltm_sequence_dims *d, lltm_error *err)
 {
@@ -86,14 +61,7 @@ int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],
         check_state(&in[LLTM_SEQ_FWD_C0], d, err) ||
         check_weights(&in[LLTM_SEQ_FWD_WEIGHTS], d, err))
         return -1;
-    if (bias->dim == 2) {
-        if (lltm_check_size(bias, 0, 1, "bias is [3H] or [1, 3H]", err))
-            return -1;
-    } else if (lltm_check_dim(bias, 1, "[3H] (or [1, 3H])", err)) {
-        return -1;
-    }
-    return lltm_check_size(bias, bias->dim - 1, 3 * d->H,
-                           "3H, three gates of state size H of h0", err);
+    return lltm_check_bias(bias, d->H, err);
 }
 
 int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
@@ -119,7 +87,7 @@ static int make_view(const lltm_matrix *m, AtenTensorHandle *out, lltm_error *er
     const int64_t sizes[2] = {m->rows, m->cols};
     const int64_t strides[2] = {m->row_stride, m->col_stride};
     if (aoti_torch__reinterpret_tensor(m->base, 2, sizes, strides, m->offset, out) != 0)
-        return call_failed(err, "aoti_torch__reinterpret_tensor");
+        return lltm_shim_failed(err, "aoti_torch__reinterpret_tensor");
     return 0;
 }
 
@@ -139,7 +107,7 @@ int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
         stack[k] = (StableIValue)(uintptr_t)view;
     }
     if (torch_call_dispatcher("aten::mm", "out", stack, LLTM_TORCH_TARGET_VERSION) != 0)
-        return call_failed(err, "aten::mm.out");
+        return lltm_shim_failed(err, "aten::mm.out");
     /* mm.out returns its `out` argument as a new handle. */
     aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
     return 0;

@@ -40,13 +40,6 @@ int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
                                  int32_t device_type, bool half_types_ok,
                                  lltm_sequence_dims *dims, lltm_error *err);
 
-/* Read handles[k] as argument names[k], for k < n. */
-int lltm_read_all(AtenTensorHandle *handles, const char *const *names, int n,
-                  lltm_tensor *args, lltm_error *err);
-/* Make every argument contiguous (copies are owned). */
-int lltm_contiguous_all(lltm_tensor *args, int n, lltm_owned *owned,
-                        lltm_error *err);
-
 /* A matrix inside a tensor's storage: element (r, c) at
  * offset + r*row_stride + c*col_stride elements from the tensor's start. */
 typedef struct lltm_matrix {

@@ -12,11 +12,6 @@
 
 #include <string.h>
 
-static int core_failed(lltm_error *err, const char *what, int status)
-{
-    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
-}
-
 /* dst [cols, rows] = the transpose of the [rows, cols] block of src whose
  * rows are `ld` elements apart (row r, column c at src[r*ld + c]). */
 #define LLTM_DEFINE_TRANSPOSE(T, SUFFIX)                                              \
@@ -60,9 +55,9 @@ void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t 
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5, &owned,
                          handles, &err) ||
-        lltm_read_all(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
+        lltm_read_tensors(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
         lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        lltm_contiguous_all(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
+        lltm_make_all_contiguous(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
         goto fail;
 
     const int64_t T = d.T, B = d.B, I = d.I, H = d.H, G = 3 * H, K = I + H, TB = T * B;
@@ -107,7 +102,7 @@ void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t 
             a[LLTM_SEQ_FWD_BIAS].data, c_prev, at(output_data, t * B * H, elem),
             at(cells_data, t * B * H, elem), lltm_torch_parallel_for);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_sequence_forward_step_cpu", status);
+            lltm_core_failed(&err, "lltm_sequence_forward_step_cpu", status);
             goto fail;
         }
     }
@@ -143,9 +138,9 @@ void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5, &owned,
                          handles, &err) ||
-        lltm_read_all(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
+        lltm_read_tensors(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
         lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        lltm_contiguous_all(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
+        lltm_make_all_contiguous(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
         goto fail;
 
     const int64_t T = d.T, B = d.B, I = d.I, H = d.H, G = 3 * H, K = I + H, TB = T * B;
@@ -180,7 +175,7 @@ void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t
             at((void *)cells, t * B * H, elem), at((void *)gates, t * B * G, elem),
             at(d_gates_data, t * B * G, elem), d_bias_data, lltm_torch_parallel_for);
         if (status != LLTM_OK) {
-            core_failed(&err, "lltm_sequence_backward_step_cpu", status);
+            lltm_core_failed(&err, "lltm_sequence_backward_step_cpu", status);
             goto fail;
         }
         /* dL/dh_{t-1} = dG[t] W_h */

@@ -22,36 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int core_failed(lltm_error *err, const char *what, int status)
-{
-    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
-}
-
 static inline void *at(const void *base, int64_t index, size_t elem)
 {
     return (char *)base + (size_t)index * elem;
 }
 
-/* Make the tensors' device current (until the guard is deleted) and fetch
- * torch's current stream there: every kernel, copy and mm of the op runs on
- * it, so side streams and CUDA-graph capture see the op in order. */
-static int enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
-                        lltm_error *err)
-{
-    if (aoti_torch_create_cuda_guard(device_index, guard) != 0) {
-        *guard = NULL;
-        return lltm_fail(err, "could not make cuda:%d the current device", device_index);
-    }
-    if (aoti_torch_get_current_cuda_stream(device_index, stream) != 0)
-        return lltm_fail(err, "could not get the current CUDA stream of cuda:%d", device_index);
-    return 0;
-}
-
-static void leave_device(CUDAGuardHandle guard)
-{
-    if (guard != NULL)
-        aoti_torch_delete_cuda_guard(guard);
-}
 
 static int route_mode(int *mode, lltm_error *err)
 {
@@ -101,7 +76,7 @@ static int empty_float(const lltm_tensor *like, int64_t n, lltm_owned *owned,
 
 static int cuda_call(int status, const char *what, lltm_error *err)
 {
-    return status == LLTM_OK ? 0 : core_failed(err, what, status);
+    return status == LLTM_OK ? 0 : lltm_core_failed(err, what, status);
 }
 
 /* sequence_forward(input, weights, bias, h0, c0)
@@ -120,10 +95,10 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5, &owned,
                          handles, &err) ||
-        lltm_read_all(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
+        lltm_read_tensors(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
         lltm_check_sequence_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        enter_device(a[0].device_index, &guard, &stream, &err) ||
-        lltm_contiguous_all(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        lltm_make_all_contiguous(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
         goto fail;
 
     const int64_t T = d.T, B = d.B, I = d.I, H = d.H, G = 3 * H, K = I + H, TB = T * B;
@@ -203,10 +178,10 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
     lltm_return(&owned, cells, &stack[3]);
     lltm_return(&owned, gates, &stack[4]);
     lltm_free_owned(&owned);
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     return;
 fail:
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     lltm_raise("lltm::sequence_forward", &owned, &err);
 }
 
@@ -229,10 +204,10 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5, &owned,
                          handles, &err) ||
-        lltm_read_all(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
+        lltm_read_tensors(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
         lltm_check_sequence_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        enter_device(a[0].device_index, &guard, &stream, &err) ||
-        lltm_contiguous_all(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        lltm_make_all_contiguous(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
         goto fail;
 
     const int64_t T = d.T, B = d.B, I = d.I, H = d.H, G = 3 * H, K = I + H, TB = T * B;
@@ -346,9 +321,9 @@ done:
     lltm_return(&owned, d_h0, &stack[3]);
     lltm_return(&owned, d_c0, &stack[4]);
     lltm_free_owned(&owned);
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     return;
 fail:
-    leave_device(guard);
+    lltm_cuda_leave_device(guard);
     lltm_raise("lltm::sequence_backward", &owned, &err);
 }

@@ -16,7 +16,7 @@ int lltm_fail(lltm_error *err, const char *fmt, ...)
 
 /* A shim call failed: say which, with torch's own message where this torch
  * can tell it (2.13+; before that it only went to stderr). */
-static int shim_failed(lltm_error *err, const char *call)
+int lltm_shim_failed(lltm_error *err, const char *call)
 {
     const char *why = NULL;
     if (torch_exception_get_what_without_backtrace != NULL)
@@ -57,12 +57,12 @@ int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
     t->handle = handle;
     t->name = name;
     if (aoti_torch_get_dim(handle, &t->dim) != 0)
-        return shim_failed(err, "aoti_torch_get_dim");
+        return lltm_shim_failed(err, "aoti_torch_get_dim");
     if (t->dim > LLTM_MAX_DIM)
         return lltm_fail(err, "%s must have at most %d dimensions, got %lld",
                          name, LLTM_MAX_DIM, (long long)t->dim);
     if (aoti_torch_get_sizes(handle, &sizes) != 0)
-        return shim_failed(err, "aoti_torch_get_sizes");
+        return lltm_shim_failed(err, "aoti_torch_get_sizes");
     for (int64_t d = 0; d < t->dim; ++d)
         t->sizes[d] = sizes[d];
     if (aoti_torch_get_dtype(handle, &t->dtype) != 0 ||
@@ -70,7 +70,7 @@ int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
         aoti_torch_get_device_index(handle, &t->device_index) != 0 ||
         aoti_torch_is_contiguous(handle, &t->contiguous) != 0 ||
         aoti_torch_get_data_ptr(handle, &t->data) != 0)
-        return shim_failed(err, "reading tensor metadata");
+        return lltm_shim_failed(err, "reading tensor metadata");
     return 0;
 }
 
@@ -180,13 +180,32 @@ int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
         lltm_check_size(weights, 1, dims->I + dims->H,
                         "I+H, input features I of input plus state size H of old_h", err))
         return -1;
+    return lltm_check_bias(bias, dims->H, err);
+}
+
+int lltm_check_bias(const lltm_tensor *bias, int64_t H, lltm_error *err)
+{
     if (bias->dim == 2) {
         if (lltm_check_size(bias, 0, 1, "bias is [3H] or [1, 3H]", err))
             return -1;
     } else if (lltm_check_dim(bias, 1, "[3H] (or [1, 3H])", err)) {
         return -1;
     }
-    return lltm_check_size(bias, bias->dim - 1, G, "3H, three gates of state size H", err);
+    return lltm_check_size(bias, bias->dim - 1, 3 * H, "3H, three gates of state size H", err);
+}
+
+int lltm_read_tensors(AtenTensorHandle *handles, const char *const *names, int n,
+                      lltm_tensor *args, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
+            return -1;
+    return 0;
+}
+
+int lltm_core_failed(lltm_error *err, const char *what, int status)
+{
+    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
 }
 
 /* grad_h [B,H], grad_cell [B,H], new_cell [B,H], gates [B,3H], input [B,I],
@@ -231,11 +250,11 @@ int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
     }
     if (aoti_torch_empty_strided(ndim, sizes, strides, like->dtype, like->device_type,
                                  like->device_index, out) != 0)
-        return shim_failed(err, "aoti_torch_empty_strided");
+        return lltm_shim_failed(err, "aoti_torch_empty_strided");
     if (lltm_own(owned, *out, err))
         return -1;
     if (data != NULL && aoti_torch_get_data_ptr(*out, data) != 0)
-        return shim_failed(err, "aoti_torch_get_data_ptr");
+        return lltm_shim_failed(err, "aoti_torch_get_data_ptr");
     return 0;
 }
 
@@ -247,9 +266,17 @@ int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
     if (lltm_empty(t->dim, t->sizes, t, owned, &copy, &t->data, err))
         return -1;
     if (aoti_torch_copy_(copy, t->handle, 0) != 0)
-        return shim_failed(err, "copying to a contiguous tensor");
+        return lltm_shim_failed(err, "copying to a contiguous tensor");
     t->handle = copy;
     t->contiguous = true;
+    return 0;
+}
+
+int lltm_make_all_contiguous(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
+{
+    for (int k = 0; k < n; ++k)
+        if (lltm_make_contiguous(&args[k], owned, err))
+            return -1;
     return 0;
 }
 
@@ -259,7 +286,7 @@ int lltm_view_at(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
 {
     /* The offset is relative to self's own storage offset. */
     if (aoti_torch__reinterpret_tensor(self, ndim, sizes, strides, offset, out) != 0)
-        return shim_failed(err, "aoti_torch__reinterpret_tensor");
+        return lltm_shim_failed(err, "aoti_torch__reinterpret_tensor");
     return lltm_own(owned, *out, err);
 }
 
@@ -281,12 +308,12 @@ int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
         if (aoti_torch_new_tensor_handle(args[k], &copy) != 0) {
             for (int j = 0; j < k; ++j)
                 aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[j]);
-            return shim_failed(err, "aoti_torch_new_tensor_handle");
+            return lltm_shim_failed(err, "aoti_torch_new_tensor_handle");
         }
         stack[k] = (StableIValue)(uintptr_t)copy;
     }
     if (torch_call_dispatcher("aten::mm", "out", stack, LLTM_TORCH_TARGET_VERSION) != 0)
-        return shim_failed(err, "aten::mm.out");
+        return lltm_shim_failed(err, "aten::mm.out");
     /* mm.out returns its `out` argument as a new handle. */
     aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
     return 0;
@@ -328,3 +355,23 @@ int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
 {
     return torch_parallel_for(begin, end, grain, body, ctx);
 }
+
+#ifdef LLTM_WITH_CUDA
+int lltm_cuda_enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
+                           lltm_error *err)
+{
+    if (aoti_torch_create_cuda_guard(device_index, guard) != 0) {
+        *guard = NULL;
+        return lltm_fail(err, "could not make cuda:%d the current device", device_index);
+    }
+    if (aoti_torch_get_current_cuda_stream(device_index, stream) != 0)
+        return lltm_fail(err, "could not get the current CUDA stream of cuda:%d", device_index);
+    return 0;
+}
+
+void lltm_cuda_leave_device(CUDAGuardHandle guard)
+{
+    if (guard != NULL)
+        aoti_torch_delete_cuda_guard(guard);
+}
+#endif

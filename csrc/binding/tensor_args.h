@@ -51,6 +51,9 @@ typedef struct lltm_cell_dims {
 
 int lltm_fail(lltm_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A shim call failed: name it, with torch's message where this torch can tell
+ * it (2.13+; before that it only went to stderr). */
+int lltm_shim_failed(lltm_error *err, const char *call);
 
 /* Take ownership of `handle`; fails (after deleting it) when full. */
 int lltm_own(lltm_owned *owned, AtenTensorHandle handle, lltm_error *err);
@@ -86,8 +89,29 @@ int lltm_check_cell_backward(const lltm_tensor in[7], int32_t device_type,
                              bool half_types_ok, lltm_cell_dims *dims,
                              lltm_error *err);
 
+/* Bias of three gates of state size H: [3H], or the tutorial's [1, 3H]. */
+int lltm_check_bias(const lltm_tensor *bias, int64_t H, lltm_error *err);
+
+/* Read the metadata of n argument handles, named for messages. */
+int lltm_read_tensors(AtenTensorHandle *handles, const char *const *names, int n,
+                      lltm_tensor *args, lltm_error *err);
+
 /* Replace t by a contiguous copy (owned) if it is not contiguous. */
 int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err);
+/* The same for n tensors. */
+int lltm_make_all_contiguous(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err);
+
+/* A core function returned `status` (not LLTM_OK): say which and why. */
+int lltm_core_failed(lltm_error *err, const char *what, int status);
+
+#ifdef LLTM_WITH_CUDA
+/* Make cuda:device_index current (until lltm_cuda_leave_device) and fetch
+ * torch's current stream there: every kernel, copy and mm of an op runs on
+ * it, so side streams and CUDA-graph capture see the op in order. */
+int lltm_cuda_enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
+                           lltm_error *err);
+void lltm_cuda_leave_device(CUDAGuardHandle guard);
+#endif
 
 /* New uninitialised contiguous tensor like `like` (dtype, device), owned. */
 int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
