@@ -87,7 +87,8 @@ def find_nvcc() -> str | None:
 
 
 def _headers_mtime() -> float:
-    return max(p.stat().st_mtime for p in CSRC.rglob("*.h"))
+    """Newest header (C or CUDA): any header change rebuilds every object."""
+    return max(p.stat().st_mtime for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
 
 
 def _stale(target: Path, inputs: list[Path], extra_mtime: float = 0.0) -> bool:

@@ -42,35 +42,9 @@
 
 #include <stdint.h>
 
+#include "lltm_cuda_math.cuh"
+
 namespace {
-
-/* ---------------------------------------------------------------- types -- */
-
-template <typename T> struct acc_of { typedef float type; };
-template <> struct acc_of<double> { typedef double type; };
-
-__device__ __forceinline__ float to_acc(float x) { return x; }
-__device__ __forceinline__ double to_acc(double x) { return x; }
-__device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_acc(typename acc_of<T>::type x);
-template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
-template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-
-/* Math in the accumulation type: the float overloads use the float
- * functions, the double ones the double functions (never a float detour). */
-__device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
-__device__ __forceinline__ float elu_(float x) { return x > 0.0f ? x : expm1f(x); }
-__device__ __forceinline__ double elu_(double x) { return x > 0.0 ? x : expm1(x); }
-__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
 
 /* X = [h, x]: element (b, k) of the virtual [B, I+H] matrix. */
 template <typename T>
@@ -109,17 +83,8 @@ __device__ __forceinline__ void backward_unit(int64_t b, int64_t u, int64_t H,
 {
     const int64_t j = b * H + u;
     const T *grow = gates + b * 3 * H;
-    const A i = to_acc(grow[u]), o = to_acc(grow[H + u]), z = to_acc(grow[2 * H + u]);
-    const A gh = to_acc(grad_h[j]);
-    const A tc = tanh_(to_acc(new_cell[j]));
-    const A one = 1;
-    const A dc = to_acc(grad_cell[j]) + gh * o * (one - tc * tc);
-    /* elu'(x) = 1 for x > 0, else exp(x) = z + 1 */
-    const A d_elu = z > A(0) ? one : z + one;
-    d[0] = dc * z * i * (one - i);
-    d[1] = gh * tc * o * (one - o);
-    d[2] = dc * i * d_elu;
-    *d_cell = dc;
+    backward_math<A>(to_acc(grow[u]), to_acc(grow[H + u]), to_acc(grow[2 * H + u]),
+                     to_acc(new_cell[j]), to_acc(grad_h[j]), to_acc(grad_cell[j]), d, d_cell);
 }
 
 /* ------------------------------------------------------ fused forward -- */

@@ -45,33 +45,13 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+
+#include "lltm_cuda_math.cuh"
 #include <type_traits>
 
 namespace cg = cooperative_groups;
 
 namespace {
-
-/* ---------------------------------------------------------------- types -- */
-
-template <typename T> struct acc_of { typedef float type; };
-template <> struct acc_of<double> { typedef double type; };
-
-__device__ __forceinline__ float to_acc(float x) { return x; }
-__device__ __forceinline__ double to_acc(double x) { return x; }
-__device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_acc(typename acc_of<T>::type x);
-template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
-template <> __device__ __forceinline__ __half from_acc<__half>(float x)
-{
-    return __float2half_rn(x);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
 
 /* 16-byte shared-memory vectors of the accumulation type; component e is a
  * compile-time constant wherever the loops are unrolled. */
@@ -85,31 +65,6 @@ __device__ __forceinline__ float component(const float4 &v, int e)
 __device__ __forceinline__ double component(const double2 &v, int e)
 {
     return e == 0 ? v.x : v.y;
-}
-
-/* Math in the accumulation type, never a float detour for double. */
-__device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
-__device__ __forceinline__ float elu_(float x) { return x > 0.0f ? x : expm1f(x); }
-__device__ __forceinline__ double elu_(double x) { return x > 0.0 ? x : expm1(x); }
-__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
-
-/* Backward of one (row, unit): from the activations i, o, z, the new cell c,
- * dL/dh and dL/dc of the step, the pre-activation gradients d[0..2] and
- * dL/dc_prev (= dL/dc total, since c = c_prev + i z). */
-template <typename A>
-__device__ __forceinline__ void backward_math(A i, A o, A z, A c, A dh, A dc_in, A d[3],
-                                              A *dc_out)
-{
-    const A one = 1;
-    const A tc = tanh_(c);
-    const A dc = dc_in + dh * o * (one - tc * tc);
-    const A d_elu = z > A(0) ? one : z + one; /* elu'(x) = exp(x) = z + 1 for x <= 0 */
-    d[0] = dc * z * i * (one - i);
-    d[1] = dh * tc * o * (one - o);
-    d[2] = dc * i * d_elu;
-    *dc_out = dc;
 }
 
 /* ------------------------------------------------- persistent kernels -- */
