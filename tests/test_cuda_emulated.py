@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from lltm import reference
+from guarded import Guarded, as_ptr
 
 ROOT = Path(__file__).resolve().parent.parent
 CU_SOURCE = ROOT / "csrc" / "core" / "lltm_cuda_cell.cu"
@@ -35,7 +36,6 @@ TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
 # "default": the size-based choice; "large" / "small": one tile configuration
 # for every size (LLTM_CUDA_LARGE_TILE_MIN_BLOCKS).
 VARIANTS = {"default": None, "large": 1, "small": 1 << 62}
-SENTINEL = 7777.0  # guard zones around every output: must stay untouched
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -82,40 +82,6 @@ def _declare(lib):
                lib.lltm_cell_backward_pointwise_cuda):
         fn.restype = ctypes.c_int
     return lib
-
-
-class Guarded:
-    """An uninitialised-looking (NaN) output inside a buffer whose guard zones
-    hold SENTINEL: afterwards, every element must be written and no guard."""
-
-    GUARD = 67
-
-    def __init__(self, shape, dtype):
-        n = 1
-        for s in shape:
-            n *= s
-        self.buf = torch.full((n + 2 * self.GUARD,), SENTINEL, dtype=dtype)
-        self.buf[self.GUARD:self.GUARD + n] = float("nan")
-        self.n, self.shape = n, shape
-
-    @property
-    def ptr(self):
-        return ctypes.c_void_p(self.buf.data_ptr() + self.GUARD * self.buf.element_size())
-
-    @property
-    def value(self):
-        return self.buf[self.GUARD:self.GUARD + self.n].view(self.shape)
-
-    def check(self, name):
-        g = self.GUARD
-        assert (self.buf[:g] == SENTINEL).all() and (self.buf[g + self.n:] == SENTINEL).all(), \
-            f"{name}: a write outside the output"
-        assert not torch.isnan(self.value).any(), f"{name}: elements left unwritten"
-        return self.value
-
-
-def _ptr(t):
-    return ctypes.c_void_p(t.data_ptr())
 
 
 def _inputs(B, I, H, dtype):
@@ -170,7 +136,7 @@ def test_fused_forward_backward(emu_libs, variant, dtype, B, I, H):
     code = DTYPE_CODES[dtype]
     (x, W, b, h, c), ref_args = _inputs(B, I, H, dtype)
     new_h, new_cell, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((B, 3 * H), dtype)
-    status = lib.lltm_cell_forward_fused_cuda(code, B, I, H, _ptr(x), _ptr(h), _ptr(W), _ptr(b), _ptr(c),
+    status = lib.lltm_cell_forward_fused_cuda(code, B, I, H, as_ptr(x), as_ptr(h), as_ptr(W), as_ptr(b), as_ptr(c),
                                         new_h.ptr, new_cell.ptr, gates.ptr, None)
     assert status == 0
     r_h, r_c, r_g, backward = _reference_step(*ref_args)
@@ -185,8 +151,8 @@ def test_fused_forward_backward(emu_libs, variant, dtype, B, I, H):
             "grad_weights": Guarded((3 * H, K), dtype), "grad_bias": Guarded((3 * H,), dtype),
             "grad_old_h": Guarded((B, H), dtype), "grad_old_cell": Guarded((B, H), dtype)}
     status = lib.lltm_cell_backward_fused_cuda(
-        code, B, I, H, _ptr(grad_h), _ptr(grad_cell), _ptr(new_cell.value), _ptr(gates.value),
-        _ptr(x), _ptr(h), _ptr(W), *[o.ptr for o in outs.values()], None)
+        code, B, I, H, as_ptr(grad_h), as_ptr(grad_cell), as_ptr(new_cell.value), as_ptr(gates.value),
+        as_ptr(x), as_ptr(h), as_ptr(W), *[o.ptr for o in outs.values()], None)
     assert status == 0
     # The reference backward at the kernel's own saved state (what the op
     # does): differentiate the float64 step.
@@ -208,12 +174,12 @@ def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):
     code = DTYPE_CODES[dtype]
     (x, W, b, h, c), ref_args = _inputs(B, I, H, dtype)
     X = Guarded((B, I + H), dtype)
-    assert lib.lltm_concat_state_input_cuda(code, B, I, H, _ptr(h), _ptr(x), X.ptr, None) == 0
+    assert lib.lltm_concat_state_input_cuda(code, B, I, H, as_ptr(h), as_ptr(x), X.ptr, None) == 0
     assert torch.equal(X.check("X"), torch.cat([h, x], dim=1))
     gates = Guarded((B, 3 * H), dtype)
     gates.value.copy_((X.value.double() @ W.double().t()).to(dtype))
     new_h, new_cell = Guarded((B, H), dtype), Guarded((B, H), dtype)
-    assert lib.lltm_cell_forward_pointwise_cuda(code, B, H, gates.ptr, _ptr(b), _ptr(c),
+    assert lib.lltm_cell_forward_pointwise_cuda(code, B, H, gates.ptr, as_ptr(b), as_ptr(c),
                                                 new_h.ptr, new_cell.ptr, None) == 0
     r_h, r_c, r_g, backward = _reference_step(*ref_args)
     _close("new_h", new_h.check("new_h"), r_h, dtype)
@@ -225,8 +191,8 @@ def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):
     d_gates, d_c, d_b, X2 = (Guarded((B, 3 * H), dtype), Guarded((B, H), dtype),
                              Guarded((3 * H,), dtype), Guarded((B, I + H), dtype))
     assert lib.lltm_cell_backward_pointwise_cuda(
-        code, B, I, H, _ptr(grad_h), _ptr(grad_cell), _ptr(new_cell.value), _ptr(gates.value),
-        _ptr(h), _ptr(x), d_gates.ptr, d_c.ptr, d_b.ptr, X2.ptr, None) == 0
+        code, B, I, H, as_ptr(grad_h), as_ptr(grad_cell), as_ptr(new_cell.value), as_ptr(gates.value),
+        as_ptr(h), as_ptr(x), d_gates.ptr, d_c.ptr, d_b.ptr, X2.ptr, None) == 0
     assert torch.equal(X2.check("X"), torch.cat([h, x], dim=1))
     dG = d_gates.check("grad_gates").double()
     r_x, r_W, r_b, r_h_grad, r_c_grad = backward(grad_h.double(), grad_cell.double())

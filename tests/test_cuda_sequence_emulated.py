@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from lltm import reference
+from guarded import Guarded, as_ptr
 
 ROOT = Path(__file__).resolve().parent.parent
 CU_SOURCE = ROOT / "csrc" / "core" / "lltm_cuda_sequence.cu"
@@ -32,7 +33,6 @@ TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
 PLANS = {"cluster_16_8": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4}
 PLAN_MAX_H = {1: 128, 2: 128, 3: 512, 4: 1024}
-SENTINEL = 7777.0
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -79,40 +79,6 @@ def _declare(lib):
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_convert_cuda):
         fn.restype = ctypes.c_int
     return lib
-
-
-class Guarded:
-    """An output poisoned with NaN inside guard zones of SENTINEL: afterwards
-    every element must be written and no guard touched."""
-
-    GUARD = 37
-
-    def __init__(self, shape, dtype, fill=None):
-        n = 1
-        for s in shape:
-            n *= s
-        self.buf = torch.full((n + 2 * self.GUARD,), SENTINEL, dtype=dtype)
-        self.buf[self.GUARD:self.GUARD + n] = float("nan") if fill is None else fill.reshape(-1)
-        self.n, self.shape = n, shape
-
-    @property
-    def ptr(self):
-        return ctypes.c_void_p(self.buf.data_ptr() + self.GUARD * self.buf.element_size())
-
-    @property
-    def value(self):
-        return self.buf[self.GUARD:self.GUARD + self.n].view(self.shape)
-
-    def check(self, name):
-        g = self.GUARD
-        assert (self.buf[:g] == SENTINEL).all() and (self.buf[g + self.n:] == SENTINEL).all(), \
-            f"{name}: a write outside the output"
-        assert not torch.isnan(self.value).any(), f"{name}: elements left unwritten"
-        return self.value
-
-
-def _ptr(t):
-    return ctypes.c_void_p(t.data_ptr())
 
 
 def _inputs(T, B, I, H, dtype):
@@ -170,14 +136,14 @@ def _run_case(lib, plan, dtype, T, B, I, H):
     out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
     ws_bytes = lib.lltm_sequence_workspace_cuda(code, B, H)
     workspace = torch.full((max(1, ws_bytes // 4),), float("nan"), dtype=torch.float32)
-    ws_ptr = _ptr(workspace) if ws_bytes else None
+    ws_ptr = as_ptr(workspace) if ws_bytes else None
 
     # forward: gates enter holding x W_x^T (rounded to dtype, as cuBLAS returns it)
     proj = (x.double().reshape(T * B, I) @ W.double()[:, H:].t()).reshape(T, B, 3 * H)
     gates = Guarded((T, B, 3 * H), dtype, fill=proj.to(dtype))
     output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
     status = lib.lltm_sequence_forward_persistent_cuda(
-        code, plan, T, B, I, H, _ptr(h0), _ptr(c0), _ptr(W), _ptr(b), gates.ptr, output.ptr,
+        code, plan, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr, output.ptr,
         cells.ptr, ws_ptr, None)
     assert status == 0, f"forward status {status}"
     _close("output", output.check("output"), out_r, dtype)
@@ -193,8 +159,8 @@ def _run_case(lib, plan, dtype, T, B, I, H):
     db, dh0, dc0 = Guarded((3 * H,), dtype), Guarded((B, H), dtype), Guarded((B, H), dtype)
     workspace.fill_(float("nan"))
     status = lib.lltm_sequence_backward_persistent_cuda(
-        code, plan, T, B, I, H, _ptr(go), _ptr(ghn), _ptr(gcn), _ptr(W), _ptr(cells.value),
-        _ptr(gates.value), dG.ptr, db.ptr, dh0.ptr, dc0.ptr, ws_ptr, None)
+        code, plan, T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(W), as_ptr(cells.value),
+        as_ptr(gates.value), dG.ptr, db.ptr, dh0.ptr, dc0.ptr, ws_ptr, None)
     assert status == 0, f"backward status {status}"
     dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
     _close("grad_bias", db.check("grad_bias"), d_b, dtype)
@@ -261,7 +227,7 @@ def test_per_step_kernels(emu, dtype):
         recurrent = (h_prev.double() @ Wd[:, :H].t()).to(dtype).contiguous()
         g_t = gates[t]
         status = emu.lltm_sequence_forward_step_cuda(
-            code, B, H, _ptr(recurrent), _ptr(g_t), _ptr(b), _ptr(c_prev),
+            code, B, H, as_ptr(recurrent), as_ptr(g_t), as_ptr(b), as_ptr(c_prev),
             ctypes.c_void_p(output.value[t].data_ptr()), ctypes.c_void_p(cells.value[t].data_ptr()),
             None)
         assert status == 0
@@ -279,12 +245,12 @@ def test_per_step_kernels(emu, dtype):
     dh = ghn.clone()
     for t in reversed(range(T)):
         status = emu.lltm_sequence_backward_step_cuda(
-            code, B, H, _ptr(go[t]), _ptr(dh), _ptr(dc), _ptr(cells.value[t]), _ptr(gates[t]),
-            ctypes.c_void_p(dG.value[t].data_ptr()), _ptr(bias_acc), None)
+            code, B, H, as_ptr(go[t]), as_ptr(dh), as_ptr(dc), as_ptr(cells.value[t]), as_ptr(gates[t]),
+            ctypes.c_void_p(dG.value[t].data_ptr()), as_ptr(bias_acc), None)
         assert status == 0
         dh = (dG.value[t].double() @ Wd[:, :H]).to(dtype).contiguous()
     db = torch.empty(3 * H, dtype=dtype)
-    assert emu.lltm_sequence_convert_cuda(code, 3 * H, _ptr(bias_acc), _ptr(db), None) == 0
+    assert emu.lltm_sequence_convert_cuda(code, 3 * H, as_ptr(bias_acc), as_ptr(db), None) == 0
     dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
     _close("grad_bias", db, d_b, dtype)
     _close("grad_h0", dh, d_h0, dtype)
