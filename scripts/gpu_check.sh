@@ -7,6 +7,8 @@
 #   bash scripts/gpu_check.sh bench   the project's benchmark on CUDA (lltm.bench): the default
 #                                     table, the large cell size in float32 and bfloat16, T=1000
 #   bash scripts/gpu_check.sh multi   what needs 2 GPUs: cuda:1 tests, DDP over NCCL
+#   bash scripts/gpu_check.sh cell    the cell alone: fused-kernel tile timings (scripts/cell_tiles.cu),
+#                                     the cell's CUDA tests, launch counts, the cell benchmark table
 #   bash scripts/gpu_check.sh timing  the kernel-level timing scripts (cuda_timing, sequence_timing)
 #
 # Logs and JSON/PNG results go to $OUT (default ./gpu-check-out); a short table
@@ -79,13 +81,26 @@ multi)
     stage torchrun-nccl 180 torchrun.log torchrun --standalone --nproc_per_node=2 \
         -m lltm.examples.train --quick --device cuda --no-progress --plot ""
     ;;
+cell)
+    # The cell alone (issue 3): tile configurations of the fused kernels by
+    # CUDA-graph replay, the cell's CUDA tests, launch counts, the cell table.
+    stage cell-tiles 120 cell_tiles.log bash -c "nvcc -O3 -std=c++17 \
+        -gencode=arch=compute_90,code=sm_90 -Icsrc/core scripts/cell_tiles.cu -o /tmp/cell_tiles \
+        && /tmp/cell_tiles"
+    stage tests 300 tests.log $PY -m pytest -q -rs -p no:cacheprovider tests/test_cuda_cell.py \
+        tests/test_errors.py tests/test_cell.py
+    stage launch-counts 60 launches.log $PY -m pytest -q -s -p no:cacheprovider \
+        tests/test_cuda_cell.py -k launch_counts
+    stage bench-cell 240 bench_cell.log $PY -m lltm.bench --device cuda --no-progress \
+        --seq-len 0 --json "$OUT/bench_cell.json"
+    ;;
 timing)
     stage cell-timing 200 cell_timing.log $PY scripts/cuda_timing.py --json "$OUT/cell_timing.json"
     stage sequence-timing 200 sequence_timing.log $PY scripts/sequence_timing.py \
         --json "$OUT/sequence_timing.json"
     ;;
 *)
-    echo "unknown mode $MODE (tests, bench, multi, timing)"; exit 2 ;;
+    echo "unknown mode $MODE (tests, bench, multi, cell, timing)"; exit 2 ;;
 esac
 
 echo
@@ -100,4 +115,5 @@ for log in tests second_device ddp; do
 done
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$OUT"/memcheck_*.log "$OUT"/racecheck_*.log 2>/dev/null
 grep -hE "^launches" "$OUT/launches.log" 2>/dev/null
+grep -hE "^(B=|forward|bwd_|empty)" "$OUT/cell_tiles.log" 2>/dev/null
 for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done

@@ -300,6 +300,23 @@ int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
 int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
                 lltm_error *err)
 {
+    /* Direct calls into ATen's mm kernel where torch exports them: the
+     * dispatcher route below costs a schema lookup and boxing per call. */
+    int32_t device_type;
+    if (aoti_torch_get_device_type(out, &device_type) != 0)
+        return lltm_shim_failed(err, "aoti_torch_get_device_type");
+    if (device_type == aoti_torch_device_type_cpu() && aoti_torch_cpu_mm_out) {
+        if (aoti_torch_cpu_mm_out(out, a, b) != 0)
+            return lltm_shim_failed(err, "aoti_torch_cpu_mm_out");
+        return 0;
+    }
+#ifdef LLTM_WITH_CUDA
+    if (device_type == aoti_torch_device_type_cuda() && aoti_torch_cuda_mm_out) {
+        if (aoti_torch_cuda_mm_out(out, a, b) != 0)
+            return lltm_shim_failed(err, "aoti_torch_cuda_mm_out");
+        return 0;
+    }
+#endif
     /* The dispatcher consumes tensor arguments: pass new handles. */
     StableIValue stack[3];
     AtenTensorHandle args[3] = {a, b, out};

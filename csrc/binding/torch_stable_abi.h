@@ -105,6 +105,12 @@ void aoti_torch_check(bool cond, const char *func, const char *file,
 /* 2.13+: the message of the last exception a shim call swallowed */
 LLTM_WEAK const char *torch_exception_get_what_without_backtrace(void);
 
+/* out = self @ mat2 straight into ATen's CPU kernel (AOTInductor's generated
+ * fallback shim, c_shim_cpu.h): no dispatcher lookup or boxing. Weak: when a
+ * torch lacks it, aten::mm.out goes through torch_call_dispatcher. */
+LLTM_WEAK AOTITorchError aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                               AtenTensorHandle mat2);
+
 #ifdef LLTM_WITH_CUDA
 typedef struct CUDAGuardOpaque *CUDAGuardHandle;
 AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index,
@@ -112,6 +118,9 @@ AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index,
 AOTITorchError aoti_torch_delete_cuda_guard(CUDAGuardHandle guard);
 AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index,
                                                   void **ret_stream);
+/* the CUDA twin of aoti_torch_cpu_mm_out (c_shim_cuda.h), in libtorch_cuda */
+LLTM_WEAK AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                AtenTensorHandle mat2);
 #endif
 
 #ifdef __cplusplus

@@ -57,13 +57,12 @@ load_x(const T *__restrict__ old_h, const T *__restrict__ input, int64_t I, int6
 
 /* The forward's pointwise part for one (row, unit); g* include the bias. */
 template <typename T, typename A>
-__device__ __forceinline__ void forward_unit(A gi, A go, A gz, int64_t b, int64_t u, int64_t H,
-                                             const T *__restrict__ old_cell,
-                                             T *__restrict__ new_h, T *__restrict__ new_cell,
-                                             T *__restrict__ gates)
+__device__ __forceinline__ void forward_unit(A gi, A go, A gz, A c_prev, int64_t b, int64_t u,
+                                             int64_t H, T *__restrict__ new_h,
+                                             T *__restrict__ new_cell, T *__restrict__ gates)
 {
     const A i = sigmoid_(gi), o = sigmoid_(go), z = elu_(gz);
-    const A c = to_acc(old_cell[b * H + u]) + i * z;
+    const A c = c_prev + i * z;
     T *grow = gates + b * 3 * H;
     grow[u] = from_acc<T>(i);
     grow[H + u] = from_acc<T>(o);
@@ -126,6 +125,24 @@ forward_fused_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ inpu
 #pragma unroll
             for (int j = 0; j < RU; ++j)
                 acc[i][g][j] = 0;
+
+    /* The epilogue's inputs (bias, old_cell) are loaded now, by the threads
+     * that finish the step, so their latency overlaps the products instead of
+     * adding a global round trip at the end. */
+    A bias_r[3][RU], c_prev[RB][RU];
+#pragma unroll
+    for (int j = 0; j < RU; ++j) {
+        const int64_t u = u0 + tx + j * TX;
+        const bool ok = split == 0 && u < H;
+#pragma unroll
+        for (int g = 0; g < 3; ++g)
+            bias_r[g][j] = ok ? to_acc(bias[g * H + u]) : A(0);
+#pragma unroll
+        for (int i = 0; i < RB; ++i) {
+            const int64_t b = b0 + ty + i * TY;
+            c_prev[i][j] = (ok && b < B) ? to_acc(old_cell[b * H + u]) : A(0);
+        }
+    }
 
     A xr[LX], wr[LW];
     auto fetch = [&](int64_t k0) {
@@ -215,13 +232,13 @@ forward_fused_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ inpu
         const int64_t u = u0 + tx + j * TX;
         if (u >= H)
             continue;
-        const A bi = to_acc(bias[u]), bo = to_acc(bias[H + u]), bz = to_acc(bias[2 * H + u]);
 #pragma unroll
         for (int i = 0; i < RB; ++i) {
             const int64_t b = b0 + ty + i * TY;
             if (b < B)
-                forward_unit<T, A>(acc[i][0][j] + bi, acc[i][1][j] + bo, acc[i][2][j] + bz, b, u,
-                                   H, old_cell, new_h, new_cell, gates);
+                forward_unit<T, A>(acc[i][0][j] + bias_r[0][j], acc[i][1][j] + bias_r[1][j],
+                                   acc[i][2][j] + bias_r[2][j], c_prev[i][j], b, u, H, new_h,
+                                   new_cell, gates);
         }
     }
 }
@@ -484,7 +501,7 @@ __global__ void forward_pointwise_kernel(int64_t B, int64_t H, T *__restrict__ g
         const A gi = to_acc(grow[u]) + to_acc(bias[u]);
         const A go = to_acc(grow[H + u]) + to_acc(bias[H + u]);
         const A gz = to_acc(grow[2 * H + u]) + to_acc(bias[2 * H + u]);
-        forward_unit<T, A>(gi, go, gz, b, u, H, old_cell, new_h, new_cell, gates);
+        forward_unit<T, A>(gi, go, gz, to_acc(old_cell[e]), b, u, H, new_h, new_cell, gates);
     }
 }
 
@@ -588,8 +605,11 @@ int forward_fused(int64_t B, int64_t I, int64_t H, const void *input, const void
                                                               c_out, g_out);
     } else {
         /* Chunks as long as shared memory allows (48 KB static): a small K
-         * then takes one round trip to global memory. */
-        constexpr int TB = 16, TU = 4, RB = 1, RU = 1, KS = 4;
+         * then takes one round trip to global memory. Small tiles, many
+         * blocks, K split 16 ways: the shortest latency of the configurations
+         * scripts/cell_tiles.cu timed on the H100 (3.45 us per launch by
+         * graph replay at B16/I32/H128, against 4.43 for 16 x 4 tiles). */
+        constexpr int TB = 8, TU = 2, RB = 1, RU = 1, KS = 16;
         constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
         const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
         if (ceil_div(H, TU) > MAX_GRID_Y)
@@ -627,7 +647,9 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
                 <<<grid, (3 * TU / RR) * (TK / RC), 0, stream>>>(B, I, H, gh, gc, cn, act, x, h,
                                                                  dg, dc, db, dW);
         } else {
-            constexpr int TU = 8, TK = 32, RR = 3, RC = 2, BC = 16;
+            /* timed by scripts/cell_tiles.cu on the H100 at B16/I32/H128:
+             * 2.78 us per launch against 3.12 for 32-column tiles */
+            constexpr int TU = 8, TK = 16, RR = 3, RC = 1, BC = 16;
             const dim3 grid((unsigned)ceil_div(K, TK), (unsigned)ceil_div(H, TU));
             if (ceil_div(H, TU) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
@@ -640,7 +662,9 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
     }
     /* dX = dG W; with H == 0 this writes zeros into grad_input. */
     if (B > 0 && K > 0) {
-        if (ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS) {
+        constexpr int SMALL_TK = 4; /* the small tiles' columns (grid y: K / 4) */
+        if (ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS ||
+            ceil_div(K, SMALL_TK) > MAX_GRID_Y) {
             constexpr int TB = 32, TK = 64, RB = 2, RC = 4, GC = 32, KS = 1;
             const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
             if (ceil_div(K, TK) > MAX_GRID_Y)
@@ -648,7 +672,10 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
             backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>
                 <<<grid, (TB / RB) * (TK / RC) * KS, 0, stream>>>(B, I, H, dg, W, dx, dh);
         } else {
-            constexpr int TB = 16, TK = 8, RB = 2, RC = 1, KS = 4;
+            /* 8 rows x 4 columns, gate rows split 8 ways: 3.18 us per launch
+             * against 6.54 for 16 x 8 tiles (scripts/cell_tiles.cu, H100,
+             * B16/I32/H128) */
+            constexpr int TB = 8, TK = SMALL_TK, RB = 1, RC = 1, KS = 8;
             constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 128 : 384;
             const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
             if (ceil_div(K, TK) > MAX_GRID_Y)

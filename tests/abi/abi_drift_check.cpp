@@ -7,6 +7,8 @@
 #define USE_CUDA 1  // declare the CUDA shim functions too
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/c/shim.h>
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
 
 #define LLTM_WITH_CUDA 1
 #include "../../csrc/binding/torch_stable_abi.h"
