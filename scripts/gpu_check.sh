@@ -91,6 +91,7 @@ cell)
         tests/test_errors.py tests/test_cell.py
     stage launch-counts 60 launches.log $PY -m pytest -q -s -p no:cacheprovider \
         tests/test_cuda_cell.py -k launch_counts
+    stage host-floor 120 host_floor.log $PY scripts/host_floor.py --device cuda
     stage bench-cell 240 bench_cell.log $PY -m lltm.bench --device cuda --no-progress \
         --seq-len 0 --json "$OUT/bench_cell.json"
     ;;
@@ -116,4 +117,5 @@ done
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$OUT"/memcheck_*.log "$OUT"/racecheck_*.log 2>/dev/null
 grep -hE "^launches" "$OUT/launches.log" 2>/dev/null
 grep -hE "^(B=|forward|bwd_|empty)" "$OUT/cell_tiles.log" 2>/dev/null
+grep -h "^B=" "$OUT/host_floor.log" 2>/dev/null
 for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done

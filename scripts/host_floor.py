@@ -1,0 +1,101 @@
+"""Host-time floors of one forward+backward step, to tell what a custom op
+registered from C (autograd in Python: the stable C ABI has no autograd API)
+can reach against the reference at small sizes.
+
+    python scripts/host_floor.py [--device cpu|cuda] [--sizes B,I,H ...]
+
+Rows, each a median of interleaved rounds of back-to-back steps
+(torch.autograd.grad of fixed output gradients, synchronized at the end):
+  function_floor  an autograd.Function whose forward and backward do almost
+                  nothing (two clones; saves 5 tensors, returns 5 gradients):
+                  the cost of the Python autograd machinery alone
+  cpp_floor       one torch.mm through autograd: a C++ node, no Python
+  native_ops      lltm.cell_forward then lltm.cell_backward, no autograd
+  native          lltm.functional.lltm_cell (what users call)
+  reference       the tutorial's Python LLTM
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import lltm  # noqa: E402
+from lltm import reference  # noqa: E402
+
+
+class Floor(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, W, b, h, c):
+        ctx.save_for_backward(x, W, b, h, c)
+        return h.clone(), c.clone()
+
+    @staticmethod
+    def backward(ctx, gh, gc):
+        x, W, b, h, c = ctx.saved_tensors
+        return x, W, b, gh, gc
+
+
+def cases(device, B, I, H):
+    def leaf(*shape):
+        return (torch.randn(*shape, device=device) * 0.5).requires_grad_()
+    x, W, b, h, c = leaves = (leaf(B, I), leaf(3 * H, I + H), leaf(3 * H), leaf(B, H), leaf(B, H))
+    gh, gc = torch.randn(B, H, device=device), torch.randn(B, H, device=device)
+    grad = torch.autograd.grad
+    fwd, bwd = torch.ops.lltm.cell_forward.default, torch.ops.lltm.cell_backward.default
+    plain = [t.detach() for t in leaves]
+
+    def native_ops():
+        new_h, new_c, gates = fwd(*plain)
+        bwd(gh, gc, new_c, gates, plain[0], plain[3], plain[1])
+
+    hh = leaf(B, B)
+    return {
+        "function_floor": lambda: grad(Floor.apply(*leaves), leaves, (gh, gc)),
+        "cpp_floor": lambda: grad(torch.mm(hh, hh), (hh,), (torch.ones_like(hh),)),
+        "native_ops": native_ops,
+        "native": lambda: grad(lltm.functional.lltm_cell(*leaves), leaves, (gh, gc)),
+        "reference": lambda: grad(reference.lltm_cell(*leaves), leaves, (gh, gc)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", nargs="*", default=["1,1,1", "16,32,128"])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    print(f"torch {torch.__version__}, {device}, median us per step of {args.rounds} rounds")
+    for size in args.sizes:
+        B, I, H = (int(v) for v in size.split(","))
+        table = cases(device, B, I, H)
+        samples = {name: [] for name in table}
+        for name, f in table.items():  # warm-up
+            for _ in range(20):
+                f()
+        sync()
+        for r in range(args.rounds):
+            names = list(table)
+            names = names[r % len(names):] + names[:r % len(names)]
+            for name in names:
+                f = table[name]
+                sync()
+                start = time.perf_counter_ns()
+                for _ in range(args.steps):
+                    f()
+                sync()
+                samples[name].append((time.perf_counter_ns() - start) / 1e3 / args.steps)
+        print(f"B={B} I={I} H={H}: " + ", ".join(
+            f"{name} {statistics.median(v):.1f}" for name, v in samples.items()))
+
+
+if __name__ == "__main__":
+    main()
