@@ -12,18 +12,26 @@
  * registers, the recurrent weights W_h that its units need:
  *   forward   rows i/o/z of its units ([3U, H] of W_h): g = h_{t-1} W_h^T
  *   backward  columns of its units ([3H, U] of W_h):   dh = dG_{t+1} W_h
- * Each step a block stages h_{t-1} (or dG_{t+1}) from global memory (L2) in
- * shared memory, 16 batch rows at a time, forms its dot products (KS lanes
- * of a warp split one unit's k range; their partial sums meet by warp
- * shuffles, which also leave each lane holding exactly one batch row of the
- * unit), finishes the step's pointwise math in that lane, writes the step's
- * results to global memory and meets the other blocks at a barrier:
- *   - a thread-block cluster (cluster.sync(), hardware) when the grid is at
- *     most 8 blocks (H <= 128), launched as one cluster;
- *   - otherwise a cooperative launch and grid.sync().
+ * Each step a block forms its dot products over h_{t-1} (or dG_{t+1}) held
+ * in shared memory, 16 batch rows at a time (KS lanes of a warp split one
+ * unit's k range; their partial sums meet by warp shuffles, which also leave
+ * each lane holding exactly one batch row of the unit), finishes the step's
+ * pointwise math in that lane, and the blocks exchange the new state:
+ *   - cluster plan (H <= 128, B <= 64; 32 for float64): the grid is one
+ *     thread-block cluster of up to 8 blocks (16 lanes per unit) or 16
+ *     (non-portable; 32 lanes per unit, half the work per block). Each block
+ *     stores its units' new state straight into the shared memory of every
+ *     block of the cluster (distributed shared memory, double-buffered by
+ *     step parity) and meets the others at the hardware cluster barrier,
+ *     split so that the step's global stores and the next step's loads run
+ *     between arrive and wait. The state never goes through global memory.
+ *   - grid plans: a cooperative launch; each step a block writes its results
+ *     to global memory, meets the others at grid.sync() and stages the state
+ *     back from L2 into shared memory.
  * Limits: H <= 1024 for float32/float16/bfloat16 and H <= 512 for float64
  * (the registers that hold W_h: 3 * H / KS values per lane), and the grid
- * must be co-resident (<= 128 blocks of 256 threads, one per SM); any B.
+ * must be co-resident (<= 128 blocks of 256 threads, one per SM); any B on
+ * the grid plans.
  *
  * Per step (fallback for everything else, the time loop stays in C): the
  * binding runs h_{t-1} W_h^T (or dG_t W_h) through aten::mm and one fused
@@ -32,7 +40,8 @@
  * Precision: float32 and float64 compute in their own type; float16 and
  * bfloat16 load, convert to float and accumulate in float, and the
  * persistent kernels carry the recurrent state (h, c, dG, dc) between steps
- * in float32 workspaces (only the tensors they return are rounded).
+ * in float32 (workspaces, or shared memory on the cluster plan; only the
+ * tensors they return are rounded).
  *
  * Every launch is checked; all work goes to the caller's stream on the
  * current device.
@@ -45,6 +54,8 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "lltm_cuda_math.cuh"
 #include <type_traits>
@@ -170,12 +181,9 @@ __device__ __forceinline__ void stage_rows(A *__restrict__ dst, const A *__restr
     }
 }
 
-template <bool CLUSTER> __device__ __forceinline__ void step_barrier()
+__device__ __forceinline__ void step_barrier()
 {
-    if constexpr (CLUSTER)
-        cg::this_cluster().sync(); /* arrive.release / wait.acquire, cluster scope */
-    else
-        cg::this_grid().sync(); /* fences device-wide */
+    cg::this_grid().sync(); /* fences device-wide */
 }
 
 /*
@@ -187,7 +195,7 @@ template <bool CLUSTER> __device__ __forceinline__ void step_barrier()
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
  *   the half types; NULL for float32/float64, which use output/cells.
  */
-template <typename T, int KS, int KR, bool CLUSTER>
+template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         const T *__restrict__ h0, const T *__restrict__ c0,
@@ -297,7 +305,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             __syncthreads(); /* hs is restaged by the next chunk */
         }
         if (t + 1 < steps)
-            step_barrier<CLUSTER>(); /* h_t of every unit is written */
+            step_barrier(); /* h_t of every unit is written */
     }
 }
 
@@ -311,7 +319,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   dg_work [2,B,G], dc_work [B,H] (accumulation type): the recurrent state
  *   of the half types; NULL for float32/float64 (grad_gates and grad_c0).
  */
-template <typename T, int KS, int KR, bool CLUSTER>
+template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
 sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
@@ -418,7 +426,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 bias_sum[2] += d[2];
             }
         }
-        step_barrier<CLUSTER>(); /* dG_t of every unit is written */
+        step_barrier(); /* dG_t of every unit is written */
     }
 
     /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
@@ -433,6 +441,341 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 grad_c0[b * H + u] = from_acc<T>(dc_work[b * H + u]);
         }
         __syncthreads();
+    }
+    /* bias: sum the lanes' row sums (fixed order) */
+#pragma unroll
+    for (int mask = KS / 2; mask >= 1; mask /= 2)
+#pragma unroll
+        for (int q = 0; q < 3; ++q)
+            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+    if (s == 0 && unit_ok) {
+        grad_bias[u] = from_acc<T>(bias_sum[0]);
+        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
+        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+    }
+}
+
+/* ------------------------------------------------------ cluster kernels -- */
+
+/*
+ * The cluster plan (H <= 128): the grid is ONE thread-block cluster, block
+ * n = its rank, and the recurrent state moves through distributed shared
+ * memory. Every block keeps the whole state of a step (all rows, all units)
+ * in its own shared memory, in two buffers picked by step parity. At the end
+ * of its step a block stores its units' new values into that buffer of
+ * every block of the cluster (map_shared_rank), arrives at the cluster
+ * barrier (release: orders those stores before the arrival), then stores the
+ * step's outputs to global memory and loads the next step's inputs (nothing
+ * waits on them), and only then waits (acquire). One barrier per step
+ * suffices: a block stores into buffer p at step t only after every block
+ * arrived at the barrier of step t-1, so after every block finished reading
+ * buffer p (its state of step t-1). Rows are padded to LD = width + one
+ * 16-byte vector, so the 16 rows a warp stores land in different banks.
+ * Shared memory: sizeof(A) * (2 * BP * LD + BP * U) bytes, BP = B rounded
+ * up to 16, which bounds B (cluster_max_chunks).
+ */
+constexpr int CLUSTER_MAX_CHUNKS = 8; /* bookkeeping bound; shared memory allows fewer */
+
+/* value -> dst (an address in this block's shared memory) in every block
+ * of the cluster, ranks [0, ranks) */
+template <int MAX_RANKS, typename A>
+__device__ __forceinline__ void store_to_cluster(cg::cluster_group &cluster, A *dst, int ranks,
+                                                 A value)
+{
+#pragma unroll
+    for (int r = 0; r < MAX_RANKS; ++r)
+        if (r < ranks)
+            *cluster.map_shared_rank(dst, r) = value;
+}
+
+/*
+ * Forward recurrence, cluster plan. Same register layout as
+ * sequence_forward_kernel; no workspace (the state stays in shared memory,
+ * in the accumulation type, also for the half types).
+ *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1; cs [BP][U] (shared):
+ *   c_{t-1} of this block's units, each value read and written by one lane.
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                const T *__restrict__ h0, const T *__restrict__ c0,
+                                const T *__restrict__ weights, const T *__restrict__ bias,
+                                T *__restrict__ gates, T *__restrict__ output,
+                                T *__restrict__ cells)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR, LD = KP + VEC;
+    constexpr int MAX_RANKS = (KP + U - 1) / U;
+    static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    A *hs = reinterpret_cast<A *>(smem_raw);
+    A *cs = hs + 2 * BP * LD;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
+    const int64_t u = (int64_t)blockIdx.x * U + j;
+    const int ranks = (int)((H + U - 1) / U); /* the cluster: the whole grid */
+    const bool unit_ok = u < H;
+    const bool owner = s < BC; /* holds a row after the reduction */
+    const int64_t G = 3 * H, BH = B * H;
+
+    /* buffer 0 <- h0; everything else 0 (padding rows and columns are never
+     * stored to, and must not hold NaN: they meet zero weights) */
+    for (int64_t e = tid; e < 2 * BP * LD; e += NT) {
+        const int64_t row = e / LD, k = e % LD;
+        hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+    }
+    A w[3][KR];
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+#pragma unroll
+        for (int kv = 0; kv < KR / VEC; ++kv)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t k = (int64_t)(kv * KS + s) * VEC + e;
+                w[q][kv * VEC + e] =
+                    (unit_ok && k < H) ? to_acc(weights[(q * H + u) * K + k]) : A(0);
+            }
+    A b_i = 0, b_o = 0, b_z = 0;
+    if (unit_ok) {
+        b_i = to_acc(bias[u]);
+        b_o = to_acc(bias[H + u]);
+        b_z = to_acc(bias[2 * H + u]);
+    }
+    /* the projection x_t W_x^T of (t, b) for this lane's unit */
+    auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
+        const T *grow = gates + (t * B + b) * G;
+        p_i = to_acc(grow[u]);
+        p_o = to_acc(grow[H + u]);
+        p_z = to_acc(grow[2 * H + u]);
+    };
+    auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
+        T *grow = gates + (t * B + b) * G;
+        grow[u] = from_acc<T>(i);
+        grow[H + u] = from_acc<T>(o);
+        grow[2 * H + u] = from_acc<T>(z);
+        cells[t * BH + b * H + u] = from_acc<T>(c);
+        output[t * BH + b * H + u] = from_acc<T>(h);
+    };
+    const bool first_row_ok = owner && unit_ok && s < B; /* chunk 0: row s */
+    A n_i = 0, n_o = 0, n_z = 0; /* chunk 0's projection of the coming step */
+    if (first_row_ok)
+        load_projection(0, s, n_i, n_o, n_z);
+    cluster.sync(); /* every block running and initialised before any remote store */
+
+    for (int64_t t = 0; t < steps; ++t) {
+        const A *h_prev = hs + (t & 1) * BP * LD;
+        A *h_next = hs + ((t + 1) & 1) * BP * LD;
+        const bool exchange = t + 1 < steps; /* uniform over the cluster */
+        A i = 0, o = 0, z = 0, c = 0, h = 0;
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_outputs(t, b, i, o, z, c, h);
+            b = b0 + (s & (BC - 1));
+            row_ok = owner && unit_ok && b < B;
+            A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
+            if (row_ok) {
+                if (b0 > 0)
+                    load_projection(t, b, p_i, p_o, p_z);
+                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[b * U + j];
+            }
+
+            A acc[BC * 3];
+#pragma unroll
+            for (int v = 0; v < BC * 3; ++v)
+                acc[v] = 0;
+            const A *rows = h_prev + b0 * LD;
+#pragma unroll
+            for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+                for (int kv = 0; kv < KR / VEC; ++kv) {
+                    const V hv =
+                        *reinterpret_cast<const V *>(&rows[bb * LD + (kv * KS + s) * VEC]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                        for (int q = 0; q < 3; ++q)
+                            acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
+                }
+            }
+            reduce_rows<KS, 3>(acc, s);
+
+            if (row_ok) {
+                i = sigmoid_(acc[0] + p_i + b_i);
+                o = sigmoid_(acc[1] + p_o + b_o);
+                z = elu_(acc[2] + p_z + b_z);
+                c = c_prev + i * z;
+                h = tanh_(c) * o;
+                cs[b * U + j] = c;
+                if (exchange)
+                    store_to_cluster<MAX_RANKS>(cluster, h_next + b * LD + u, ranks, h);
+            }
+        }
+        if (exchange)
+            cluster.barrier_arrive(); /* release: h_t is in every block */
+        if (row_ok)
+            store_outputs(t, b, i, o, z, c, h);
+        if (exchange) {
+            if (first_row_ok)
+                load_projection(t + 1, s, n_i, n_o, n_z);
+            cluster.barrier_wait(); /* acquire: h_t of every unit is here */
+        }
+    }
+}
+
+/*
+ * Backward recurrence, reverse time, cluster plan. Same register layout as
+ * sequence_backward_kernel; no workspace.
+ *   ds [2][BP][LD] (shared): dG_t in buffer t & 1 (columns r < 3H);
+ *   dcs [BP][U] (shared): dL/dc_t of this block's units.
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                 const T *__restrict__ grad_output,
+                                 const T *__restrict__ grad_h_n, const T *__restrict__ grad_c_n,
+                                 const T *__restrict__ weights, const T *__restrict__ cells,
+                                 const T *__restrict__ gates, T *__restrict__ grad_gates,
+                                 T *__restrict__ grad_bias, T *__restrict__ grad_h0,
+                                 T *__restrict__ grad_c0)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR, LD = RP + VEC;
+    constexpr int MAX_RANKS = (KS * KR + U - 1) / U;
+    static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    A *ds = reinterpret_cast<A *>(smem_raw);
+    A *dcs = ds + 2 * BP * LD;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
+    const int64_t u = (int64_t)blockIdx.x * U + j;
+    const int ranks = (int)((H + U - 1) / U);
+    const bool unit_ok = u < H;
+    const bool owner = s < BC;
+    const int64_t G = 3 * H, BH = B * H;
+
+    for (int64_t e = tid; e < 2 * BP * LD; e += NT)
+        ds[e] = 0;
+    A w[RR];
+#pragma unroll
+    for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
+            w[rv * VEC + e] = (unit_ok && r < G) ? to_acc(weights[r * K + u]) : A(0);
+        }
+
+    /* this lane's share of dG W_h over rows [b0, b0+BC) of `rows` (a buffer
+     * of ds), summed to acc[0] = row (b0 + s) */
+    auto dh_from = [&](const A *rows, A(&acc)[BC]) {
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            acc[bb] = 0;
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv) {
+                const V dv = *reinterpret_cast<const V *>(&rows[bb * LD + (rv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    acc[bb] += w[rv * VEC + e] * component(dv, e);
+            }
+        }
+        reduce_rows<KS, 1>(acc, s);
+    };
+    /* the step's inputs of (t, b): activations i, o, z, cell, dL/dh from
+     * above, and at the last step dL/dh_n, dL/dc_n */
+    auto load_inputs = [&](int64_t t, int64_t b, A (&in)[6]) {
+        const T *arow = gates + (t * B + b) * G;
+        const int64_t jj = t * BH + b * H + u;
+        in[0] = to_acc(arow[u]);
+        in[1] = to_acc(arow[H + u]);
+        in[2] = to_acc(arow[2 * H + u]);
+        in[3] = to_acc(cells[jj]);
+        in[4] = to_acc(grad_output[jj]);
+        in[5] = 0;
+        if (t == steps - 1) {
+            in[4] += to_acc(grad_h_n[b * H + u]);
+            in[5] = to_acc(grad_c_n[b * H + u]);
+        }
+    };
+    auto store_grad_gates = [&](int64_t t, int64_t b, const A (&d)[3]) {
+        T *drow = grad_gates + (t * B + b) * G;
+        drow[u] = from_acc<T>(d[0]);
+        drow[H + u] = from_acc<T>(d[1]);
+        drow[2 * H + u] = from_acc<T>(d[2]);
+    };
+    const bool first_row_ok = owner && unit_ok && s < B;
+    A next[6] = {0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    if (first_row_ok)
+        load_inputs(steps - 1, s, next);
+    cluster.sync(); /* every block running and initialised before any remote store */
+
+    A bias_sum[3] = {0, 0, 0};
+    for (int64_t t = steps - 1; t >= 0; --t) {
+        const bool last = t == steps - 1;
+        const A *d_next = ds + ((t + 1) & 1) * BP * LD; /* dG_{t+1} */
+        A *d_this = ds + (t & 1) * BP * LD;
+        A d[3] = {0, 0, 0};
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_grad_gates(t, b, d);
+            b = b0 + (s & (BC - 1));
+            row_ok = owner && unit_ok && b < B;
+            A in[6];
+#pragma unroll
+            for (int q = 0; q < 6; ++q)
+                in[q] = next[q];
+            if (row_ok) {
+                if (b0 > 0)
+                    load_inputs(t, b, in);
+                if (!last)
+                    in[5] = dcs[b * U + j];
+            }
+            A acc[BC];
+            acc[0] = 0;
+            if (!last) /* uniform over the cluster */
+                dh_from(d_next + b0 * LD, acc);
+            if (row_ok) {
+                A dc;
+                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + acc[0], in[5], d, &dc);
+                dcs[b * U + j] = dc;
+                A *dst = d_this + b * LD + u;
+                store_to_cluster<MAX_RANKS>(cluster, dst, ranks, d[0]);
+                store_to_cluster<MAX_RANKS>(cluster, dst + H, ranks, d[1]);
+                store_to_cluster<MAX_RANKS>(cluster, dst + 2 * H, ranks, d[2]);
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+        }
+        cluster.barrier_arrive(); /* release: dG_t is in every block */
+        if (row_ok)
+            store_grad_gates(t, b, d);
+        if (t > 0 && first_row_ok)
+            load_inputs(t - 1, s, next);
+        cluster.barrier_wait(); /* acquire: dG_t of every unit is here */
+    }
+
+    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0; local reads only */
+    for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        const int64_t b = b0 + (s & (BC - 1));
+        const bool row_ok = owner && unit_ok && b < B;
+        A acc[BC];
+        dh_from(ds + b0 * LD, acc);
+        if (row_ok) {
+            grad_h0[b * H + u] = from_acc<T>(acc[0]);
+            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
+        }
     }
     /* bias: sum the lanes' row sums (fixed order) */
 #pragma unroll
@@ -526,6 +869,14 @@ __global__ void convert_kernel(int64_t n, const typename acc_of<T>::type *__rest
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* index of a dtype in the per-dtype caches */
+template <typename T> constexpr int dtype_index()
+{
+    return std::is_same<T, float>::value ? 0 : std::is_same<T, double>::value ? 1
+         : std::is_same<T, __half>::value ? 2 : 3;
+}
+
+
 int launch_status(cudaError_t launch)
 {
     const cudaError_t last = cudaGetLastError();
@@ -544,7 +895,6 @@ struct persistent_shape {
     int ks, kr;
 };
 constexpr persistent_shape SHAPES[] = {{16, 8}, {32, 16}, {32, 32}};
-constexpr int CLUSTER_MAX_BLOCKS = 8; /* the portable cluster size */
 
 template <typename T> size_t forward_smem(int ks, int kr)
 {
@@ -555,28 +905,23 @@ template <typename T> size_t backward_smem(int ks, int kr)
     return (size_t)BC * ks * 3 * kr * sizeof(typename acc_of<T>::type);
 }
 
-/* The kernel pair of one plan; CALL receives them as `fwd` and `bwd`. */
+/* The kernel pair of one grid plan; CALL receives them as `fwd` and `bwd`. */
 #define LLTM_WITH_KERNELS(T, plan, CALL)                                                     \
     switch (plan) {                                                                          \
-    case LLTM_SEQ_PLAN_CLUSTER_16_8: {                                                       \
-        auto fwd = sequence_forward_kernel<T, 16, 8, true>;                                  \
-        auto bwd = sequence_backward_kernel<T, 16, 8, true>;                                 \
-        return CALL;                                                                         \
-    }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_16_8: {                                                          \
-        auto fwd = sequence_forward_kernel<T, 16, 8, false>;                                 \
-        auto bwd = sequence_backward_kernel<T, 16, 8, false>;                                \
+        auto fwd = sequence_forward_kernel<T, 16, 8>;                                        \
+        auto bwd = sequence_backward_kernel<T, 16, 8>;                                       \
         return CALL;                                                                         \
     }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_32_16: {                                                         \
-        auto fwd = sequence_forward_kernel<T, 32, 16, false>;                                \
-        auto bwd = sequence_backward_kernel<T, 32, 16, false>;                               \
+        auto fwd = sequence_forward_kernel<T, 32, 16>;                                       \
+        auto bwd = sequence_backward_kernel<T, 32, 16>;                                      \
         return CALL;                                                                         \
     }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_32_32:                                                           \
         if constexpr (!std::is_same<T, double>::value) {                                    \
-            auto fwd = sequence_forward_kernel<T, 32, 32, false>;                            \
-            auto bwd = sequence_backward_kernel<T, 32, 32, false>;                           \
+            auto fwd = sequence_forward_kernel<T, 32, 32>;                                   \
+            auto bwd = sequence_backward_kernel<T, 32, 32>;                                  \
             return CALL;                                                                     \
         }                                                                                    \
         return LLTM_ERR_ARGUMENT;                                                            \
@@ -584,28 +929,24 @@ template <typename T> size_t backward_smem(int ks, int kr)
         return LLTM_ERR_ARGUMENT;                                                            \
     }
 
-int plan_shape(int plan, persistent_shape *shape, bool *cluster)
+int plan_shape(int plan, persistent_shape *shape)
 {
     switch (plan) {
-    case LLTM_SEQ_PLAN_CLUSTER_16_8: *shape = SHAPES[0]; *cluster = true; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_16_8: *shape = SHAPES[0]; *cluster = false; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_32_16: *shape = SHAPES[1]; *cluster = false; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_32_32: *shape = SHAPES[2]; *cluster = false; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_16_8: *shape = SHAPES[0]; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_32_16: *shape = SHAPES[1]; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_32_32: *shape = SHAPES[2]; return LLTM_OK;
     default: return LLTM_ERR_ARGUMENT;
     }
 }
 
-/* How many blocks of `kernel` (smem bytes each) can run at once on `device`:
- * as one cluster (up to CLUSTER_MAX_BLOCKS, or 0), or as a cooperative grid
- * (blocks per SM x SMs, 0 without cooperative launch). Raises the kernel's
- * dynamic shared-memory limit as needed. */
-template <typename K>
-int64_t max_resident_blocks(K kernel, size_t smem, bool cluster, int device)
+/* How many blocks of `kernel` (smem bytes each) can run at once on `device`
+ * as a cooperative grid (blocks per SM x SMs, 0 without cooperative
+ * launch). Raises the kernel's dynamic shared-memory limit as needed. */
+template <typename K> int64_t max_resident_blocks(K kernel, size_t smem, int device)
 {
-    int sms = 0, coop = 0, cluster_ok = 0, optin = 0;
+    int sms = 0, coop = 0, optin = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
             cudaSuccess) {
         cudaGetLastError();
@@ -616,28 +957,6 @@ int64_t max_resident_blocks(K kernel, size_t smem, bool cluster, int device)
                              (int)smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
-    }
-    if (cluster) {
-        if (!cluster_ok)
-            return 0;
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CLUSTER_MAX_BLOCKS;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        config.gridDim = dim3(CLUSTER_MAX_BLOCKS);
-        config.blockDim = dim3(NT);
-        config.dynamicSmemBytes = smem;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        return clusters >= 1 ? CLUSTER_MAX_BLOCKS : 0;
     }
     int per_sm = 0;
     if (!coop || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)kernel, NT,
@@ -658,18 +977,15 @@ template <typename T, typename KF, typename KB>
 int check_plan(KF fwd, KB bwd, int plan, int64_t H, int device, int dtype_index)
 {
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
+    if (plan_shape(plan, &shape) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
         return LLTM_ERR_ARGUMENT;
     const bool cached = device >= 0 && device < MAX_DEVICES;
     int64_t resident =
         cached ? __atomic_load_n(&resident_cache[device][dtype_index][plan], __ATOMIC_RELAXED) - 1
                : -1;
     if (resident < 0) {
-        const int64_t f = max_resident_blocks(fwd, forward_smem<T>(shape.ks, shape.kr), cluster,
-                                              device);
-        const int64_t b = max_resident_blocks(bwd, backward_smem<T>(shape.ks, shape.kr),
-                                              cluster, device);
+        const int64_t f = max_resident_blocks(fwd, forward_smem<T>(shape.ks, shape.kr), device);
+        const int64_t b = max_resident_blocks(bwd, backward_smem<T>(shape.ks, shape.kr), device);
         resident = f < b ? f : b;
         if (cached)
             __atomic_store_n(&resident_cache[device][dtype_index][plan], resident + 1,
@@ -683,27 +999,22 @@ template <typename T> int check_plan_dispatch(int plan, int64_t H, int device, i
     LLTM_WITH_KERNELS(T, plan, (check_plan<T>(fwd, bwd, plan, H, device, dtype_index)))
 }
 
-/* One launch of a persistent kernel: as one cluster of `blocks` blocks, or
- * as a cooperative grid (co-residency checked by lltm_sequence_plan_cuda). */
+template <typename T> int cluster_shape_for(int64_t B, int device);
+
+/* LLTM_OK when `plan` runs B rows of H units on `device` */
+template <typename T> int check_any_plan(int plan, int64_t B, int64_t H, int device)
+{
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8)
+        return H <= 128 && cluster_shape_for<T>(B, device) >= 0 ? LLTM_OK : LLTM_ERR_ARGUMENT;
+    return check_plan_dispatch<T>(plan, H, device, dtype_index<T>());
+}
+
+/* One launch of a persistent grid-plan kernel as a cooperative grid
+ * (co-residency checked by lltm_sequence_plan_cuda). */
 template <typename... P, typename... Args>
-cudaError_t launch_persistent(void (*kernel)(P...), int64_t blocks, size_t smem, bool cluster,
+cudaError_t launch_persistent(void (*kernel)(P...), int64_t blocks, size_t smem,
                               cudaStream_t stream, Args... args)
 {
-    if (cluster) {
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)blocks;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        config.gridDim = dim3((unsigned)blocks);
-        config.blockDim = dim3(NT);
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, args...);
-    }
     void *pointers[] = {(void *)&args...};
     return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
                                        stream);
@@ -716,8 +1027,7 @@ int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK)
+    if (plan_shape(plan, &shape) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = forward_smem<T>(shape.ks, shape.kr);
@@ -735,7 +1045,7 @@ int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_
         h_work = (A *)workspace;
         c_work = h_work + 2 * B * H;
     }
-    return launch_status(launch_persistent(kernel, blocks, smem, cluster, stream, steps, B, H,
+    return launch_status(launch_persistent(kernel, blocks, smem, stream, steps, B, H,
                                            K, h0_, c0_, W, b_, g, out, cel, h_work, c_work));
 }
 
@@ -748,8 +1058,7 @@ int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK)
+    if (plan_shape(plan, &shape) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = backward_smem<T>(shape.ks, shape.kr);
@@ -767,9 +1076,190 @@ int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64
         dg_work = (A *)workspace;
         dc_work = dg_work + 2 * B * 3 * H;
     }
-    return launch_status(launch_persistent(kernel, blocks, smem, cluster, stream, steps, B, H,
+    return launch_status(launch_persistent(kernel, blocks, smem, stream, steps, B, H,
                                            K, go, gh, gc, W, cel, act, dg, db, dh0, dc0,
                                            dg_work, dc_work));
+}
+
+/* The cluster plan's two shapes (lanes per unit x values per lane):
+ *   0: 16 x 8, 16 units a block, up to 8 blocks (the portable cluster size);
+ *   1: 32 x 4, 8 units a block, up to 16 blocks (a non-portable cluster:
+ *      half the arithmetic per block and step, twice the remote stores).
+ * Either holds H <= 128. */
+constexpr int CLUSTER_DEFAULT_SHAPE = 1;
+constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
+
+/* shared memory of the cluster kernels (see "cluster kernels") */
+template <typename T> size_t cluster_forward_smem(int ks, int kr, int64_t B)
+{
+    typedef typename acc_of<T>::type A;
+    const int64_t rows = ceil_div(B, BC) * BC;
+    return sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + rows * (NT / ks));
+}
+template <typename T> size_t cluster_backward_smem(int ks, int kr, int64_t B)
+{
+    typedef typename acc_of<T>::type A;
+    const int64_t rows = ceil_div(B, BC) * BC;
+    return sizeof(A) * (size_t)(2 * rows * (3 * ks * kr + vec_of<A>::n) + rows * (NT / ks));
+}
+
+/* The attributes a cluster launch of `blocks` blocks with smem bytes each
+ * needs: the dynamic shared-memory limit, a non-portable cluster size. */
+template <typename K> cudaError_t cluster_attributes(K kernel, int64_t blocks, size_t smem)
+{
+    cudaError_t e = cudaSuccess;
+    if (smem > 48 * 1024)
+        e = cudaFuncSetAttribute((const void *)kernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && blocks > PORTABLE_CLUSTER_BLOCKS)
+        e = cudaFuncSetAttribute((const void *)kernel,
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return e;
+}
+
+/* Whether one cluster of `blocks` blocks of `kernel`, smem bytes each, can
+ * run on `device` (sets the kernel's attributes). */
+template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, int device)
+{
+    int cluster_ok = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (!cluster_ok || smem > (size_t)optin)
+        return false;
+    if (cluster_attributes(kernel, blocks, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return clusters >= 1;
+}
+
+template <typename T, int KS, int KR> bool cluster_pair_fits(int64_t B, int device)
+{
+    const int64_t blocks = KS * KR / (NT / KS); /* the most: H = 128 */
+    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR>, blocks,
+                        cluster_forward_smem<T>(KS, KR, B), device) &&
+           cluster_fits(sequence_backward_cluster_kernel<T, KS, KR>, blocks,
+                        cluster_backward_smem<T>(KS, KR, B), device);
+}
+
+/* cluster_pair_fits per device, dtype, shape and number of 16-row chunks
+ * (0: not asked yet, 1: no, 2: yes), asked once like resident_cache */
+signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][CLUSTER_MAX_CHUNKS + 1];
+
+template <typename T> bool cluster_shape_fits(int shape, int64_t B, int device)
+{
+    const int64_t chunks = ceil_div(B, BC);
+    if (chunks < 1 || chunks > CLUSTER_MAX_CHUNKS)
+        return false;
+    const bool cached = device >= 0 && device < MAX_DEVICES;
+    signed char *slot = cached ? &cluster_cache[device][dtype_index<T>()][shape][chunks] : NULL;
+    const int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (known)
+        return known == 2;
+    const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
+    const bool fits = shape == 0 ? cluster_pair_fits<T, 16, 8>(rows, device)
+                                 : cluster_pair_fits<T, 32, 4>(rows, device);
+    if (slot)
+        __atomic_store_n(slot, (signed char)(fits ? 2 : 1), __ATOMIC_RELAXED);
+    return fits;
+}
+
+/* The cluster plan's shape for B rows on `device`, or -1 when none fits:
+ * the one LLTM_CUDA_CLUSTER_BLOCKS names (8 or 16; for measurements), else
+ * CLUSTER_DEFAULT_SHAPE, else the other. */
+template <typename T> int cluster_shape_for(int64_t B, int device)
+{
+    const char *forced = getenv("LLTM_CUDA_CLUSTER_BLOCKS");
+    if (forced && (!strcmp(forced, "8") || !strcmp(forced, "16"))) {
+        const int shape = forced[0] == '8' ? 0 : 1;
+        return cluster_shape_fits<T>(shape, B, device) ? shape : -1;
+    }
+    if (cluster_shape_fits<T>(CLUSTER_DEFAULT_SHAPE, B, device))
+        return CLUSTER_DEFAULT_SHAPE;
+    return cluster_shape_fits<T>(1 - CLUSTER_DEFAULT_SHAPE, B, device)
+               ? 1 - CLUSTER_DEFAULT_SHAPE
+               : -1;
+}
+
+/* One launch as one cluster of `blocks` blocks (the whole grid). */
+template <typename... P, typename... Args>
+cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, size_t smem,
+                           cudaStream_t stream, Args... args)
+{
+    const cudaError_t e = cluster_attributes(kernel, blocks, smem);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename T, int KS, int KR>
+int run_forward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H, const void *h0,
+                        const void *c0, const void *weights, const void *bias, void *gates,
+                        void *output, void *cells, cudaStream_t stream)
+{
+    const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    return launch_status(launch_cluster(
+        sequence_forward_cluster_kernel<T, KS, KR>, blocks, cluster_forward_smem<T>(KS, KR, B),
+        stream, steps, B, H, K, (const T *)h0, (const T *)c0, (const T *)weights,
+        (const T *)bias, (T *)gates, (T *)output, (T *)cells));
+}
+
+template <typename T, int KS, int KR>
+int run_backward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H,
+                         const void *grad_output, const void *grad_h_n, const void *grad_c_n,
+                         const void *weights, const void *cells, const void *gates,
+                         void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
+                         cudaStream_t stream)
+{
+    const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    return launch_status(launch_cluster(
+        sequence_backward_cluster_kernel<T, KS, KR>, blocks,
+        cluster_backward_smem<T>(KS, KR, B), stream, steps, B, H, K, (const T *)grad_output,
+        (const T *)grad_h_n, (const T *)grad_c_n, (const T *)weights, (const T *)cells,
+        (const T *)gates, (T *)grad_gates, (T *)grad_bias, (T *)grad_h0, (T *)grad_c0));
+}
+
+/* The cluster plan's shape for a launch, or -1 (LLTM_ERR_ARGUMENT) */
+template <typename T> int cluster_launch_shape(int64_t B, int64_t H)
+{
+    int device = 0;
+    if (H > 128 || cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return cluster_shape_for<T>(B, device);
 }
 
 template <typename T>
@@ -777,6 +1267,18 @@ int forward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H, c
                      const void *c0, const void *weights, const void *bias, void *gates,
                      void *output, void *cells, void *workspace, cudaStream_t stream)
 {
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8) {
+        switch (cluster_launch_shape<T>(B, H)) {
+        case 0:
+            return run_forward_cluster<T, 16, 8>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                                 output, cells, stream);
+        case 1:
+            return run_forward_cluster<T, 32, 4>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                                 output, cells, stream);
+        default:
+            return LLTM_ERR_ARGUMENT;
+        }
+    }
     LLTM_WITH_KERNELS(T, plan,
                       ((void)bwd, run_forward<T>(fwd, plan, steps, B, I, H, h0, c0, weights,
                                                  bias, gates, output, cells, workspace,
@@ -790,6 +1292,20 @@ int backward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
                       void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
                       void *workspace, cudaStream_t stream)
 {
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8) {
+        switch (cluster_launch_shape<T>(B, H)) {
+        case 0:
+            return run_backward_cluster<T, 16, 8>(steps, B, I, H, grad_output, grad_h_n,
+                                                  grad_c_n, weights, cells, gates, grad_gates,
+                                                  grad_bias, grad_h0, grad_c0, stream);
+        case 1:
+            return run_backward_cluster<T, 32, 4>(steps, B, I, H, grad_output, grad_h_n,
+                                                  grad_c_n, weights, cells, gates, grad_gates,
+                                                  grad_bias, grad_h0, grad_c0, stream);
+        default:
+            return LLTM_ERR_ARGUMENT;
+        }
+    }
     LLTM_WITH_KERNELS(T, plan,
                       ((void)fwd, run_backward<T>(bwd, plan, steps, B, I, H, grad_output,
                                                   grad_h_n, grad_c_n, weights, cells, gates,
@@ -856,7 +1372,8 @@ extern "C" {
 
 int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, int *plan)
 {
-    (void)B; /* any B: the kernels take the batch 16 rows at a time */
+    /* the grid plans take any B, 16 rows at a time; the cluster plan keeps
+     * the state of all rows in shared memory, which bounds B */
     *plan = LLTM_SEQ_PLAN_STEPS;
     if (H <= 0 || mode == LLTM_SEQ_MODE_STEPS)
         return LLTM_OK;
@@ -880,10 +1397,10 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         int status;
         const int c = candidates[k];
         switch (dtype) {
-        case LLTM_FLOAT32: status = check_plan_dispatch<float>(c, H, device, 0); break;
-        case LLTM_FLOAT64: status = check_plan_dispatch<double>(c, H, device, 1); break;
-        case LLTM_FLOAT16: status = check_plan_dispatch<__half>(c, H, device, 2); break;
-        case LLTM_BFLOAT16: status = check_plan_dispatch<__nv_bfloat16>(c, H, device, 3); break;
+        case LLTM_FLOAT32: status = check_any_plan<float>(c, B, H, device); break;
+        case LLTM_FLOAT64: status = check_any_plan<double>(c, B, H, device); break;
+        case LLTM_FLOAT16: status = check_any_plan<__half>(c, B, H, device); break;
+        case LLTM_BFLOAT16: status = check_any_plan<__nv_bfloat16>(c, B, H, device); break;
         default: return LLTM_ERR_DTYPE;
         }
         if (status == LLTM_OK) {

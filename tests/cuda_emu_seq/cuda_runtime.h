@@ -7,9 +7,18 @@
  * so a grid-wide barrier works (all blocks are resident, as in a cooperative
  * or cluster launch). A fiber runs until it waits at a barrier: the block's
  * (__syncthreads), its warp's (each __shfl_xor_sync is two warp barriers
- * around a slot exchange) or the grid's (grid/cluster sync); the last to
+ * around a slot exchange) or the grid's (grid/cluster sync, or the split
+ * cluster barrier: barrier_arrive counts the thread in and goes on,
+ * barrier_wait blocks until every thread arrived in that phase); the last to
  * arrive makes the others runnable. A barrier that some threads never reach
- * is reported as a deadlock. Not emulated: timing, the memory model, caches.
+ * is reported as a deadlock; a wait without its arrival, a second arrival
+ * before the wait, a launch that ends between the two, map_shared_rank of an
+ * address outside the block's dynamic shared memory or of a rank outside the
+ * cluster as misuse. The emulated cluster launch is one cluster (the whole
+ * grid): map_shared_rank(p, r) is p's offset in block r's shared memory,
+ * stores there are seen at once. Dynamic shared memory starts as NaN bytes
+ * (0xff), so a read of shared memory nothing wrote shows. Not emulated:
+ * timing, the memory model, caches.
  *
  * The test's build step rewrites `kernel<<<grid, block, smem, stream>>>(...)`
  * into emu::launch(...), the persistent launches into emu::launch_args(...),
@@ -58,7 +67,10 @@ enum cudaDeviceAttr {
     cudaDevAttrClusterLaunch,
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncAttributeNonPortableClusterSizeAllowed,
+};
 enum cudaMemcpyKind { cudaMemcpyDeviceToDevice };
 enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension };
 struct cudaLaunchAttribute {
@@ -85,11 +97,13 @@ struct Fiber {
     dim3 tid, bid;
     unsigned block = 0, lane = 0, warp = 0; /* warp: index over the grid */
     bool done = false;
+    bool grid_arrived = false; /* between barrier_arrive and barrier_wait */
+    unsigned grid_phase = 0;   /* the grid barrier's phase it arrived in */
     std::vector<char> stack;
 };
 
 struct Barrier {
-    unsigned expected = 0, arrived = 0;
+    unsigned expected = 0, arrived = 0, phase = 0; /* phase: completions so far */
     std::vector<Fiber *> waiting;
 };
 
@@ -113,26 +127,77 @@ inline Fiber *current = nullptr;
 inline ucontext_t scheduler;
 inline cudaError_t last_error = cudaSuccess;
 inline bool deadlock = false;
+inline bool misuse = false; /* of the split barrier or map_shared_rank, this launch */
+inline std::vector<const void *> nonportable; /* kernels allowed clusters over 8 */
+
+inline void report_misuse(const char *what)
+{
+    if (!misuse)
+        fprintf(stderr, "emu: %s\n", what);
+    misuse = true;
+}
 
 inline void yield_to_scheduler() { swapcontext(&current->ctx, &scheduler); }
+
+/* Count one arrival at b; the last of a phase completes it and makes the
+ * waiting fibers runnable. */
+inline void count_arrival(Barrier &b)
+{
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        ++b.phase;
+        for (Fiber *f : b.waiting)
+            g->runnable.push_back(f);
+        b.waiting.clear();
+    }
+}
 
 /* Wait at b until `expected` fibers arrived. */
 inline void arrive(Barrier &b)
 {
-    if (++b.arrived == b.expected) {
-        b.arrived = 0;
-        for (Fiber *f : b.waiting)
-            g->runnable.push_back(f);
-        b.waiting.clear();
+    const unsigned phase = b.phase;
+    count_arrival(b);
+    if (b.phase != phase)
         return; /* the last one goes on without switching */
-    }
     b.waiting.push_back(current);
     yield_to_scheduler();
+}
+
+/* The grid (cluster) barrier split in two: arrive, then wait for the phase
+ * arrived in to complete. */
+inline void grid_arrive()
+{
+    if (current->grid_arrived)
+        report_misuse("barrier_arrive twice without barrier_wait");
+    current->grid_arrived = true;
+    current->grid_phase = g->grid_barrier.phase;
+    count_arrival(g->grid_barrier);
+}
+
+inline void grid_wait()
+{
+    if (!current->grid_arrived) {
+        report_misuse("barrier_wait without barrier_arrive");
+        return;
+    }
+    current->grid_arrived = false;
+    if (g->grid_barrier.phase != current->grid_phase)
+        return;
+    g->grid_barrier.waiting.push_back(current);
+    yield_to_scheduler();
+}
+
+inline void grid_sync()
+{
+    grid_arrive();
+    grid_wait();
 }
 
 inline void trampoline()
 {
     g->body();
+    if (current->grid_arrived)
+        report_misuse("a thread ended between barrier_arrive and barrier_wait");
     current->done = true;
     yield_to_scheduler();
 }
@@ -150,6 +215,22 @@ __attribute__((noinline)) inline void make_fiber(Fiber &f)
 
 inline unsigned char *dynamic_smem() { return g->smem[current->block].data(); }
 
+/* addr (in this block's dynamic shared memory) in block `rank`'s */
+template <typename T> T *map_shared_rank(T *addr, int rank)
+{
+    const std::vector<unsigned char> &mine = g->smem[current->block];
+    const unsigned char *p = reinterpret_cast<const unsigned char *>(addr);
+    if (p < mine.data() || p + sizeof(T) > mine.data() + mine.size() - 16) {
+        report_misuse("map_shared_rank of an address outside the block's shared memory");
+        return addr;
+    }
+    if (rank < 0 || (size_t)rank >= g->smem.size()) {
+        report_misuse("map_shared_rank of a rank outside the cluster");
+        return addr;
+    }
+    return reinterpret_cast<T *>(g->smem[rank].data() + (p - mine.data()));
+}
+
 /* Run body() as every thread of grid x block, all resident at once. */
 inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()> body)
 {
@@ -166,13 +247,14 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
     state.block_barriers.resize(nb);
     state.warp_barriers.resize((size_t)nb * nt / 32);
     state.slots.assign((size_t)nb * nt / 32, std::vector<double>(32));
-    state.smem.assign(nb, std::vector<unsigned char>(smem + 16));
+    state.smem.assign(nb, std::vector<unsigned char>(smem + 16, 0xff));
     for (auto &b : state.block_barriers)
         b.expected = nt;
     for (auto &w : state.warp_barriers)
         w.expected = 32;
     state.grid_barrier.expected = nb * nt;
     g = &state;
+    misuse = false;
     gridDim = grid;
     blockDim = block;
     for (unsigned b = 0; b < nb; ++b)
@@ -208,6 +290,8 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
         fprintf(stderr, "emu: deadlock: some threads wait at a barrier others never reach\n");
         return last_error = cudaErrorLaunchFailure;
     }
+    if (misuse)
+        return last_error = cudaErrorLaunchFailure;
     return cudaSuccess;
 }
 
@@ -289,20 +373,42 @@ inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
     }
     return cudaSuccess;
 }
-inline cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int value)
+inline cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attr, int value)
 {
+    if (attr == cudaFuncAttributeNonPortableClusterSizeAllowed) {
+        if (value)
+            emu::nonportable.push_back(kernel);
+        return cudaSuccess;
+    }
     return value <= (int)emu::SMEM_OPTIN ? cudaSuccess : cudaErrorInvalidValue;
 }
+
+namespace emu {
+/* a cluster of `blocks` blocks of kernel: at most 8, 16 where allowed */
+inline bool cluster_size_ok(const void *kernel, unsigned blocks)
+{
+    bool allowed = false;
+    for (const void *k : nonportable)
+        allowed = allowed || k == kernel;
+    return blocks >= 1 && blocks <= (allowed ? 16u : 8u);
+}
+} // namespace emu
 inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int,
                                                                  size_t)
 {
     *n = 1;
     return cudaSuccess;
 }
-inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *,
-                                                  const cudaLaunchConfig_t *)
+inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *kernel,
+                                                  const cudaLaunchConfig_t *config)
 {
-    *n = 1;
+    unsigned blocks = 1;
+    for (unsigned a = 0; a < config->numAttrs; ++a)
+        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
+            blocks = config->attrs[a].val.clusterDim.x;
+    if (blocks > 16)
+        return emu::last_error = cudaErrorInvalidValue;
+    *n = emu::cluster_size_ok(kernel, blocks) ? 1 : 0;
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind,
@@ -328,6 +434,14 @@ template <typename... P, typename... Args>
 inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*kernel)(P...),
                                       Args &&...args)
 {
+    unsigned blocks = 1;
+    for (unsigned a = 0; a < config->numAttrs; ++a)
+        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
+            blocks = config->attrs[a].val.clusterDim.x;
+    /* the emulation runs one cluster: the whole grid */
+    if (blocks != config->gridDim.x || config->gridDim.y != 1 || config->gridDim.z != 1 ||
+        !emu::cluster_size_ok((const void *)kernel, blocks))
+        return emu::last_error = cudaErrorInvalidConfiguration;
     std::tuple<P...> params(static_cast<P>(args)...);
     return emu::run(config->gridDim, config->blockDim, config->dynamicSmemBytes,
                     [&] { std::apply(kernel, params); });
