@@ -20,11 +20,13 @@
  *   - cluster plan (H <= 128, B <= 64; 32 for float64): the grid is one
  *     thread-block cluster of up to 8 blocks (16 lanes per unit) or 16
  *     (non-portable; 32 lanes per unit, half the work per block). Each block
- *     stores its units' new state straight into the shared memory of every
- *     block of the cluster (distributed shared memory, double-buffered by
- *     step parity) and meets the others at the hardware cluster barrier,
- *     split so that the step's global stores and the next step's loads run
- *     between arrive and wait. The state never goes through global memory.
+ *     sends its units' new state straight into the shared memory of every
+ *     block of the cluster (distributed shared memory, st.async in 16-byte
+ *     pieces, double-buffered by step parity) and waits on its own
+ *     transaction barrier until the whole state of the step has arrived: no
+ *     cluster-wide barrier per step; the step's global stores and the next
+ *     step's loads run while the pieces travel. The state never goes
+ *     through global memory.
  *   - grid plans: a cooperative launch; each step a block writes its results
  *     to global memory, meets the others at grid.sync() and stages the state
  *     back from L2 into shared memory.
@@ -461,39 +463,141 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * The cluster plan (H <= 128): the grid is ONE thread-block cluster, block
  * n = its rank, and the recurrent state moves through distributed shared
  * memory. Every block keeps the whole state of a step (all rows, all units)
- * in its own shared memory, in two buffers picked by step parity. At the end
- * of its step a block stores its units' new values into that buffer of
- * every block of the cluster (map_shared_rank), arrives at the cluster
- * barrier (release: orders those stores before the arrival), then stores the
- * step's outputs to global memory and loads the next step's inputs (nothing
- * waits on them), and only then waits (acquire). One barrier per step
- * suffices: a block stores into buffer p at step t only after every block
- * arrived at the barrier of step t-1, so after every block finished reading
- * buffer p (its state of step t-1). Rows are padded to LD = width + one
- * 16-byte vector, so the 16 rows a warp stores land in different banks.
- * Shared memory: sizeof(A) * (2 * BP * LD + BP * U) bytes, BP = B rounded
- * up to 16, which bounds B (cluster_max_chunks).
+ * in its own shared memory, in two buffers picked by step parity, each with
+ * a transaction barrier (mbarrier) in that block. At the end of its step a
+ * block gathers its units' new values in a local tile and sends the tile in
+ * 16-byte pieces to the buffer of every block of the cluster with st.async,
+ * each piece counted on the receiver's mbarrier (complete_tx); a block waits
+ * on its own mbarrier until every byte of the step's state arrived, then
+ * computes. No barrier across the cluster per step (only data-flow waits),
+ * no fences, nothing of the state through global memory; the step's outputs
+ * go to global memory and the next step's inputs are loaded while the pieces
+ * travel.
+ *
+ * Why two buffers suffice: a block sends into buffer p for step t+2 only
+ * after it received everything for step t+1, which every block sent after it
+ * finished step t, that is, after it read buffer p (its state of step t).
+ * The same argument keeps the mbarrier phases apart (a phase of buffer p
+ * cannot complete before every thread of the block waited for the one
+ * before). The receiver arms each phase (arrive.expect_tx of the bytes it
+ * will receive) once it waited for the previous phase of that buffer; pieces
+ * arriving before the arming leave the count negative, which mbarriers
+ * allow. The kernels end with a cluster barrier: no block leaves while
+ * another may still write into its shared memory.
+ *
+ * Layout: a row of a buffer is LD = width + one 16-byte vector long (rows
+ * 16-byte aligned; the 16 rows of a tile land in different banks). The
+ * state's units are spaced by HP = ranks * U (the cluster's units, >= H): a
+ * block's units are then one 16-byte aligned run per row (and gate); the
+ * padding units carry zeros. Shared memory: 16 bytes of mbarriers, the two
+ * buffers, two send tiles and this block's own state (c or dc).
+ *
+ * The send tiles alternate (by the parity of the tiles sent so far): a
+ * thread writes tile p again only after the __syncthreads that follows the
+ * next tile's writes, which every thread reaches after it sent its pieces
+ * of tile p. One tile would not do: a thread may pass the next step's wait
+ * (its block needs none of a slow thread's pieces) and overwrite the tile
+ * that slow thread still reads.
  */
+
 constexpr int CLUSTER_MAX_CHUNKS = 8; /* bookkeeping bound; shared memory allows fewer */
 
-/* value -> dst (an address in this block's shared memory) in every block
- * of the cluster, ranks [0, ranks) */
-template <int MAX_RANKS, typename A>
-__device__ __forceinline__ void store_to_cluster(cg::cluster_group &cluster, A *dst, int ranks,
-                                                 A value)
+/* -- the cluster primitives: PTX on the GPU, the fiber emulator's on the
+ *    CPU (tests/cuda_emu_seq defines LLTM_CUDA_EMULATION) -- */
+#if defined(LLTM_CUDA_EMULATION)
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 {
-#pragma unroll
-    for (int r = 0; r < MAX_RANKS; ++r)
-        if (r < ranks)
-            *cluster.map_shared_rank(dst, r) = value;
+    emu::mbar_init(bar, count);
+}
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    emu::mbar_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    emu::mbar_wait(bar, parity);
+}
+/* 16 bytes at src (this block's shared memory) to dst in block `rank`
+ * (dst and bar: addresses in this block's shared memory, mapped) */
+__device__ __forceinline__ void send16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    emu::st_async16(src, dst, bar, rank);
+}
+#else
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "LLTM_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra LLTM_WAIT_%=;\n}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void send16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    uint32_t remote_dst, remote_bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_dst)
+                 : "r"(smem_addr(dst)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_bar)
+                 : "r"(smem_addr(bar)), "r"(rank));
+    const uint4 v = *reinterpret_cast<const uint4 *>(src);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];" ::"r"(remote_dst),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+                 : "memory");
+}
+#endif
+
+/* Send this block's tile of one chunk to every block: tile [BC][RUNS][W]
+ * (W values of the accumulation type per run, a multiple of 16 bytes) goes
+ * to rows [b0, b0+BC) of `buffer`, run q of row b at buffer[b*LD + q*QS +
+ * n*W] (n this block's rank). Call from every thread (after the tile is
+ * complete); each sends some of the 16-byte pieces. */
+template <typename A, int RUNS, int W, int LD>
+__device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *bar, int64_t b0,
+                                          int64_t QS, int n, int ranks, int tid)
+{
+    constexpr int PER_RUN = W * (int)sizeof(A) / 16, PER_RANK = BC * RUNS * PER_RUN;
+    static_assert(W * sizeof(A) % 16 == 0, "16-byte pieces");
+    for (int e = tid; e < PER_RANK * ranks; e += NT) {
+        const int rank = e / PER_RANK, piece = e % PER_RANK;
+        const int bb = piece / (RUNS * PER_RUN), q = piece / PER_RUN % RUNS, v = piece % PER_RUN;
+        const A *src = tile + (bb * RUNS + q) * W + v * (16 / (int)sizeof(A));
+        A *dst = buffer + (b0 + bb) * LD + q * QS + (int64_t)n * W + v * (16 / (int)sizeof(A));
+        send16(src, dst, bar, rank);
+    }
 }
 
 /*
  * Forward recurrence, cluster plan. Same register layout as
  * sequence_forward_kernel; no workspace (the state stays in shared memory,
  * in the accumulation type, also for the half types).
- *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1; cs [BP][U] (shared):
- *   c_{t-1} of this block's units, each value read and written by one lane.
+ *   bars[2] (shared): mbarriers of the buffers
+ *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1, unit u at column u
+ *   tiles [2][BC][U] (shared): this block's h_t of one chunk, to send
+ *   cs [BP][U] (shared): c_{t-1} of this block's units (one lane each)
  */
 template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
@@ -506,26 +610,38 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR, LD = KP + VEC;
-    constexpr int MAX_RANKS = (KP + U - 1) / U;
     static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int64_t BP = (B + BC - 1) / BC * BC;
-    A *hs = reinterpret_cast<A *>(smem_raw);
-    A *cs = hs + 2 * BP * LD;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *hs = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = hs + 2 * BP * LD;
+    A *cs = tiles + 2 * BC * U;
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
-    const int64_t u = (int64_t)blockIdx.x * U + j;
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int64_t u = (int64_t)n * U + j;
     const int ranks = (int)((H + U - 1) / U); /* the cluster: the whole grid */
     const bool unit_ok = u < H;
     const bool owner = s < BC; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
+    const unsigned step_bytes = (unsigned)(BP * ranks * U * sizeof(A)); /* one buffer's fill */
 
-    /* buffer 0 <- h0; everything else 0 (padding rows and columns are never
-     * stored to, and must not hold NaN: they meet zero weights) */
+    /* buffer 0 <- h0; everything else 0 (padding meets zero weights, but
+     * must not hold NaN) */
     for (int64_t e = tid; e < 2 * BP * LD; e += NT) {
         const int64_t row = e / LD, k = e % LD;
         hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+    }
+    if (tid == 0) {
+        /* step t >= 1 waits for buffer t & 1; arm the first two phases */
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        if (steps > 1)
+            mbar_expect_tx(&bars[1], step_bytes);
+        if (steps > 2)
+            mbar_expect_tx(&bars[0], step_bytes);
     }
     A w[3][KR];
 #pragma unroll
@@ -563,9 +679,15 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A n_i = 0, n_o = 0, n_z = 0; /* chunk 0's projection of the coming step */
     if (first_row_ok)
         load_projection(0, s, n_i, n_o, n_z);
-    cluster.sync(); /* every block running and initialised before any remote store */
+    cluster.sync(); /* every block running, its barriers armed, before any send */
 
+    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
     for (int64_t t = 0; t < steps; ++t) {
+        if (t >= 1) {
+            mbar_wait(&bars[t & 1], (unsigned)((t - 1) >> 1) & 1u); /* h_{t-1} arrived */
+            if (tid == 0 && t + 2 < steps)
+                mbar_expect_tx(&bars[t & 1], step_bytes); /* for step t + 2 */
+        }
         const A *h_prev = hs + (t & 1) * BP * LD;
         A *h_next = hs + ((t + 1) & 1) * BP * LD;
         const bool exchange = t + 1 < steps; /* uniform over the cluster */
@@ -604,6 +726,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             }
             reduce_rows<KS, 3>(acc, s);
 
+            h = 0;
             if (row_ok) {
                 i = sigmoid_(acc[0] + p_i + b_i);
                 o = sigmoid_(acc[1] + p_o + b_o);
@@ -611,27 +734,31 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 c = c_prev + i * z;
                 h = tanh_(c) * o;
                 cs[b * U + j] = c;
-                if (exchange)
-                    store_to_cluster<MAX_RANKS>(cluster, h_next + b * LD + u, ranks, h);
+            }
+            if (exchange) { /* uniform */
+                A *tile = tiles + (sent++ & 1) * BC * U;
+                if (owner)
+                    tile[(s & (BC - 1)) * U + j] = h; /* 0 for padding rows and units */
+                __syncthreads();
+                send_tile<A, 1, U, LD>(tile, h_next, &bars[(t + 1) & 1], b0, 0, n, ranks, tid);
             }
         }
-        if (exchange)
-            cluster.barrier_arrive(); /* release: h_t is in every block */
         if (row_ok)
             store_outputs(t, b, i, o, z, c, h);
-        if (exchange) {
-            if (first_row_ok)
-                load_projection(t + 1, s, n_i, n_o, n_z);
-            cluster.barrier_wait(); /* acquire: h_t of every unit is here */
-        }
+        if (exchange && first_row_ok)
+            load_projection(t + 1, s, n_i, n_o, n_z);
     }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
 }
 
 /*
  * Backward recurrence, reverse time, cluster plan. Same register layout as
- * sequence_backward_kernel; no workspace.
- *   ds [2][BP][LD] (shared): dG_t in buffer t & 1 (columns r < 3H);
- *   dcs [BP][U] (shared): dL/dc_t of this block's units.
+ * sequence_backward_kernel, over the state's columns: lane s holds, for
+ * column r = q*HP + k of a buffer, W_h[q*H + k, u] (0 for k >= H).
+ *   bars[2] (shared): mbarriers of the buffers
+ *   ds [2][BP][LD] (shared): dG_t in buffer t & 1
+ *   tiles [2][BC][3][U] (shared): this block's dG_t of one chunk, to send
+ *   dcs [BP][U] (shared): dL/dc_t of this block's units (one lane each)
  */
 template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
@@ -646,32 +773,53 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR, LD = RP + VEC;
-    constexpr int MAX_RANKS = (KS * KR + U - 1) / U;
     static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int64_t BP = (B + BC - 1) / BC * BC;
-    A *ds = reinterpret_cast<A *>(smem_raw);
-    A *dcs = ds + 2 * BP * LD;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *ds = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = ds + 2 * BP * LD;
+    A *dcs = tiles + 2 * BC * 3 * U;
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
-    const int64_t u = (int64_t)blockIdx.x * U + j;
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int64_t u = (int64_t)n * U + j;
     const int ranks = (int)((H + U - 1) / U);
+    const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
     const bool unit_ok = u < H;
     const bool owner = s < BC;
     const int64_t G = 3 * H, BH = B * H;
+    const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
 
     for (int64_t e = tid; e < 2 * BP * LD; e += NT)
         ds[e] = 0;
+    /* dG_s (s = T-1 .. 0) is waited for in buffer s & 1, phase (T-1-s) / 2;
+     * arm the first two phases */
+    if (tid == 0) {
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        mbar_expect_tx(&bars[(steps - 1) & 1], step_bytes);
+        if (steps > 1)
+            mbar_expect_tx(&bars[steps & 1], step_bytes);
+    }
     A w[RR];
 #pragma unroll
     for (int rv = 0; rv < RR / VEC; ++rv)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
-            w[rv * VEC + e] = (unit_ok && r < G) ? to_acc(weights[r * K + u]) : A(0);
+            const int64_t r = (int64_t)(rv * KS + s) * VEC + e, q = r / HP, k = r % HP;
+            w[rv * VEC + e] = (unit_ok && q < 3 && k < H) ? to_acc(weights[(q * H + k) * K + u])
+                                                          : A(0);
         }
 
+    /* dG_s has arrived (every thread waits; then one re-arms the buffer
+     * for dG_{s-2}) */
+    auto wait_for = [&](int64_t s_) {
+        mbar_wait(&bars[s_ & 1], (unsigned)((steps - 1 - s_) >> 1) & 1u);
+        if (tid == 0 && s_ >= 2)
+            mbar_expect_tx(&bars[s_ & 1], step_bytes);
+    };
     /* this lane's share of dG W_h over rows [b0, b0+BC) of `rows` (a buffer
      * of ds), summed to acc[0] = row (b0 + s) */
     auto dh_from = [&](const A *rows, A(&acc)[BC]) {
@@ -692,7 +840,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     };
     /* the step's inputs of (t, b): activations i, o, z, cell, dL/dh from
      * above, and at the last step dL/dh_n, dL/dc_n */
-    auto load_inputs = [&](int64_t t, int64_t b, A (&in)[6]) {
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[6]) {
         const T *arow = gates + (t * B + b) * G;
         const int64_t jj = t * BH + b * H + u;
         in[0] = to_acc(arow[u]);
@@ -706,7 +854,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             in[5] = to_acc(grad_c_n[b * H + u]);
         }
     };
-    auto store_grad_gates = [&](int64_t t, int64_t b, const A (&d)[3]) {
+    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
         T *drow = grad_gates + (t * B + b) * G;
         drow[u] = from_acc<T>(d[0]);
         drow[H + u] = from_acc<T>(d[1]);
@@ -716,11 +864,14 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A next[6] = {0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
     if (first_row_ok)
         load_inputs(steps - 1, s, next);
-    cluster.sync(); /* every block running and initialised before any remote store */
+    cluster.sync(); /* every block running, its barriers armed, before any send */
 
     A bias_sum[3] = {0, 0, 0};
+    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
     for (int64_t t = steps - 1; t >= 0; --t) {
         const bool last = t == steps - 1;
+        if (!last)
+            wait_for(t + 1);
         const A *d_next = ds + ((t + 1) & 1) * BP * LD; /* dG_{t+1} */
         A *d_this = ds + (t & 1) * BP * LD;
         A d[3] = {0, 0, 0};
@@ -745,28 +896,33 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             acc[0] = 0;
             if (!last) /* uniform over the cluster */
                 dh_from(d_next + b0 * LD, acc);
+            d[0] = d[1] = d[2] = 0;
             if (row_ok) {
                 A dc;
                 backward_math<A>(in[0], in[1], in[2], in[3], in[4] + acc[0], in[5], d, &dc);
                 dcs[b * U + j] = dc;
-                A *dst = d_this + b * LD + u;
-                store_to_cluster<MAX_RANKS>(cluster, dst, ranks, d[0]);
-                store_to_cluster<MAX_RANKS>(cluster, dst + H, ranks, d[1]);
-                store_to_cluster<MAX_RANKS>(cluster, dst + 2 * H, ranks, d[2]);
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
                 bias_sum[2] += d[2];
             }
+            A *tile = tiles + (sent++ & 1) * BC * 3 * U;
+            if (owner) {
+                A *trow = tile + (s & (BC - 1)) * 3 * U + j;
+                trow[0] = d[0]; /* 0 for padding rows and units */
+                trow[U] = d[1];
+                trow[2 * U] = d[2];
+            }
+            __syncthreads();
+            send_tile<A, 3, U, LD>(tile, d_this, &bars[t & 1], b0, HP, n, ranks, tid);
         }
-        cluster.barrier_arrive(); /* release: dG_t is in every block */
         if (row_ok)
             store_grad_gates(t, b, d);
         if (t > 0 && first_row_ok)
             load_inputs(t - 1, s, next);
-        cluster.barrier_wait(); /* acquire: dG_t of every unit is here */
     }
 
-    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0; local reads only */
+    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
+    wait_for(0);
     for (int64_t b0 = 0; b0 < B; b0 += BC) {
         const int64_t b = b0 + (s & (BC - 1));
         const bool row_ok = owner && unit_ok && b < B;
@@ -788,6 +944,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         grad_bias[H + u] = from_acc<T>(bias_sum[1]);
         grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
     }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
 }
 
 /* ----------------------------------------------------- per-step kernels -- */
@@ -1093,14 +1250,16 @@ constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
 template <typename T> size_t cluster_forward_smem(int ks, int kr, int64_t B)
 {
     typedef typename acc_of<T>::type A;
-    const int64_t rows = ceil_div(B, BC) * BC;
-    return sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + rows * (NT / ks));
+    const int64_t rows = ceil_div(B, BC) * BC, U = NT / ks;
+    return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * BC * U +
+                                     rows * U);
 }
 template <typename T> size_t cluster_backward_smem(int ks, int kr, int64_t B)
 {
     typedef typename acc_of<T>::type A;
-    const int64_t rows = ceil_div(B, BC) * BC;
-    return sizeof(A) * (size_t)(2 * rows * (3 * ks * kr + vec_of<A>::n) + rows * (NT / ks));
+    const int64_t rows = ceil_div(B, BC) * BC, U = NT / ks;
+    return 16 + sizeof(A) * (size_t)(2 * rows * (3 * ks * kr + vec_of<A>::n) +
+                                     2 * BC * 3 * U + rows * U);
 }
 
 /* The attributes a cluster launch of `blocks` blocks with smem bytes each

@@ -16,7 +16,13 @@
  * address outside the block's dynamic shared memory or of a rank outside the
  * cluster as misuse. The emulated cluster launch is one cluster (the whole
  * grid): map_shared_rank(p, r) is p's offset in block r's shared memory,
- * stores there are seen at once. Dynamic shared memory starts as NaN bytes
+ * stores there are seen at once. Transaction barriers (mbarrier: init,
+ * arrive.expect_tx, try_wait.parity) and st.async of 16 bytes with
+ * complete_tx on the receiver's mbarrier follow the PTX rules: a phase
+ * completes when its arrivals are in and its transaction count is back at
+ * 0 (the count may go negative before the arrival), try_wait.parity(P)
+ * waits while the current phase's parity is P; a barrier used before its
+ * init, a count past 2^20 - 1, or a misaligned st.async is misuse. Dynamic shared memory starts as NaN bytes
  * (0xff), so a read of shared memory nothing wrote shows. Not emulated:
  * timing, the memory model, caches.
  *
@@ -26,6 +32,9 @@
  * shared memory (tests/test_cuda_sequence_emulated.py).
  */
 #pragma once
+/* lltm_cuda_sequence.cu takes the emulator's cluster primitives (mbarriers,
+ * st.async) instead of its PTX */
+#define LLTM_CUDA_EMULATION 1
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +44,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -97,6 +107,7 @@ struct Fiber {
     dim3 tid, bid;
     unsigned block = 0, lane = 0, warp = 0; /* warp: index over the grid */
     bool done = false;
+    unsigned lag = 0; /* runs only when no fiber of a smaller lag can (0, 1, 2) */
     bool grid_arrived = false; /* between barrier_arrive and barrier_wait */
     unsigned grid_phase = 0;   /* the grid barrier's phase it arrived in */
     std::vector<char> stack;
@@ -107,7 +118,14 @@ struct Barrier {
     std::vector<Fiber *> waiting;
 };
 
+struct Mbarrier { /* a transaction barrier's state, by its address */
+    unsigned count = 0, pending = 0, phase = 0;
+    long long tx = 0;
+    std::vector<Fiber *> waiting;
+};
+
 struct Grid {
+    std::map<const void *, Mbarrier> mbarriers;
     dim3 grid, block;
     unsigned threads_per_block = 0;
     std::vector<Fiber> fibers;
@@ -115,11 +133,13 @@ struct Grid {
     Barrier grid_barrier;
     std::vector<std::vector<unsigned char>> smem;
     std::vector<std::vector<double>> slots; /* per warp: one value per lane */
-    std::vector<Fiber *> runnable;
+    std::vector<Fiber *> runnable[3]; /* by lag */
     std::function<void()> body;
 };
 
 inline Grid *g = nullptr;
+inline void wake(Fiber *f) { g->runnable[f->lag].push_back(f); }
+inline uint64_t launches = 0; /* seeds each launch's schedule */
 } // namespace emu
 inline dim3 blockDim, gridDim; /* of the launch running now */
 namespace emu {
@@ -147,7 +167,7 @@ inline void count_arrival(Barrier &b)
         b.arrived = 0;
         ++b.phase;
         for (Fiber *f : b.waiting)
-            g->runnable.push_back(f);
+            wake(f);
         b.waiting.clear();
     }
 }
@@ -215,6 +235,83 @@ __attribute__((noinline)) inline void make_fiber(Fiber &f)
 
 inline unsigned char *dynamic_smem() { return g->smem[current->block].data(); }
 
+/* Transaction barriers (PTX mbarrier) and st.async: see the file comment. */
+inline Mbarrier *mbarrier_at(const void *bar)
+{
+    auto it = g->mbarriers.find(bar);
+    if (it == g->mbarriers.end()) {
+        report_misuse("mbarrier used before mbarrier.init");
+        return nullptr;
+    }
+    return &it->second;
+}
+
+inline void mbar_settle(Mbarrier &m)
+{
+    if (m.tx > (1 << 20) - 1 || m.tx < -((1 << 20) - 1))
+        report_misuse("mbarrier transaction count out of range");
+    if (m.pending == 0 && m.tx == 0) {
+        ++m.phase;
+        m.pending = m.count;
+        for (Fiber *f : m.waiting)
+            wake(f);
+        m.waiting.clear();
+    }
+}
+
+inline void mbar_init(uint64_t *bar, unsigned count)
+{
+    Mbarrier &m = g->mbarriers[bar];
+    m = Mbarrier();
+    m.count = m.pending = count;
+}
+
+inline void mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    Mbarrier *m = mbarrier_at(bar);
+    if (!m)
+        return;
+    if (m->pending == 0) {
+        report_misuse("mbarrier arrival beyond its count");
+        return;
+    }
+    --m->pending;
+    m->tx += bytes;
+    mbar_settle(*m);
+}
+
+inline void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    for (;;) {
+        Mbarrier *m = mbarrier_at(bar);
+        if (!m || (m->phase & 1u) != (parity & 1u))
+            return;
+        m->waiting.push_back(current);
+        yield_to_scheduler();
+    }
+}
+
+template <typename T> T *map_shared_rank(T *addr, int rank);
+
+/* st.async of 16 bytes: src (this block) -> dst mapped to block `rank`,
+ * complete_tx(16) on bar mapped to block `rank` */
+inline void st_async16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    if (((uintptr_t)src | (uintptr_t)dst) % 16 != 0)
+        report_misuse("st.async of 16 bytes at an address not 16-byte aligned");
+    unsigned char *remote = map_shared_rank(static_cast<unsigned char *>(dst), rank);
+    uint64_t *remote_bar = map_shared_rank(bar, rank);
+    memcpy(remote, src, 16);
+    if (Mbarrier *m = mbarrier_at(remote_bar)) {
+        m->tx -= 16;
+        mbar_settle(*m);
+    }
+    if (current->lag) { /* a slow sender: let the others run on */
+        wake(current);
+        yield_to_scheduler();
+    }
+}
+
 /* addr (in this block's dynamic shared memory) in block `rank`'s */
 template <typename T> T *map_shared_rank(T *addr, int rank)
 {
@@ -266,18 +363,36 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
             f.lane = t % 32;
             f.warp = (b * nt + t) / 32;
             make_fiber(f);
-            state.runnable.push_back(&f);
         }
-    /* Runnable fibers are picked in a pseudo-random order (fixed seed), so
-     * blocks drift apart as far as the barriers allow: a missing barrier
-     * shows up as reads of outputs not yet written (poisoned with NaN). */
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
-    while (!state.runnable.empty()) {
+    /* Runnable fibers are picked in a pseudo-random order (a fixed seed per
+     * launch), so blocks drift apart as far as the barriers allow: a missing
+     * barrier shows up as reads of outputs not yet written (poisoned with
+     * NaN). One fiber in 8 lags (lag 1: it runs only when no fiber of lag 0
+     * can), and one more, the straggler (lag 2), runs only when no other
+     * fiber can; lagging fibers yield after each st.async, as slow warps
+     * would, so a thread that still has to read what a faster one overwrites
+     * after its next wait shows as a wrong result. */
+    uint64_t rng = 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull * ++launches;
+    auto next = [&rng] {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        const size_t pick = (size_t)(rng >> 33) % state.runnable.size();
-        std::swap(state.runnable[pick], state.runnable.back());
-        current = state.runnable.back();
-        state.runnable.pop_back();
+        return (size_t)(rng >> 33);
+    };
+    for (auto &f : state.fibers)
+        f.lag = next() % 8 == 0 ? 1 : 0;
+    state.fibers[next() % state.fibers.size()].lag = 2;
+    for (auto &f : state.fibers)
+        wake(&f);
+    for (;;) {
+        unsigned lag = 0;
+        while (lag < 3 && state.runnable[lag].empty())
+            ++lag;
+        if (lag == 3)
+            break;
+        std::vector<Fiber *> &from = state.runnable[lag];
+        const size_t pick = next() % from.size();
+        std::swap(from[pick], from.back());
+        current = from.back();
+        from.pop_back();
         swapcontext(&scheduler, &current->ctx);
     }
     bool all_done = true;
