@@ -471,8 +471,8 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * on its own mbarrier until every byte of the step's state arrived, then
  * computes. No barrier across the cluster per step (only data-flow waits),
  * no fences, nothing of the state through global memory; the step's outputs
- * go to global memory and the next step's inputs are loaded while the pieces
- * travel.
+ * go to global memory while the pieces travel, and the next step's inputs
+ * (chunk 0) are loaded a whole step ahead.
  *
  * Why two buffers suffice: a block sends into buffer p for step t+2 only
  * after it received everything for step t+1, which every block sent after it
@@ -700,6 +700,8 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             b = b0 + (s & (BC - 1));
             row_ok = owner && unit_ok && b < B;
             A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
+            if (b0 == 0 && exchange && first_row_ok) /* a whole step ahead */
+                load_projection(t + 1, s, n_i, n_o, n_z);
             if (row_ok) {
                 if (b0 > 0)
                     load_projection(t, b, p_i, p_o, p_z);
@@ -745,8 +747,6 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
         if (row_ok)
             store_outputs(t, b, i, o, z, c, h);
-        if (exchange && first_row_ok)
-            load_projection(t + 1, s, n_i, n_o, n_z);
     }
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
 }
@@ -886,6 +886,8 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 #pragma unroll
             for (int q = 0; q < 6; ++q)
                 in[q] = next[q];
+            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
+                load_inputs(t - 1, s, next);
             if (row_ok) {
                 if (b0 > 0)
                     load_inputs(t, b, in);
@@ -917,8 +919,6 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
         if (row_ok)
             store_grad_gates(t, b, d);
-        if (t > 0 && first_row_ok)
-            load_inputs(t - 1, s, next);
     }
 
     /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
