@@ -544,11 +544,16 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
                  "r"(bytes)
                  : "memory");
 }
+/* CTA-scope acquire (the default), as CUTLASS waits for data other blocks
+ * deliver to this block's shared memory with complete_tx: the cluster-scope
+ * form adds an L1 invalidation (CCTL.IVALL) after every wait, which the
+ * profile showed costing ~12% of the forward; the bytes waited for are in
+ * this block's shared memory, counted on this block's mbarrier. */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 {
     asm volatile("{\n\t.reg .pred done;\n"
                  "LLTM_WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
                  "@!done bra LLTM_WAIT_%=;\n}" ::"r"(smem_addr(bar)),
                  "r"(parity)
                  : "memory");
@@ -839,8 +844,11 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         reduce_rows<KS, 1>(acc, s);
     };
     /* the step's inputs of (t, b): activations i, o, z, cell, dL/dh from
-     * above, and at the last step dL/dh_n, dL/dc_n */
-    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[6]) {
+     * above, and at the last step dL/dh_n (in[6]), dL/dc_n (in[5]). Loads
+     * only: nothing here may use a loaded value, or the thread waits for
+     * the load here instead of a step later (a predicated-off add waits on
+     * its operands too). */
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
         const T *arow = gates + (t * B + b) * G;
         const int64_t jj = t * BH + b * H + u;
         in[0] = to_acc(arow[u]);
@@ -849,8 +857,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         in[3] = to_acc(cells[jj]);
         in[4] = to_acc(grad_output[jj]);
         in[5] = 0;
+        in[6] = 0;
         if (t == steps - 1) {
-            in[4] += to_acc(grad_h_n[b * H + u]);
+            in[6] = to_acc(grad_h_n[b * H + u]);
             in[5] = to_acc(grad_c_n[b * H + u]);
         }
     };
@@ -861,7 +870,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         drow[2 * H + u] = from_acc<T>(d[2]);
     };
     const bool first_row_ok = owner && unit_ok && s < B;
-    A next[6] = {0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
     if (first_row_ok)
         load_inputs(steps - 1, s, next);
     cluster.sync(); /* every block running, its barriers armed, before any send */
@@ -882,9 +891,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 store_grad_gates(t, b, d);
             b = b0 + (s & (BC - 1));
             row_ok = owner && unit_ok && b < B;
-            A in[6];
+            A in[7];
 #pragma unroll
-            for (int q = 0; q < 6; ++q)
+            for (int q = 0; q < 7; ++q)
                 in[q] = next[q];
             if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
                 load_inputs(t - 1, s, next);
@@ -901,7 +910,8 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             d[0] = d[1] = d[2] = 0;
             if (row_ok) {
                 A dc;
-                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + acc[0], in[5], d, &dc);
+                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + acc[0], in[5], d,
+                                 &dc);
                 dcs[b * U + j] = dc;
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
