@@ -1,6 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
-sequence kernels: every route (cluster, grid, per-step), float32 and
-bfloat16, sizes with padded units, two 16-row chunks and I = 0. Run by
+sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
+grid; per-step), float32 and bfloat16, sizes with padded units, two and
+three 16-row chunks and I = 0. Run by
 scripts/gpu_check.sh (mode tests) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
@@ -18,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import lltm  # noqa: E402,F401
 from lltm import _native  # noqa: E402
 
-CASES = {"cluster": [(3, 17, 5, 33), (2, 2, 0, 128)],
+CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
+         "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600)],
          "steps": [(3, 17, 5, 33)]}
 
@@ -28,6 +30,9 @@ def main() -> int:
     quick = "--quick" in sys.argv  # racecheck is slow: float32 only
     runs = 0
     for route, shapes in CASES.items():
+        if route.startswith("cluster"):
+            os.environ["LLTM_CUDA_CLUSTER_BLOCKS"] = route[len("cluster"):]
+            route = "cluster"
         os.environ["LLTM_CUDA_SEQUENCE"] = route
         for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
             for T, B, I, H in shapes:

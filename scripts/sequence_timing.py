@@ -3,13 +3,16 @@
 a user would pick; NOT an LLTM: 4 gates) and a Python loop of reference
 cells, float32, one process, implementations interleaved round by round.
 
-    python3 scripts/sequence_timing.py [--json PATH] [--quick]
+    python3 scripts/sequence_timing.py [--json PATH] [--quick] [--configs B,I,H,T ...]
 
 What is timed (CUDA events, median of the samples, after warm-up):
   fwd       one forward call with autograd recording (parameters require grad)
   fwd+bwd   forward, then torch.autograd.backward with fixed random gradients
             of output, h_n and c_n, back to back; events around both
   fwd/step  fwd divided by T (microseconds)
+  graph fwd/step  a forward without autograd captured in a CUDA graph, its
+            replays (no host time) divided by T (lltm auto and cuDNN only)
+LLTM_CUDA_CLUSTER_BLOCKS (8 or 16) picks the cluster plan's shape.
 Before timing, every LLTM implementation's outputs and gradients are compared
 with the float64 CPU op on the first 100 steps (max relative error, printed;
 "WRONG" in the table above 1e-4).
@@ -67,6 +70,33 @@ def time_ms(case, backward, reps):
         torch.cuda.synchronize()
         start.record()
         case.run(backward)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return samples
+
+
+def graph_fwd_ms(case, reps):
+    """Replays of a CUDA graph of one forward (no autograd)."""
+    if case.route is not None:
+        os.environ["LLTM_CUDA_SEQUENCE"] = case.route
+    x = case.x.detach().clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad():
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                case.module(x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            case.module(x)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        graph.replay()
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end))
@@ -132,12 +162,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="save every sample here")
     parser.add_argument("--quick", action="store_true", help="few repetitions")
+    parser.add_argument("--configs", nargs="*", metavar="B,I,H,T",
+                        help="sizes to time (default: %s)" % " ".join(
+                            ",".join(map(str, c)) for c in CONFIGS))
+    parser.add_argument("--no-reference", action="store_true",
+                        help="leave out the loop of reference cells")
     args = parser.parse_args(argv)
     assert torch.cuda.is_available(), "needs a GPU"
     rounds = 3 if args.quick else 5
+    configs = ([tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs
+               else CONFIGS)
     records = []
-    for B, I, H, T in CONFIGS:
-        cases = build_cases(B, I, H, T, with_reference=(T == 100 and H == 128))
+    for B, I, H, T in configs:
+        cases = build_cases(B, I, H, T, with_reference=(T == 100 and H == 128 and
+                                                        not args.no_reference))
         errors = check(cases, B, I, H)
         samples = {(c.name, k): [] for c in cases for k in ("fwd", "fwd+bwd")}
         for c in cases:  # warm-up: plans, cuBLAS handles, cuDNN algorithms
@@ -149,6 +187,11 @@ def main(argv=None):
                 reps = 1 if slow else (4 if T >= 1000 else 10)
                 samples[(c.name, "fwd")] += time_ms(c, False, reps)
                 samples[(c.name, "fwd+bwd")] += time_ms(c, True, reps)
+        graph_us = {}
+        for c in cases:
+            if c.name.startswith("lltm (auto") or "LSTM" in c.name:
+                reps = 10 if T >= 1000 else 30
+                graph_us[c.name] = 1000 * statistics.median(graph_fwd_ms(c, reps)) / T
         os.environ.pop("LLTM_CUDA_SEQUENCE", None)
         med = {k: statistics.median(v) for k, v in samples.items()}
         lstm = med[("cuDNN nn.LSTM", "fwd+bwd")]
@@ -157,17 +200,20 @@ def main(argv=None):
             records.append({"B": B, "I": I, "H": H, "T": T, "impl": c.name,
                             "max_rel_error": errors.get(c.name), "fwd_ms": fwd,
                             "fwd_us_per_step": 1000 * fwd / T, "fwd_bwd_ms": step,
+                            "graph_fwd_us_per_step": graph_us.get(c.name),
                             "cudnn_over_this": lstm / step,
                             "samples": {k[1]: samples[k] for k in samples if k[0] == c.name}})
-    print("| B, I, H, T | implementation | fwd ms | fwd us/step | fwd+bwd ms | "
-          "cuDNN fwd+bwd / this | check |")
-    print("|---|---|---|---|---|---|---|")
+    print("| B, I, H, T | implementation | fwd ms | fwd us/step | graph fwd us/step | "
+          "fwd+bwd ms | cuDNN fwd+bwd / this | check |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in records:
         e = r["max_rel_error"]
         verdict = "peer" if e is None else (f"ok {e:.0e}" if e <= 1e-4 else f"WRONG {e:.0e}")
+        graph = r["graph_fwd_us_per_step"]
+        graph = "" if graph is None else f"{graph:.2f}"
         print(f"| {r['B']}, {r['I']}, {r['H']}, {r['T']} | {r['impl']} | {r['fwd_ms']:.3f} | "
-              f"{r['fwd_us_per_step']:.2f} | {r['fwd_bwd_ms']:.3f} | {r['cudnn_over_this']:.2f} "
-              f"| {verdict} |")
+              f"{r['fwd_us_per_step']:.2f} | {graph} | {r['fwd_bwd_ms']:.3f} | "
+              f"{r['cudnn_over_this']:.2f} | {verdict} |")
     ref = [r for r in records if "reference" in r["impl"]]
     for r in ref:
         mine = next(x for x in records if x["impl"].startswith("lltm (auto") and
@@ -177,7 +223,8 @@ def main(argv=None):
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"cudnn {torch.backends.cudnn.version()}, cudnn.allow_tf32="
           f"{torch.backends.cudnn.allow_tf32}, matmul.allow_tf32="
-          f"{torch.backends.cuda.matmul.allow_tf32}")
+          f"{torch.backends.cuda.matmul.allow_tf32}, LLTM_CUDA_CLUSTER_BLOCKS="
+          f"{os.environ.get('LLTM_CUDA_CLUSTER_BLOCKS', '(default)')}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
     return 0

@@ -4,8 +4,10 @@ on the CPU.
 
 Every route of csrc/binding/sequence_cuda.c is tested, chosen with
 LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
-H <= 128), "grid" (persistent kernel, cooperative grid), "steps" (per-step
-aten::mm + pointwise kernel) and "auto".
+H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
+LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here), "grid"
+(persistent kernel, cooperative grid), "steps" (per-step aten::mm +
+pointwise kernel) and "auto".
 
 Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 (products sum many terms), and for the half types, over >= 64 elements, also
@@ -27,7 +29,8 @@ pytestmark = pytest.mark.skipif(
 TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 4e-2}
 HALF = (torch.float16, torch.bfloat16)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster", "grid", "steps"]
+ROUTES = ["auto", "cluster8", "cluster16", "grid", "steps"]
+CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0
     (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4),
     (3, 5, 40, 129), (2, 64, 256, 512), (2, 4, 8, 1000), (2, 3, 4, 1100),
@@ -36,12 +39,18 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 
 @pytest.fixture
 def route(request, monkeypatch):
-    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", request.param)
+    name = request.param
+    if name.startswith("cluster") and name != "cluster":  # the cluster plan's shape
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", name[len("cluster"):])
+        name = "cluster"
+    else:
+        monkeypatch.delenv("LLTM_CUDA_CLUSTER_BLOCKS", raising=False)
+    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", name)
     return request.param
 
 
 def route_fits(route, H, dtype):
-    if route == "cluster":
+    if route.startswith("cluster"):
         return H <= 128
     if route == "grid":
         return H <= (512 if dtype == torch.float64 else 1024)
@@ -108,20 +117,20 @@ def test_matches_reference(route, dtype, T, B, I, H):
     compare(T, B, I, H, dtype)
 
 
-@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 @pytest.mark.parametrize("through", [(0,), (1,), (2,)])
 def test_gradients_through_each_output(route, through):
     compare(5, 3, 4, 20, torch.float64, through=through)
 
 
-@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 def test_gradcheck_float64(route):
     args, _ = seq_inputs(3, 2, 3, 5, torch.float64)
     args = [a.requires_grad_() for a in args]
     assert torch.autograd.gradcheck(native_sequence, args)
 
 
-@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 @pytest.mark.parametrize("T,tol", [(100, 1e-4), (1000, 1e-3)])
 def test_long_sequence_matches_cpu_op(route, T, tol):
     """float32 on the GPU against the (reference-tested) CPU op in float64,
@@ -146,7 +155,7 @@ def test_long_sequence_matches_cpu_op(route, T, tol):
     assert max(errors.values()) <= tol, errors
 
 
-@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 def test_every_output_element_is_written(route):
     """The caching allocator hands back blocks just filled with NaN."""
     T, B, I, H = 7, 5, 6, 37
@@ -164,7 +173,23 @@ def test_every_output_element_is_written(route):
             assert torch.isfinite(t).all()
 
 
-@pytest.mark.parametrize("route", ["auto", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS, indirect=True)
+@pytest.mark.parametrize("dtype,B", [(torch.float32, 40), (torch.float32, 64),
+                                     (torch.float64, 32), (torch.bfloat16, 50)])
+def test_cluster_plan_rows(route, dtype, B):
+    """The cluster plan keeps every row's state in shared memory: several
+    16-row chunks, up to the most it takes."""
+    compare(4, B, 5, 100, dtype)
+
+
+@pytest.mark.parametrize("route", CLUSTERS, indirect=True)
+@pytest.mark.parametrize("dtype,B", [(torch.float32, 65), (torch.float64, 33)])
+def test_cluster_plan_too_many_rows(route, dtype, B):
+    with pytest.raises(RuntimeError, match="no persistent plan"):
+        compare(2, B, 3, 20, dtype)
+
+
+@pytest.mark.parametrize("route", ["auto", "steps"] + CLUSTERS, indirect=True)
 def test_deterministic(route):
     args, _ = seq_inputs(6, 5, 7, 70, torch.float32)
     runs = []
@@ -177,7 +202,7 @@ def test_deterministic(route):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("route", ["cluster", "grid"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid"], indirect=True)
 def test_side_stream_and_cuda_graph(route):
     T, B, I, H = 4, 3, 5, 40
     args, _ = seq_inputs(T, B, I, H, torch.float32)
@@ -257,7 +282,7 @@ def test_route_environment_is_unset_by_default():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-@pytest.mark.parametrize("route", ["cluster", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 def test_second_device(route):
     """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the
     tensors' device (a device guard) and on its current stream."""

@@ -7,11 +7,16 @@ No GPU needed: CI checks, for every persistent plan and every dtype, at odd
 sizes (H not a multiple of a block's units, B beyond one 16-row chunk, I = 0),
 the kernels' indexing, padding, reductions and barriers, that every output
 element is written and nothing outside the outputs is, and the per-step
-kernels of the fallback. Timing and the memory model are not emulated:
+kernels of the fallback. The cluster plan runs in both of its shapes (8
+blocks of 16 units, 16 blocks of 8: LLTM_CUDA_CLUSTER_BLOCKS), with its
+state exchanged through the emulated distributed shared memory (st.async
+into every block, counted on transaction barriers) under a schedule that
+lets some threads lag. Timing and the memory model are not emulated:
 tests/test_cuda_sequence.py runs the real thing on a GPU.
 """
 import ctypes
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -31,8 +36,9 @@ HALF_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"  # cuda_fp16.h, cuda
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-PLANS = {"cluster_16_8": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4}
-PLAN_MAX_H = {1: 128, 2: 128, 3: 512, 4: 1024}
+PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "grid_16_8": 2, "grid_32_16": 3,
+         "grid_32_32": 4}
+CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16"}  # LLTM_CUDA_CLUSTER_BLOCKS
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -44,8 +50,21 @@ def _emulated_source() -> str:
                                  text)
     shared = re.compile(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];")
     text, n_shared = shared.subn(r"unsigned char *\1 = emu::dynamic_smem();", text)
-    assert n_launch >= 3 and n_shared == 2, "expected the launches of lltm_cuda_sequence.cu"
+    assert n_launch >= 3 and n_shared == 4, "expected the launches of lltm_cuda_sequence.cu"
     return text
+
+
+@pytest.fixture
+def cluster_shape(monkeypatch):
+    """pick_shape(plan name): sets LLTM_CUDA_CLUSTER_BLOCKS for the cluster
+    shapes (read by the library at each launch and plan choice)."""
+    def pick(plan):
+        if plan in CLUSTER_BLOCKS:
+            monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", CLUSTER_BLOCKS[plan])
+        else:
+            monkeypatch.delenv("LLTM_CUDA_CLUSTER_BLOCKS", raising=False)
+    yield pick
+    os.environ.pop("LLTM_CUDA_CLUSTER_BLOCKS", None)
 
 
 @pytest.fixture(scope="session")
@@ -171,28 +190,43 @@ def _run_case(lib, plan, dtype, T, B, I, H):
 
 
 CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's units, I = 0,
-    # H a multiple of 4 (16-byte staging loads)
-    (3, 1, 2, 5), (4, 3, 5, 17), (2, 18, 3, 9), (2, 2, 0, 3), (3, 19, 4, 12),
+    # H a multiple of 4 (16-byte staging loads), T = 1
+    (3, 1, 2, 5), (4, 3, 5, 17), (2, 18, 3, 9), (2, 2, 0, 3), (3, 19, 4, 12), (1, 4, 3, 10),
 ]
 
 
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES), ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("plan", list(PLANS))
 @pytest.mark.parametrize("T,B,I,H", CASES)
-def test_persistent_kernels(emu, plan, dtype, T, B, I, H):
+def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
     if dtype == torch.float64 and PLANS[plan] == 4:
         pytest.skip("float64 has no 32x32 plan (registers)")
+    cluster_shape(plan)
     _run_case(emu, PLANS[plan], dtype, T, B, I, H)
 
 
-@pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("grid_32_16", 40),
+@pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
+                                    ("cluster_32_4", 61), ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
-def test_persistent_kernels_larger_h(emu, plan, H):
-    """Several blocks, the last one partly padded (or exactly full)."""
-    _run_case(emu, PLANS[plan], torch.float32, 2, 5, 7, H)
+def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
+    """Several blocks, the last one partly padded (or exactly full); the
+    cluster plan at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
+    cluster_shape(plan)
+    _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
 
 
-def test_plan_choice(emu):
+@pytest.mark.parametrize("plan", list(CLUSTER_BLOCKS))
+@pytest.mark.parametrize("dtype,B", [(torch.float32, 64), (torch.float64, 32),
+                                     (torch.bfloat16, 49)])
+def test_cluster_plan_most_rows(emu, cluster_shape, plan, dtype, B):
+    """The cluster plan keeps every row's state in shared memory: the most
+    rows it takes (4 chunks of 16 in 4-byte state, 2 in float64)."""
+    cluster_shape(plan)
+    _run_case(emu, PLANS[plan], dtype, 3, B, 3, 24)
+
+
+def test_plan_choice(emu, cluster_shape):
+    cluster_shape(None)
     plan = ctypes.c_int(-1)
     def choose(dtype, B, H, mode=0):
         status = emu.lltm_sequence_plan_cuda(DTYPE_CODES[dtype], B, H, mode, ctypes.byref(plan))
@@ -208,6 +242,13 @@ def test_plan_choice(emu):
     assert choose(torch.float32, 16, 100, mode=2) == (0, 2)  # grid asked for
     assert choose(torch.float32, 16, 100, mode=3) == (0, 0)  # steps asked for
     assert choose(torch.float32, 16, 300, mode=1)[0] != 0  # no cluster plan that large
+    # the cluster plan holds every row's state in shared memory (227 KB a block)
+    assert choose(torch.float32, 64, 128) == (0, 1)
+    assert choose(torch.float32, 65, 128) == (0, 2)
+    assert choose(torch.bfloat16, 64, 100) == (0, 1)
+    assert choose(torch.float64, 32, 128) == (0, 1)
+    assert choose(torch.float64, 33, 128) == (0, 2)
+    assert choose(torch.float32, 65, 128, mode=1)[0] != 0
 
 
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES), ids=lambda d: str(d).split(".")[-1])

@@ -12,18 +12,28 @@
  * registers, the recurrent weights W_h that its units need:
  *   forward   rows i/o/z of its units ([3U, H] of W_h): g = h_{t-1} W_h^T
  *   backward  columns of its units ([3H, U] of W_h):   dh = dG_{t+1} W_h
- * Each step a block stages h_{t-1} (or dG_{t+1}) from global memory (L2) in
- * shared memory, 16 batch rows at a time, forms its dot products (KS lanes
- * of a warp split one unit's k range; their partial sums meet by warp
- * shuffles, which also leave each lane holding exactly one batch row of the
- * unit), finishes the step's pointwise math in that lane, writes the step's
- * results to global memory and meets the other blocks at a barrier:
- *   - a thread-block cluster (cluster.sync(), hardware) when the grid is at
- *     most 8 blocks (H <= 128), launched as one cluster;
- *   - otherwise a cooperative launch and grid.sync().
+ * Each step a block forms its dot products over h_{t-1} (or dG_{t+1}) held
+ * in shared memory, 16 batch rows at a time (KS lanes of a warp split one
+ * unit's k range; their partial sums meet by warp shuffles, which also leave
+ * each lane holding exactly one batch row of the unit), finishes the step's
+ * pointwise math in that lane, and the blocks exchange the new state:
+ *   - cluster plan (H <= 128, B <= 64; 32 for float64): the grid is one
+ *     thread-block cluster of up to 8 blocks (16 lanes per unit) or 16
+ *     (non-portable; 32 lanes per unit, half the work per block). Each block
+ *     sends its units' new state straight into the shared memory of every
+ *     block of the cluster (distributed shared memory, st.async in 16-byte
+ *     pieces, double-buffered by step parity) and waits on its own
+ *     transaction barrier until the whole state of the step has arrived: no
+ *     cluster-wide barrier per step; the step's global stores and the next
+ *     step's loads run while the pieces travel. The state never goes
+ *     through global memory.
+ *   - grid plans: a cooperative launch; each step a block writes its results
+ *     to global memory, meets the others at grid.sync() and stages the state
+ *     back from L2 into shared memory.
  * Limits: H <= 1024 for float32/float16/bfloat16 and H <= 512 for float64
  * (the registers that hold W_h: 3 * H / KS values per lane), and the grid
- * must be co-resident (<= 128 blocks of 256 threads, one per SM); any B.
+ * must be co-resident (<= 128 blocks of 256 threads, one per SM); any B on
+ * the grid plans.
  *
  * Per step (fallback for everything else, the time loop stays in C): the
  * binding runs h_{t-1} W_h^T (or dG_t W_h) through aten::mm and one fused
@@ -32,7 +42,8 @@
  * Precision: float32 and float64 compute in their own type; float16 and
  * bfloat16 load, convert to float and accumulate in float, and the
  * persistent kernels carry the recurrent state (h, c, dG, dc) between steps
- * in float32 workspaces (only the tensors they return are rounded).
+ * in float32 (workspaces, or shared memory on the cluster plan; only the
+ * tensors they return are rounded).
  *
  * Every launch is checked; all work goes to the caller's stream on the
  * current device.
@@ -45,6 +56,8 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "lltm_cuda_math.cuh"
 #include <type_traits>
@@ -170,12 +183,9 @@ __device__ __forceinline__ void stage_rows(A *__restrict__ dst, const A *__restr
     }
 }
 
-template <bool CLUSTER> __device__ __forceinline__ void step_barrier()
+__device__ __forceinline__ void step_barrier()
 {
-    if constexpr (CLUSTER)
-        cg::this_cluster().sync(); /* arrive.release / wait.acquire, cluster scope */
-    else
-        cg::this_grid().sync(); /* fences device-wide */
+    cg::this_grid().sync(); /* fences device-wide */
 }
 
 /*
@@ -187,7 +197,7 @@ template <bool CLUSTER> __device__ __forceinline__ void step_barrier()
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
  *   the half types; NULL for float32/float64, which use output/cells.
  */
-template <typename T, int KS, int KR, bool CLUSTER>
+template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         const T *__restrict__ h0, const T *__restrict__ c0,
@@ -297,7 +307,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             __syncthreads(); /* hs is restaged by the next chunk */
         }
         if (t + 1 < steps)
-            step_barrier<CLUSTER>(); /* h_t of every unit is written */
+            step_barrier(); /* h_t of every unit is written */
     }
 }
 
@@ -311,7 +321,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   dg_work [2,B,G], dc_work [B,H] (accumulation type): the recurrent state
  *   of the half types; NULL for float32/float64 (grad_gates and grad_c0).
  */
-template <typename T, int KS, int KR, bool CLUSTER>
+template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
 sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
@@ -418,7 +428,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 bias_sum[2] += d[2];
             }
         }
-        step_barrier<CLUSTER>(); /* dG_t of every unit is written */
+        step_barrier(); /* dG_t of every unit is written */
     }
 
     /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
@@ -445,6 +455,506 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         grad_bias[H + u] = from_acc<T>(bias_sum[1]);
         grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
     }
+}
+
+/* ------------------------------------------------------ cluster kernels -- */
+
+/*
+ * The cluster plan (H <= 128): the grid is ONE thread-block cluster, block
+ * n = its rank, and the recurrent state moves through distributed shared
+ * memory. Every block keeps the whole state of a step (all rows, all units)
+ * in its own shared memory, in two buffers picked by step parity, each with
+ * a transaction barrier (mbarrier) in that block. At the end of its step a
+ * block gathers its units' new values in a local tile and sends the tile in
+ * 16-byte pieces to the buffer of every block of the cluster with st.async,
+ * each piece counted on the receiver's mbarrier (complete_tx); a block waits
+ * on its own mbarrier until every byte of the step's state arrived, then
+ * computes. No barrier across the cluster per step (only data-flow waits),
+ * no fences, nothing of the state through global memory; the step's outputs
+ * go to global memory while the pieces travel, and the next step's inputs
+ * (chunk 0) are loaded a whole step ahead.
+ *
+ * Why two buffers suffice: a block sends into buffer p for step t+2 only
+ * after it received everything for step t+1, which every block sent after it
+ * finished step t, that is, after it read buffer p (its state of step t).
+ * The same argument keeps the mbarrier phases apart (a phase of buffer p
+ * cannot complete before every thread of the block waited for the one
+ * before). The receiver arms each phase (arrive.expect_tx of the bytes it
+ * will receive) once it waited for the previous phase of that buffer; pieces
+ * arriving before the arming leave the count negative, which mbarriers
+ * allow. The kernels end with a cluster barrier: no block leaves while
+ * another may still write into its shared memory.
+ *
+ * Layout: a row of a buffer is LD = width + one 16-byte vector long (rows
+ * 16-byte aligned; the 16 rows of a tile land in different banks). The
+ * state's units are spaced by HP = ranks * U (the cluster's units, >= H): a
+ * block's units are then one 16-byte aligned run per row (and gate); the
+ * padding units carry zeros. Shared memory: 16 bytes of mbarriers, the two
+ * buffers, two send tiles and this block's own state (c or dc).
+ *
+ * The send tiles alternate (by the parity of the tiles sent so far): a
+ * thread writes tile p again only after the __syncthreads that follows the
+ * next tile's writes, which every thread reaches after it sent its pieces
+ * of tile p. One tile would not do: a thread may pass the next step's wait
+ * (its block needs none of a slow thread's pieces) and overwrite the tile
+ * that slow thread still reads.
+ */
+
+constexpr int CLUSTER_MAX_CHUNKS = 8; /* bookkeeping bound; shared memory allows fewer */
+
+/* -- the cluster primitives: PTX on the GPU, the fiber emulator's on the
+ *    CPU (tests/cuda_emu_seq defines LLTM_CUDA_EMULATION) -- */
+#if defined(LLTM_CUDA_EMULATION)
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    emu::mbar_init(bar, count);
+}
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    emu::mbar_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    emu::mbar_wait(bar, parity);
+}
+/* 16 bytes at src (this block's shared memory) to dst in block `rank`
+ * (dst and bar: addresses in this block's shared memory, mapped) */
+__device__ __forceinline__ void send16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    emu::st_async16(src, dst, bar, rank);
+}
+#else
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* CTA-scope acquire (the default), as CUTLASS waits for data other blocks
+ * deliver to this block's shared memory with complete_tx: the cluster-scope
+ * form adds an L1 invalidation (CCTL.IVALL) after every wait, which the
+ * profile showed costing ~12% of the forward; the bytes waited for are in
+ * this block's shared memory, counted on this block's mbarrier. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "LLTM_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra LLTM_WAIT_%=;\n}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void send16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    uint32_t remote_dst, remote_bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_dst)
+                 : "r"(smem_addr(dst)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_bar)
+                 : "r"(smem_addr(bar)), "r"(rank));
+    const uint4 v = *reinterpret_cast<const uint4 *>(src);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];" ::"r"(remote_dst),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+                 : "memory");
+}
+#endif
+
+/* Send this block's tile of one chunk to every block: tile [BC][RUNS][W]
+ * (W values of the accumulation type per run, a multiple of 16 bytes) goes
+ * to rows [b0, b0+BC) of `buffer`, run q of row b at buffer[b*LD + q*QS +
+ * n*W] (n this block's rank). Call from every thread (after the tile is
+ * complete); each sends some of the 16-byte pieces. */
+template <typename A, int RUNS, int W, int LD>
+__device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *bar, int64_t b0,
+                                          int64_t QS, int n, int ranks, int tid)
+{
+    constexpr int PER_RUN = W * (int)sizeof(A) / 16, PER_RANK = BC * RUNS * PER_RUN;
+    static_assert(W * sizeof(A) % 16 == 0, "16-byte pieces");
+    for (int e = tid; e < PER_RANK * ranks; e += NT) {
+        const int rank = e / PER_RANK, piece = e % PER_RANK;
+        const int bb = piece / (RUNS * PER_RUN), q = piece / PER_RUN % RUNS, v = piece % PER_RUN;
+        const A *src = tile + (bb * RUNS + q) * W + v * (16 / (int)sizeof(A));
+        A *dst = buffer + (b0 + bb) * LD + q * QS + (int64_t)n * W + v * (16 / (int)sizeof(A));
+        send16(src, dst, bar, rank);
+    }
+}
+
+/*
+ * Forward recurrence, cluster plan. Same register layout as
+ * sequence_forward_kernel; no workspace (the state stays in shared memory,
+ * in the accumulation type, also for the half types).
+ *   bars[2] (shared): mbarriers of the buffers
+ *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1, unit u at column u
+ *   tiles [2][BC][U] (shared): this block's h_t of one chunk, to send
+ *   cs [BP][U] (shared): c_{t-1} of this block's units (one lane each)
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                const T *__restrict__ h0, const T *__restrict__ c0,
+                                const T *__restrict__ weights, const T *__restrict__ bias,
+                                T *__restrict__ gates, T *__restrict__ output,
+                                T *__restrict__ cells)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR, LD = KP + VEC;
+    static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *hs = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = hs + 2 * BP * LD;
+    A *cs = tiles + 2 * BC * U;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int64_t u = (int64_t)n * U + j;
+    const int ranks = (int)((H + U - 1) / U); /* the cluster: the whole grid */
+    const bool unit_ok = u < H;
+    const bool owner = s < BC; /* holds a row after the reduction */
+    const int64_t G = 3 * H, BH = B * H;
+    const unsigned step_bytes = (unsigned)(BP * ranks * U * sizeof(A)); /* one buffer's fill */
+
+    /* buffer 0 <- h0; everything else 0 (padding meets zero weights, but
+     * must not hold NaN) */
+    for (int64_t e = tid; e < 2 * BP * LD; e += NT) {
+        const int64_t row = e / LD, k = e % LD;
+        hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+    }
+    if (tid == 0) {
+        /* step t >= 1 waits for buffer t & 1; arm the first two phases */
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        if (steps > 1)
+            mbar_expect_tx(&bars[1], step_bytes);
+        if (steps > 2)
+            mbar_expect_tx(&bars[0], step_bytes);
+    }
+    A w[3][KR];
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+#pragma unroll
+        for (int kv = 0; kv < KR / VEC; ++kv)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t k = (int64_t)(kv * KS + s) * VEC + e;
+                w[q][kv * VEC + e] =
+                    (unit_ok && k < H) ? to_acc(weights[(q * H + u) * K + k]) : A(0);
+            }
+    A b_i = 0, b_o = 0, b_z = 0;
+    if (unit_ok) {
+        b_i = to_acc(bias[u]);
+        b_o = to_acc(bias[H + u]);
+        b_z = to_acc(bias[2 * H + u]);
+    }
+    /* the projection x_t W_x^T of (t, b) for this lane's unit */
+    auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
+        const T *grow = gates + (t * B + b) * G;
+        p_i = to_acc(grow[u]);
+        p_o = to_acc(grow[H + u]);
+        p_z = to_acc(grow[2 * H + u]);
+    };
+    auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
+        T *grow = gates + (t * B + b) * G;
+        grow[u] = from_acc<T>(i);
+        grow[H + u] = from_acc<T>(o);
+        grow[2 * H + u] = from_acc<T>(z);
+        cells[t * BH + b * H + u] = from_acc<T>(c);
+        output[t * BH + b * H + u] = from_acc<T>(h);
+    };
+    const bool first_row_ok = owner && unit_ok && s < B; /* chunk 0: row s */
+    A n_i = 0, n_o = 0, n_z = 0; /* chunk 0's projection of the coming step */
+    if (first_row_ok)
+        load_projection(0, s, n_i, n_o, n_z);
+    cluster.sync(); /* every block running, its barriers armed, before any send */
+
+    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
+    for (int64_t t = 0; t < steps; ++t) {
+        if (t >= 1) {
+            mbar_wait(&bars[t & 1], (unsigned)((t - 1) >> 1) & 1u); /* h_{t-1} arrived */
+            if (tid == 0 && t + 2 < steps)
+                mbar_expect_tx(&bars[t & 1], step_bytes); /* for step t + 2 */
+        }
+        const A *h_prev = hs + (t & 1) * BP * LD;
+        A *h_next = hs + ((t + 1) & 1) * BP * LD;
+        const bool exchange = t + 1 < steps; /* uniform over the cluster */
+        A i = 0, o = 0, z = 0, c = 0, h = 0;
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_outputs(t, b, i, o, z, c, h);
+            b = b0 + (s & (BC - 1));
+            row_ok = owner && unit_ok && b < B;
+            A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
+            if (b0 == 0 && exchange && first_row_ok) /* a whole step ahead */
+                load_projection(t + 1, s, n_i, n_o, n_z);
+            if (row_ok) {
+                if (b0 > 0)
+                    load_projection(t, b, p_i, p_o, p_z);
+                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[b * U + j];
+            }
+
+            A acc[BC * 3];
+#pragma unroll
+            for (int v = 0; v < BC * 3; ++v)
+                acc[v] = 0;
+            const A *rows = h_prev + b0 * LD;
+#pragma unroll
+            for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+                for (int kv = 0; kv < KR / VEC; ++kv) {
+                    const V hv =
+                        *reinterpret_cast<const V *>(&rows[bb * LD + (kv * KS + s) * VEC]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                        for (int q = 0; q < 3; ++q)
+                            acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
+                }
+            }
+            reduce_rows<KS, 3>(acc, s);
+
+            h = 0;
+            if (row_ok) {
+                i = sigmoid_(acc[0] + p_i + b_i);
+                o = sigmoid_(acc[1] + p_o + b_o);
+                z = elu_(acc[2] + p_z + b_z);
+                c = c_prev + i * z;
+                h = tanh_(c) * o;
+                cs[b * U + j] = c;
+            }
+            if (exchange) { /* uniform */
+                A *tile = tiles + (sent++ & 1) * BC * U;
+                if (owner)
+                    tile[(s & (BC - 1)) * U + j] = h; /* 0 for padding rows and units */
+                __syncthreads();
+                send_tile<A, 1, U, LD>(tile, h_next, &bars[(t + 1) & 1], b0, 0, n, ranks, tid);
+            }
+        }
+        if (row_ok)
+            store_outputs(t, b, i, o, z, c, h);
+    }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
+}
+
+/*
+ * Backward recurrence, reverse time, cluster plan. Same register layout as
+ * sequence_backward_kernel, over the state's columns: lane s holds, for
+ * column r = q*HP + k of a buffer, W_h[q*H + k, u] (0 for k >= H).
+ *   bars[2] (shared): mbarriers of the buffers
+ *   ds [2][BP][LD] (shared): dG_t in buffer t & 1
+ *   tiles [2][BC][3][U] (shared): this block's dG_t of one chunk, to send
+ *   dcs [BP][U] (shared): dL/dc_t of this block's units (one lane each)
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                 const T *__restrict__ grad_output,
+                                 const T *__restrict__ grad_h_n, const T *__restrict__ grad_c_n,
+                                 const T *__restrict__ weights, const T *__restrict__ cells,
+                                 const T *__restrict__ gates, T *__restrict__ grad_gates,
+                                 T *__restrict__ grad_bias, T *__restrict__ grad_h0,
+                                 T *__restrict__ grad_c0)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR, LD = RP + VEC;
+    static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *ds = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = ds + 2 * BP * LD;
+    A *dcs = tiles + 2 * BC * 3 * U;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int64_t u = (int64_t)n * U + j;
+    const int ranks = (int)((H + U - 1) / U);
+    const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
+    const bool unit_ok = u < H;
+    const bool owner = s < BC;
+    const int64_t G = 3 * H, BH = B * H;
+    const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
+
+    for (int64_t e = tid; e < 2 * BP * LD; e += NT)
+        ds[e] = 0;
+    /* dG_s (s = T-1 .. 0) is waited for in buffer s & 1, phase (T-1-s) / 2;
+     * arm the first two phases */
+    if (tid == 0) {
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        mbar_expect_tx(&bars[(steps - 1) & 1], step_bytes);
+        if (steps > 1)
+            mbar_expect_tx(&bars[steps & 1], step_bytes);
+    }
+    A w[RR];
+#pragma unroll
+    for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const int64_t r = (int64_t)(rv * KS + s) * VEC + e, q = r / HP, k = r % HP;
+            w[rv * VEC + e] = (unit_ok && q < 3 && k < H) ? to_acc(weights[(q * H + k) * K + u])
+                                                          : A(0);
+        }
+
+    /* dG_s has arrived (every thread waits; then one re-arms the buffer
+     * for dG_{s-2}) */
+    auto wait_for = [&](int64_t s_) {
+        mbar_wait(&bars[s_ & 1], (unsigned)((steps - 1 - s_) >> 1) & 1u);
+        if (tid == 0 && s_ >= 2)
+            mbar_expect_tx(&bars[s_ & 1], step_bytes);
+    };
+    /* this lane's share of dG W_h over rows [b0, b0+BC) of `rows` (a buffer
+     * of ds), summed to acc[0] = row (b0 + s) */
+    auto dh_from = [&](const A *rows, A(&acc)[BC]) {
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            acc[bb] = 0;
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv) {
+                const V dv = *reinterpret_cast<const V *>(&rows[bb * LD + (rv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    acc[bb] += w[rv * VEC + e] * component(dv, e);
+            }
+        }
+        reduce_rows<KS, 1>(acc, s);
+    };
+    /* the step's inputs of (t, b): activations i, o, z, cell, dL/dh from
+     * above, and at the last step dL/dh_n (in[6]), dL/dc_n (in[5]). Loads
+     * only: nothing here may use a loaded value, or the thread waits for
+     * the load here instead of a step later (a predicated-off add waits on
+     * its operands too). */
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
+        const T *arow = gates + (t * B + b) * G;
+        const int64_t jj = t * BH + b * H + u;
+        in[0] = to_acc(arow[u]);
+        in[1] = to_acc(arow[H + u]);
+        in[2] = to_acc(arow[2 * H + u]);
+        in[3] = to_acc(cells[jj]);
+        in[4] = to_acc(grad_output[jj]);
+        in[5] = 0;
+        in[6] = 0;
+        if (t == steps - 1) {
+            in[6] = to_acc(grad_h_n[b * H + u]);
+            in[5] = to_acc(grad_c_n[b * H + u]);
+        }
+    };
+    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        T *drow = grad_gates + (t * B + b) * G;
+        drow[u] = from_acc<T>(d[0]);
+        drow[H + u] = from_acc<T>(d[1]);
+        drow[2 * H + u] = from_acc<T>(d[2]);
+    };
+    const bool first_row_ok = owner && unit_ok && s < B;
+    A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    if (first_row_ok)
+        load_inputs(steps - 1, s, next);
+    cluster.sync(); /* every block running, its barriers armed, before any send */
+
+    A bias_sum[3] = {0, 0, 0};
+    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
+    for (int64_t t = steps - 1; t >= 0; --t) {
+        const bool last = t == steps - 1;
+        if (!last)
+            wait_for(t + 1);
+        const A *d_next = ds + ((t + 1) & 1) * BP * LD; /* dG_{t+1} */
+        A *d_this = ds + (t & 1) * BP * LD;
+        A d[3] = {0, 0, 0};
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_grad_gates(t, b, d);
+            b = b0 + (s & (BC - 1));
+            row_ok = owner && unit_ok && b < B;
+            A in[7];
+#pragma unroll
+            for (int q = 0; q < 7; ++q)
+                in[q] = next[q];
+            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
+                load_inputs(t - 1, s, next);
+            if (row_ok) {
+                if (b0 > 0)
+                    load_inputs(t, b, in);
+                if (!last)
+                    in[5] = dcs[b * U + j];
+            }
+            A acc[BC];
+            acc[0] = 0;
+            if (!last) /* uniform over the cluster */
+                dh_from(d_next + b0 * LD, acc);
+            d[0] = d[1] = d[2] = 0;
+            if (row_ok) {
+                A dc;
+                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + acc[0], in[5], d,
+                                 &dc);
+                dcs[b * U + j] = dc;
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+            A *tile = tiles + (sent++ & 1) * BC * 3 * U;
+            if (owner) {
+                A *trow = tile + (s & (BC - 1)) * 3 * U + j;
+                trow[0] = d[0]; /* 0 for padding rows and units */
+                trow[U] = d[1];
+                trow[2 * U] = d[2];
+            }
+            __syncthreads();
+            send_tile<A, 3, U, LD>(tile, d_this, &bars[t & 1], b0, HP, n, ranks, tid);
+        }
+        if (row_ok)
+            store_grad_gates(t, b, d);
+    }
+
+    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
+    wait_for(0);
+    for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        const int64_t b = b0 + (s & (BC - 1));
+        const bool row_ok = owner && unit_ok && b < B;
+        A acc[BC];
+        dh_from(ds + b0 * LD, acc);
+        if (row_ok) {
+            grad_h0[b * H + u] = from_acc<T>(acc[0]);
+            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
+        }
+    }
+    /* bias: sum the lanes' row sums (fixed order) */
+#pragma unroll
+    for (int mask = KS / 2; mask >= 1; mask /= 2)
+#pragma unroll
+        for (int q = 0; q < 3; ++q)
+            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+    if (s == 0 && unit_ok) {
+        grad_bias[u] = from_acc<T>(bias_sum[0]);
+        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
+        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+    }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
 }
 
 /* ----------------------------------------------------- per-step kernels -- */
@@ -526,6 +1036,14 @@ __global__ void convert_kernel(int64_t n, const typename acc_of<T>::type *__rest
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* index of a dtype in the per-dtype caches */
+template <typename T> constexpr int dtype_index()
+{
+    return std::is_same<T, float>::value ? 0 : std::is_same<T, double>::value ? 1
+         : std::is_same<T, __half>::value ? 2 : 3;
+}
+
+
 int launch_status(cudaError_t launch)
 {
     const cudaError_t last = cudaGetLastError();
@@ -544,7 +1062,6 @@ struct persistent_shape {
     int ks, kr;
 };
 constexpr persistent_shape SHAPES[] = {{16, 8}, {32, 16}, {32, 32}};
-constexpr int CLUSTER_MAX_BLOCKS = 8; /* the portable cluster size */
 
 template <typename T> size_t forward_smem(int ks, int kr)
 {
@@ -555,28 +1072,23 @@ template <typename T> size_t backward_smem(int ks, int kr)
     return (size_t)BC * ks * 3 * kr * sizeof(typename acc_of<T>::type);
 }
 
-/* The kernel pair of one plan; CALL receives them as `fwd` and `bwd`. */
+/* The kernel pair of one grid plan; CALL receives them as `fwd` and `bwd`. */
 #define LLTM_WITH_KERNELS(T, plan, CALL)                                                     \
     switch (plan) {                                                                          \
-    case LLTM_SEQ_PLAN_CLUSTER_16_8: {                                                       \
-        auto fwd = sequence_forward_kernel<T, 16, 8, true>;                                  \
-        auto bwd = sequence_backward_kernel<T, 16, 8, true>;                                 \
-        return CALL;                                                                         \
-    }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_16_8: {                                                          \
-        auto fwd = sequence_forward_kernel<T, 16, 8, false>;                                 \
-        auto bwd = sequence_backward_kernel<T, 16, 8, false>;                                \
+        auto fwd = sequence_forward_kernel<T, 16, 8>;                                        \
+        auto bwd = sequence_backward_kernel<T, 16, 8>;                                       \
         return CALL;                                                                         \
     }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_32_16: {                                                         \
-        auto fwd = sequence_forward_kernel<T, 32, 16, false>;                                \
-        auto bwd = sequence_backward_kernel<T, 32, 16, false>;                               \
+        auto fwd = sequence_forward_kernel<T, 32, 16>;                                       \
+        auto bwd = sequence_backward_kernel<T, 32, 16>;                                      \
         return CALL;                                                                         \
     }                                                                                        \
     case LLTM_SEQ_PLAN_GRID_32_32:                                                           \
         if constexpr (!std::is_same<T, double>::value) {                                    \
-            auto fwd = sequence_forward_kernel<T, 32, 32, false>;                            \
-            auto bwd = sequence_backward_kernel<T, 32, 32, false>;                           \
+            auto fwd = sequence_forward_kernel<T, 32, 32>;                                   \
+            auto bwd = sequence_backward_kernel<T, 32, 32>;                                  \
             return CALL;                                                                     \
         }                                                                                    \
         return LLTM_ERR_ARGUMENT;                                                            \
@@ -584,28 +1096,24 @@ template <typename T> size_t backward_smem(int ks, int kr)
         return LLTM_ERR_ARGUMENT;                                                            \
     }
 
-int plan_shape(int plan, persistent_shape *shape, bool *cluster)
+int plan_shape(int plan, persistent_shape *shape)
 {
     switch (plan) {
-    case LLTM_SEQ_PLAN_CLUSTER_16_8: *shape = SHAPES[0]; *cluster = true; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_16_8: *shape = SHAPES[0]; *cluster = false; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_32_16: *shape = SHAPES[1]; *cluster = false; return LLTM_OK;
-    case LLTM_SEQ_PLAN_GRID_32_32: *shape = SHAPES[2]; *cluster = false; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_16_8: *shape = SHAPES[0]; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_32_16: *shape = SHAPES[1]; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_32_32: *shape = SHAPES[2]; return LLTM_OK;
     default: return LLTM_ERR_ARGUMENT;
     }
 }
 
-/* How many blocks of `kernel` (smem bytes each) can run at once on `device`:
- * as one cluster (up to CLUSTER_MAX_BLOCKS, or 0), or as a cooperative grid
- * (blocks per SM x SMs, 0 without cooperative launch). Raises the kernel's
- * dynamic shared-memory limit as needed. */
-template <typename K>
-int64_t max_resident_blocks(K kernel, size_t smem, bool cluster, int device)
+/* How many blocks of `kernel` (smem bytes each) can run at once on `device`
+ * as a cooperative grid (blocks per SM x SMs, 0 without cooperative
+ * launch). Raises the kernel's dynamic shared-memory limit as needed. */
+template <typename K> int64_t max_resident_blocks(K kernel, size_t smem, int device)
 {
-    int sms = 0, coop = 0, cluster_ok = 0, optin = 0;
+    int sms = 0, coop = 0, optin = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
             cudaSuccess) {
         cudaGetLastError();
@@ -616,28 +1124,6 @@ int64_t max_resident_blocks(K kernel, size_t smem, bool cluster, int device)
                              (int)smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
-    }
-    if (cluster) {
-        if (!cluster_ok)
-            return 0;
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CLUSTER_MAX_BLOCKS;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        config.gridDim = dim3(CLUSTER_MAX_BLOCKS);
-        config.blockDim = dim3(NT);
-        config.dynamicSmemBytes = smem;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        return clusters >= 1 ? CLUSTER_MAX_BLOCKS : 0;
     }
     int per_sm = 0;
     if (!coop || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)kernel, NT,
@@ -658,18 +1144,15 @@ template <typename T, typename KF, typename KB>
 int check_plan(KF fwd, KB bwd, int plan, int64_t H, int device, int dtype_index)
 {
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
+    if (plan_shape(plan, &shape) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
         return LLTM_ERR_ARGUMENT;
     const bool cached = device >= 0 && device < MAX_DEVICES;
     int64_t resident =
         cached ? __atomic_load_n(&resident_cache[device][dtype_index][plan], __ATOMIC_RELAXED) - 1
                : -1;
     if (resident < 0) {
-        const int64_t f = max_resident_blocks(fwd, forward_smem<T>(shape.ks, shape.kr), cluster,
-                                              device);
-        const int64_t b = max_resident_blocks(bwd, backward_smem<T>(shape.ks, shape.kr),
-                                              cluster, device);
+        const int64_t f = max_resident_blocks(fwd, forward_smem<T>(shape.ks, shape.kr), device);
+        const int64_t b = max_resident_blocks(bwd, backward_smem<T>(shape.ks, shape.kr), device);
         resident = f < b ? f : b;
         if (cached)
             __atomic_store_n(&resident_cache[device][dtype_index][plan], resident + 1,
@@ -683,27 +1166,22 @@ template <typename T> int check_plan_dispatch(int plan, int64_t H, int device, i
     LLTM_WITH_KERNELS(T, plan, (check_plan<T>(fwd, bwd, plan, H, device, dtype_index)))
 }
 
-/* One launch of a persistent kernel: as one cluster of `blocks` blocks, or
- * as a cooperative grid (co-residency checked by lltm_sequence_plan_cuda). */
+template <typename T> int cluster_shape_for(int64_t B, int device);
+
+/* LLTM_OK when `plan` runs B rows of H units on `device` */
+template <typename T> int check_any_plan(int plan, int64_t B, int64_t H, int device)
+{
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8)
+        return H <= 128 && cluster_shape_for<T>(B, device) >= 0 ? LLTM_OK : LLTM_ERR_ARGUMENT;
+    return check_plan_dispatch<T>(plan, H, device, dtype_index<T>());
+}
+
+/* One launch of a persistent grid-plan kernel as a cooperative grid
+ * (co-residency checked by lltm_sequence_plan_cuda). */
 template <typename... P, typename... Args>
-cudaError_t launch_persistent(void (*kernel)(P...), int64_t blocks, size_t smem, bool cluster,
+cudaError_t launch_persistent(void (*kernel)(P...), int64_t blocks, size_t smem,
                               cudaStream_t stream, Args... args)
 {
-    if (cluster) {
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)blocks;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        config.gridDim = dim3((unsigned)blocks);
-        config.blockDim = dim3(NT);
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, args...);
-    }
     void *pointers[] = {(void *)&args...};
     return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
                                        stream);
@@ -716,8 +1194,7 @@ int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK)
+    if (plan_shape(plan, &shape) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = forward_smem<T>(shape.ks, shape.kr);
@@ -735,7 +1212,7 @@ int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_
         h_work = (A *)workspace;
         c_work = h_work + 2 * B * H;
     }
-    return launch_status(launch_persistent(kernel, blocks, smem, cluster, stream, steps, B, H,
+    return launch_status(launch_persistent(kernel, blocks, smem, stream, steps, B, H,
                                            K, h0_, c0_, W, b_, g, out, cel, h_work, c_work));
 }
 
@@ -748,8 +1225,7 @@ int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    bool cluster;
-    if (plan_shape(plan, &shape, &cluster) != LLTM_OK)
+    if (plan_shape(plan, &shape) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = backward_smem<T>(shape.ks, shape.kr);
@@ -767,9 +1243,192 @@ int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64
         dg_work = (A *)workspace;
         dc_work = dg_work + 2 * B * 3 * H;
     }
-    return launch_status(launch_persistent(kernel, blocks, smem, cluster, stream, steps, B, H,
+    return launch_status(launch_persistent(kernel, blocks, smem, stream, steps, B, H,
                                            K, go, gh, gc, W, cel, act, dg, db, dh0, dc0,
                                            dg_work, dc_work));
+}
+
+/* The cluster plan's two shapes (lanes per unit x values per lane):
+ *   0: 16 x 8, 16 units a block, up to 8 blocks (the portable cluster size);
+ *   1: 32 x 4, 8 units a block, up to 16 blocks (a non-portable cluster:
+ *      half the arithmetic per block and step, twice the remote stores).
+ * Either holds H <= 128. */
+constexpr int CLUSTER_DEFAULT_SHAPE = 1;
+constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
+
+/* shared memory of the cluster kernels (see "cluster kernels") */
+template <typename T> size_t cluster_forward_smem(int ks, int kr, int64_t B)
+{
+    typedef typename acc_of<T>::type A;
+    const int64_t rows = ceil_div(B, BC) * BC, U = NT / ks;
+    return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * BC * U +
+                                     rows * U);
+}
+template <typename T> size_t cluster_backward_smem(int ks, int kr, int64_t B)
+{
+    typedef typename acc_of<T>::type A;
+    const int64_t rows = ceil_div(B, BC) * BC, U = NT / ks;
+    return 16 + sizeof(A) * (size_t)(2 * rows * (3 * ks * kr + vec_of<A>::n) +
+                                     2 * BC * 3 * U + rows * U);
+}
+
+/* The attributes a cluster launch of `blocks` blocks with smem bytes each
+ * needs: the dynamic shared-memory limit, a non-portable cluster size. */
+template <typename K> cudaError_t cluster_attributes(K kernel, int64_t blocks, size_t smem)
+{
+    cudaError_t e = cudaSuccess;
+    if (smem > 48 * 1024)
+        e = cudaFuncSetAttribute((const void *)kernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && blocks > PORTABLE_CLUSTER_BLOCKS)
+        e = cudaFuncSetAttribute((const void *)kernel,
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return e;
+}
+
+/* Whether one cluster of `blocks` blocks of `kernel`, smem bytes each, can
+ * run on `device` (sets the kernel's attributes). */
+template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, int device)
+{
+    int cluster_ok = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (!cluster_ok || smem > (size_t)optin)
+        return false;
+    if (cluster_attributes(kernel, blocks, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return clusters >= 1;
+}
+
+template <typename T, int KS, int KR> bool cluster_pair_fits(int64_t B, int device)
+{
+    const int64_t blocks = KS * KR / (NT / KS); /* the most: H = 128 */
+    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR>, blocks,
+                        cluster_forward_smem<T>(KS, KR, B), device) &&
+           cluster_fits(sequence_backward_cluster_kernel<T, KS, KR>, blocks,
+                        cluster_backward_smem<T>(KS, KR, B), device);
+}
+
+/* cluster_pair_fits per device, dtype, shape and number of 16-row chunks
+ * (0: not asked yet, 1: no, 2: yes), asked once like resident_cache */
+signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][CLUSTER_MAX_CHUNKS + 1];
+
+template <typename T> bool cluster_shape_fits(int shape, int64_t B, int device)
+{
+    const int64_t chunks = ceil_div(B, BC);
+    if (chunks < 1 || chunks > CLUSTER_MAX_CHUNKS)
+        return false;
+    const bool cached = device >= 0 && device < MAX_DEVICES;
+    signed char *slot = cached ? &cluster_cache[device][dtype_index<T>()][shape][chunks] : NULL;
+    const int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (known)
+        return known == 2;
+    const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
+    const bool fits = shape == 0 ? cluster_pair_fits<T, 16, 8>(rows, device)
+                                 : cluster_pair_fits<T, 32, 4>(rows, device);
+    if (slot)
+        __atomic_store_n(slot, (signed char)(fits ? 2 : 1), __ATOMIC_RELAXED);
+    return fits;
+}
+
+/* The cluster plan's shape for B rows on `device`, or -1 when none fits:
+ * the one LLTM_CUDA_CLUSTER_BLOCKS names (8 or 16; for measurements), else
+ * CLUSTER_DEFAULT_SHAPE, else the other. */
+template <typename T> int cluster_shape_for(int64_t B, int device)
+{
+    const char *forced = getenv("LLTM_CUDA_CLUSTER_BLOCKS");
+    if (forced && (!strcmp(forced, "8") || !strcmp(forced, "16"))) {
+        const int shape = forced[0] == '8' ? 0 : 1;
+        return cluster_shape_fits<T>(shape, B, device) ? shape : -1;
+    }
+    if (cluster_shape_fits<T>(CLUSTER_DEFAULT_SHAPE, B, device))
+        return CLUSTER_DEFAULT_SHAPE;
+    return cluster_shape_fits<T>(1 - CLUSTER_DEFAULT_SHAPE, B, device)
+               ? 1 - CLUSTER_DEFAULT_SHAPE
+               : -1;
+}
+
+/* One launch as one cluster of `blocks` blocks (the whole grid). */
+template <typename... P, typename... Args>
+cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, size_t smem,
+                           cudaStream_t stream, Args... args)
+{
+    const cudaError_t e = cluster_attributes(kernel, blocks, smem);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename T, int KS, int KR>
+int run_forward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H, const void *h0,
+                        const void *c0, const void *weights, const void *bias, void *gates,
+                        void *output, void *cells, cudaStream_t stream)
+{
+    const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    return launch_status(launch_cluster(
+        sequence_forward_cluster_kernel<T, KS, KR>, blocks, cluster_forward_smem<T>(KS, KR, B),
+        stream, steps, B, H, K, (const T *)h0, (const T *)c0, (const T *)weights,
+        (const T *)bias, (T *)gates, (T *)output, (T *)cells));
+}
+
+template <typename T, int KS, int KR>
+int run_backward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H,
+                         const void *grad_output, const void *grad_h_n, const void *grad_c_n,
+                         const void *weights, const void *cells, const void *gates,
+                         void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
+                         cudaStream_t stream)
+{
+    const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    return launch_status(launch_cluster(
+        sequence_backward_cluster_kernel<T, KS, KR>, blocks,
+        cluster_backward_smem<T>(KS, KR, B), stream, steps, B, H, K, (const T *)grad_output,
+        (const T *)grad_h_n, (const T *)grad_c_n, (const T *)weights, (const T *)cells,
+        (const T *)gates, (T *)grad_gates, (T *)grad_bias, (T *)grad_h0, (T *)grad_c0));
+}
+
+/* The cluster plan's shape for a launch, or -1 (LLTM_ERR_ARGUMENT) */
+template <typename T> int cluster_launch_shape(int64_t B, int64_t H)
+{
+    int device = 0;
+    if (H > 128 || cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return cluster_shape_for<T>(B, device);
 }
 
 template <typename T>
@@ -777,6 +1436,18 @@ int forward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H, c
                      const void *c0, const void *weights, const void *bias, void *gates,
                      void *output, void *cells, void *workspace, cudaStream_t stream)
 {
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8) {
+        switch (cluster_launch_shape<T>(B, H)) {
+        case 0:
+            return run_forward_cluster<T, 16, 8>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                                 output, cells, stream);
+        case 1:
+            return run_forward_cluster<T, 32, 4>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                                 output, cells, stream);
+        default:
+            return LLTM_ERR_ARGUMENT;
+        }
+    }
     LLTM_WITH_KERNELS(T, plan,
                       ((void)bwd, run_forward<T>(fwd, plan, steps, B, I, H, h0, c0, weights,
                                                  bias, gates, output, cells, workspace,
@@ -790,6 +1461,20 @@ int backward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
                       void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
                       void *workspace, cudaStream_t stream)
 {
+    if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8) {
+        switch (cluster_launch_shape<T>(B, H)) {
+        case 0:
+            return run_backward_cluster<T, 16, 8>(steps, B, I, H, grad_output, grad_h_n,
+                                                  grad_c_n, weights, cells, gates, grad_gates,
+                                                  grad_bias, grad_h0, grad_c0, stream);
+        case 1:
+            return run_backward_cluster<T, 32, 4>(steps, B, I, H, grad_output, grad_h_n,
+                                                  grad_c_n, weights, cells, gates, grad_gates,
+                                                  grad_bias, grad_h0, grad_c0, stream);
+        default:
+            return LLTM_ERR_ARGUMENT;
+        }
+    }
     LLTM_WITH_KERNELS(T, plan,
                       ((void)fwd, run_backward<T>(bwd, plan, steps, B, I, H, grad_output,
                                                   grad_h_n, grad_c_n, weights, cells, gates,
@@ -856,7 +1541,8 @@ extern "C" {
 
 int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, int *plan)
 {
-    (void)B; /* any B: the kernels take the batch 16 rows at a time */
+    /* the grid plans take any B, 16 rows at a time; the cluster plan keeps
+     * the state of all rows in shared memory, which bounds B */
     *plan = LLTM_SEQ_PLAN_STEPS;
     if (H <= 0 || mode == LLTM_SEQ_MODE_STEPS)
         return LLTM_OK;
@@ -880,10 +1566,10 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         int status;
         const int c = candidates[k];
         switch (dtype) {
-        case LLTM_FLOAT32: status = check_plan_dispatch<float>(c, H, device, 0); break;
-        case LLTM_FLOAT64: status = check_plan_dispatch<double>(c, H, device, 1); break;
-        case LLTM_FLOAT16: status = check_plan_dispatch<__half>(c, H, device, 2); break;
-        case LLTM_BFLOAT16: status = check_plan_dispatch<__nv_bfloat16>(c, H, device, 3); break;
+        case LLTM_FLOAT32: status = check_any_plan<float>(c, B, H, device); break;
+        case LLTM_FLOAT64: status = check_any_plan<double>(c, B, H, device); break;
+        case LLTM_FLOAT16: status = check_any_plan<__half>(c, B, H, device); break;
+        case LLTM_BFLOAT16: status = check_any_plan<__nv_bfloat16>(c, B, H, device); break;
         default: return LLTM_ERR_DTYPE;
         }
         if (status == LLTM_OK) {

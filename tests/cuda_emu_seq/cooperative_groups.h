@@ -1,15 +1,25 @@
-/* cooperative_groups.h (fiber emulation): grid and cluster barriers. The
- * emulated launch is one cluster or one cooperative grid, so both meet every
- * thread of the launch (see cuda_runtime.h beside this file). */
+/* cooperative_groups.h (fiber emulation): grid and cluster barriers, and
+ * the cluster's distributed shared memory. The emulated launch is one
+ * cluster or one cooperative grid, so both barriers meet every thread of the
+ * launch, and a block's cluster rank is its block index (see cuda_runtime.h
+ * beside this file). */
 #pragma once
 #include "cuda_runtime.h"
 
 namespace cooperative_groups {
 struct grid_group {
-    void sync() { emu::arrive(emu::g->grid_barrier); }
+    void sync() { emu::grid_sync(); }
 };
 struct cluster_group {
-    void sync() { emu::arrive(emu::g->grid_barrier); }
+    void sync() { emu::grid_sync(); }
+    void barrier_arrive() { emu::grid_arrive(); }
+    void barrier_wait() { emu::grid_wait(); }
+    unsigned block_rank() const { return emu::current->block; }
+    unsigned num_blocks() const { return (unsigned)emu::g->smem.size(); }
+    template <typename T> T *map_shared_rank(T *addr, int rank) const
+    {
+        return emu::map_shared_rank(addr, rank);
+    }
 };
 inline grid_group this_grid() { return grid_group(); }
 inline cluster_group this_cluster() { return cluster_group(); }

@@ -7,9 +7,24 @@
  * so a grid-wide barrier works (all blocks are resident, as in a cooperative
  * or cluster launch). A fiber runs until it waits at a barrier: the block's
  * (__syncthreads), its warp's (each __shfl_xor_sync is two warp barriers
- * around a slot exchange) or the grid's (grid/cluster sync); the last to
+ * around a slot exchange) or the grid's (grid/cluster sync, or the split
+ * cluster barrier: barrier_arrive counts the thread in and goes on,
+ * barrier_wait blocks until every thread arrived in that phase); the last to
  * arrive makes the others runnable. A barrier that some threads never reach
- * is reported as a deadlock. Not emulated: timing, the memory model, caches.
+ * is reported as a deadlock; a wait without its arrival, a second arrival
+ * before the wait, a launch that ends between the two, map_shared_rank of an
+ * address outside the block's dynamic shared memory or of a rank outside the
+ * cluster as misuse. The emulated cluster launch is one cluster (the whole
+ * grid): map_shared_rank(p, r) is p's offset in block r's shared memory,
+ * stores there are seen at once. Transaction barriers (mbarrier: init,
+ * arrive.expect_tx, try_wait.parity) and st.async of 16 bytes with
+ * complete_tx on the receiver's mbarrier follow the PTX rules: a phase
+ * completes when its arrivals are in and its transaction count is back at
+ * 0 (the count may go negative before the arrival), try_wait.parity(P)
+ * waits while the current phase's parity is P; a barrier used before its
+ * init, a count past 2^20 - 1, or a misaligned st.async is misuse. Dynamic shared memory starts as NaN bytes
+ * (0xff), so a read of shared memory nothing wrote shows. Not emulated:
+ * timing, the memory model, caches.
  *
  * The test's build step rewrites `kernel<<<grid, block, smem, stream>>>(...)`
  * into emu::launch(...), the persistent launches into emu::launch_args(...),
@@ -17,6 +32,9 @@
  * shared memory (tests/test_cuda_sequence_emulated.py).
  */
 #pragma once
+/* lltm_cuda_sequence.cu takes the emulator's cluster primitives (mbarriers,
+ * st.async) instead of its PTX */
+#define LLTM_CUDA_EMULATION 1
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +44,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -58,7 +77,10 @@ enum cudaDeviceAttr {
     cudaDevAttrClusterLaunch,
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncAttributeNonPortableClusterSizeAllowed,
+};
 enum cudaMemcpyKind { cudaMemcpyDeviceToDevice };
 enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension };
 struct cudaLaunchAttribute {
@@ -85,15 +107,25 @@ struct Fiber {
     dim3 tid, bid;
     unsigned block = 0, lane = 0, warp = 0; /* warp: index over the grid */
     bool done = false;
+    unsigned lag = 0; /* runs only when no fiber of a smaller lag can (0, 1, 2) */
+    bool grid_arrived = false; /* between barrier_arrive and barrier_wait */
+    unsigned grid_phase = 0;   /* the grid barrier's phase it arrived in */
     std::vector<char> stack;
 };
 
 struct Barrier {
-    unsigned expected = 0, arrived = 0;
+    unsigned expected = 0, arrived = 0, phase = 0; /* phase: completions so far */
+    std::vector<Fiber *> waiting;
+};
+
+struct Mbarrier { /* a transaction barrier's state, by its address */
+    unsigned count = 0, pending = 0, phase = 0;
+    long long tx = 0;
     std::vector<Fiber *> waiting;
 };
 
 struct Grid {
+    std::map<const void *, Mbarrier> mbarriers;
     dim3 grid, block;
     unsigned threads_per_block = 0;
     std::vector<Fiber> fibers;
@@ -101,11 +133,13 @@ struct Grid {
     Barrier grid_barrier;
     std::vector<std::vector<unsigned char>> smem;
     std::vector<std::vector<double>> slots; /* per warp: one value per lane */
-    std::vector<Fiber *> runnable;
+    std::vector<Fiber *> runnable[3]; /* by lag */
     std::function<void()> body;
 };
 
 inline Grid *g = nullptr;
+inline void wake(Fiber *f) { g->runnable[f->lag].push_back(f); }
+inline uint64_t launches = 0; /* seeds each launch's schedule */
 } // namespace emu
 inline dim3 blockDim, gridDim; /* of the launch running now */
 namespace emu {
@@ -113,26 +147,77 @@ inline Fiber *current = nullptr;
 inline ucontext_t scheduler;
 inline cudaError_t last_error = cudaSuccess;
 inline bool deadlock = false;
+inline bool misuse = false; /* of the split barrier or map_shared_rank, this launch */
+inline std::vector<const void *> nonportable; /* kernels allowed clusters over 8 */
+
+inline void report_misuse(const char *what)
+{
+    if (!misuse)
+        fprintf(stderr, "emu: %s\n", what);
+    misuse = true;
+}
 
 inline void yield_to_scheduler() { swapcontext(&current->ctx, &scheduler); }
+
+/* Count one arrival at b; the last of a phase completes it and makes the
+ * waiting fibers runnable. */
+inline void count_arrival(Barrier &b)
+{
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        ++b.phase;
+        for (Fiber *f : b.waiting)
+            wake(f);
+        b.waiting.clear();
+    }
+}
 
 /* Wait at b until `expected` fibers arrived. */
 inline void arrive(Barrier &b)
 {
-    if (++b.arrived == b.expected) {
-        b.arrived = 0;
-        for (Fiber *f : b.waiting)
-            g->runnable.push_back(f);
-        b.waiting.clear();
+    const unsigned phase = b.phase;
+    count_arrival(b);
+    if (b.phase != phase)
         return; /* the last one goes on without switching */
-    }
     b.waiting.push_back(current);
     yield_to_scheduler();
+}
+
+/* The grid (cluster) barrier split in two: arrive, then wait for the phase
+ * arrived in to complete. */
+inline void grid_arrive()
+{
+    if (current->grid_arrived)
+        report_misuse("barrier_arrive twice without barrier_wait");
+    current->grid_arrived = true;
+    current->grid_phase = g->grid_barrier.phase;
+    count_arrival(g->grid_barrier);
+}
+
+inline void grid_wait()
+{
+    if (!current->grid_arrived) {
+        report_misuse("barrier_wait without barrier_arrive");
+        return;
+    }
+    current->grid_arrived = false;
+    if (g->grid_barrier.phase != current->grid_phase)
+        return;
+    g->grid_barrier.waiting.push_back(current);
+    yield_to_scheduler();
+}
+
+inline void grid_sync()
+{
+    grid_arrive();
+    grid_wait();
 }
 
 inline void trampoline()
 {
     g->body();
+    if (current->grid_arrived)
+        report_misuse("a thread ended between barrier_arrive and barrier_wait");
     current->done = true;
     yield_to_scheduler();
 }
@@ -150,6 +235,99 @@ __attribute__((noinline)) inline void make_fiber(Fiber &f)
 
 inline unsigned char *dynamic_smem() { return g->smem[current->block].data(); }
 
+/* Transaction barriers (PTX mbarrier) and st.async: see the file comment. */
+inline Mbarrier *mbarrier_at(const void *bar)
+{
+    auto it = g->mbarriers.find(bar);
+    if (it == g->mbarriers.end()) {
+        report_misuse("mbarrier used before mbarrier.init");
+        return nullptr;
+    }
+    return &it->second;
+}
+
+inline void mbar_settle(Mbarrier &m)
+{
+    if (m.tx > (1 << 20) - 1 || m.tx < -((1 << 20) - 1))
+        report_misuse("mbarrier transaction count out of range");
+    if (m.pending == 0 && m.tx == 0) {
+        ++m.phase;
+        m.pending = m.count;
+        for (Fiber *f : m.waiting)
+            wake(f);
+        m.waiting.clear();
+    }
+}
+
+inline void mbar_init(uint64_t *bar, unsigned count)
+{
+    Mbarrier &m = g->mbarriers[bar];
+    m = Mbarrier();
+    m.count = m.pending = count;
+}
+
+inline void mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    Mbarrier *m = mbarrier_at(bar);
+    if (!m)
+        return;
+    if (m->pending == 0) {
+        report_misuse("mbarrier arrival beyond its count");
+        return;
+    }
+    --m->pending;
+    m->tx += bytes;
+    mbar_settle(*m);
+}
+
+inline void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    for (;;) {
+        Mbarrier *m = mbarrier_at(bar);
+        if (!m || (m->phase & 1u) != (parity & 1u))
+            return;
+        m->waiting.push_back(current);
+        yield_to_scheduler();
+    }
+}
+
+template <typename T> T *map_shared_rank(T *addr, int rank);
+
+/* st.async of 16 bytes: src (this block) -> dst mapped to block `rank`,
+ * complete_tx(16) on bar mapped to block `rank` */
+inline void st_async16(const void *src, void *dst, uint64_t *bar, int rank)
+{
+    if (((uintptr_t)src | (uintptr_t)dst) % 16 != 0)
+        report_misuse("st.async of 16 bytes at an address not 16-byte aligned");
+    unsigned char *remote = map_shared_rank(static_cast<unsigned char *>(dst), rank);
+    uint64_t *remote_bar = map_shared_rank(bar, rank);
+    memcpy(remote, src, 16);
+    if (Mbarrier *m = mbarrier_at(remote_bar)) {
+        m->tx -= 16;
+        mbar_settle(*m);
+    }
+    if (current->lag) { /* a slow sender: let the others run on */
+        wake(current);
+        yield_to_scheduler();
+    }
+}
+
+/* addr (in this block's dynamic shared memory) in block `rank`'s */
+template <typename T> T *map_shared_rank(T *addr, int rank)
+{
+    const std::vector<unsigned char> &mine = g->smem[current->block];
+    const unsigned char *p = reinterpret_cast<const unsigned char *>(addr);
+    if (p < mine.data() || p + sizeof(T) > mine.data() + mine.size() - 16) {
+        report_misuse("map_shared_rank of an address outside the block's shared memory");
+        return addr;
+    }
+    if (rank < 0 || (size_t)rank >= g->smem.size()) {
+        report_misuse("map_shared_rank of a rank outside the cluster");
+        return addr;
+    }
+    return reinterpret_cast<T *>(g->smem[rank].data() + (p - mine.data()));
+}
+
 /* Run body() as every thread of grid x block, all resident at once. */
 inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()> body)
 {
@@ -166,13 +344,14 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
     state.block_barriers.resize(nb);
     state.warp_barriers.resize((size_t)nb * nt / 32);
     state.slots.assign((size_t)nb * nt / 32, std::vector<double>(32));
-    state.smem.assign(nb, std::vector<unsigned char>(smem + 16));
+    state.smem.assign(nb, std::vector<unsigned char>(smem + 16, 0xff));
     for (auto &b : state.block_barriers)
         b.expected = nt;
     for (auto &w : state.warp_barriers)
         w.expected = 32;
     state.grid_barrier.expected = nb * nt;
     g = &state;
+    misuse = false;
     gridDim = grid;
     blockDim = block;
     for (unsigned b = 0; b < nb; ++b)
@@ -184,18 +363,36 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
             f.lane = t % 32;
             f.warp = (b * nt + t) / 32;
             make_fiber(f);
-            state.runnable.push_back(&f);
         }
-    /* Runnable fibers are picked in a pseudo-random order (fixed seed), so
-     * blocks drift apart as far as the barriers allow: a missing barrier
-     * shows up as reads of outputs not yet written (poisoned with NaN). */
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
-    while (!state.runnable.empty()) {
+    /* Runnable fibers are picked in a pseudo-random order (a fixed seed per
+     * launch), so blocks drift apart as far as the barriers allow: a missing
+     * barrier shows up as reads of outputs not yet written (poisoned with
+     * NaN). One fiber in 8 lags (lag 1: it runs only when no fiber of lag 0
+     * can), and one more, the straggler (lag 2), runs only when no other
+     * fiber can; lagging fibers yield after each st.async, as slow warps
+     * would, so a thread that still has to read what a faster one overwrites
+     * after its next wait shows as a wrong result. */
+    uint64_t rng = 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull * ++launches;
+    auto next = [&rng] {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        const size_t pick = (size_t)(rng >> 33) % state.runnable.size();
-        std::swap(state.runnable[pick], state.runnable.back());
-        current = state.runnable.back();
-        state.runnable.pop_back();
+        return (size_t)(rng >> 33);
+    };
+    for (auto &f : state.fibers)
+        f.lag = next() % 8 == 0 ? 1 : 0;
+    state.fibers[next() % state.fibers.size()].lag = 2;
+    for (auto &f : state.fibers)
+        wake(&f);
+    for (;;) {
+        unsigned lag = 0;
+        while (lag < 3 && state.runnable[lag].empty())
+            ++lag;
+        if (lag == 3)
+            break;
+        std::vector<Fiber *> &from = state.runnable[lag];
+        const size_t pick = next() % from.size();
+        std::swap(from[pick], from.back());
+        current = from.back();
+        from.pop_back();
         swapcontext(&scheduler, &current->ctx);
     }
     bool all_done = true;
@@ -208,6 +405,8 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
         fprintf(stderr, "emu: deadlock: some threads wait at a barrier others never reach\n");
         return last_error = cudaErrorLaunchFailure;
     }
+    if (misuse)
+        return last_error = cudaErrorLaunchFailure;
     return cudaSuccess;
 }
 
@@ -289,20 +488,42 @@ inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
     }
     return cudaSuccess;
 }
-inline cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int value)
+inline cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attr, int value)
 {
+    if (attr == cudaFuncAttributeNonPortableClusterSizeAllowed) {
+        if (value)
+            emu::nonportable.push_back(kernel);
+        return cudaSuccess;
+    }
     return value <= (int)emu::SMEM_OPTIN ? cudaSuccess : cudaErrorInvalidValue;
 }
+
+namespace emu {
+/* a cluster of `blocks` blocks of kernel: at most 8, 16 where allowed */
+inline bool cluster_size_ok(const void *kernel, unsigned blocks)
+{
+    bool allowed = false;
+    for (const void *k : nonportable)
+        allowed = allowed || k == kernel;
+    return blocks >= 1 && blocks <= (allowed ? 16u : 8u);
+}
+} // namespace emu
 inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int,
                                                                  size_t)
 {
     *n = 1;
     return cudaSuccess;
 }
-inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *,
-                                                  const cudaLaunchConfig_t *)
+inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *kernel,
+                                                  const cudaLaunchConfig_t *config)
 {
-    *n = 1;
+    unsigned blocks = 1;
+    for (unsigned a = 0; a < config->numAttrs; ++a)
+        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
+            blocks = config->attrs[a].val.clusterDim.x;
+    if (blocks > 16)
+        return emu::last_error = cudaErrorInvalidValue;
+    *n = emu::cluster_size_ok(kernel, blocks) ? 1 : 0;
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind,
@@ -328,6 +549,14 @@ template <typename... P, typename... Args>
 inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*kernel)(P...),
                                       Args &&...args)
 {
+    unsigned blocks = 1;
+    for (unsigned a = 0; a < config->numAttrs; ++a)
+        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
+            blocks = config->attrs[a].val.clusterDim.x;
+    /* the emulation runs one cluster: the whole grid */
+    if (blocks != config->gridDim.x || config->gridDim.y != 1 || config->gridDim.z != 1 ||
+        !emu::cluster_size_ok((const void *)kernel, blocks))
+        return emu::last_error = cudaErrorInvalidConfiguration;
     std::tuple<P...> params(static_cast<P>(args)...);
     return emu::run(config->gridDim, config->blockDim, config->dynamicSmemBytes,
                     [&] { std::apply(kernel, params); });

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# gpu_sequence.sh - one call on the GPU machine for the CUDA sequence kernels:
+# build, then
+#   all     tests/test_cuda_sequence.py, compute-sanitizer memcheck + racecheck
+#           over scripts/sanitize_sequence.py, scripts/sequence_timing.py at
+#           B16/I32/H128 (T=100 and T=1000) once per cluster shape (8 blocks,
+#           16 blocks)
+#   timing  the same timings, then sequence_timing.py's default sizes
+#   final   all, then an Nsight Compute profile of the cluster kernels (warp
+#           states, stall sampling per SASS line; clocks left alone), their
+#           SASS, and sequence_timing.py's default sizes
+# Logs, JSON and profiles go to $OUT/logs (default ./gpu-seq-out/logs), packed
+# at the end into $OUT/gpu_sequence_logs.tgz; a short table is printed last.
+# Each mode ends within 10 minutes.
+#
+#   bash scripts/gpu_sequence.sh [all|timing|final]
+set -u
+cd "$(dirname "$0")/.."
+MODE=${1:-all}
+OUT=${OUT:-$PWD/gpu-seq-out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+export LLTM_BUILD_DIR=${LLTM_BUILD_DIR:-/tmp/lltm-gpu-seq-build}
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+
+declare -a NAMES STATUS SECONDS_TAKEN
+stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
+    local name=$1 limit=$2 log=$3
+    shift 3
+    local t0=$SECONDS
+    echo "=== $name: $*" | tee "$LOGS/$log"
+    timeout "$limit" "$@" >>"$LOGS/$log" 2>&1
+    local rc=$?
+    NAMES+=("$name")
+    STATUS+=("$([ $rc -eq 0 ] && echo ok || { [ $rc -eq 124 ] && echo "TIMEOUT" || echo "FAIL($rc)"; })")
+    SECONDS_TAKEN+=($((SECONDS - t0)))
+    tail -n 6 "$LOGS/$log"
+    return $rc
+}
+
+nvidia-smi -L 2>&1 | tee "$LOGS/env.log"
+stage build 150 build.log $PY lltm/build.py --cuda yes
+SMALL="16,32,128,100 16,32,128,1000"
+if [ "$MODE" = all ] || [ "$MODE" = final ]; then
+    stage tests 200 tests.log $PY -m pytest -q -rs -p no:cacheprovider -x \
+        tests/test_cuda_sequence.py
+    stage memcheck 90 memcheck.log "$SAN" --tool memcheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_sequence.py
+    stage racecheck 100 racecheck.log "$SAN" --tool racecheck --error-exitcode 9 \
+        --print-limit 20 $PY scripts/sanitize_sequence.py --quick
+fi
+for blocks in 8 16; do
+    stage "timing-cluster$blocks" 80 "timing$blocks.log" \
+        env LLTM_CUDA_CLUSTER_BLOCKS=$blocks $PY scripts/sequence_timing.py --no-reference \
+        --configs $SMALL \
+        --json "$LOGS/timing$blocks.json"
+done
+if [ "$MODE" = final ]; then
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    stage profile 150 profile.log "$NCU" --clock-control none -k regex:cluster_kernel \
+        --launch-count 2 --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section SourceCounters -f -o "$LOGS/cluster" \
+        $PY scripts/sequence_profile.py 16 32 128 100
+    "$NCU" -i "$LOGS/cluster.ncu-rep" --page details > "$LOGS/profile_details.txt" 2>&1
+    "$NCU" -i "$LOGS/cluster.ncu-rep" --page source --csv --print-source sass \
+        > "$LOGS/profile_source.csv" 2>&1
+    cuobjdump -sass "$LLTM_BUILD_DIR/liblltm_cuda.so" 2>&1 | awk \
+        '/Function : /{keep = /cluster_kernelIfLi32ELi4/} keep' > "$LOGS/sass_cluster_f32_32x4.txt"
+fi
+if [ "$MODE" = timing ] || [ "$MODE" = final ]; then
+    stage timing-default 240 timing.log $PY scripts/sequence_timing.py \
+        --json "$LOGS/timing.json"
+fi
+
+echo
+for log in timing8 timing16 timing; do
+    echo "--- $log"
+    [ -f "$LOGS/$log.log" ] && grep -E "^\| (B|16|64)|reference cells /" "$LOGS/$log.log" |
+        grep -v "per-step"
+done
+echo
+echo "| stage | result | seconds |"
+echo "|---|---|---|"
+for i in "${!NAMES[@]}"; do
+    echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECONDS_TAKEN[$i]} |"
+done
+grep -hE "passed|failed" "$LOGS/tests.log" 2>/dev/null | tail -1
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$LOGS"/memcheck.log \
+    "$LOGS"/racecheck.log 2>/dev/null
+if [ -f "$LOGS/profile_details.txt" ]; then
+    grep -E "cluster_kernel|Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" \
+        "$LOGS/profile_details.txt" | head -20
+fi
+tar czf "$OUT/gpu_sequence_logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"
+for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done
