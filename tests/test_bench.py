@@ -156,3 +156,40 @@ def test_bad_arguments_are_refused(argv, capsys):
         bench.main(["--device", "cpu", *argv])
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_untimed_reference_still_sets_the_bar_below_float64():
+    # `--only lltm`: the loop of reference cells is not timed, yet below
+    # float64 its own error must set the bar as when it runs (T=1000 on the
+    # GPU: the float32 reference loop itself is ~1e-3 off float64). Here the
+    # "reference" is planted 1e-3 off, so the bar is 2e-3.
+    from lltm.bench.report import Progress
+    from lltm.bench.runner import Options, run_workload
+    w = bench.Workload(torch.device("cpu"), torch.float32, "sequence", 3, 4, 5, 6)
+    impls = {i.key: i for i in bench.default_impls()}
+
+    def off_by(key, base, rel):
+        def build(w):
+            case = impls[base].build(w)
+            forward = case.forward
+
+            def shifted():
+                out, h, c = forward()
+                return out + rel * out.abs().max(), h, c
+            case.forward = shifted
+            return case
+        return bench.Impl(key, key, "sequence", build)
+
+    reference_loop = off_by("reference_loop", "reference_loop", 1e-3)
+    opts = Options(reps=2, seq_reps=2, rounds=1, warmup=1, graphs=False, compile_on_cpu=False)
+    records = run_workload(w, [off_by("near", "lltm", 1.5e-3), off_by("far", "lltm", 4e-3)], opts,
+                           Progress(0, enabled=False), references=[reference_loop])
+    near, far = records
+    assert near["status"] == "ok", near
+    assert abs(near["tolerance"] - 2e-3) < 2e-4
+    assert "bar from the reference's own error" in near["note"]
+    assert far["status"] == "WRONG" and far["step"] is None
+    # without the reference the fixed float32 tolerance applies
+    fixed = run_workload(w, [off_by("near", "lltm", 1.5e-3)], opts, Progress(0, enabled=False))
+    assert fixed[0]["tolerance"] == bench.TOLERANCE[torch.float32]
+    assert fixed[0]["status"] == "WRONG"

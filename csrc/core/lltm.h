@@ -268,7 +268,9 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
  * backward, dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}] and dx = dG W_x as
  * large products (cuBLAS). The recurrence runs either in ONE persistent
  * kernel per direction (the plans below: W_h held in registers across all
- * steps, a cluster or grid barrier per step) or, for sizes no plan fits, as
+ * steps; per step, the cluster plan's blocks send each other the state
+ * through distributed shared memory and wait on transaction barriers, the
+ * grid plans meet at a grid barrier) or, for sizes no plan fits, as
  * per-step kernels the binding calls between per-step matrix products.
  * Device pointers, current device, `stream` a cudaStream_t; launches only.
  *
@@ -277,7 +279,12 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
  */
 enum {
     LLTM_SEQ_PLAN_STEPS = 0,        /* per-step kernels (fallback) */
-    LLTM_SEQ_PLAN_CLUSTER_16_8 = 1, /* H <= 128: one thread-block cluster */
+    /* H <= 128 and B <= 64 (B <= 32 in float64): one thread-block cluster
+     * of 16 blocks (8 where 16 do not fit; LLTM_CUDA_CLUSTER_BLOCKS=8|16 in
+     * the environment forces one, for measurements) that exchange the
+     * recurrent state through distributed shared memory. The name is the
+     * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
+    LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
     LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128: cooperative grid */
     LLTM_SEQ_PLAN_GRID_32_16 = 3,   /* H <= 512 */
     LLTM_SEQ_PLAN_GRID_32_32 = 4,   /* H <= 1024, not float64 */
