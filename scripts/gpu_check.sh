@@ -26,20 +26,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export LLTM_BUILD_DIR=${LLTM_BUILD_DIR:-/tmp/lltm-gpu-check-build}
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
-declare -a NAMES STATUS SECONDS_TAKEN
-stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
-    local name=$1 limit=$2 log=$3
-    shift 3
-    local t0=$SECONDS
-    echo "=== $name: $*" | tee "$OUT/$log"
-    timeout "$limit" "$@" >>"$OUT/$log" 2>&1
-    local rc=$?
-    NAMES+=("$name")
-    STATUS+=("$([ $rc -eq 0 ] && echo ok || { [ $rc -eq 124 ] && echo "TIMEOUT" || echo "FAIL($rc)"; })")
-    SECONDS_TAKEN+=($((SECONDS - t0)))
-    tail -n 12 "$OUT/$log"
-    return $rc
-}
+STAGE_LOGS=$OUT STAGE_TAIL=12
+source scripts/gpu_stages.sh
 
 {
     nvidia-smi -L
@@ -104,12 +92,7 @@ timing)
     echo "unknown mode $MODE (tests, bench, multi, cell, timing)"; exit 2 ;;
 esac
 
-echo
-echo "| stage | result | seconds |"
-echo "|---|---|---|"
-for i in "${!NAMES[@]}"; do
-    echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECONDS_TAKEN[$i]} |"
-done
+stage_table
 grep -h "loaded on torch" "$OUT/load.log"
 for log in tests second_device ddp; do
     [ -f "$OUT/$log.log" ] && grep -E "passed|failed" "$OUT/$log.log" | tail -1
@@ -118,4 +101,4 @@ grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$OUT"/memcheck_*.log
 grep -hE "^launches" "$OUT/launches.log" 2>/dev/null
 grep -hE "^(B=|forward|bwd_|empty)" "$OUT/cell_tiles.log" 2>/dev/null
 grep -h "^B=" "$OUT/host_floor.log" 2>/dev/null
-for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done
+stages_ok

@@ -25,20 +25,8 @@ export PYTHONUNBUFFERED=1
 export LLTM_BUILD_DIR=${LLTM_BUILD_DIR:-/tmp/lltm-gpu-seq-build}
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
-declare -a NAMES STATUS SECONDS_TAKEN
-stage() {  # stage NAME LIMIT_SECONDS LOGFILE CMD...
-    local name=$1 limit=$2 log=$3
-    shift 3
-    local t0=$SECONDS
-    echo "=== $name: $*" | tee "$LOGS/$log"
-    timeout "$limit" "$@" >>"$LOGS/$log" 2>&1
-    local rc=$?
-    NAMES+=("$name")
-    STATUS+=("$([ $rc -eq 0 ] && echo ok || { [ $rc -eq 124 ] && echo "TIMEOUT" || echo "FAIL($rc)"; })")
-    SECONDS_TAKEN+=($((SECONDS - t0)))
-    tail -n 6 "$LOGS/$log"
-    return $rc
-}
+STAGE_LOGS=$LOGS STAGE_TAIL=6
+source scripts/gpu_stages.sh
 
 nvidia-smi -L 2>&1 | tee "$LOGS/env.log"
 stage build 150 build.log $PY lltm/build.py --cuda yes
@@ -80,12 +68,7 @@ for log in timing8 timing16 timing; do
     [ -f "$LOGS/$log.log" ] && grep -E "^\| (B|16|64)|reference cells /" "$LOGS/$log.log" |
         grep -v "per-step"
 done
-echo
-echo "| stage | result | seconds |"
-echo "|---|---|---|"
-for i in "${!NAMES[@]}"; do
-    echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECONDS_TAKEN[$i]} |"
-done
+stage_table
 grep -hE "passed|failed" "$LOGS/tests.log" 2>/dev/null | tail -1
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$LOGS"/memcheck.log \
     "$LOGS"/racecheck.log 2>/dev/null
@@ -94,4 +77,4 @@ if [ -f "$LOGS/profile_details.txt" ]; then
         "$LOGS/profile_details.txt" | head -20
 fi
 tar czf "$OUT/gpu_sequence_logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"
-for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || exit 1; done
+stages_ok
