@@ -36,9 +36,12 @@ HALF_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"  # cuda_fp16.h, cuda
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "grid_16_8": 2, "grid_32_16": 3,
-         "grid_32_32": 4}
-CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16"}  # LLTM_CUDA_CLUSTER_BLOCKS
+PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1, "grid_16_8": 2,
+         "grid_32_16": 3, "grid_32_32": 4}
+CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
+                  "cluster_32_4_broadcast": "16"}
+# the 16-block shape's backward: reduce-scatter, or (LLTM_CUDA_CLUSTER_BWD) broadcast
+CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast"}
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -50,7 +53,7 @@ def _emulated_source() -> str:
                                  text)
     shared = re.compile(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];")
     text, n_shared = shared.subn(r"unsigned char *\1 = emu::dynamic_smem();", text)
-    assert n_launch >= 3 and n_shared == 4, "expected the launches of lltm_cuda_sequence.cu"
+    assert n_launch >= 3 and n_shared == 5, "expected the launches of lltm_cuda_sequence.cu"
     return text
 
 
@@ -63,8 +66,13 @@ def cluster_shape(monkeypatch):
             monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", CLUSTER_BLOCKS[plan])
         else:
             monkeypatch.delenv("LLTM_CUDA_CLUSTER_BLOCKS", raising=False)
+        if plan in CLUSTER_BWD:
+            monkeypatch.setenv("LLTM_CUDA_CLUSTER_BWD", CLUSTER_BWD[plan])
+        else:
+            monkeypatch.delenv("LLTM_CUDA_CLUSTER_BWD", raising=False)
     yield pick
     os.environ.pop("LLTM_CUDA_CLUSTER_BLOCKS", None)
+    os.environ.pop("LLTM_CUDA_CLUSTER_BWD", None)
 
 
 @pytest.fixture(scope="session")
@@ -206,7 +214,8 @@ def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
 
 
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
-                                    ("cluster_32_4", 61), ("grid_32_16", 40),
+                                    ("cluster_32_4", 61), ("cluster_32_4", 124),
+                                    ("cluster_32_4_broadcast", 128), ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
 def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the

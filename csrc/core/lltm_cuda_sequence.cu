@@ -26,7 +26,13 @@
  *     transaction barrier until the whole state of the step has arrived: no
  *     cluster-wide barrier per step; the step's global stores and the next
  *     step's loads run while the pieces travel. The state never goes
- *     through global memory.
+ *     through global memory. The backward of the 16-block shape instead
+ *     keeps the forward's layout (rows of its units) and sends each block
+ *     only the partial dh of that block's units, which the owner sums
+ *     (reduce-scatter: a third of the bytes, see
+ *     sequence_backward_cluster_rs_kernel); LLTM_CUDA_CLUSTER_BWD=broadcast
+ *     picks the broadcast kernel there for measurements (the 8-block shape
+ *     keeps it: 16 units' rows would need 192 weight registers a thread).
  *   - grid plans: a cooperative launch; each step a block writes its results
  *     to global memory, meets the others at grid.sync() and stages the state
  *     back from L2 into shared memory.
@@ -575,6 +581,39 @@ __device__ __forceinline__ void send16(const void *src, void *dst, uint64_t *bar
 }
 #endif
 
+/* send16 of the 16 bytes held in registers v (PK values of A) */
+template <typename A, int PK>
+__device__ __forceinline__ void send16v(const A (&v)[PK], void *dst, uint64_t *bar, int rank)
+{
+    static_assert(PK * sizeof(A) == 16, "16 bytes");
+#if defined(LLTM_CUDA_EMULATION)
+    alignas(16) A piece[PK];
+    for (int e = 0; e < PK; ++e)
+        piece[e] = v[e];
+    send16(piece, dst, bar, rank);
+#else
+    uint4 bits;
+    if constexpr (sizeof(A) == 4) {
+        bits = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                          __float_as_uint(v[3]));
+    } else {
+        bits = make_uint4((unsigned)__double2loint(v[0]), (unsigned)__double2hiint(v[0]),
+                          (unsigned)__double2loint(v[1]), (unsigned)__double2hiint(v[1]));
+    }
+    uint32_t remote_dst, remote_bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_dst)
+                 : "r"(smem_addr(dst)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_bar)
+                 : "r"(smem_addr(bar)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];" ::"r"(remote_dst),
+                 "r"(bits.x), "r"(bits.y), "r"(bits.z), "r"(bits.w), "r"(remote_bar)
+                 : "memory");
+#endif
+}
+
 /* Send this block's tile of one chunk to every block: tile [BC][RUNS][W]
  * (W values of the accumulation type per run, a multiple of 16 bytes) goes
  * to rows [b0, b0+BC) of `buffer`, run q of row b at buffer[b*LD + q*QS +
@@ -957,6 +996,260 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
 }
 
+/*
+ * Backward recurrence, reverse time, cluster plan with 8 units a block (the
+ * 16-block shape): the REDUCE-SCATTER form. Block n keeps the forward's
+ * weight layout, the gate rows R_n of its own units (rows q*H + u of W_h,
+ * 3U x H), so the dG_t it needs is its own (its pointwise step computed it):
+ * it forms a partial dh_{t-1}[:, all units] = dG_t[:, R_n] W_h[R_n, :] and
+ * sends each block m only the partial of m's units (U values a row, 16-byte
+ * pieces straight from registers with st.async, counted on m's transaction
+ * barrier). Block m sums the partials of its units from the `ranks` blocks
+ * in rank order (deterministic) and runs its pointwise step. Per block and
+ * step that is B*HP values sent in all instead of 3*B*U to each of the
+ * `ranks` blocks, 3*B*HP (the broadcast form above: 8 KB instead of 24 KB
+ * at B=16, H=128), and no block reads another's dG at all. Measured on
+ * the H100 at B16/I32/H128 T=1000 (scripts/sequence_timing.py, alternating
+ * runs): forward+backward 4.55-4.60 ms against 5.76-5.78 ms broadcast.
+ *
+ * Threads, two roles per chunk of BC rows:
+ *   pointwise: thread tid < BC*U: unit j = tid % U, row b0 + tid / U
+ *   product:   thread (kg = tid % KG, bg = tid / KG) forms the partial of
+ *              PK = 16 / sizeof(A) units k = kg*PK + e (one 16-byte piece)
+ *              over rows bg*RB .. bg*RB+RB-1 of the chunk, from W_h[R_n, k]
+ *              in registers (3U*PK values) and the chunk's dG tile in shared
+ *              memory (each warp reads the same row: broadcast loads).
+ * Reception i (i = T-1-t: 1 .. T) is the partial dh of step t = T-1-i (dh of
+ * step -1 is grad_h0), in buffer i & 1, phase (i-1)/2 of its mbarrier; the
+ * two-buffer argument of the broadcast kernel holds unchanged (a block sends
+ * reception i+1 only after it waited for reception i, which every block
+ * sends after it read reception i-1 of the same parity).
+ *   bars[2] (shared): mbarriers of the receive buffers
+ *   recv [2][RANKS][BP][U] (shared): the partials, by sender rank
+ *   tiles [2][BC][3U] (shared): this block's dG of one chunk (i|o|z rows)
+ *   dcs [BP][U] (shared): dL/dc of this block's units
+ */
+constexpr int RS_MAX_UNITS = 128; /* the cluster plan's H */
+
+template <typename T, int U>
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                    const T *__restrict__ grad_output,
+                                    const T *__restrict__ grad_h_n,
+                                    const T *__restrict__ grad_c_n,
+                                    const T *__restrict__ weights, const T *__restrict__ cells,
+                                    const T *__restrict__ gates, T *__restrict__ grad_gates,
+                                    T *__restrict__ grad_bias, T *__restrict__ grad_h0,
+                                    T *__restrict__ grad_c0)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int PK = 16 / (int)sizeof(A), VEC = vec_of<A>::n, R = 3 * U;
+    constexpr int RANKS = RS_MAX_UNITS / U, KG = RANKS * U / PK, RB = BC * KG / NT;
+    static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NT % KG == 0 && RB >= 1 &&
+                      BC * U <= NT,
+                  "configuration");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *recv = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = recv + 2 * RANKS * BP * U;
+    A *dcs = tiles + 2 * BC * R;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, n = (int)blockIdx.x;
+    const int ranks = (int)((H + U - 1) / U);
+    const int64_t HP = (int64_t)ranks * U;
+    const int64_t G = 3 * H, BH = B * H;
+    /* pointwise role */
+    const bool pointwise = tid < BC * U;
+    const int j = tid % U, pb = tid / U;
+    const int64_t u = (int64_t)n * U + j;
+    const bool unit_ok = pointwise && u < H;
+    /* product role */
+    const int kg = tid % KG, bg = tid / KG;
+    const int64_t k0 = (int64_t)kg * PK;
+    const bool k_ok = k0 < HP; /* the piece goes to block k0 / U */
+    const int dest = (int)(k0 / U), dest_off = (int)(k0 % U);
+    const unsigned step_bytes = (unsigned)(ranks * BP * U * sizeof(A)); /* one reception */
+
+    if (tid == 0) {
+        /* reception i in buffer i & 1: arm receptions 1 and 2 */
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        mbar_expect_tx(&bars[1], step_bytes);
+        if (steps > 1)
+            mbar_expect_tx(&bars[0], step_bytes);
+    }
+    A w[R][PK];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int e = 0; e < PK; ++e) {
+            const int64_t row_u = (int64_t)n * U + r % U, k = k0 + e;
+            w[r][e] = (row_u < H && k < H) ? to_acc(weights[((r / U) * H + row_u) * K + k])
+                                           : A(0);
+        }
+
+    /* reception i has arrived (every thread waits; one re-arms for i+2) */
+    auto wait_for = [&](int64_t i) {
+        mbar_wait(&bars[i & 1], (unsigned)((i - 1) >> 1) & 1u);
+        if (tid == 0 && i + 2 <= steps)
+            mbar_expect_tx(&bars[i & 1], step_bytes);
+    };
+    /* the partials of (reception buffer p, row b) for unit j, summed in a
+     * fixed order: four chains over the ranks m = c (mod 4), then the chains
+     * pairwise (a quarter of the dependent adds of one chain) */
+    auto gather = [&](int p, int64_t b) {
+        const A *src = recv + ((int64_t)p * RANKS * BP + b) * U + j;
+        A chain[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int m = 0; m < RANKS; ++m)
+            if (m < ranks)
+                chain[m % 4] += src[(int64_t)m * BP * U];
+        return (chain[0] + chain[1]) + (chain[2] + chain[3]);
+    };
+    /* loads only (see the broadcast kernel's load_inputs) */
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
+        const T *arow = gates + (t * B + b) * G;
+        const int64_t jj = t * BH + b * H + u;
+        in[0] = to_acc(arow[u]);
+        in[1] = to_acc(arow[H + u]);
+        in[2] = to_acc(arow[2 * H + u]);
+        in[3] = to_acc(cells[jj]);
+        in[4] = to_acc(grad_output[jj]);
+        in[5] = 0;
+        in[6] = 0;
+        if (t == steps - 1) {
+            in[6] = to_acc(grad_h_n[b * H + u]);
+            in[5] = to_acc(grad_c_n[b * H + u]);
+        }
+    };
+    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        T *drow = grad_gates + (t * B + b) * G;
+        drow[u] = from_acc<T>(d[0]);
+        drow[H + u] = from_acc<T>(d[1]);
+        drow[2 * H + u] = from_acc<T>(d[2]);
+    };
+    const bool first_row_ok = unit_ok && pb < B;
+    A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    if (first_row_ok)
+        load_inputs(steps - 1, pb, next);
+    cluster.sync(); /* every block running, its barriers armed, before any send */
+
+    A bias_sum[3] = {0, 0, 0};
+    unsigned chunks_done = 0; /* their parity picks the tile */
+    for (int64_t t = steps - 1; t >= 0; --t) {
+        const int64_t i = steps - 1 - t; /* this step waits for reception i */
+        const bool last = i == 0;
+        if (!last)
+            wait_for(i);
+        const int p_in = (int)(i & 1), p_out = (int)((i + 1) & 1);
+        A *recv_out = recv + (int64_t)p_out * RANKS * BP * U; /* in block `dest` */
+        A d[3] = {0, 0, 0};
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_grad_gates(t, b, d);
+            b = b0 + pb;
+            row_ok = unit_ok && b < B;
+            A in[7];
+#pragma unroll
+            for (int q = 0; q < 7; ++q)
+                in[q] = next[q];
+            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
+                load_inputs(t - 1, pb, next);
+            A dh_rec = 0;
+            if (row_ok) {
+                if (b0 > 0)
+                    load_inputs(t, b, in);
+                if (!last) {
+                    in[5] = dcs[b * U + j];
+                    dh_rec = gather(p_in, b);
+                }
+            }
+            d[0] = d[1] = d[2] = 0;
+            if (row_ok) {
+                A dc;
+                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + dh_rec, in[5], d,
+                                 &dc);
+                dcs[b * U + j] = dc;
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+            A *tile = tiles + (chunks_done++ & 1) * BC * R;
+            if (pointwise) {
+                A *trow = tile + pb * R + j;
+                trow[0] = d[0]; /* 0 for padding rows and units */
+                trow[U] = d[1];
+                trow[2 * U] = d[2];
+            }
+            __syncthreads();
+            /* partial dh of the chunk's rows for units k0 .. k0+PK-1 */
+            if (k_ok) {
+                A acc[RB][PK];
+#pragma unroll
+                for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+                    for (int e = 0; e < PK; ++e)
+                        acc[rb][e] = 0;
+#pragma unroll
+                for (int rb = 0; rb < RB; ++rb) {
+                    const A *trow = tile + (bg * RB + rb) * R;
+#pragma unroll
+                    for (int rv = 0; rv < R / VEC; ++rv) {
+                        const V dv = *reinterpret_cast<const V *>(&trow[rv * VEC]);
+#pragma unroll
+                        for (int c = 0; c < VEC; ++c)
+#pragma unroll
+                            for (int e = 0; e < PK; ++e)
+                                acc[rb][e] += component(dv, c) * w[rv * VEC + c][e];
+                    }
+                }
+#pragma unroll
+                for (int rb = 0; rb < RB; ++rb) {
+                    A *dst = recv_out + ((int64_t)n * BP + b0 + bg * RB + rb) * U + dest_off;
+                    send16v<A, PK>(acc[rb], dst, &bars[p_out], dest);
+                }
+            }
+        }
+        if (row_ok)
+            store_grad_gates(t, b, d);
+    }
+
+    /* grad_h0 = dG_0 W_h (reception T), grad_c0 = dL/dc_0 */
+    wait_for(steps);
+    for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        const int64_t b = b0 + pb;
+        if (unit_ok && b < B) {
+            grad_h0[b * H + u] = from_acc<T>(gather((int)(steps & 1), b));
+            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
+        }
+    }
+    /* bias: each pointwise thread's row sums, added over its unit's threads
+     * in row order (in the tiles, which no thread reads any more) */
+    __syncthreads();
+    if (pointwise) {
+        tiles[pb * R + j] = bias_sum[0];
+        tiles[pb * R + U + j] = bias_sum[1];
+        tiles[pb * R + 2 * U + j] = bias_sum[2];
+    }
+    __syncthreads();
+    if (tid < R) {
+        const int64_t ur = (int64_t)n * U + tid % U;
+        if (ur < H) {
+            A sum = 0;
+            for (int r = 0; r < BC; ++r)
+                sum += tiles[r * R + tid];
+            grad_bias[(tid / U) * H + ur] = from_acc<T>(sum);
+        }
+    }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
+}
+
 /* ----------------------------------------------------- per-step kernels -- */
 
 /* gates (in: x_t W_x^T, out: activations) += recurrent + bias, then the
@@ -1264,6 +1557,24 @@ template <typename T> size_t cluster_forward_smem(int ks, int kr, int64_t B)
     return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * BC * U +
                                      rows * U);
 }
+/* the reduce-scatter backward (8 units a block): see its kernel */
+template <typename T> size_t cluster_backward_rs_smem(int64_t B)
+{
+    typedef typename acc_of<T>::type A;
+    constexpr int U = 8, RANKS = RS_MAX_UNITS / U;
+    const int64_t rows = ceil_div(B, BC) * BC;
+    return 16 + sizeof(A) * (size_t)(2 * RANKS * rows * U + 2 * BC * 3 * U + rows * U);
+}
+
+/* The backward of the 16-block shape: the reduce-scatter kernel, unless
+ * LLTM_CUDA_CLUSTER_BWD=broadcast asks for the broadcast kernel (for
+ * side-by-side measurements). */
+inline bool cluster_backward_broadcast()
+{
+    const char *v = getenv("LLTM_CUDA_CLUSTER_BWD");
+    return v && !strcmp(v, "broadcast");
+}
+
 template <typename T> size_t cluster_backward_smem(int ks, int kr, int64_t B)
 {
     typedef typename acc_of<T>::type A;
@@ -1322,13 +1633,23 @@ template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, i
     return clusters >= 1;
 }
 
+/* the reduce-scatter backward, on the shape of 8 units a block */
+template <typename T, int U> bool cluster_rs_fits(int64_t blocks, int64_t B, int device)
+{
+    if constexpr (U == 8)
+        return cluster_fits(sequence_backward_cluster_rs_kernel<T, 8>, blocks,
+                            cluster_backward_rs_smem<T>(B), device);
+    return true;
+}
+
 template <typename T, int KS, int KR> bool cluster_pair_fits(int64_t B, int device)
 {
     const int64_t blocks = KS * KR / (NT / KS); /* the most: H = 128 */
     return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR>, blocks,
                         cluster_forward_smem<T>(KS, KR, B), device) &&
            cluster_fits(sequence_backward_cluster_kernel<T, KS, KR>, blocks,
-                        cluster_backward_smem<T>(KS, KR, B), device);
+                        cluster_backward_smem<T>(KS, KR, B), device) &&
+           cluster_rs_fits<T, NT / KS>(blocks, B, device);
 }
 
 /* cluster_pair_fits per device, dtype, shape and number of 16-row chunks
@@ -1413,6 +1734,15 @@ int run_backward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H,
                          cudaStream_t stream)
 {
     const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    if constexpr (NT / KS == 8) {
+        if (!cluster_backward_broadcast())
+            return launch_status(launch_cluster(
+                sequence_backward_cluster_rs_kernel<T, 8>, blocks,
+                cluster_backward_rs_smem<T>(B), stream, steps, B, H, K,
+                (const T *)grad_output, (const T *)grad_h_n, (const T *)grad_c_n,
+                (const T *)weights, (const T *)cells, (const T *)gates, (T *)grad_gates,
+                (T *)grad_bias, (T *)grad_h0, (T *)grad_c0));
+    }
     return launch_status(launch_cluster(
         sequence_backward_cluster_kernel<T, KS, KR>, blocks,
         cluster_backward_smem<T>(KS, KR, B), stream, steps, B, H, K, (const T *)grad_output,
