@@ -282,7 +282,10 @@ enum {
     /* H <= 128 and B <= 64 (B <= 32 in float64): one thread-block cluster
      * of 16 blocks (8 where 16 do not fit; LLTM_CUDA_CLUSTER_BLOCKS=8|16 in
      * the environment forces one, for measurements) that exchange the
-     * recurrent state through distributed shared memory. The name is the
+     * recurrent state through distributed shared memory; the 16-block
+     * backward sends each block partial sums of its units' dh (reduce-
+     * scatter), LLTM_CUDA_CLUSTER_BWD=broadcast selects the older kernel
+     * that sends every block all of dG (the 8-block shape's). The name is the
      * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
     LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
     LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128: cooperative grid */
