@@ -194,6 +194,60 @@ __device__ __forceinline__ void step_barrier()
     cg::this_grid().sync(); /* fences device-wide */
 }
 
+/* Lane s's registers of unit u for the forward: w[q][*] = W_h[q*H + u, k]
+ * for k = (kv*KS + s)*VEC + e (zero where k >= H or the unit is out of
+ * range), and the unit's three biases. */
+template <typename T, int KS, int KR>
+__device__ __forceinline__ void
+load_unit_rows(const T *__restrict__ weights, const T *__restrict__ bias, int64_t H, int64_t K,
+               int64_t u, bool unit_ok, int s, typename acc_of<T>::type (&w)[3][KR],
+               typename acc_of<T>::type &b_i, typename acc_of<T>::type &b_o,
+               typename acc_of<T>::type &b_z)
+{
+    typedef typename acc_of<T>::type A;
+    constexpr int VEC = vec_of<A>::n;
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+#pragma unroll
+        for (int kv = 0; kv < KR / VEC; ++kv)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t k = (int64_t)(kv * KS + s) * VEC + e;
+                w[q][kv * VEC + e] =
+                    (unit_ok && k < H) ? to_acc(weights[(q * H + u) * K + k]) : A(0);
+            }
+    b_i = unit_ok ? to_acc(bias[u]) : A(0);
+    b_o = unit_ok ? to_acc(bias[H + u]) : A(0);
+    b_z = unit_ok ? to_acc(bias[2 * H + u]) : A(0);
+}
+
+/* The backward step's inputs of (t, b, u) for the cluster kernels:
+ * activations i, o, z, the cell, dL/dh from above, and at the last step
+ * dL/dh_n (in[6]) and dL/dc_n (in[5]). Loads only: nothing here may use a
+ * loaded value, or the thread waits for the load here instead of a step
+ * later (a predicated-off add waits on its operands too). */
+template <typename T, typename A>
+__device__ __forceinline__ void
+load_backward_inputs(const T *__restrict__ gates, const T *__restrict__ cells,
+                     const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
+                     const T *__restrict__ grad_c_n, int64_t steps, int64_t B, int64_t H,
+                     int64_t t, int64_t b, int64_t u, A (&in)[7])
+{
+    const T *arow = gates + (t * B + b) * 3 * H;
+    const int64_t jj = (t * B + b) * H + u;
+    in[0] = to_acc(arow[u]);
+    in[1] = to_acc(arow[H + u]);
+    in[2] = to_acc(arow[2 * H + u]);
+    in[3] = to_acc(cells[jj]);
+    in[4] = to_acc(grad_output[jj]);
+    in[5] = 0;
+    in[6] = 0;
+    if (t == steps - 1) {
+        in[6] = to_acc(grad_h_n[b * H + u]);
+        in[5] = to_acc(grad_c_n[b * H + u]);
+    }
+}
+
 /*
  * Forward recurrence. Block n owns units u = n*U + j (j = tid / KS); lane s
  * (tid % KS) of a unit holds W_h[q*H + u, k] for k = (kv*KS + s)*VEC + e in
@@ -226,23 +280,8 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const bool owner = s < BC; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
 
-    A w[3][KR];
-#pragma unroll
-    for (int q = 0; q < 3; ++q)
-#pragma unroll
-        for (int kv = 0; kv < KR / VEC; ++kv)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const int64_t k = (int64_t)(kv * KS + s) * VEC + e;
-                w[q][kv * VEC + e] =
-                    (unit_ok && k < H) ? to_acc(weights[(q * H + u) * K + k]) : A(0);
-            }
-    A b_i = 0, b_o = 0, b_z = 0;
-    if (unit_ok) {
-        b_i = to_acc(bias[u]);
-        b_o = to_acc(bias[H + u]);
-        b_z = to_acc(bias[2 * H + u]);
-    }
+    A w[3][KR], b_i, b_o, b_z;
+    load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
 
     for (int64_t t = 0; t < steps; ++t) {
         for (int64_t b0 = 0; b0 < B; b0 += BC) {
@@ -687,23 +726,8 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         if (steps > 2)
             mbar_expect_tx(&bars[0], step_bytes);
     }
-    A w[3][KR];
-#pragma unroll
-    for (int q = 0; q < 3; ++q)
-#pragma unroll
-        for (int kv = 0; kv < KR / VEC; ++kv)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const int64_t k = (int64_t)(kv * KS + s) * VEC + e;
-                w[q][kv * VEC + e] =
-                    (unit_ok && k < H) ? to_acc(weights[(q * H + u) * K + k]) : A(0);
-            }
-    A b_i = 0, b_o = 0, b_z = 0;
-    if (unit_ok) {
-        b_i = to_acc(bias[u]);
-        b_o = to_acc(bias[H + u]);
-        b_z = to_acc(bias[2 * H + u]);
-    }
+    A w[3][KR], b_i, b_o, b_z;
+    load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     /* the projection x_t W_x^T of (t, b) for this lane's unit */
     auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
         const T *grow = gates + (t * B + b) * G;
@@ -832,7 +856,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
     const bool unit_ok = u < H;
     const bool owner = s < BC;
-    const int64_t G = 3 * H, BH = B * H;
+    const int64_t G = 3 * H;
     const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
 
     for (int64_t e = tid; e < 2 * BP * LD; e += NT)
@@ -882,25 +906,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
         reduce_rows<KS, 1>(acc, s);
     };
-    /* the step's inputs of (t, b): activations i, o, z, cell, dL/dh from
-     * above, and at the last step dL/dh_n (in[6]), dL/dc_n (in[5]). Loads
-     * only: nothing here may use a loaded value, or the thread waits for
-     * the load here instead of a step later (a predicated-off add waits on
-     * its operands too). */
     auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
-        const T *arow = gates + (t * B + b) * G;
-        const int64_t jj = t * BH + b * H + u;
-        in[0] = to_acc(arow[u]);
-        in[1] = to_acc(arow[H + u]);
-        in[2] = to_acc(arow[2 * H + u]);
-        in[3] = to_acc(cells[jj]);
-        in[4] = to_acc(grad_output[jj]);
-        in[5] = 0;
-        in[6] = 0;
-        if (t == steps - 1) {
-            in[6] = to_acc(grad_h_n[b * H + u]);
-            in[5] = to_acc(grad_c_n[b * H + u]);
-        }
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, steps, B, H, t, b, u,
+                             in);
     };
     auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
         T *drow = grad_gates + (t * B + b) * G;
@@ -1060,7 +1068,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     const int tid = threadIdx.x, n = (int)blockIdx.x;
     const int ranks = (int)((H + U - 1) / U);
     const int64_t HP = (int64_t)ranks * U;
-    const int64_t G = 3 * H, BH = B * H;
+    const int64_t G = 3 * H;
     /* pointwise role */
     const bool pointwise = tid < BC * U;
     const int j = tid % U, pb = tid / U;
@@ -1110,21 +1118,9 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                 chain[m % 4] += src[(int64_t)m * BP * U];
         return (chain[0] + chain[1]) + (chain[2] + chain[3]);
     };
-    /* loads only (see the broadcast kernel's load_inputs) */
     auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
-        const T *arow = gates + (t * B + b) * G;
-        const int64_t jj = t * BH + b * H + u;
-        in[0] = to_acc(arow[u]);
-        in[1] = to_acc(arow[H + u]);
-        in[2] = to_acc(arow[2 * H + u]);
-        in[3] = to_acc(cells[jj]);
-        in[4] = to_acc(grad_output[jj]);
-        in[5] = 0;
-        in[6] = 0;
-        if (t == steps - 1) {
-            in[6] = to_acc(grad_h_n[b * H + u]);
-            in[5] = to_acc(grad_c_n[b * H + u]);
-        }
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, steps, B, H, t, b, u,
+                             in);
     };
     auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
         T *drow = grad_gates + (t * B + b) * G;
