@@ -607,8 +607,9 @@ int forward_fused(int64_t B, int64_t I, int64_t H, const void *input, const void
         /* Chunks as long as shared memory allows (48 KB static): a small K
          * then takes one round trip to global memory. Small tiles, many
          * blocks, K split 16 ways: the shortest latency of the configurations
-         * scripts/cell_tiles.cu timed on the H100 (3.45 us per launch by
-         * graph replay at B16/I32/H128, against 4.43 for 16 x 4 tiles). */
+         * scripts/cell_tiles.cu timed on the H100 (3.2-3.45 us per launch by
+         * graph replay at B16/I32/H128 in three runs, against 4.43-4.45 for
+         * 16 x 4 tiles). */
         constexpr int TB = 8, TU = 2, RB = 1, RU = 1, KS = 16;
         constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
         const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
