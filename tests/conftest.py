@@ -39,3 +39,24 @@ def assert_matches(got, want, dtype, msg, tol=None):
     scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
     torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=tol["atol"] * scale,
                                msg=msg)
+
+
+# The CUDA suites (tests/test_cuda_cell.py, tests/test_cuda_sequence.py):
+# per-dtype tolerance against the float64 reference, and for the half types
+# also the relative error of the whole tensor (half of the tolerance).
+TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 4e-2}
+HALF = (torch.float16, torch.bfloat16)
+
+
+def assert_close(name, got, want, dtype):
+    """``got`` (any device, computed in ``dtype``) against ``want``: no NaN,
+    elementwise within TOL[dtype] (absolute part scaled by max|want|), and for
+    the half types a whole-tensor relative error within TOL[dtype] / 2."""
+    tol = TOL[dtype]
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert not torch.isnan(got).any(), f"{name}: NaN"
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
+    if dtype in HALF and want.numel() >= 64:
+        rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+        assert rel <= tol / 2, f"{name}: relative error {rel:.2e}"

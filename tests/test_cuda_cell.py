@@ -19,14 +19,12 @@ import torch
 
 import lltm
 from lltm import _native, reference
-from conftest import cell_inputs
+from conftest import TOL, assert_close, cell_inputs
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or not _native.has_cuda_kernels(),
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
-TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 4e-2}
-HALF = (torch.float16, torch.bfloat16)
 POLICIES = {"auto": 0, "fused": 1, "cublas": 2}
 SHAPES = [  # (B, I, H): batch 1 and 3, H not a multiple of 32, I > H and I < H
     (1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 300, 17), (64, 17, 65),
@@ -47,17 +45,6 @@ def matmul_policy(name):
         yield
     finally:
         fn(previous)
-
-
-def assert_close(name, got, want, dtype):
-    tol = TOL[dtype]
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    assert not torch.isnan(got).any(), f"{name}: NaN"
-    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
-    if dtype in HALF and want.numel() >= 64:
-        rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
-        assert rel <= tol / 2, f"{name}: relative error {rel:.2e}"
 
 
 def check_step(B, I, H, dtype, device="cuda", make_args=None):

@@ -21,13 +21,12 @@ import torch
 
 import lltm
 from lltm import _native, reference
+from conftest import assert_close
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or not _native.has_cuda_kernels(),
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
-TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 4e-2}
-HALF = (torch.float16, torch.bfloat16)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 ROUTES = ["auto", "cluster8", "cluster16", "grid", "steps"]
 CLUSTERS = ["cluster8", "cluster16"]
@@ -77,17 +76,6 @@ def reference_sequence(x, W, b, h0, c0):
 def native_sequence(x, W, b, h0, c0):
     out, (h_n, c_n) = lltm.functional.lltm_sequence(x, W, b, h0, c0)
     return out, h_n, c_n
-
-
-def assert_close(name, got, want, dtype):
-    tol = TOL[dtype]
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    assert not torch.isnan(got).any(), f"{name}: NaN"
-    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
-    if dtype in HALF and want.numel() >= 64:
-        rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
-        assert rel <= tol / 2, f"{name}: relative error {rel:.2e}"
 
 
 def compare(T, B, I, H, dtype, through=(0, 1, 2), device="cuda"):
