@@ -6,6 +6,11 @@
 #           B16/I32/H128 (T=100 and T=1000) once per cluster shape (8 blocks,
 #           16 blocks)
 #   timing  the same timings, then sequence_timing.py's default sizes
+#   grid    the grid plans at B64/I256/H512/T100: sequence_timing.py with the
+#           default plan choice, LLTM_CUDA_GRID_SHAPE=32x16, and 32x16 with
+#           LLTM_CUDA_GRID_GROUPS=1 (the layout before the batch split), the
+#           per-kernel GPU time (scripts/sequence_profile.py --table), then
+#           tests/test_cuda_sequence.py
 #   final   all, then an Nsight Compute profile of the cluster kernels (warp
 #           states, stall sampling per SASS line; clocks left alone), their
 #           SASS, and sequence_timing.py's default sizes
@@ -13,7 +18,7 @@
 # at the end into $OUT/gpu_sequence_logs.tgz; a short table is printed last.
 # Each mode ends within 10 minutes.
 #
-#   bash scripts/gpu_sequence.sh [all|timing|final]
+#   bash scripts/gpu_sequence.sh [all|timing|grid|final]
 set -u
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -31,6 +36,29 @@ source scripts/gpu_stages.sh
 nvidia-smi -L 2>&1 | tee "$LOGS/env.log"
 stage build 150 build.log $PY lltm/build.py --cuda yes
 SMALL="16,32,128,100 16,32,128,1000"
+if [ "$MODE" = grid ]; then
+    GRID=64,256,512,100
+    stage timing-grid 100 timing_grid.log $PY scripts/sequence_timing.py --no-reference \
+        --configs $GRID --json "$LOGS/timing_grid.json"
+    stage timing-grid-32x16 100 timing_grid_32x16.log env LLTM_CUDA_GRID_SHAPE=32x16 \
+        $PY scripts/sequence_timing.py --no-reference --configs $GRID
+    stage timing-grid-32x16-1group 100 timing_grid_32x16_1group.log env \
+        LLTM_CUDA_GRID_SHAPE=32x16 LLTM_CUDA_GRID_GROUPS=1 \
+        $PY scripts/sequence_timing.py --no-reference --configs $GRID
+    stage kernels-grid 60 kernels_grid.log $PY scripts/sequence_profile.py 64 256 512 100 --table
+    grep -E "sequence_|gemm|Self CUDA time total|===" "$LOGS/kernels_grid.log" | cut -c1-60,150-
+    stage tests 200 tests.log $PY -m pytest -q -rs -p no:cacheprovider -x \
+        tests/test_cuda_sequence.py
+    for log in timing_grid timing_grid_32x16 timing_grid_32x16_1group; do
+        echo "--- $log"
+        grep -E "^\| (B|64)|check B" "$LOGS/$log.log" | grep -v "per-step"
+    done
+    stage_table
+    grep -hE "passed|failed" "$LOGS/tests.log" | tail -1
+    tar czf "$OUT/gpu_sequence_logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"
+    stages_ok
+    exit
+fi
 if [ "$MODE" = all ] || [ "$MODE" = final ]; then
     stage tests 200 tests.log $PY -m pytest -q -rs -p no:cacheprovider -x \
         tests/test_cuda_sequence.py

@@ -105,6 +105,22 @@ def test_matches_reference(route, dtype, T, B, I, H):
     compare(T, B, I, H, dtype)
 
 
+@pytest.mark.parametrize("route", ["grid"], indirect=True)
+@pytest.mark.parametrize("groups", ["1", "3", None])
+@pytest.mark.parametrize("shape", ["16x8", "16x32", "32x16", "32x32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_grid_shapes_and_batch_groups(route, monkeypatch, shape, groups, dtype):
+    """Every grid shape (LLTM_CUDA_GRID_SHAPE) with B = 50 (4 chunks of 16,
+    the last partial) shared out over 1, 3 (capped: LLTM_CUDA_GRID_GROUPS)
+    or as many batch groups as fit."""
+    monkeypatch.setenv("LLTM_CUDA_GRID_SHAPE", shape)
+    if groups is None:
+        monkeypatch.delenv("LLTM_CUDA_GRID_GROUPS", raising=False)
+    else:
+        monkeypatch.setenv("LLTM_CUDA_GRID_GROUPS", groups)
+    compare(3, 50, 5, 70, dtype)
+
+
 @pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 @pytest.mark.parametrize("through", [(0,), (1,), (2,)])
 def test_gradients_through_each_output(route, through):

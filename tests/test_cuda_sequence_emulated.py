@@ -37,7 +37,7 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
 PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1, "grid_16_8": 2,
-         "grid_32_16": 3, "grid_32_32": 4}
+         "grid_32_16": 3, "grid_32_32": 4, "grid_16_32": 5}
 CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
                   "cluster_32_4_broadcast": "16"}
 # the 16-block shape's backward: reduce-scatter, or (LLTM_CUDA_CLUSTER_BWD) broadcast
@@ -94,7 +94,7 @@ def emu(tmp_path_factory):
 def _declare(lib):
     i64, p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     lib.lltm_sequence_plan_cuda.argtypes = [i32, i64, i64, i32, ctypes.POINTER(ctypes.c_int)]
-    lib.lltm_sequence_workspace_cuda.argtypes = [i32, i64, i64]
+    lib.lltm_sequence_workspace_cuda.argtypes = [i32, i32, i64, i64]
     lib.lltm_sequence_workspace_cuda.restype = ctypes.c_size_t
     lib.lltm_sequence_forward_persistent_cuda.argtypes = [i32, i32, i64, i64, i64, i64] + [p] * 9
     lib.lltm_sequence_backward_persistent_cuda.argtypes = [i32, i32, i64, i64, i64, i64] + [p] * 12
@@ -161,7 +161,7 @@ def _run_case(lib, plan, dtype, T, B, I, H):
     code = DTYPE_CODES[dtype]
     (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
     out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
-    ws_bytes = lib.lltm_sequence_workspace_cuda(code, B, H)
+    ws_bytes = lib.lltm_sequence_workspace_cuda(code, plan, B, H)
     workspace = torch.full((max(1, ws_bytes // 4),), float("nan"), dtype=torch.float32)
     ws_ptr = as_ptr(workspace) if ws_bytes else None
 
@@ -203,12 +203,15 @@ CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's u
 ]
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODES), ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("plan", list(PLANS))
+# float64 has no 32x32 or 16x32 grid plan (the registers that hold W_h)
+PLAN_DTYPES = [(plan, dtype) for plan in PLANS for dtype in DTYPE_CODES
+               if not (dtype == torch.float64 and PLANS[plan] in (4, 5))]
+
+
+@pytest.mark.parametrize("plan,dtype", PLAN_DTYPES,
+                         ids=[f"{p}-{str(d).split('.')[-1]}" for p, d in PLAN_DTYPES])
 @pytest.mark.parametrize("T,B,I,H", CASES)
 def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
-    if dtype == torch.float64 and PLANS[plan] == 4:
-        pytest.skip("float64 has no 32x32 plan (registers)")
     cluster_shape(plan)
     _run_case(emu, PLANS[plan], dtype, T, B, I, H)
 
@@ -222,6 +225,24 @@ def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
     cluster plan at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
     cluster_shape(plan)
     _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
+
+
+@pytest.mark.parametrize("groups", ["1", "3", None])
+@pytest.mark.parametrize("plan,dtype", [("grid_16_8", torch.float32), ("grid_16_8", torch.float64),
+                                        ("grid_16_32", torch.bfloat16),
+                                        ("grid_32_16", torch.float16)])
+def test_grid_batch_groups(emu, cluster_shape, monkeypatch, plan, dtype, groups):
+    """The grid plans share B's 16-row chunks out over batch groups of
+    blocks: B = 50 is 4 chunks, the last one partial; 3 groups (capped by
+    LLTM_CUDA_GRID_GROUPS) take 2, 1 and 1 of them, None: one group a chunk,
+    1: every block takes every chunk. The bias gradient is summed over the
+    groups through the workspace."""
+    cluster_shape(plan)
+    if groups is None:
+        monkeypatch.delenv("LLTM_CUDA_GRID_GROUPS", raising=False)
+    else:
+        monkeypatch.setenv("LLTM_CUDA_GRID_GROUPS", groups)
+    _run_case(emu, PLANS[plan], dtype, 3, 50, 5, 20)
 
 
 @pytest.mark.parametrize("plan", list(CLUSTER_BLOCKS))
@@ -242,7 +263,9 @@ def test_plan_choice(emu, cluster_shape):
         return status, plan.value
     assert choose(torch.float32, 16, 128) == (0, 1)  # one cluster of 8 blocks
     assert choose(torch.float32, 16, 129) == (0, 3)
-    assert choose(torch.float32, 64, 512) == (0, 3)
+    assert choose(torch.float32, 64, 512) == (0, 5)  # 16x32: 32 unit blocks x 4 batch groups
+    assert choose(torch.float32, 32, 512) == (0, 3)  # 32x16: 64 unit blocks x 2 groups
+    assert choose(torch.float64, 64, 512) == (0, 3)  # no 16x32 in float64
     assert choose(torch.float32, 64, 513) == (0, 4)
     assert choose(torch.float32, 64, 1024) == (0, 4)
     assert choose(torch.float32, 64, 1025) == (0, 0)  # per-step fallback

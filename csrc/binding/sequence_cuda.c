@@ -132,7 +132,7 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
     if (TB > 0 && plan != LLTM_SEQ_PLAN_STEPS) {
         void *workspace = NULL;
         AtenTensorHandle ws;
-        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, B, H);
+        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, plan, B, H);
         if (ws_bytes > 0 &&
             empty_float(&a[0], (int64_t)(ws_bytes / sizeof(float)), &owned, &ws, &workspace, &err))
             goto fail;
@@ -246,7 +246,7 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
     if (plan != LLTM_SEQ_PLAN_STEPS) {
         void *workspace = NULL;
         AtenTensorHandle ws;
-        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, B, H);
+        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, plan, B, H);
         if (ws_bytes > 0 &&
             empty_float(&a[0], (int64_t)(ws_bytes / sizeof(float)), &owned, &ws, &workspace, &err))
             goto fail;

@@ -288,9 +288,16 @@ enum {
      * that sends every block all of dG (the 8-block shape's). The name is the
      * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
     LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
-    LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128: cooperative grid */
+    /* cooperative grids of unit blocks x batch groups (the 16-row chunks
+     * of B shared out over as many groups as fit on the device;
+     * LLTM_CUDA_GRID_GROUPS=n caps them, for measurements) */
+    LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128 */
     LLTM_SEQ_PLAN_GRID_32_16 = 3,   /* H <= 512 */
     LLTM_SEQ_PLAN_GRID_32_32 = 4,   /* H <= 1024, not float64 */
+    LLTM_SEQ_PLAN_GRID_16_32 = 5,   /* H <= 512, not float64; chosen over
+                                     * 32_16 where B has chunks enough to
+                                     * fill the device (LLTM_CUDA_GRID_SHAPE=
+                                     * 16x32|32x16|... forces one) */
 };
 enum {
     LLTM_SEQ_MODE_AUTO = 0,    /* the fastest plan that fits */
@@ -303,9 +310,12 @@ enum {
 int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode,
                             int *plan);
 
-/* Bytes of workspace the persistent kernels need (float16/bfloat16 carry
- * their recurrent state in float32: 7*B*H floats; 0 for float32/64). */
-size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int64_t B, int64_t H);
+/* Bytes of workspace the persistent kernels of `plan` need: float16 and
+ * bfloat16 carry their recurrent state in float32 (7*B*H floats; none for
+ * float32/64), and the grid plans, which split B over batch groups of
+ * blocks, keep each group's bias sums ([ceil(B/16), G] of the accumulation
+ * type, when B > 16). */
+size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H);
 
 /*
  * Forward recurrence in one launch (plan != LLTM_SEQ_PLAN_STEPS).

@@ -35,7 +35,10 @@
  *     keeps it: 16 units' rows would need 192 weight registers a thread).
  *   - grid plans: a cooperative launch; each step a block writes its results
  *     to global memory, meets the others at grid.sync() and stages the state
- *     back from L2 into shared memory.
+ *     back from L2 into shared memory. The grid is unit blocks x batch
+ *     groups: the 16-row chunks of B are shared out over as many copies of
+ *     the unit blocks as the device holds (each copy keeps its own W_h), so
+ *     a block stages and multiplies fewer chunks per step.
  * Limits: H <= 1024 for float32/float16/bfloat16 and H <= 512 for float64
  * (the registers that hold W_h: 3 * H / KS values per lane), and the grid
  * must be co-resident (<= 128 blocks of 256 threads, one per SM); any B on
@@ -62,6 +65,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,9 +253,13 @@ load_backward_inputs(const T *__restrict__ gates, const T *__restrict__ cells,
 }
 
 /*
- * Forward recurrence. Block n owns units u = n*U + j (j = tid / KS); lane s
- * (tid % KS) of a unit holds W_h[q*H + u, k] for k = (kv*KS + s)*VEC + e in
- * registers (zero where k >= H or u >= H).
+ * Forward recurrence. The grid is unit_blocks x groups blocks (groups =
+ * gridDim.x / unit_blocks, see grid_groups): block n owns units
+ * u = (n % unit_blocks)*U + j (j = tid / KS) for the 16-row chunks c of the
+ * batch with c % groups == n / unit_blocks (splitting the batch spreads a
+ * small H over more SMs: each block stages and multiplies fewer chunks per
+ * step). Lane s (tid % KS) of a unit holds W_h[q*H + u, k] for
+ * k = (kv*KS + s)*VEC + e in registers (zero where k >= H or u >= H).
  *   gates [T,B,G]  in: x_t W_x^T of every step; out: the activations
  *   output, cells [T,B,H] out
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
@@ -275,7 +283,9 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A *hs = reinterpret_cast<A *>(smem_raw); /* [BC][KP]: h_{t-1} of one chunk */
 
     const int tid = threadIdx.x, s = tid % KS;
-    const int64_t u = (int64_t)blockIdx.x * U + tid / KS;
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
+    const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * BC, row_step = groups * BC;
     const bool unit_ok = u < H;
     const bool owner = s < BC; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
@@ -284,7 +294,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
 
     for (int64_t t = 0; t < steps; ++t) {
-        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
             const int64_t b = b0 + (s & (BC - 1));
             const bool row_ok = owner && unit_ok && b < B;
             T *grow = gates + (t * B + b) * G;
@@ -357,14 +367,17 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 }
 
 /*
- * Backward recurrence, reverse time. Lane s of unit u holds column u of W_h
- * (rows r = (rv*KS + s)*VEC + e < G) in registers.
+ * Backward recurrence, reverse time, on the forward's grid (unit blocks x
+ * batch groups). Lane s of unit u holds column u of W_h (rows
+ * r = (rv*KS + s)*VEC + e < G) in registers.
  *   grad_output [T,B,H], grad_h_n, grad_c_n [B,H], cells [T,B,H],
  *   gates [T,B,G] (activations)
  *   grad_gates [T,B,G] out: dL/dg of every step
  *   grad_bias [G] out; grad_h0, grad_c0 [B,H] out
  *   dg_work [2,B,G], dc_work [B,H] (accumulation type): the recurrent state
  *   of the half types; NULL for float32/float64 (grad_gates and grad_c0).
+ *   bias_work [groups,G] (accumulation type): each group's bias sums, added
+ *   in group order at the end (deterministic); NULL when groups == 1.
  */
 template <typename T, int KS, int KR>
 __global__ void __launch_bounds__(NT, 1)
@@ -375,7 +388,8 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          T *__restrict__ grad_gates, T *__restrict__ grad_bias,
                          T *__restrict__ grad_h0, T *__restrict__ grad_c0,
                          typename acc_of<T>::type *__restrict__ dg_work,
-                         typename acc_of<T>::type *__restrict__ dc_work)
+                         typename acc_of<T>::type *__restrict__ dc_work,
+                         typename acc_of<T>::type *__restrict__ bias_work)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
@@ -386,7 +400,10 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A *ds = reinterpret_cast<A *>(smem_raw); /* [BC][RP]: dG_{t+1} of one chunk */
 
     const int tid = threadIdx.x, s = tid % KS;
-    const int64_t u = (int64_t)blockIdx.x * U + tid / KS;
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t group = blockIdx.x / unit_blocks;
+    const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
+    const int64_t first_row = group * BC, row_step = groups * BC;
     const bool unit_ok = u < H;
     const bool owner = s < BC;
     const int64_t G = 3 * H, BH = B * H, BG = B * G;
@@ -429,7 +446,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A bias_sum[3] = {0, 0, 0};
     for (int64_t t = steps - 1; t >= 0; --t) {
         const bool last = t == steps - 1;
-        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
             const int64_t b = b0 + (s & (BC - 1));
             const bool row_ok = owner && unit_ok && b < B;
             const int64_t j = t * BH + b * H + u;
@@ -477,7 +494,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     }
 
     /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
-    for (int64_t b0 = 0; b0 < B; b0 += BC) {
+    for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
         const int64_t b = b0 + (s & (BC - 1));
         const bool row_ok = owner && unit_ok && b < B;
         A acc[BC];
@@ -495,6 +512,22 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 #pragma unroll
         for (int q = 0; q < 3; ++q)
             bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+    if (groups > 1) { /* then the groups' sums, in group order */
+        if (s == 0 && unit_ok)
+#pragma unroll
+            for (int q = 0; q < 3; ++q)
+                bias_work[group * G + q * H + u] = bias_sum[q];
+        step_barrier();
+        if (group != 0)
+            return;
+#pragma unroll
+        for (int q = 0; q < 3; ++q) {
+            bias_sum[q] = 0;
+            if (s == 0 && unit_ok)
+                for (int64_t g = 0; g < groups; ++g)
+                    bias_sum[q] += __ldcg(&bias_work[g * G + q * H + u]);
+        }
+    }
     if (s == 0 && unit_ok) {
         grad_bias[u] = from_acc<T>(bias_sum[0]);
         grad_bias[H + u] = from_acc<T>(bias_sum[1]);
@@ -1350,7 +1383,16 @@ unsigned pointwise_blocks(int64_t n, int threads)
 struct persistent_shape {
     int ks, kr;
 };
-constexpr persistent_shape SHAPES[] = {{16, 8}, {32, 16}, {32, 32}};
+constexpr persistent_shape SHAPES[] = {{16, 8}, {32, 16}, {32, 32}, {16, 32}};
+
+/* Workspace bytes where float16/bfloat16 carry their recurrent state in
+ * float32 (forward: h [2,B,H] + c [B,H]; backward: dG [2,B,3H] + dc [B,H]),
+ * 0 for float32/float64; the grid plans' bias sums follow them. */
+template <typename T> size_t half_state_bytes(int64_t B, int64_t H)
+{
+    return std::is_same<T, typename acc_of<T>::type>::value ? 0
+                                                             : (size_t)(7 * B * H) * sizeof(float);
+}
 
 template <typename T> size_t forward_smem(int ks, int kr)
 {
@@ -1381,6 +1423,13 @@ template <typename T> size_t backward_smem(int ks, int kr)
             return CALL;                                                                     \
         }                                                                                    \
         return LLTM_ERR_ARGUMENT;                                                            \
+    case LLTM_SEQ_PLAN_GRID_16_32:                                                           \
+        if constexpr (!std::is_same<T, double>::value) {                                    \
+            auto fwd = sequence_forward_kernel<T, 16, 32>;                                   \
+            auto bwd = sequence_backward_kernel<T, 16, 32>;                                  \
+            return CALL;                                                                     \
+        }                                                                                    \
+        return LLTM_ERR_ARGUMENT;                                                            \
     default:                                                                                 \
         return LLTM_ERR_ARGUMENT;                                                            \
     }
@@ -1391,6 +1440,7 @@ int plan_shape(int plan, persistent_shape *shape)
     case LLTM_SEQ_PLAN_GRID_16_8: *shape = SHAPES[0]; return LLTM_OK;
     case LLTM_SEQ_PLAN_GRID_32_16: *shape = SHAPES[1]; return LLTM_OK;
     case LLTM_SEQ_PLAN_GRID_32_32: *shape = SHAPES[2]; return LLTM_OK;
+    case LLTM_SEQ_PLAN_GRID_16_32: *shape = SHAPES[3]; return LLTM_OK;
     default: return LLTM_ERR_ARGUMENT;
     }
 }
@@ -1426,15 +1476,15 @@ template <typename K> int64_t max_resident_blocks(K kernel, size_t smem, int dev
 /* max_resident_blocks of a plan's two kernels plus one (0: not asked yet),
  * asked once per device, dtype and plan: the answers do not change, and the
  * queries cost host time and are best kept out of CUDA-graph capture. */
-constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4, NUM_PLANS = 5;
+constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4, NUM_PLANS = 6;
 int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_PLANS];
 
 template <typename T, typename KF, typename KB>
-int check_plan(KF fwd, KB bwd, int plan, int64_t H, int device, int dtype_index)
+int64_t plan_resident_blocks(KF fwd, KB bwd, int plan, int device, int dtype_index)
 {
     persistent_shape shape;
-    if (plan_shape(plan, &shape) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
-        return LLTM_ERR_ARGUMENT;
+    if (plan_shape(plan, &shape) != LLTM_OK)
+        return 0;
     const bool cached = device >= 0 && device < MAX_DEVICES;
     int64_t resident =
         cached ? __atomic_load_n(&resident_cache[device][dtype_index][plan], __ATOMIC_RELAXED) - 1
@@ -1447,7 +1497,58 @@ int check_plan(KF fwd, KB bwd, int plan, int64_t H, int device, int dtype_index)
             __atomic_store_n(&resident_cache[device][dtype_index][plan], resident + 1,
                              __ATOMIC_RELAXED);
     }
+    return resident;
+}
+
+template <typename T, typename KF, typename KB>
+int check_plan(KF fwd, KB bwd, int plan, int64_t H, int device, int dtype_index)
+{
+    persistent_shape shape;
+    if (plan_shape(plan, &shape) != LLTM_OK || H > (int64_t)shape.ks * shape.kr)
+        return LLTM_ERR_ARGUMENT;
+    const int64_t resident = plan_resident_blocks<T>(fwd, bwd, plan, device, dtype_index);
     return ceil_div(H, NT / shape.ks) <= resident ? LLTM_OK : LLTM_ERR_ARGUMENT;
+}
+
+/* Batch groups of a grid plan (the grid is unit_blocks x groups): as many
+ * as fit beside the unit blocks, at most one per 16-row chunk of B.
+ * LLTM_CUDA_GRID_GROUPS=n in the environment caps them (1: every block
+ * takes every chunk, the layout before the split; for measurements and
+ * tests). */
+int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B)
+{
+    int64_t groups = resident / unit_blocks;
+    const int64_t chunks = ceil_div(B, BC);
+    if (groups > chunks)
+        groups = chunks;
+    const char *cap = getenv("LLTM_CUDA_GRID_GROUPS");
+    if (cap && atoll(cap) >= 1 && atoll(cap) < groups)
+        groups = atoll(cap);
+    return groups < 1 ? 1 : groups;
+}
+
+int64_t grid_plan_cost_of(persistent_shape shape, int64_t resident, int64_t B, int64_t H)
+{
+    const int64_t unit_blocks = ceil_div(H, NT / shape.ks);
+    const int64_t passes = ceil_div(ceil_div(B, BC), grid_groups(resident, unit_blocks, B));
+    return (passes * shape.kr) * 4096 + passes;
+}
+
+/* The launch grid of a grid plan on the current device: unit blocks x
+ * batch groups (0 if the device cannot be asked). */
+template <typename T, typename KF, typename KB>
+int64_t grid_blocks(KF fwd, KB bwd, int plan, int64_t B, int64_t H, int64_t *groups)
+{
+    persistent_shape shape;
+    int device = 0;
+    if (plan_shape(plan, &shape) != LLTM_OK || cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int64_t unit_blocks = ceil_div(H, NT / shape.ks);
+    *groups = grid_groups(plan_resident_blocks<T>(fwd, bwd, plan, device, dtype_index<T>()),
+                          unit_blocks, B);
+    return unit_blocks * *groups;
 }
 
 template <typename T> int check_plan_dispatch(int plan, int64_t H, int device, int dtype_index)
@@ -1465,6 +1566,21 @@ template <typename T> int check_any_plan(int plan, int64_t B, int64_t H, int dev
     return check_plan_dispatch<T>(plan, H, device, dtype_index<T>());
 }
 
+/* The time a grid plan takes per step, relative to the others: the chunk
+ * passes of a block (ceil(chunks / groups)) times its lanes' multiply-adds
+ * per pass (KR), ties going to fewer passes (less staging and fewer block
+ * barriers); -1 where the plan does not fit B, H here. */
+template <typename T> int64_t grid_plan_cost(int plan, int64_t B, int64_t H, int device)
+{
+    persistent_shape shape;
+    if (check_any_plan<T>(plan, B, H, device) != LLTM_OK || plan_shape(plan, &shape) != LLTM_OK)
+        return -1;
+    int64_t resident;
+    LLTM_WITH_KERNELS(T, plan, (resident = plan_resident_blocks<T>(fwd, bwd, plan, device,
+                                                                   dtype_index<T>()),
+                                grid_plan_cost_of(shape, resident, B, H)))
+}
+
 /* One launch of a persistent grid-plan kernel as a cooperative grid
  * (co-residency checked by lltm_sequence_plan_cuda). */
 template <typename... P, typename... Args>
@@ -1476,16 +1592,19 @@ cudaError_t launch_persistent(void (*kernel)(P...), int64_t blocks, size_t smem,
                                        stream);
 }
 
-template <typename T, typename KF>
-int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
-                const void *h0, const void *c0, const void *weights, const void *bias,
-                void *gates, void *output, void *cells, void *workspace, cudaStream_t stream)
+template <typename T, typename KF, typename KB>
+int run_forward(KF kernel, KB backward_kernel, int plan, int64_t steps, int64_t B, int64_t I,
+                int64_t H, const void *h0, const void *c0, const void *weights,
+                const void *bias, void *gates, void *output, void *cells, void *workspace,
+                cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    if (plan_shape(plan, &shape) != LLTM_OK)
+    int64_t groups = 1;
+    const int64_t blocks = grid_blocks<T>(kernel, backward_kernel, plan, B, H, &groups),
+                  K = I + H;
+    if (plan_shape(plan, &shape) != LLTM_OK || blocks == 0)
         return LLTM_ERR_ARGUMENT;
-    const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = forward_smem<T>(shape.ks, shape.kr);
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1505,18 +1624,20 @@ int run_forward(KF kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_
                                            K, h0_, c0_, W, b_, g, out, cel, h_work, c_work));
 }
 
-template <typename T, typename KB>
-int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
-                 const void *grad_output, const void *grad_h_n, const void *grad_c_n,
-                 const void *weights, const void *cells, const void *gates, void *grad_gates,
-                 void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
-                 cudaStream_t stream)
+template <typename T, typename KF, typename KB>
+int run_backward(KF forward_kernel, KB kernel, int plan, int64_t steps, int64_t B, int64_t I,
+                 int64_t H, const void *grad_output, const void *grad_h_n,
+                 const void *grad_c_n, const void *weights, const void *cells,
+                 const void *gates, void *grad_gates, void *grad_bias, void *grad_h0,
+                 void *grad_c0, void *workspace, cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     persistent_shape shape;
-    if (plan_shape(plan, &shape) != LLTM_OK)
+    int64_t groups = 1;
+    const int64_t blocks = grid_blocks<T>(forward_kernel, kernel, plan, B, H, &groups),
+                  K = I + H;
+    if (plan_shape(plan, &shape) != LLTM_OK || blocks == 0)
         return LLTM_ERR_ARGUMENT;
-    const int64_t blocks = ceil_div(H, NT / shape.ks), K = I + H;
     const size_t smem = backward_smem<T>(shape.ks, shape.kr);
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1527,14 +1648,19 @@ int run_backward(KB kernel, int plan, int64_t steps, int64_t B, int64_t I, int64
     const T *go = (const T *)grad_output, *gh = (const T *)grad_h_n, *gc = (const T *)grad_c_n,
             *W = (const T *)weights, *cel = (const T *)cells, *act = (const T *)gates;
     T *dg = (T *)grad_gates, *db = (T *)grad_bias, *dh0 = (T *)grad_h0, *dc0 = (T *)grad_c0;
-    A *dg_work = NULL, *dc_work = NULL;
+    A *dg_work = NULL, *dc_work = NULL, *bias_work = NULL;
     if (!std::is_same<T, A>::value) {
         dg_work = (A *)workspace;
         dc_work = dg_work + 2 * B * 3 * H;
     }
+    if (groups > 1) {
+        if (!workspace)
+            return LLTM_ERR_ARGUMENT;
+        bias_work = (A *)((char *)workspace + half_state_bytes<T>(B, H));
+    }
     return launch_status(launch_persistent(kernel, blocks, smem, stream, steps, B, H,
                                            K, go, gh, gc, W, cel, act, dg, db, dh0, dc0,
-                                           dg_work, dc_work));
+                                           dg_work, dc_work, bias_work));
 }
 
 /* The cluster plan's two shapes (lanes per unit x values per lane):
@@ -1775,9 +1901,8 @@ int forward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H, c
         }
     }
     LLTM_WITH_KERNELS(T, plan,
-                      ((void)bwd, run_forward<T>(fwd, plan, steps, B, I, H, h0, c0, weights,
-                                                 bias, gates, output, cells, workspace,
-                                                 stream)))
+                      run_forward<T>(fwd, bwd, plan, steps, B, I, H, h0, c0, weights, bias,
+                                     gates, output, cells, workspace, stream))
 }
 
 template <typename T>
@@ -1802,10 +1927,9 @@ int backward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
         }
     }
     LLTM_WITH_KERNELS(T, plan,
-                      ((void)fwd, run_backward<T>(bwd, plan, steps, B, I, H, grad_output,
-                                                  grad_h_n, grad_c_n, weights, cells, gates,
-                                                  grad_gates, grad_bias, grad_h0, grad_c0,
-                                                  workspace, stream)))
+                      run_backward<T>(fwd, bwd, plan, steps, B, I, H, grad_output, grad_h_n,
+                                      grad_c_n, weights, cells, gates, grad_gates, grad_bias,
+                                      grad_h0, grad_c0, workspace, stream))
 }
 
 template <typename T>
@@ -1877,20 +2001,9 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         cudaGetLastError();
         return LLTM_ERR_CUDA;
     }
-    int candidates[4], n = 0;
-    if (H <= 128 && mode != LLTM_SEQ_MODE_GRID)
-        candidates[n++] = LLTM_SEQ_PLAN_CLUSTER_16_8;
-    if (mode != LLTM_SEQ_MODE_CLUSTER) {
-        if (H <= 128)
-            candidates[n++] = LLTM_SEQ_PLAN_GRID_16_8;
-        if (H <= 512)
-            candidates[n++] = LLTM_SEQ_PLAN_GRID_32_16;
-        if (H <= 1024 && dtype != LLTM_FLOAT64)
-            candidates[n++] = LLTM_SEQ_PLAN_GRID_32_32;
-    }
-    for (int k = 0; k < n; ++k) {
+    if (H <= 128 && mode != LLTM_SEQ_MODE_GRID) {
         int status;
-        const int c = candidates[k];
+        const int c = LLTM_SEQ_PLAN_CLUSTER_16_8;
         switch (dtype) {
         case LLTM_FLOAT32: status = check_any_plan<float>(c, B, H, device); break;
         case LLTM_FLOAT64: status = check_any_plan<double>(c, B, H, device); break;
@@ -1899,20 +2012,60 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         default: return LLTM_ERR_DTYPE;
         }
         if (status == LLTM_OK) {
-            *plan = candidates[k];
+            *plan = c;
             return LLTM_OK;
         }
     }
+    /* the cheapest grid plan that fits (grid_plan_cost), or only the shape
+     * LLTM_CUDA_GRID_SHAPE names (16x8, 16x32, 32x16, 32x32: measurements) */
+    const int grids[] = {LLTM_SEQ_PLAN_GRID_16_8, LLTM_SEQ_PLAN_GRID_16_32,
+                         LLTM_SEQ_PLAN_GRID_32_16, LLTM_SEQ_PLAN_GRID_32_32};
+    const char *only = getenv("LLTM_CUDA_GRID_SHAPE");
+    int64_t best = -1;
+    for (int k = 0; k < 4 && mode != LLTM_SEQ_MODE_CLUSTER; ++k) {
+        persistent_shape shape = {0, 0};
+        char name[16];
+        plan_shape(grids[k], &shape);
+        snprintf(name, sizeof name, "%dx%d", shape.ks, shape.kr);
+        if (only && *only && strcmp(only, name) != 0)
+            continue;
+        int64_t cost;
+        switch (dtype) {
+        case LLTM_FLOAT32: cost = grid_plan_cost<float>(grids[k], B, H, device); break;
+        case LLTM_FLOAT64: cost = grid_plan_cost<double>(grids[k], B, H, device); break;
+        case LLTM_FLOAT16: cost = grid_plan_cost<__half>(grids[k], B, H, device); break;
+        case LLTM_BFLOAT16: cost = grid_plan_cost<__nv_bfloat16>(grids[k], B, H, device); break;
+        default: return LLTM_ERR_DTYPE;
+        }
+        if (cost >= 0 && (best < 0 || cost < best)) {
+            best = cost;
+            *plan = grids[k];
+        }
+    }
+    if (best >= 0)
+        return LLTM_OK;
     /* a persistent mode asked for by name but impossible here */
     return mode == LLTM_SEQ_MODE_AUTO ? LLTM_OK : LLTM_ERR_ARGUMENT;
 }
 
-size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int64_t B, int64_t H)
+size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H)
 {
-    if (dtype != LLTM_FLOAT16 && dtype != LLTM_BFLOAT16)
-        return 0;
-    /* forward: h [2,B,H] + c [B,H]; backward: dG [2,B,3H] + dc [B,H] */
-    return (size_t)(7 * B * H) * sizeof(float);
+    size_t state, acc;
+    switch (dtype) {
+    case LLTM_FLOAT32: state = half_state_bytes<float>(B, H); acc = sizeof(float); break;
+    case LLTM_FLOAT64: state = half_state_bytes<double>(B, H); acc = sizeof(double); break;
+    case LLTM_FLOAT16: state = half_state_bytes<__half>(B, H); acc = sizeof(float); break;
+    case LLTM_BFLOAT16:
+        state = half_state_bytes<__nv_bfloat16>(B, H);
+        acc = sizeof(float);
+        break;
+    default: return 0;
+    }
+    /* the grid plans' bias sums of each batch group (at most one a chunk) */
+    const int64_t chunks = ceil_div(B, BC);
+    const bool grid = plan == LLTM_SEQ_PLAN_GRID_16_8 || plan == LLTM_SEQ_PLAN_GRID_32_16 ||
+                      plan == LLTM_SEQ_PLAN_GRID_32_32 || plan == LLTM_SEQ_PLAN_GRID_16_32;
+    return state + (grid && chunks > 1 ? (size_t)(chunks * 3 * H) * acc : 0);
 }
 
 int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t steps,
