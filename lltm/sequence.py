@@ -170,7 +170,10 @@ class LLTM(torch.nn.Module):
             c_n.append(c)
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, p=self.dropout, training=True)
-        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        if self.num_layers == 1:  # views: no copy kernel, no host time for one
+            h_n, c_n = h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)
+        else:
+            h_n, c_n = torch.stack(h_n), torch.stack(c_n)
         if not batched:
             return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
         if self.batch_first:

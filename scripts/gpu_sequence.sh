@@ -4,7 +4,7 @@
 #   all     tests/test_cuda_sequence.py, compute-sanitizer memcheck + racecheck
 #           over scripts/sanitize_sequence.py, scripts/sequence_timing.py at
 #           B16/I32/H128 (T=100 and T=1000) once per cluster shape (8 blocks,
-#           16 blocks)
+#           16 blocks), and at B64/I256/H512/T100 (grid plan)
 #   timing  the same timings, then sequence_timing.py's default sizes
 #   grid    the grid plans at B64/I256/H512/T100: sequence_timing.py with the
 #           default plan choice, LLTM_CUDA_GRID_SHAPE=32x16, and 32x16 with
@@ -73,6 +73,8 @@ for blocks in 8 16; do
         --configs $SMALL \
         --json "$LOGS/timing$blocks.json"
 done
+stage timing-grid 100 timing_grid.log $PY scripts/sequence_timing.py --no-reference \
+    --configs 64,256,512,100 --json "$LOGS/timing_grid.json"
 if [ "$MODE" = final ]; then
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     stage profile 150 profile.log "$NCU" --clock-control none -k regex:cluster_kernel \
@@ -91,7 +93,7 @@ if [ "$MODE" = timing ] || [ "$MODE" = final ]; then
 fi
 
 echo
-for log in timing8 timing16 timing; do
+for log in timing8 timing16 timing_grid timing; do
     echo "--- $log"
     [ -f "$LOGS/$log.log" ] && grep -E "^\| (B|16|64)|reference cells /" "$LOGS/$log.log" |
         grep -v "per-step"

@@ -368,8 +368,17 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 
 /*
  * Backward recurrence, reverse time, on the forward's grid (unit blocks x
- * batch groups). Lane s of unit u holds column u of W_h (rows
- * r = (rv*KS + s)*VEC + e < G) in registers.
+ * batch groups). Row slice s of unit j (j < U, s < KS) holds column u of
+ * W_h for rows r = (rv*KS + s)*VEC + e < G in registers, as the forward's
+ * lanes hold its rows, but laid out across the block the other way round:
+ * lane l of warp w is unit j = l % U, slice s = w*(32/U) + l/U. Each step the
+ * lanes of one slice read the same dG_{t+1} values from shared memory (one
+ * broadcast; the warp's 32/U slices are adjacent 16-byte pieces), so the
+ * block reads the staged chunk once per warp-slice group rather than once
+ * per pair of units: half the shared-memory traffic of a unit-major layout,
+ * which bound this kernel. The KS partial sums of each (row, unit) meet in
+ * shared memory and thread t = bb*U + j (t < BC*U) adds them in slice order
+ * (deterministic) and runs the pointwise step of row b0 + bb, unit j.
  *   grad_output [T,B,H], grad_h_n, grad_c_n [B,H], cells [T,B,H],
  *   gates [T,B,G] (activations)
  *   grad_gates [T,B,G] out: dL/dg of every step
@@ -394,39 +403,48 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR;
+    constexpr int SUM_LD = KS * U + U; /* a row's partial sums (+U: rows on other banks) */
     constexpr bool SAME = std::is_same<T, A>::value;
-    static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    static_assert(RR % VEC == 0 && 32 % U == 0 && (NT / 32) * (32 / U) == KS, "configuration");
+    static_assert(BC * SUM_LD <= BC * RP && 3 * BC * U <= BC * RP, "sums fit in the staging");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     A *ds = reinterpret_cast<A *>(smem_raw); /* [BC][RP]: dG_{t+1} of one chunk */
+    A *sums = ds; /* [BC][SUM_LD], reusing ds once a chunk's products are formed */
 
-    const int tid = threadIdx.x, s = tid % KS;
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int j = lane % U, s = (tid / 32) * (32 / U) + lane / U; /* this lane's products */
     const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
-    const int64_t group = blockIdx.x / unit_blocks;
-    const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
+    const int64_t group = blockIdx.x / unit_blocks, unit0 = (blockIdx.x % unit_blocks) * U;
     const int64_t first_row = group * BC, row_step = groups * BC;
-    const bool unit_ok = u < H;
-    const bool owner = s < BC;
     const int64_t G = 3 * H, BH = B * H, BG = B * G;
+    /* this thread's pointwise work: row b0 + own_bb, unit own_u */
+    const bool owner = tid < BC * U;
+    const int own_bb = tid / U;
+    const int64_t own_u = unit0 + tid % U;
     A *dc_state = SAME ? reinterpret_cast<A *>(grad_c0) : dc_work;
 
     A w[RR];
+    {
+        const int64_t u = unit0 + j;
 #pragma unroll
-    for (int rv = 0; rv < RR / VEC; ++rv)
+        for (int rv = 0; rv < RR / VEC; ++rv)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
-            w[rv * VEC + e] = (unit_ok && r < G) ? to_acc(weights[r * K + u]) : A(0);
-        }
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
+                w[rv * VEC + e] = (u < H && r < G) ? to_acc(weights[r * K + u]) : A(0);
+            }
+    }
 
-    /* stage dG_t of rows b0 .. b0+BC-1 and form this lane's share of
-     * dG_t W_h for its unit: acc[bb] */
-    auto dh_from = [&](int64_t t, int64_t b0, A(&acc)[BC]) {
+    /* stage dG_t of rows b0 .. b0+BC-1, form this lane's share of dG_t W_h
+     * for unit j, and return the sum of the shares of (own_bb, own_u) */
+    auto dh_from = [&](int64_t t, int64_t b0) -> A {
         if constexpr (SAME)
             stage_rows<A, RP>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0, G,
                               tid);
         else
             stage_rows<A, RP>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
         __syncthreads();
+        A acc[BC];
 #pragma unroll
         for (int bb = 0; bb < BC; ++bb)
             acc[bb] = 0;
@@ -440,51 +458,59 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                     acc[bb] += w[rv * VEC + e] * component(dv, e);
             }
         }
-        reduce_rows<KS, 1>(acc, s);
+        __syncthreads(); /* every lane is done with ds: the sums reuse it */
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            sums[bb * SUM_LD + s * U + j] = acc[bb];
+        __syncthreads();
+        A total = 0;
+        if (owner)
+#pragma unroll
+            for (int q = 0; q < KS; ++q)
+                total += sums[own_bb * SUM_LD + q * U + tid % U];
+        __syncthreads(); /* ds is restaged next */
+        return total;
     };
 
     A bias_sum[3] = {0, 0, 0};
     for (int64_t t = steps - 1; t >= 0; --t) {
         const bool last = t == steps - 1;
         for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
-            const int64_t b = b0 + (s & (BC - 1));
-            const bool row_ok = owner && unit_ok && b < B;
-            const int64_t j = t * BH + b * H + u;
+            const int64_t b = b0 + own_bb;
+            const bool row_ok = owner && own_u < H && b < B;
+            const int64_t jj = t * BH + b * H + own_u;
             const T *arow = gates + (t * B + b) * G;
             A i = 0, o = 0, z = 0, c = 0, dh = 0, dc_in = 0;
             if (row_ok) {
-                i = to_acc(arow[u]);
-                o = to_acc(arow[H + u]);
-                z = to_acc(arow[2 * H + u]);
-                c = to_acc(cells[j]);
-                dh = to_acc(grad_output[j]);
+                i = to_acc(arow[own_u]);
+                o = to_acc(arow[H + own_u]);
+                z = to_acc(arow[2 * H + own_u]);
+                c = to_acc(cells[jj]);
+                dh = to_acc(grad_output[jj]);
                 if (last) {
-                    dh += to_acc(grad_h_n[b * H + u]);
-                    dc_in = to_acc(grad_c_n[b * H + u]);
+                    dh += to_acc(grad_h_n[b * H + own_u]);
+                    dc_in = to_acc(grad_c_n[b * H + own_u]);
                 } else {
-                    dc_in = dc_state[b * H + u];
+                    dc_in = dc_state[b * H + own_u];
                 }
             }
-            A acc[BC];
-            acc[0] = 0;
-            if (!last) { /* uniform over the grid */
-                dh_from(t + 1, b0, acc);
-                __syncthreads(); /* ds is restaged by the next chunk */
-            }
+            A from_above = 0;
+            if (!last) /* uniform over the grid */
+                from_above = dh_from(t + 1, b0);
             if (row_ok) {
                 A d[3], dc;
-                backward_math<A>(i, o, z, c, dh + acc[0], dc_in, d, &dc);
+                backward_math<A>(i, o, z, c, dh + from_above, dc_in, d, &dc);
                 T *drow = grad_gates + (t * B + b) * G;
-                drow[u] = from_acc<T>(d[0]);
-                drow[H + u] = from_acc<T>(d[1]);
-                drow[2 * H + u] = from_acc<T>(d[2]);
+                drow[own_u] = from_acc<T>(d[0]);
+                drow[H + own_u] = from_acc<T>(d[1]);
+                drow[2 * H + own_u] = from_acc<T>(d[2]);
                 if (!SAME) {
                     A *wrow = dg_work + (t & 1) * BG + b * G;
-                    wrow[u] = d[0];
-                    wrow[H + u] = d[1];
-                    wrow[2 * H + u] = d[2];
+                    wrow[own_u] = d[0];
+                    wrow[H + own_u] = d[1];
+                    wrow[2 * H + own_u] = d[2];
                 }
-                dc_state[b * H + u] = dc;
+                dc_state[b * H + own_u] = dc;
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
                 bias_sum[2] += d[2];
@@ -495,25 +521,33 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 
     /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
     for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
-        const int64_t b = b0 + (s & (BC - 1));
-        const bool row_ok = owner && unit_ok && b < B;
-        A acc[BC];
-        dh_from(0, b0, acc);
+        const int64_t b = b0 + own_bb;
+        const bool row_ok = owner && own_u < H && b < B;
+        const A dh0 = dh_from(0, b0);
         if (row_ok) {
-            grad_h0[b * H + u] = from_acc<T>(acc[0]);
+            grad_h0[b * H + own_u] = from_acc<T>(dh0);
             if (!SAME)
-                grad_c0[b * H + u] = from_acc<T>(dc_work[b * H + u]);
+                grad_c0[b * H + own_u] = from_acc<T>(dc_work[b * H + own_u]);
         }
-        __syncthreads();
     }
-    /* bias: sum the lanes' row sums (fixed order) */
-#pragma unroll
-    for (int mask = KS / 2; mask >= 1; mask /= 2)
+    /* bias: the owners of each unit add their row sums (fixed order) */
+    A *bias_rows = ds; /* [3][BC][U] */
+    if (owner)
 #pragma unroll
         for (int q = 0; q < 3; ++q)
-            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+            bias_rows[(q * BC + own_bb) * U + tid % U] = bias_sum[q];
+    __syncthreads();
+    const bool unit_writer = tid < U && unit0 + tid < H;
+    const int64_t u = unit0 + tid;
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+        bias_sum[q] = 0;
+        if (unit_writer)
+            for (int bb = 0; bb < BC; ++bb)
+                bias_sum[q] += bias_rows[(q * BC + bb) * U + tid];
+    }
     if (groups > 1) { /* then the groups' sums, in group order */
-        if (s == 0 && unit_ok)
+        if (unit_writer)
 #pragma unroll
             for (int q = 0; q < 3; ++q)
                 bias_work[group * G + q * H + u] = bias_sum[q];
@@ -523,12 +557,12 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 #pragma unroll
         for (int q = 0; q < 3; ++q) {
             bias_sum[q] = 0;
-            if (s == 0 && unit_ok)
+            if (unit_writer)
                 for (int64_t g = 0; g < groups; ++g)
                     bias_sum[q] += __ldcg(&bias_work[g * G + q * H + u]);
         }
     }
-    if (s == 0 && unit_ok) {
+    if (unit_writer) {
         grad_bias[u] = from_acc<T>(bias_sum[0]);
         grad_bias[H + u] = from_acc<T>(bias_sum[1]);
         grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
