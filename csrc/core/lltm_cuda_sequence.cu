@@ -1437,33 +1437,22 @@ template <typename T> size_t backward_smem(int ks, int kr)
     return (size_t)BC * ks * 3 * kr * sizeof(typename acc_of<T>::type);
 }
 
-/* The kernel pair of one grid plan; CALL receives them as `fwd` and `bwd`. */
+/* The kernel pair of one grid plan; CALL receives them as `fwd` and `bwd`.
+ * float64 has no 32x32 or 16x32 plan (the registers that hold W_h). */
+#define LLTM_GRID_CASE(plan, KS, KR, FITS, ...)                                              \
+    case plan:                                                                               \
+        if constexpr (FITS) {                                                                \
+            auto fwd = sequence_forward_kernel<T, KS, KR>;                                   \
+            auto bwd = sequence_backward_kernel<T, KS, KR>;                                  \
+            return __VA_ARGS__;                                                              \
+        }                                                                                    \
+        return LLTM_ERR_ARGUMENT;
 #define LLTM_WITH_KERNELS(T, plan, CALL)                                                     \
     switch (plan) {                                                                          \
-    case LLTM_SEQ_PLAN_GRID_16_8: {                                                          \
-        auto fwd = sequence_forward_kernel<T, 16, 8>;                                        \
-        auto bwd = sequence_backward_kernel<T, 16, 8>;                                       \
-        return CALL;                                                                         \
-    }                                                                                        \
-    case LLTM_SEQ_PLAN_GRID_32_16: {                                                         \
-        auto fwd = sequence_forward_kernel<T, 32, 16>;                                       \
-        auto bwd = sequence_backward_kernel<T, 32, 16>;                                      \
-        return CALL;                                                                         \
-    }                                                                                        \
-    case LLTM_SEQ_PLAN_GRID_32_32:                                                           \
-        if constexpr (!std::is_same<T, double>::value) {                                    \
-            auto fwd = sequence_forward_kernel<T, 32, 32>;                                   \
-            auto bwd = sequence_backward_kernel<T, 32, 32>;                                  \
-            return CALL;                                                                     \
-        }                                                                                    \
-        return LLTM_ERR_ARGUMENT;                                                            \
-    case LLTM_SEQ_PLAN_GRID_16_32:                                                           \
-        if constexpr (!std::is_same<T, double>::value) {                                    \
-            auto fwd = sequence_forward_kernel<T, 16, 32>;                                   \
-            auto bwd = sequence_backward_kernel<T, 16, 32>;                                  \
-            return CALL;                                                                     \
-        }                                                                                    \
-        return LLTM_ERR_ARGUMENT;                                                            \
+        LLTM_GRID_CASE(LLTM_SEQ_PLAN_GRID_16_8, 16, 8, true, CALL)                           \
+        LLTM_GRID_CASE(LLTM_SEQ_PLAN_GRID_32_16, 32, 16, true, CALL)                         \
+        LLTM_GRID_CASE(LLTM_SEQ_PLAN_GRID_32_32, 32, 32, (!std::is_same<T, double>::value), CALL) \
+        LLTM_GRID_CASE(LLTM_SEQ_PLAN_GRID_16_32, 16, 32, (!std::is_same<T, double>::value), CALL) \
     default:                                                                                 \
         return LLTM_ERR_ARGUMENT;                                                            \
     }
