@@ -2010,37 +2010,18 @@ bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)
     }                                                                                        \
     return LLTM_ERR_DTYPE
 
-extern "C" {
-
-int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, int *plan)
+/* lltm_sequence_plan_cuda for one dtype: the cluster plan where it fits
+ * (it keeps the state of all rows in shared memory, which bounds B), else
+ * the cheapest grid plan that fits (grid_plan_cost; the grid plans take any
+ * B, 16 rows at a time), or only the shape LLTM_CUDA_GRID_SHAPE names
+ * (16x8, 16x32, 32x16, 32x32: measurements). */
+template <typename T> int choose_plan(int64_t B, int64_t H, int mode, int device, int *plan)
 {
-    /* the grid plans take any B, 16 rows at a time; the cluster plan keeps
-     * the state of all rows in shared memory, which bounds B */
-    *plan = LLTM_SEQ_PLAN_STEPS;
-    if (H <= 0 || mode == LLTM_SEQ_MODE_STEPS)
+    if (H <= 128 && mode != LLTM_SEQ_MODE_GRID &&
+        check_any_plan<T>(LLTM_SEQ_PLAN_CLUSTER_16_8, B, H, device) == LLTM_OK) {
+        *plan = LLTM_SEQ_PLAN_CLUSTER_16_8;
         return LLTM_OK;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
     }
-    if (H <= 128 && mode != LLTM_SEQ_MODE_GRID) {
-        int status;
-        const int c = LLTM_SEQ_PLAN_CLUSTER_16_8;
-        switch (dtype) {
-        case LLTM_FLOAT32: status = check_any_plan<float>(c, B, H, device); break;
-        case LLTM_FLOAT64: status = check_any_plan<double>(c, B, H, device); break;
-        case LLTM_FLOAT16: status = check_any_plan<__half>(c, B, H, device); break;
-        case LLTM_BFLOAT16: status = check_any_plan<__nv_bfloat16>(c, B, H, device); break;
-        default: return LLTM_ERR_DTYPE;
-        }
-        if (status == LLTM_OK) {
-            *plan = c;
-            return LLTM_OK;
-        }
-    }
-    /* the cheapest grid plan that fits (grid_plan_cost), or only the shape
-     * LLTM_CUDA_GRID_SHAPE names (16x8, 16x32, 32x16, 32x32: measurements) */
     const int grids[] = {LLTM_SEQ_PLAN_GRID_16_8, LLTM_SEQ_PLAN_GRID_16_32,
                          LLTM_SEQ_PLAN_GRID_32_16, LLTM_SEQ_PLAN_GRID_32_32};
     const char *only = getenv("LLTM_CUDA_GRID_SHAPE");
@@ -2052,14 +2033,7 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         snprintf(name, sizeof name, "%dx%d", shape.ks, shape.kr);
         if (only && *only && strcmp(only, name) != 0)
             continue;
-        int64_t cost;
-        switch (dtype) {
-        case LLTM_FLOAT32: cost = grid_plan_cost<float>(grids[k], B, H, device); break;
-        case LLTM_FLOAT64: cost = grid_plan_cost<double>(grids[k], B, H, device); break;
-        case LLTM_FLOAT16: cost = grid_plan_cost<__half>(grids[k], B, H, device); break;
-        case LLTM_BFLOAT16: cost = grid_plan_cost<__nv_bfloat16>(grids[k], B, H, device); break;
-        default: return LLTM_ERR_DTYPE;
-        }
+        const int64_t cost = grid_plan_cost<T>(grids[k], B, H, device);
         if (cost >= 0 && (best < 0 || cost < best)) {
             best = cost;
             *plan = grids[k];
@@ -2069,6 +2043,21 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         return LLTM_OK;
     /* a persistent mode asked for by name but impossible here */
     return mode == LLTM_SEQ_MODE_AUTO ? LLTM_OK : LLTM_ERR_ARGUMENT;
+}
+
+extern "C" {
+
+int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, int *plan)
+{
+    *plan = LLTM_SEQ_PLAN_STEPS;
+    if (H <= 0 || mode == LLTM_SEQ_MODE_STEPS)
+        return LLTM_OK;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    LLTM_SEQ_DISPATCH(dtype, choose_plan<T>(B, H, mode, device, plan));
 }
 
 size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H)
