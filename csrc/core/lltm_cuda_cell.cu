@@ -739,16 +739,6 @@ bool bad_sizes(int64_t B, int64_t I, int64_t H)
 
 } // namespace
 
-/* One switch per launcher: the dtype picks the element type. */
-#define LLTM_DISPATCH(dtype, CALL)                                                           \
-    switch (dtype) {                                                                         \
-    case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
-    case LLTM_FLOAT64: { typedef double T; return CALL; }                                    \
-    case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
-    case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
-    }                                                                                        \
-    return LLTM_ERR_DTYPE
-
 extern "C" {
 
 int lltm_cell_forward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I, int64_t H,

@@ -1557,21 +1557,34 @@ int64_t grid_plan_cost_of(persistent_shape shape, int64_t resident, int64_t B, i
     return (passes * shape.kr) * 4096 + passes;
 }
 
-/* The launch grid of a grid plan on the current device: unit blocks x
- * batch groups (0 if the device cannot be asked). */
+/* The launch of one kernel of a grid plan on the current device: the grid
+ * (unit blocks x batch groups) and that kernel's dynamic shared memory
+ * (forward or backward), its limit raised past the default 48 KB. */
 template <typename T, typename KF, typename KB>
-int64_t grid_blocks(KF fwd, KB bwd, int plan, int64_t B, int64_t H, int64_t *groups)
+int grid_launch_shape(KF fwd, KB bwd, bool forward, int plan, int64_t B, int64_t H,
+                      int64_t *blocks, int64_t *groups, size_t *smem)
 {
     persistent_shape shape;
     int device = 0;
-    if (plan_shape(plan, &shape) != LLTM_OK || cudaGetDevice(&device) != cudaSuccess) {
+    if (plan_shape(plan, &shape) != LLTM_OK)
+        return LLTM_ERR_ARGUMENT;
+    if (cudaGetDevice(&device) != cudaSuccess) {
         cudaGetLastError();
-        return 0;
+        return LLTM_ERR_CUDA;
     }
     const int64_t unit_blocks = ceil_div(H, NT / shape.ks);
     *groups = grid_groups(plan_resident_blocks<T>(fwd, bwd, plan, device, dtype_index<T>()),
                           unit_blocks, B);
-    return unit_blocks * *groups;
+    *blocks = unit_blocks * *groups;
+    *smem = forward ? forward_smem<T>(shape.ks, shape.kr) : backward_smem<T>(shape.ks, shape.kr);
+    if (*smem > 48 * 1024 &&
+        cudaFuncSetAttribute(forward ? (const void *)fwd : (const void *)bwd,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    return LLTM_OK;
 }
 
 template <typename T> int check_plan_dispatch(int plan, int64_t H, int device, int dtype_index)
@@ -1622,19 +1635,13 @@ int run_forward(KF kernel, KB backward_kernel, int plan, int64_t steps, int64_t 
                 cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    persistent_shape shape;
-    int64_t groups = 1;
-    const int64_t blocks = grid_blocks<T>(kernel, backward_kernel, plan, B, H, &groups),
-                  K = I + H;
-    if (plan_shape(plan, &shape) != LLTM_OK || blocks == 0)
-        return LLTM_ERR_ARGUMENT;
-    const size_t smem = forward_smem<T>(shape.ks, shape.kr);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
-    }
+    int64_t blocks, groups;
+    size_t smem;
+    const int status =
+        grid_launch_shape<T>(kernel, backward_kernel, true, plan, B, H, &blocks, &groups, &smem);
+    if (status != LLTM_OK)
+        return status;
+    const int64_t K = I + H;
     const T *h0_ = (const T *)h0, *c0_ = (const T *)c0, *W = (const T *)weights,
             *b_ = (const T *)bias;
     T *g = (T *)gates, *out = (T *)output, *cel = (T *)cells;
@@ -1655,19 +1662,13 @@ int run_backward(KF forward_kernel, KB kernel, int plan, int64_t steps, int64_t 
                  void *grad_c0, void *workspace, cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    persistent_shape shape;
-    int64_t groups = 1;
-    const int64_t blocks = grid_blocks<T>(forward_kernel, kernel, plan, B, H, &groups),
-                  K = I + H;
-    if (plan_shape(plan, &shape) != LLTM_OK || blocks == 0)
-        return LLTM_ERR_ARGUMENT;
-    const size_t smem = backward_smem<T>(shape.ks, shape.kr);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
-    }
+    int64_t blocks, groups;
+    size_t smem;
+    const int status =
+        grid_launch_shape<T>(forward_kernel, kernel, false, plan, B, H, &blocks, &groups, &smem);
+    if (status != LLTM_OK)
+        return status;
+    const int64_t K = I + H;
     const T *go = (const T *)grad_output, *gh = (const T *)grad_h_n, *gc = (const T *)grad_c_n,
             *W = (const T *)weights, *cel = (const T *)cells, *act = (const T *)gates;
     T *dg = (T *)grad_gates, *db = (T *)grad_bias, *dh0 = (T *)grad_h0, *dc0 = (T *)grad_c0;
@@ -2001,15 +2002,6 @@ bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)
 
 } // namespace
 
-#define LLTM_SEQ_DISPATCH(dtype, CALL)                                                       \
-    switch (dtype) {                                                                         \
-    case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
-    case LLTM_FLOAT64: { typedef double T; return CALL; }                                    \
-    case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
-    case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
-    }                                                                                        \
-    return LLTM_ERR_DTYPE
-
 /* lltm_sequence_plan_cuda for one dtype: the cluster plan where it fits
  * (it keeps the state of all rows in shared memory, which bounds B), else
  * the cheapest grid plan that fits (grid_plan_cost; the grid plans take any
@@ -2057,7 +2049,7 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode, in
         cudaGetLastError();
         return LLTM_ERR_CUDA;
     }
-    LLTM_SEQ_DISPATCH(dtype, choose_plan<T>(B, H, mode, device, plan));
+    LLTM_DISPATCH(dtype, choose_plan<T>(B, H, mode, device, plan));
 }
 
 size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H)
@@ -2090,7 +2082,7 @@ int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t st
         return LLTM_ERR_ARGUMENT;
     if (steps == 0 || B == 0 || H == 0)
         return LLTM_OK;
-    LLTM_SEQ_DISPATCH(dtype, forward_dispatch<T>(plan, steps, B, I, H, h0, c0, weights, bias,
+    LLTM_DISPATCH(dtype, forward_dispatch<T>(plan, steps, B, I, H, h0, c0, weights, bias,
                                                  gates, output, cells, workspace,
                                                  (cudaStream_t)stream));
 }
@@ -2107,7 +2099,7 @@ int lltm_sequence_backward_persistent_cuda(lltm_dtype dtype, int plan, int64_t s
         return LLTM_ERR_ARGUMENT; /* the binding handles empty sequences */
     if (H == 0)
         return LLTM_OK;
-    LLTM_SEQ_DISPATCH(dtype, backward_dispatch<T>(plan, steps, B, I, H, grad_output, grad_h_n,
+    LLTM_DISPATCH(dtype, backward_dispatch<T>(plan, steps, B, I, H, grad_output, grad_h_n,
                                                   grad_c_n, weights, cells, gates, grad_gates,
                                                   grad_bias, grad_h0, grad_c0, workspace,
                                                   (cudaStream_t)stream));
@@ -2120,7 +2112,7 @@ int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
 {
     if (bad_sizes(1, B, 0, H))
         return LLTM_ERR_ARGUMENT;
-    LLTM_SEQ_DISPATCH(dtype, forward_step<T>(B, H, recurrent, gates, bias, old_cell, new_h,
+    LLTM_DISPATCH(dtype, forward_step<T>(B, H, recurrent, gates, bias, old_cell, new_h,
                                              new_cell, (cudaStream_t)stream));
 }
 
@@ -2131,7 +2123,7 @@ int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
 {
     if (bad_sizes(1, B, 0, H))
         return LLTM_ERR_ARGUMENT;
-    LLTM_SEQ_DISPATCH(dtype, backward_step<T>(B, H, grad_output, grad_h, grad_cell, cell,
+    LLTM_DISPATCH(dtype, backward_step<T>(B, H, grad_output, grad_h, grad_cell, cell,
                                               gates, grad_gates, bias_acc,
                                               (cudaStream_t)stream));
 }
@@ -2141,7 +2133,7 @@ int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src, voi
 {
     if (n < 0)
         return LLTM_ERR_ARGUMENT;
-    LLTM_SEQ_DISPATCH(dtype, convert<T>(n, src, dst, (cudaStream_t)stream));
+    LLTM_DISPATCH(dtype, convert<T>(n, src, dst, (cudaStream_t)stream));
 }
 
 int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream)
