@@ -5,7 +5,9 @@ on the CPU.
 Every route of csrc/binding/sequence_cuda.c is tested, chosen with
 LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
 H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
-LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here), "grid"
+LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here; and
+"cluster16-lanes32", the 16-block shape with the forward's earlier lane
+layout, LLTM_CUDA_CLUSTER_FWD=lanes32), "grid"
 (persistent kernel, cooperative grid), "steps" (per-step aten::mm +
 pointwise kernel) and "auto".
 
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster8", "cluster16", "grid", "steps"]
+ROUTES = ["auto", "cluster8", "cluster16", "cluster16-lanes32", "grid", "steps"]
 CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0
     (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4),
@@ -39,6 +41,11 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 @pytest.fixture
 def route(request, monkeypatch):
     name = request.param
+    if name.endswith("-lanes32"):
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", "lanes32")
+        name = name[:-len("-lanes32")]
+    else:
+        monkeypatch.delenv("LLTM_CUDA_CLUSTER_FWD", raising=False)
     if name.startswith("cluster") and name != "cluster":  # the cluster plan's shape
         monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", name[len("cluster"):])
         name = "cluster"

@@ -36,12 +36,18 @@ HALF_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"  # cuda_fp16.h, cuda
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1, "grid_16_8": 2,
-         "grid_32_16": 3, "grid_32_32": 4, "grid_16_32": 5}
+PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1,
+         "cluster_32_4_lanes32": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
+         "grid_16_32": 5}
 CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
-                  "cluster_32_4_broadcast": "16"}
+                  "cluster_32_4_broadcast": "16", "cluster_32_4_lanes32": "16"}
 # the 16-block shape's backward: reduce-scatter, or (LLTM_CUDA_CLUSTER_BWD) broadcast
 CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast"}
+# the 16-block shape's forward: 4 lanes a unit on 2 rows of a chunk, or
+# (LLTM_CUDA_CLUSTER_FWD) 32 lanes a unit on all 16 rows, as float64 always
+CLUSTER_FWD = {"cluster_32_4_lanes32": "lanes32"}
+ENVIRONMENT = {"LLTM_CUDA_CLUSTER_BLOCKS": CLUSTER_BLOCKS, "LLTM_CUDA_CLUSTER_BWD": CLUSTER_BWD,
+               "LLTM_CUDA_CLUSTER_FWD": CLUSTER_FWD}
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -59,20 +65,18 @@ def _emulated_source() -> str:
 
 @pytest.fixture
 def cluster_shape(monkeypatch):
-    """pick_shape(plan name): sets LLTM_CUDA_CLUSTER_BLOCKS for the cluster
-    shapes (read by the library at each launch and plan choice)."""
+    """pick_shape(plan name): sets LLTM_CUDA_CLUSTER_BLOCKS (and _BWD, _FWD)
+    for the cluster shapes (read by the library at each launch and plan
+    choice)."""
     def pick(plan):
-        if plan in CLUSTER_BLOCKS:
-            monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", CLUSTER_BLOCKS[plan])
-        else:
-            monkeypatch.delenv("LLTM_CUDA_CLUSTER_BLOCKS", raising=False)
-        if plan in CLUSTER_BWD:
-            monkeypatch.setenv("LLTM_CUDA_CLUSTER_BWD", CLUSTER_BWD[plan])
-        else:
-            monkeypatch.delenv("LLTM_CUDA_CLUSTER_BWD", raising=False)
+        for variable, values in ENVIRONMENT.items():
+            if plan in values:
+                monkeypatch.setenv(variable, values[plan])
+            else:
+                monkeypatch.delenv(variable, raising=False)
     yield pick
-    os.environ.pop("LLTM_CUDA_CLUSTER_BLOCKS", None)
-    os.environ.pop("LLTM_CUDA_CLUSTER_BWD", None)
+    for variable in ENVIRONMENT:
+        os.environ.pop(variable, None)
 
 
 @pytest.fixture(scope="session")
@@ -218,7 +222,8 @@ def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
 
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
-                                    ("cluster_32_4_broadcast", 128), ("grid_32_16", 40),
+                                    ("cluster_32_4_broadcast", 128),
+                                    ("cluster_32_4_lanes32", 128), ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
 def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the

@@ -285,7 +285,10 @@ enum {
      * recurrent state through distributed shared memory; the 16-block
      * backward sends each block partial sums of its units' dh (reduce-
      * scatter), LLTM_CUDA_CLUSTER_BWD=broadcast selects the older kernel
-     * that sends every block all of dG (the 8-block shape's). The name is the
+     * that sends every block all of dG (the 8-block shape's); the 16-block forward
+     * runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
+     * on all 16; LLTM_CUDA_CLUSTER_FWD=lanes32 selects that for the other
+     * dtypes too, for measurements). The name is the
      * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
     LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
     /* cooperative grids of unit blocks x batch groups (the 16-row chunks

@@ -19,7 +19,10 @@
  * pointwise math in that lane, and the blocks exchange the new state:
  *   - cluster plan (H <= 128, B <= 64; 32 for float64): the grid is one
  *     thread-block cluster of up to 8 blocks (16 lanes per unit) or 16
- *     (non-portable; 32 lanes per unit, half the work per block). Each block
+ *     (non-portable; half the work per block; its forward runs 4 lanes a
+ *     unit on 2 of each chunk's 16 rows, which shrinks the shuffle
+ *     reduction to 6 values over 4 lanes, see sequence_forward_cluster_kernel;
+ *     32 lanes a unit for float64, and its backward). Each block
  *     sends its units' new state straight into the shared memory of every
  *     block of the cluster (distributed shared memory, st.async in 16-byte
  *     pieces, double-buffered by step parity) and waits on its own
@@ -93,27 +96,26 @@ __device__ __forceinline__ double component(const double2 &v, int e)
 /* ------------------------------------------------- persistent kernels -- */
 
 constexpr int NT = 256; /* threads per block */
-constexpr int BC = 16;  /* batch rows per chunk (a power of two, <= KS) */
-constexpr int LOG2_BC = 4;
-static_assert((1 << LOG2_BC) == BC, "BC = 2^LOG2_BC");
+constexpr int BC = 16;  /* batch rows per chunk (a power of two) */
 
 /*
  * Sum acc over the KS lanes that share a unit (aligned groups of KS lanes
  * of a warp) and leave each lane with the PER values of one batch row:
- * on entry acc[bb*PER + p] holds this lane's partial sums for rows bb < BC;
- * on exit acc[0..PER) holds the full sums of row (s & (BC-1)), s the lane's
- * index in its group. Halving exchanges (masks BC/2 .. 1) send away the half
- * of the rows the partner keeps; the remaining masks (KS/2 .. BC) add whole.
- * Fixed order: the same bits for the same inputs every run.
+ * on entry acc[bb*PER + p] holds this lane's partial sums for its ROWS rows
+ * (ROWS <= KS, both powers of two); on exit acc[0..PER) holds the full sums
+ * of row (s & (ROWS-1)), s the lane's index in its group. Halving exchanges
+ * (masks ROWS/2 .. 1) send away the half of the rows the partner keeps; the
+ * remaining masks (KS/2 .. ROWS) add whole. Fixed order: the same bits for
+ * the same inputs every run.
  */
-template <int PER, int STAGE, typename A>
-__device__ __forceinline__ void halve_rows(A (&acc)[BC * PER], int s)
+template <int ROWS, int PER, int STAGE, typename A>
+__device__ __forceinline__ void halve_rows(A (&acc)[ROWS * PER], int s)
 {
     /* one template level per stage: every index below is a constant, so acc
      * stays in registers */
-    if constexpr (STAGE < LOG2_BC) {
-        constexpr int mask = BC >> (STAGE + 1);
-        constexpr int half = (BC * PER) >> (STAGE + 1);
+    if constexpr ((1 << STAGE) < ROWS) {
+        constexpr int mask = ROWS >> (STAGE + 1);
+        constexpr int half = (ROWS * PER) >> (STAGE + 1);
         const bool upper = (s & mask) != 0;
 #pragma unroll
         for (int v = 0; v < half; ++v) {
@@ -121,16 +123,17 @@ __device__ __forceinline__ void halve_rows(A (&acc)[BC * PER], int s)
             const A keep = upper ? acc[v + half] : acc[v];
             acc[v] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
         }
-        halve_rows<PER, STAGE + 1>(acc, s);
+        halve_rows<ROWS, PER, STAGE + 1>(acc, s);
     }
 }
 
-template <int KS, int PER, typename A>
-__device__ __forceinline__ void reduce_rows(A (&acc)[BC * PER], int s)
+template <int KS, int ROWS, int PER, typename A>
+__device__ __forceinline__ void reduce_rows(A (&acc)[ROWS * PER], int s)
 {
-    halve_rows<PER, 0>(acc, s);
+    static_assert(ROWS <= KS && (ROWS & (ROWS - 1)) == 0 && (KS & (KS - 1)) == 0, "lanes");
+    halve_rows<ROWS, PER, 0>(acc, s);
 #pragma unroll
-    for (int mask = KS / 2; mask >= BC; mask /= 2)
+    for (int mask = KS / 2; mask >= ROWS; mask /= 2)
 #pragma unroll
         for (int p = 0; p < PER; ++p)
             acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], mask);
@@ -341,7 +344,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                             acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
                 }
             }
-            reduce_rows<KS, 3>(acc, s);
+            reduce_rows<KS, BC, 3>(acc, s);
 
             if (row_ok) {
                 const A i = sigmoid_(acc[0] + p_i + b_i);
@@ -741,15 +744,24 @@ __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *ba
 }
 
 /*
- * Forward recurrence, cluster plan. Same register layout as
- * sequence_forward_kernel; no workspace (the state stays in shared memory,
- * in the accumulation type, also for the half types).
+ * Forward recurrence, cluster plan. Lane s (tid % KS) of unit j holds
+ * W_h[q*H + u, k] for k = (kv*KS + s)*VEC + e, as in sequence_forward_kernel,
+ * but for RW of a chunk's 16 rows: thread tid is lane s of unit
+ * j = (tid / KS) % U for the rows slice*RW .. slice*RW+RW-1 of each chunk,
+ * slice = tid / (KS*U). RW = BC (one slice: the units of a block spread over
+ * its warps, every lane of a unit on all 16 rows) is the layout of the grid
+ * kernels; RW < BC puts a slice's rows on fewer lanes with more k values
+ * each: the same multiply-adds per thread, but a shuffle reduction over KS
+ * lanes of RW*3 partial sums instead of 32 lanes of 48 (it cost the 32x4
+ * layout as many instructions as its multiply-adds). No workspace (the
+ * state stays in shared memory, in the accumulation type, also for the half
+ * types).
  *   bars[2] (shared): mbarriers of the buffers
  *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1, unit u at column u
  *   tiles [2][BC][U] (shared): this block's h_t of one chunk, to send
  *   cs [BP][U] (shared): c_{t-1} of this block's units (one lane each)
  */
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int RW>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                 const T *__restrict__ h0, const T *__restrict__ c0,
@@ -759,8 +771,11 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
-    constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR, LD = KP + VEC;
-    static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    constexpr int SLICES = BC / RW, U = NT / KS / SLICES, VEC = vec_of<A>::n, KP = KS * KR,
+                  LD = KP + VEC;
+    static_assert(KR % VEC == 0 && KS >= RW && KS <= 32 && BC % RW == 0 &&
+                      NT % (KS * SLICES) == 0 && (SLICES == 1 || KS * U == 32),
+                  "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int64_t BP = (B + BC - 1) / BC * BC;
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
@@ -769,11 +784,13 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A *cs = tiles + 2 * BC * U;
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS % U, n = (int)blockIdx.x;
+    const int slice = tid / (KS * U);
     const int64_t u = (int64_t)n * U + j;
     const int ranks = (int)((H + U - 1) / U); /* the cluster: the whole grid */
     const bool unit_ok = u < H;
-    const bool owner = s < BC; /* holds a row after the reduction */
+    const bool owner = s < RW; /* holds a row after the reduction */
+    const int r = slice * RW + (s & (RW - 1)); /* that row, in its chunk */
     const int64_t G = 3 * H, BH = B * H;
     const unsigned step_bytes = (unsigned)(BP * ranks * U * sizeof(A)); /* one buffer's fill */
 
@@ -810,10 +827,10 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         cells[t * BH + b * H + u] = from_acc<T>(c);
         output[t * BH + b * H + u] = from_acc<T>(h);
     };
-    const bool first_row_ok = owner && unit_ok && s < B; /* chunk 0: row s */
+    const bool first_row_ok = owner && unit_ok && r < B; /* chunk 0: row r */
     A n_i = 0, n_o = 0, n_z = 0; /* chunk 0's projection of the coming step */
     if (first_row_ok)
-        load_projection(0, s, n_i, n_o, n_z);
+        load_projection(0, r, n_i, n_o, n_z);
     cluster.sync(); /* every block running, its barriers armed, before any send */
 
     unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
@@ -832,24 +849,24 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         for (int64_t b0 = 0; b0 < B; b0 += BC) {
             if (row_ok) /* the previous chunk's outputs */
                 store_outputs(t, b, i, o, z, c, h);
-            b = b0 + (s & (BC - 1));
+            b = b0 + r;
             row_ok = owner && unit_ok && b < B;
             A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
             if (b0 == 0 && exchange && first_row_ok) /* a whole step ahead */
-                load_projection(t + 1, s, n_i, n_o, n_z);
+                load_projection(t + 1, r, n_i, n_o, n_z);
             if (row_ok) {
                 if (b0 > 0)
                     load_projection(t, b, p_i, p_o, p_z);
                 c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[b * U + j];
             }
 
-            A acc[BC * 3];
+            A acc[RW * 3];
 #pragma unroll
-            for (int v = 0; v < BC * 3; ++v)
+            for (int v = 0; v < RW * 3; ++v)
                 acc[v] = 0;
-            const A *rows = h_prev + b0 * LD;
+            const A *rows = h_prev + (b0 + slice * RW) * LD;
 #pragma unroll
-            for (int bb = 0; bb < BC; ++bb) {
+            for (int bb = 0; bb < RW; ++bb) {
 #pragma unroll
                 for (int kv = 0; kv < KR / VEC; ++kv) {
                     const V hv =
@@ -861,7 +878,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                             acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
                 }
             }
-            reduce_rows<KS, 3>(acc, s);
+            reduce_rows<KS, RW, 3>(acc, s);
 
             h = 0;
             if (row_ok) {
@@ -875,7 +892,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             if (exchange) { /* uniform */
                 A *tile = tiles + (sent++ & 1) * BC * U;
                 if (owner)
-                    tile[(s & (BC - 1)) * U + j] = h; /* 0 for padding rows and units */
+                    tile[r * U + j] = h; /* 0 for padding rows and units */
                 __syncthreads();
                 send_tile<A, 1, U, LD>(tile, h_next, &bars[(t + 1) & 1], b0, 0, n, ranks, tid);
             }
@@ -971,7 +988,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                     acc[bb] += w[rv * VEC + e] * component(dv, e);
             }
         }
-        reduce_rows<KS, 1>(acc, s);
+        reduce_rows<KS, BC, 1>(acc, s);
     };
     auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
         load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, steps, B, H, t, b, u,
@@ -1695,11 +1712,30 @@ int run_backward(KF forward_kernel, KB kernel, int plan, int64_t steps, int64_t 
 constexpr int CLUSTER_DEFAULT_SHAPE = 1;
 constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
 
+/* units a block of the cluster forward with KS lanes a unit on RW rows */
+template <int KS, int RW> constexpr int cluster_forward_units()
+{
+    return NT / KS / (BC / RW);
+}
+
+/* The 16-block forward's lane layout (sequence_forward_cluster_kernel):
+ * 4 lanes a unit on 2 rows of a chunk (32 k values a lane), except for
+ * float64 (96 values a lane would take 192 registers) and where
+ * LLTM_CUDA_CLUSTER_FWD=lanes32 asks for 32 lanes a unit on all 16 rows
+ * (the layout before; for side-by-side measurements). */
+template <typename T> bool cluster_forward_lanes32()
+{
+    if (std::is_same<T, double>::value)
+        return true;
+    const char *v = getenv("LLTM_CUDA_CLUSTER_FWD");
+    return v && !strcmp(v, "lanes32");
+}
+
 /* shared memory of the cluster kernels (see "cluster kernels") */
-template <typename T> size_t cluster_forward_smem(int ks, int kr, int64_t B)
+template <typename T> size_t cluster_forward_smem(int ks, int kr, int units, int64_t B)
 {
     typedef typename acc_of<T>::type A;
-    const int64_t rows = ceil_div(B, BC) * BC, U = NT / ks;
+    const int64_t rows = ceil_div(B, BC) * BC, U = units;
     return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * BC * U +
                                      rows * U);
 }
@@ -1788,11 +1824,27 @@ template <typename T, int U> bool cluster_rs_fits(int64_t blocks, int64_t B, int
     return true;
 }
 
+/* the forward of a shape: KS lanes a unit on RW rows (its blocks: H = 128) */
+template <typename T, int KS, int KR, int RW> bool cluster_forward_fits(int64_t B, int device)
+{
+    constexpr int U = cluster_forward_units<KS, RW>();
+    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR, RW>, KS * KR / U,
+                        cluster_forward_smem<T>(KS, KR, U, B), device);
+}
+
+/* the kernels of a shape (KS x KR: the backward's lanes a unit, values a
+ * lane; the forward's layout of the same units, see cluster_forward_lanes32) */
 template <typename T, int KS, int KR> bool cluster_pair_fits(int64_t B, int device)
 {
     const int64_t blocks = KS * KR / (NT / KS); /* the most: H = 128 */
-    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR>, blocks,
-                        cluster_forward_smem<T>(KS, KR, B), device) &&
+    bool forward_fits;
+    if constexpr (KS == 32 && KR == 4 && !std::is_same<T, double>::value)
+        forward_fits = cluster_forward_lanes32<T>()
+                           ? cluster_forward_fits<T, 32, 4, BC>(B, device)
+                           : cluster_forward_fits<T, 4, 32, 2>(B, device);
+    else
+        forward_fits = cluster_forward_fits<T, KS, KR, BC>(B, device);
+    return forward_fits &&
            cluster_fits(sequence_backward_cluster_kernel<T, KS, KR>, blocks,
                         cluster_backward_smem<T>(KS, KR, B), device) &&
            cluster_rs_fits<T, NT / KS>(blocks, B, device);
@@ -1860,16 +1912,33 @@ cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, size_t smem,
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int RW>
 int run_forward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H, const void *h0,
                         const void *c0, const void *weights, const void *bias, void *gates,
                         void *output, void *cells, cudaStream_t stream)
 {
-    const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
+    constexpr int U = cluster_forward_units<KS, RW>();
+    const int64_t blocks = ceil_div(H, U), K = I + H;
     return launch_status(launch_cluster(
-        sequence_forward_cluster_kernel<T, KS, KR>, blocks, cluster_forward_smem<T>(KS, KR, B),
-        stream, steps, B, H, K, (const T *)h0, (const T *)c0, (const T *)weights,
-        (const T *)bias, (T *)gates, (T *)output, (T *)cells));
+        sequence_forward_cluster_kernel<T, KS, KR, RW>, blocks,
+        cluster_forward_smem<T>(KS, KR, U, B), stream, steps, B, H, K, (const T *)h0,
+        (const T *)c0, (const T *)weights, (const T *)bias, (T *)gates, (T *)output,
+        (T *)cells));
+}
+
+/* the 16-block shape's forward (8 units a block) */
+template <typename T>
+int run_forward_cluster16(int64_t steps, int64_t B, int64_t I, int64_t H, const void *h0,
+                          const void *c0, const void *weights, const void *bias, void *gates,
+                          void *output, void *cells, cudaStream_t stream)
+{
+    if constexpr (!std::is_same<T, double>::value) {
+        if (!cluster_forward_lanes32<T>())
+            return run_forward_cluster<T, 4, 32, 2>(steps, B, I, H, h0, c0, weights, bias,
+                                                    gates, output, cells, stream);
+    }
+    return run_forward_cluster<T, 32, 4, BC>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                             output, cells, stream);
 }
 
 template <typename T, int KS, int KR>
@@ -1915,11 +1984,11 @@ int forward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H, c
     if (plan == LLTM_SEQ_PLAN_CLUSTER_16_8) {
         switch (cluster_launch_shape<T>(B, H)) {
         case 0:
-            return run_forward_cluster<T, 16, 8>(steps, B, I, H, h0, c0, weights, bias, gates,
-                                                 output, cells, stream);
+            return run_forward_cluster<T, 16, 8, BC>(steps, B, I, H, h0, c0, weights, bias,
+                                                     gates, output, cells, stream);
         case 1:
-            return run_forward_cluster<T, 32, 4>(steps, B, I, H, h0, c0, weights, bias, gates,
-                                                 output, cells, stream);
+            return run_forward_cluster16<T>(steps, B, I, H, h0, c0, weights, bias, gates,
+                                            output, cells, stream);
         default:
             return LLTM_ERR_ARGUMENT;
         }
