@@ -181,10 +181,16 @@ def _eager_function(name: str, op, setup_context, backward):
         setup_context(ctx, args, output)
         return output
 
-    return type(name, (torch.autograd.Function,), {
+    function = type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward),
         "backward": staticmethod(backward),
     })
+    # Function.apply's Python wrapper exists for functorch transforms (and
+    # default arguments, which forward has none of); outside transforms
+    # eager_call goes straight to the C apply it ends in: ~2 us less host
+    # time per call, a tenth of a small CUDA step's forward.
+    function.c_apply = super(torch.autograd.Function, function).apply
+    return function
 
 
 def eager_call(function, op, *args):
@@ -193,7 +199,10 @@ def eager_call(function, op, *args):
     if torch.compiler.is_compiling():
         return op(*args)
     if torch.is_grad_enabled() and any(a.requires_grad for a in args if a is not None):
-        return function.apply(*args)
+        if torch._C._are_functorch_transforms_active() or any(
+                torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
+            return function.apply(*args)
+        return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 

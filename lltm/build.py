@@ -133,11 +133,51 @@ def _compile_c(src: Path, obj: Path, extra: list[str], verbose: bool) -> None:
     _run_to([_cc(), *flags, "-c", str(src)], obj, verbose)
 
 
-def _compile_cu(nvcc: str, src: Path, obj: Path, verbose: bool) -> None:
+def _nvcc_flags() -> list[str]:
     archs = os.environ.get("LLTM_CUDA_ARCHS", DEFAULT_CUDA_ARCHS).replace(",", ";").split(";")
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs if a]
-    _run_to([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-             "--expt-relaxed-constexpr", *gencode, "-c", str(src)], obj, verbose)
+    return ["-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
+            "--expt-relaxed-constexpr", *gencode]
+
+
+def cuda_object_fingerprint(nvcc: str, src: Path) -> str:
+    """What a CUDA object depends on: nvcc's version, the flags, the source
+    and every header of csrc/ (names and bytes)."""
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    digest = hashlib.sha256(version.strip().splitlines()[-1].encode() if version else b"")
+    digest.update(repr(_nvcc_flags()).encode())
+    headers = sorted(p for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
+    for path in [src, *headers]:
+        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _prebuilt_cuda_object(nvcc: str, src: Path) -> Path | None:
+    """An object of src compiled elsewhere (scripts/prebuild_cuda.py), from
+    $LLTM_PREBUILT_CUDA, when its recorded fingerprint matches this build's:
+    the GPU machine then links objects compiled beforehand on a machine
+    without a GPU instead of spending minutes of its time in nvcc."""
+    folder = os.environ.get("LLTM_PREBUILT_CUDA")
+    if not folder:
+        return None
+    obj = Path(folder) / (src.name + ".o")
+    record = obj.with_name(obj.name + ".sha256")
+    if obj.exists() and record.exists() and \
+            record.read_text().strip() == cuda_object_fingerprint(nvcc, src):
+        return obj
+    return None
+
+
+def _compile_cu(nvcc: str, src: Path, obj: Path, verbose: bool) -> None:
+    prebuilt = _prebuilt_cuda_object(nvcc, src)
+    if prebuilt is not None:
+        if verbose:
+            print(f"lltm: {src.name}: the prebuilt object {prebuilt}", flush=True)
+        tmp = _atomic_output(obj)
+        shutil.copyfile(prebuilt, tmp)
+        os.replace(tmp, obj)
+        return
+    _run_to([nvcc, *_nvcc_flags(), "-c", str(src)], obj, verbose)
 
 
 def _objects(sources: list[str], obj_dir: Path, tag: str, nvcc: str | None,

@@ -5,7 +5,8 @@
 #                                     every test (CPU and CUDA), compute-sanitizer memcheck and
 #                                     racecheck over the cell and sequence kernels
 #   bash scripts/gpu_check.sh bench   the project's benchmark on CUDA (lltm.bench): the default
-#                                     table, the large cell size in float32 and bfloat16, T=1000
+#                                     table, the large cell size in float32 and bfloat16, T=1000;
+#                                     then scripts/host_floor.py (autograd's cost per step)
 #   bash scripts/gpu_check.sh multi   what needs 2 GPUs: cuda:1 tests, DDP over NCCL
 #   bash scripts/gpu_check.sh cell    the cell alone: fused-kernel tile timings (scripts/cell_tiles.cu),
 #                                     the cell's CUDA tests, launch counts, the cell benchmark table
@@ -35,7 +36,7 @@ source scripts/gpu_stages.sh
     command -v nvcc && nvcc --version | tail -1
 } 2>&1 | tee "$OUT/env.log"
 
-stage build 240 build.log $PY lltm/build.py --cuda yes -v
+build_stage 240 build.log
 stage load 60 load.log $PY -c "import torch, lltm; from lltm import _native; \
 assert torch.cuda.is_available(), 'no GPU'; assert _native.has_cuda_kernels(), 'CUDA kernels not loaded'; \
 print('loaded on torch', torch.__version__, _native._loaded['cuda']._name, torch.cuda.get_device_name())"
@@ -61,6 +62,9 @@ bench)
         --sizes 256,512,1024 --dtype float32,bfloat16 --seq-len 0 --json "$OUT/bench_large.json"
     stage bench-t1000 120 bench_t1000.log $PY -m lltm.bench --device cuda --no-progress \
         --sizes 16,32,128 --seq-len 1000 --only lltm,lstm --json "$OUT/bench_t1000.json"
+    # what any autograd step costs on this host (the cell's 4x target, issue 3)
+    stage host-floor 120 host_floor.log $PY scripts/host_floor.py --device cuda \
+        --sizes 16,32,128 --single-thread
     ;;
 multi)
     stage second-device 200 second_device.log $PY -m pytest -q -rs -p no:cacheprovider \

@@ -11,6 +11,10 @@
 #           LLTM_CUDA_GRID_GROUPS=1 (the layout before the batch split), the
 #           per-kernel GPU time (scripts/sequence_profile.py --table), then
 #           tests/test_cuda_sequence.py
+#   layouts the 16-block cluster plan at B16/I32/H128 (T=100, T=1000): the
+#           forward's lane layouts side by side (sequence_timing.py --variant:
+#           default, LLTM_CUDA_CLUSTER_FWD=lanes32), the per-kernel GPU time,
+#           and an Nsight Compute profile of the cluster kernels as in final
 #   final   all, then an Nsight Compute profile of the cluster kernels (warp
 #           states, stall sampling per SASS line; clocks left alone), their
 #           SASS, and sequence_timing.py's default sizes
@@ -34,8 +38,35 @@ STAGE_LOGS=$LOGS STAGE_TAIL=6
 source scripts/gpu_stages.sh
 
 nvidia-smi -L 2>&1 | tee "$LOGS/env.log"
-stage build 150 build.log $PY lltm/build.py --cuda yes
+build_stage 150 build.log
 SMALL="16,32,128,100 16,32,128,1000"
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+profile_cluster() {  # warp states and stall sampling per SASS line of the cluster kernels
+    stage profile 150 profile.log "$NCU" --clock-control none -k regex:cluster \
+        --launch-count 2 --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section SourceCounters -f -o "$LOGS/cluster" \
+        $PY scripts/sequence_profile.py 16 32 128 100
+    "$NCU" -i "$LOGS/cluster.ncu-rep" --page details > "$LOGS/profile_details.txt" 2>&1
+    "$NCU" -i "$LOGS/cluster.ncu-rep" --page source --csv --print-source sass \
+        > "$LOGS/profile_source.csv" 2>&1
+}
+if [ "$MODE" = layouts ]; then
+    export LLTM_CUDA_CLUSTER_BLOCKS=16
+    stage timing-layouts 240 timing_layouts.log $PY scripts/sequence_timing.py --no-reference \
+        --configs $SMALL --variant "fwd lanes32:LLTM_CUDA_CLUSTER_FWD=lanes32" \
+        --json "$LOGS/timing_layouts.json"
+    stage kernels 60 kernels.log $PY scripts/sequence_profile.py 16 32 128 1000 --table
+    profile_cluster
+    echo "--- timing_layouts"
+    grep -E "^\| (B|16)|check B" "$LOGS/timing_layouts.log" | grep -v "per-step"
+    grep -E "sequence_|Self CUDA time total|===" "$LOGS/kernels.log" | cut -c1-60,150-
+    grep -E "cluster|Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" \
+        "$LOGS/profile_details.txt" | head -20
+    stage_table
+    tar czf "$OUT/gpu_sequence_logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"
+    stages_ok
+    exit
+fi
 if [ "$MODE" = grid ]; then
     GRID=64,256,512,100
     stage timing-grid 100 timing_grid.log $PY scripts/sequence_timing.py --no-reference \
@@ -76,14 +107,7 @@ done
 stage timing-grid 100 timing_grid.log $PY scripts/sequence_timing.py --no-reference \
     --configs 64,256,512,100 --json "$LOGS/timing_grid.json"
 if [ "$MODE" = final ]; then
-    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    stage profile 150 profile.log "$NCU" --clock-control none -k regex:cluster_kernel \
-        --launch-count 2 --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --section SourceCounters -f -o "$LOGS/cluster" \
-        $PY scripts/sequence_profile.py 16 32 128 100
-    "$NCU" -i "$LOGS/cluster.ncu-rep" --page details > "$LOGS/profile_details.txt" 2>&1
-    "$NCU" -i "$LOGS/cluster.ncu-rep" --page source --csv --print-source sass \
-        > "$LOGS/profile_source.csv" 2>&1
+    profile_cluster
     cuobjdump -sass "$LLTM_BUILD_DIR/liblltm_cuda.so" 2>&1 | awk \
         '/Function : /{keep = /cluster_kernelIfLi32ELi4/} keep' > "$LOGS/sass_cluster_f32_32x4.txt"
 fi
@@ -103,7 +127,7 @@ grep -hE "passed|failed" "$LOGS/tests.log" 2>/dev/null | tail -1
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" "$LOGS"/memcheck.log \
     "$LOGS"/racecheck.log 2>/dev/null
 if [ -f "$LOGS/profile_details.txt" ]; then
-    grep -E "cluster_kernel|Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" \
+    grep -E "cluster|Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" \
         "$LOGS/profile_details.txt" | head -20
 fi
 tar czf "$OUT/gpu_sequence_logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"

@@ -6,7 +6,24 @@
 #   stage NAME LIMIT_SECONDS LOGFILE CMD...   (returns CMD's status)
 #   stage_table                               (| stage | result | seconds |)
 #   stages_ok                                 (status 0 when every stage passed)
+#   build_stage LIMIT_SECONDS LOGFILE         (lltm/build.py --cuda yes, see below)
 declare -a NAMES STATUS SECONDS_TAKEN
+
+# CUDA objects compiled beforehand without a GPU (scripts/prebuild_cuda.py,
+# carried in build/prebuilt-cuda): the build copies those whose fingerprint
+# matches instead of spending minutes of GPU-machine time in nvcc, and
+# compiles the rest. Should a build from them fail, it is redone from source.
+if [ -z "${LLTM_PREBUILT_CUDA:-}" ] && [ -d build/prebuilt-cuda ]; then
+    export LLTM_PREBUILT_CUDA=$PWD/build/prebuilt-cuda
+fi
+build_stage() {
+    local limit=$1 log=$2
+    stage build "$limit" "$log" ${PY:-python3} lltm/build.py --cuda yes -v && return 0
+    [ -n "${LLTM_PREBUILT_CUDA:-}" ] || return 1
+    unset LLTM_PREBUILT_CUDA
+    rm -rf "$LLTM_BUILD_DIR"
+    stage build-from-source "$limit" "retry_$log" ${PY:-python3} lltm/build.py --cuda yes -v
+}
 stage() {
     local name=$1 limit=$2 log=$3
     shift 3

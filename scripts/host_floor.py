@@ -13,6 +13,12 @@ Rows, each a median of interleaved rounds of back-to-back steps
   native_ops      lltm.cell_forward then lltm.cell_backward, no autograd
   native          lltm.functional.lltm_cell (what users call)
   reference       the tutorial's Python LLTM
+and with --single-thread, the same steps with
+torch.autograd.set_multithreading_enabled(False) ("*_1thread"): on CUDA
+the engine then runs the backward on the calling thread instead of handing
+it to its device thread and waiting to be handed it back, which is what the
+difference measures. (Users get the default, multithreaded engine; the
+benchmark times that.)
 """
 from __future__ import annotations
 
@@ -64,12 +70,21 @@ def cases(device, B, I, H):
     }
 
 
+def single_threaded(step):
+    def run():
+        with torch.autograd.set_multithreading_enabled(False):
+            step()
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", nargs="*", default=["1,1,1", "16,32,128"])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--single-thread", action="store_true",
+                        help="add each autograd step with the engine's multithreading off")
     args = parser.parse_args()
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -77,6 +92,9 @@ def main() -> None:
     for size in args.sizes:
         B, I, H = (int(v) for v in size.split(","))
         table = cases(device, B, I, H)
+        if args.single_thread:
+            table.update({f"{name}_1thread": single_threaded(step) for name, step in
+                          list(table.items()) if name != "native_ops"})
         samples = {name: [] for name in table}
         for name, f in table.items():  # warm-up
             for _ in range(20):

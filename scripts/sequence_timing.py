@@ -12,7 +12,10 @@ What is timed (CUDA events, median of the samples, after warm-up):
   fwd/step  fwd divided by T (microseconds)
   graph fwd/step  a forward without autograd captured in a CUDA graph, its
             replays (no host time) divided by T (lltm auto and cuDNN only)
-LLTM_CUDA_CLUSTER_BLOCKS (8 or 16) picks the cluster plan's shape.
+LLTM_CUDA_CLUSTER_BLOCKS (8 or 16) picks the cluster plan's shape;
+--variant "NAME:VAR=VALUE,..." adds lltm.LLTM (auto) run with those
+environment variables set (the library reads them at each launch), timed
+interleaved with the rest, e.g. --variant "fwd lanes32:LLTM_CUDA_CLUSTER_FWD=lanes32".
 Before timing, every LLTM implementation's outputs and gradients are compared
 with the float64 CPU op on the first 100 steps (max relative error, printed;
 "WRONG" in the table above 1e-4).
@@ -38,15 +41,24 @@ class Case:
     """One implementation at one size: run(grad) does a forward, and a
     backward too when grad is true."""
 
-    def __init__(self, name, module, x, route=None):
+    def __init__(self, name, module, x, route=None, env=None):
         self.name, self.module, self.x, self.route = name, module, x, route
+        self.env = dict(env or {})  # variable -> value, None: unset
+        if route is not None:
+            self.env["LLTM_CUDA_SEQUENCE"] = route
         out, (h, c) = self._forward()
         g = torch.Generator(device="cuda").manual_seed(0)
         self.grads = [torch.randn(t.shape, device="cuda", generator=g) for t in (out, h, c)]
 
+    def set_env(self):
+        for variable, value in self.env.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+
     def _forward(self):
-        if self.route is not None:
-            os.environ["LLTM_CUDA_SEQUENCE"] = self.route
+        self.set_env()
         return self.module(self.x)
 
     def run(self, backward):
@@ -78,8 +90,7 @@ def time_ms(case, backward, reps):
 
 def graph_fwd_ms(case, reps):
     """Replays of a CUDA graph of one forward (no autograd)."""
-    if case.route is not None:
-        os.environ["LLTM_CUDA_SEQUENCE"] = case.route
+    case.set_env()
     x = case.x.detach().clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -103,15 +114,20 @@ def graph_fwd_ms(case, reps):
     return samples
 
 
-def build_cases(B, I, H, T, with_reference):
+def build_cases(B, I, H, T, with_reference, variants=()):
+    """variants: (name, {variable: value}) run as lltm (auto) with those
+    variables set; the other lltm cases run with them unset."""
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device="cuda", requires_grad=True)
     base = lltm.LLTM(I, H).cuda()
+    unset = {variable: None for _, env in variants for variable in env}
     cases = []
-    for name, route in (("lltm (auto: persistent)", "auto"), ("lltm (per-step route)", "steps")):
+    for name, route, env in (("lltm (auto: persistent)", "auto", unset),
+                             ("lltm (per-step route)", "steps", unset),
+                             *((f"lltm (auto, {n})", "auto", {**unset, **e}) for n, e in variants)):
         m = lltm.LLTM(I, H).cuda()
         m.load_state_dict(base.state_dict())
-        cases.append(Case(name, m, x, route))
+        cases.append(Case(name, m, x, route, env))
     lstm = torch.nn.LSTM(I, H).cuda()
     cases.append(Case("cuDNN nn.LSTM", lstm, x))
     if with_reference:
@@ -140,8 +156,7 @@ def check(cases, B, I, H, steps=100):
     for case in cases:
         if "LSTM" in case.name:
             continue
-        if case.route is not None:
-            os.environ["LLTM_CUDA_SEQUENCE"] = case.route
+        case.set_env()
         xg = x64.detach().float().cuda().requires_grad_()
         for p in case.module.parameters():
             p.grad = None
@@ -167,7 +182,13 @@ def main(argv=None):
                             ",".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--no-reference", action="store_true",
                         help="leave out the loop of reference cells")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE,...",
+                        help="also time lltm (auto) with these environment variables")
     args = parser.parse_args(argv)
+    variants = []
+    for text in args.variant:
+        name, _, assignments = text.partition(":")
+        variants.append((name, dict(a.split("=", 1) for a in assignments.split(",") if a)))
     assert torch.cuda.is_available(), "needs a GPU"
     rounds = 3 if args.quick else 5
     configs = ([tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs
@@ -175,7 +196,8 @@ def main(argv=None):
     records = []
     for B, I, H, T in configs:
         cases = build_cases(B, I, H, T, with_reference=(T == 100 and H == 128 and
-                                                        not args.no_reference))
+                                                        not args.no_reference),
+                            variants=variants)
         errors = check(cases, B, I, H)
         samples = {(c.name, k): [] for c in cases for k in ("fwd", "fwd+bwd")}
         for c in cases:  # warm-up: plans, cuBLAS handles, cuDNN algorithms
@@ -189,10 +211,11 @@ def main(argv=None):
                 samples[(c.name, "fwd+bwd")] += time_ms(c, True, reps)
         graph_us = {}
         for c in cases:
-            if c.name.startswith("lltm (auto") or "LSTM" in c.name:
+            if c.name.startswith("lltm (auto") or "LSTM" in c.name:  # variants too
                 reps = 10 if T >= 1000 else 30
                 graph_us[c.name] = 1000 * statistics.median(graph_fwd_ms(c, reps)) / T
-        os.environ.pop("LLTM_CUDA_SEQUENCE", None)
+        for variable in {v for c in cases for v in c.env}:
+            os.environ.pop(variable, None)
         med = {k: statistics.median(v) for k, v in samples.items()}
         lstm = med[("cuDNN nn.LSTM", "fwd+bwd")]
         for c in cases:
