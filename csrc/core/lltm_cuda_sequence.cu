@@ -1779,6 +1779,25 @@ template <typename K> cudaError_t cluster_attributes(K kernel, int64_t blocks, s
     return e;
 }
 
+/* The launch of one cluster of `blocks` blocks (the whole grid), smem bytes
+ * of dynamic shared memory each, on `stream`; *attr holds its cluster size. */
+cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream_t stream,
+                                  cudaLaunchAttribute *attr)
+{
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)blocks;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return config;
+}
+
 /* Whether one cluster of `blocks` blocks of `kernel`, smem bytes each, can
  * run on `device` (sets the kernel's attributes). */
 template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, int device)
@@ -1796,17 +1815,8 @@ template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, i
         cudaGetLastError();
         return false;
     }
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.gridDim = dim3((unsigned)blocks);
-    config.blockDim = dim3(NT);
-    config.dynamicSmemBytes = smem;
-    config.attrs = attr;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) != cudaSuccess) {
         cudaGetLastError();
@@ -1897,18 +1907,8 @@ cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, size_t smem,
     const cudaError_t e = cluster_attributes(kernel, blocks, smem);
     if (e != cudaSuccess)
         return e;
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.gridDim = dim3((unsigned)blocks);
-    config.blockDim = dim3(NT);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_config(blocks, smem, stream, &attr);
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
