@@ -11,10 +11,12 @@
 #           LLTM_CUDA_GRID_GROUPS=1 (the layout before the batch split), the
 #           per-kernel GPU time (scripts/sequence_profile.py --table), then
 #           tests/test_cuda_sequence.py
-#   layouts the 16-block cluster plan at B16/I32/H128 (T=100, T=1000): the
-#           forward's lane layouts side by side (sequence_timing.py --variant:
-#           default, LLTM_CUDA_CLUSTER_FWD=lanes32), the per-kernel GPU time,
-#           and an Nsight Compute profile of the cluster kernels as in final
+#   layouts the 16-block cluster plan at B16/I32/H128 (T=100, T=1000): its
+#           tests (tests/test_cuda_sequence.py -k cluster16), the forward's
+#           layouts side by side (sequence_timing.py --variant: default, the
+#           batch split; LLTM_CUDA_CLUSTER_FWD/_BWD=nosplit), the per-kernel
+#           GPU time, and an Nsight Compute profile of the cluster kernels as
+#           in final
 #   final   all, then an Nsight Compute profile of the cluster kernels (warp
 #           states, stall sampling per SASS line; clocks left alone), their
 #           SASS, and sequence_timing.py's default sizes
@@ -51,13 +53,16 @@ profile_cluster() {  # warp states and stall sampling per SASS line of the clust
         > "$LOGS/profile_source.csv" 2>&1
 }
 if [ "$MODE" = layouts ]; then
+    stage tests-cluster16 200 tests.log $PY -m pytest -q -rs -p no:cacheprovider \
+        tests/test_cuda_sequence.py -k cluster16
     export LLTM_CUDA_CLUSTER_BLOCKS=16
     stage timing-layouts 240 timing_layouts.log $PY scripts/sequence_timing.py --no-reference \
-        --configs $SMALL --variant "fwd lanes32:LLTM_CUDA_CLUSTER_FWD=lanes32" \
+        --configs $SMALL --variant "nosplit:LLTM_CUDA_CLUSTER_FWD=nosplit,LLTM_CUDA_CLUSTER_BWD=nosplit" \
         --json "$LOGS/timing_layouts.json"
     stage kernels 60 kernels.log $PY scripts/sequence_profile.py 16 32 128 1000 --table
     profile_cluster
     echo "--- timing_layouts"
+    grep -hE "passed|failed" "$LOGS/tests.log" | tail -1
     grep -E "^\| (B|16)|check B" "$LOGS/timing_layouts.log" | grep -v "per-step"
     grep -E "sequence_|Self CUDA time total|===" "$LOGS/kernels.log" | cut -c1-60,150-
     grep -E "cluster|Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" \

@@ -1,7 +1,8 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
 grid, B split over batch groups; per-step), float32 and bfloat16, sizes with
-padded units, two to four 16-row chunks and I = 0. Run by
+padded units, two to four 16-row chunks, the 16-block shape's batch split
+(B <= 16) and I = 0. Run by
 scripts/gpu_check.sh (mode tests) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
@@ -20,7 +21,8 @@ import lltm  # noqa: E402,F401
 from lltm import _native  # noqa: E402
 
 CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
-         "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
+         # B = 13, 2: the batch split (two clusters of 8-row chunks, one)
+         "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100), (3, 13, 4, 128)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
          "steps": [(3, 17, 5, 33)]}
 

@@ -6,8 +6,10 @@ Every route of csrc/binding/sequence_cuda.c is tested, chosen with
 LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
 H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
 LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here; and
-"cluster16-lanes32", the 16-block shape with the forward's earlier lane
-layout, LLTM_CUDA_CLUSTER_FWD=lanes32), "grid"
+"cluster16-nosplit" and "cluster16-lanes32", the 16-block shape without its
+batch split (LLTM_CUDA_CLUSTER_FWD and _BWD=nosplit: one cluster of 16-row
+chunks also for B <= 16) and with the forward's 32-lane layout
+(LLTM_CUDA_CLUSTER_FWD=lanes32)), "grid"
 (persistent kernel, cooperative grid), "steps" (per-step aten::mm +
 pointwise kernel) and "auto".
 
@@ -30,10 +32,13 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster8", "cluster16", "cluster16-lanes32", "grid", "steps"]
+ROUTES = ["auto", "cluster8", "cluster16", "cluster16-nosplit", "cluster16-lanes32", "grid",
+          "steps"]
+FORWARD16 = ("-nosplit", "-lanes32")  # route suffixes: LLTM_CUDA_CLUSTER_FWD
 CLUSTERS = ["cluster8", "cluster16"]
-SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0
-    (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4),
+SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
+    # B over one 8-row chunk (two clusters of the 16-block forward)
+    (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4), (4, 13, 5, 128),
     (3, 5, 40, 129), (2, 64, 256, 512), (2, 4, 8, 1000), (2, 3, 4, 1100),
 ]
 
@@ -41,11 +46,16 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 @pytest.fixture
 def route(request, monkeypatch):
     name = request.param
-    if name.endswith("-lanes32"):
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", "lanes32")
-        name = name[:-len("-lanes32")]
-    else:
-        monkeypatch.delenv("LLTM_CUDA_CLUSTER_FWD", raising=False)
+    suffix = next((f for f in FORWARD16 if name.endswith(f)), None)
+    monkeypatch.delenv("LLTM_CUDA_CLUSTER_FWD", raising=False)
+    monkeypatch.delenv("LLTM_CUDA_CLUSTER_BWD", raising=False)
+    if suffix == "-nosplit":
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", "nosplit")
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_BWD", "nosplit")
+    elif suffix:
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", suffix[1:])
+    if suffix:
+        name = name[:-len(suffix)]
     if name.startswith("cluster") and name != "cluster":  # the cluster plan's shape
         monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", name[len("cluster"):])
         name = "cluster"

@@ -37,15 +37,19 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
 PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1,
-         "cluster_32_4_lanes32": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
+         "cluster_32_4_lanes32": 1, "cluster_32_4_nosplit": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
          "grid_16_32": 5}
 CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
-                  "cluster_32_4_broadcast": "16", "cluster_32_4_lanes32": "16"}
-# the 16-block shape's backward: reduce-scatter, or (LLTM_CUDA_CLUSTER_BWD) broadcast
-CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast"}
-# the 16-block shape's forward: 4 lanes a unit on 2 rows of a chunk, or
-# (LLTM_CUDA_CLUSTER_FWD) 32 lanes a unit on all 16 rows, as float64 always
-CLUSTER_FWD = {"cluster_32_4_lanes32": "lanes32"}
+                  "cluster_32_4_broadcast": "16", "cluster_32_4_lanes32": "16",
+                  "cluster_32_4_nosplit": "16"}
+# the 16-block shape's backward: reduce-scatter (for B <= 16 on 8-row chunks, a
+# cluster a chunk), or (LLTM_CUDA_CLUSTER_BWD) broadcast, or nosplit
+CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast", "cluster_32_4_nosplit": "nosplit"}
+# the 16-block shape's forward: 4 lanes a unit, for B <= 16 on one row of
+# 8-row chunks, a cluster a chunk; (LLTM_CUDA_CLUSTER_FWD) nosplit: on 2 rows
+# of 16-row chunks in one cluster, as for B > 16; lanes32: 32 lanes a unit on
+# all 16 rows, as float64 always
+CLUSTER_FWD = {"cluster_32_4_lanes32": "lanes32", "cluster_32_4_nosplit": "nosplit"}
 ENVIRONMENT = {"LLTM_CUDA_CLUSTER_BLOCKS": CLUSTER_BLOCKS, "LLTM_CUDA_CLUSTER_BWD": CLUSTER_BWD,
                "LLTM_CUDA_CLUSTER_FWD": CLUSTER_FWD}
 
@@ -202,8 +206,9 @@ def _run_case(lib, plan, dtype, T, B, I, H):
 
 
 CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's units, I = 0,
-    # H a multiple of 4 (16-byte staging loads), T = 1
+    # H a multiple of 4 (16-byte staging loads), T = 1, B past one 8-row chunk
     (3, 1, 2, 5), (4, 3, 5, 17), (2, 18, 3, 9), (2, 2, 0, 3), (3, 19, 4, 12), (1, 4, 3, 10),
+    (3, 13, 2, 11),
 ]
 
 
@@ -223,13 +228,24 @@ def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
                                     ("cluster_32_4_broadcast", 128),
-                                    ("cluster_32_4_lanes32", 128), ("grid_32_16", 40),
+                                    ("cluster_32_4_lanes32", 128), ("cluster_32_4_nosplit", 128),
+                                    ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
 def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the
     cluster plan at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
     cluster_shape(plan)
     _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
+
+
+@pytest.mark.parametrize("B,H", [(16, 128), (13, 61), (9, 8)])
+def test_cluster_batch_split(emu, cluster_shape, B, H):
+    """The 16-block kernels at 8 < B <= 16: two clusters (one a chunk of 8
+    rows, the second partly padded at B = 13 and 9), each exchanging only its
+    own rows; the backward's bias sums of the two added through the
+    workspace."""
+    cluster_shape("cluster_32_4")
+    _run_case(emu, PLANS["cluster_32_4"], torch.float32, 3, B, 5, H)
 
 
 @pytest.mark.parametrize("groups", ["1", "3", None])

@@ -288,7 +288,10 @@ enum {
      * that sends every block all of dG (the 8-block shape's); the 16-block forward
      * runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
      * on all 16; LLTM_CUDA_CLUSTER_FWD=lanes32 selects that for the other
-     * dtypes too, for measurements). The name is the
+     * dtypes too, for measurements). For B <= 16 (not float64) both
+     * 16-block kernels split the batch: chunks of 8 rows, one cluster each
+     * (two clusters for B > 8; LLTM_CUDA_CLUSTER_FWD / _BWD=nosplit keep
+     * one, for measurements). The name is the
      * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
     LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
     /* cooperative grids of unit blocks x batch groups (the 16-row chunks
@@ -317,7 +320,8 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode,
  * bfloat16 carry their recurrent state in float32 (7*B*H floats; none for
  * float32/64), and the grid plans, which split B over batch groups of
  * blocks, keep each group's bias sums ([ceil(B/16), G] of the accumulation
- * type, when B > 16). */
+ * type, when B > 16), as does the cluster plan's batch split ([2, G] when
+ * 8 < B <= 16). */
 size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H);
 
 /*

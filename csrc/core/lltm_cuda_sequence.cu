@@ -22,7 +22,9 @@
  *     (non-portable; half the work per block; its forward runs 4 lanes a
  *     unit on 2 of each chunk's 16 rows, which shrinks the shuffle
  *     reduction to 6 values over 4 lanes, see sequence_forward_cluster_kernel;
- *     32 lanes a unit for float64, and its backward). Each block
+ *     32 lanes a unit for float64, and its backward; for B <= 16 both its
+ *     kernels split the batch into clusters of 8-row chunks, see
+ *     cluster_split). Each block
  *     sends its units' new state straight into the shared memory of every
  *     block of the cluster (distributed shared memory, st.async in 16-byte
  *     pieces, double-buffered by step parity) and waits on its own
@@ -723,16 +725,16 @@ __device__ __forceinline__ void send16v(const A (&v)[PK], void *dst, uint64_t *b
 #endif
 }
 
-/* Send this block's tile of one chunk to every block: tile [BC][RUNS][W]
- * (W values of the accumulation type per run, a multiple of 16 bytes) goes
- * to rows [b0, b0+BC) of `buffer`, run q of row b at buffer[b*LD + q*QS +
- * n*W] (n this block's rank). Call from every thread (after the tile is
- * complete); each sends some of the 16-byte pieces. */
-template <typename A, int RUNS, int W, int LD>
+/* Send this block's tile of one chunk to every block of its cluster: tile
+ * [CH][RUNS][W] (W values of the accumulation type per run, a multiple of 16
+ * bytes) goes to rows [b0, b0+CH) of `buffer`, run q of row b at
+ * buffer[b*LD + q*QS + n*W] (n this block's rank). Call from every thread
+ * (after the tile is complete); each sends some of the 16-byte pieces. */
+template <typename A, int RUNS, int W, int LD, int CH = BC>
 __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *bar, int64_t b0,
                                           int64_t QS, int n, int ranks, int tid)
 {
-    constexpr int PER_RUN = W * (int)sizeof(A) / 16, PER_RANK = BC * RUNS * PER_RUN;
+    constexpr int PER_RUN = W * (int)sizeof(A) / 16, PER_RANK = CH * RUNS * PER_RUN;
     static_assert(W * sizeof(A) % 16 == 0, "16-byte pieces");
     for (int e = tid; e < PER_RANK * ranks; e += NT) {
         const int rank = e / PER_RANK, piece = e % PER_RANK;
@@ -746,22 +748,31 @@ __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *ba
 /*
  * Forward recurrence, cluster plan. Lane s (tid % KS) of unit j holds
  * W_h[q*H + u, k] for k = (kv*KS + s)*VEC + e, as in sequence_forward_kernel,
- * but for RW of a chunk's 16 rows: thread tid is lane s of unit
+ * but for RW of a chunk's CH rows: thread tid is lane s of unit
  * j = (tid / KS) % U for the rows slice*RW .. slice*RW+RW-1 of each chunk,
- * slice = tid / (KS*U). RW = BC (one slice: the units of a block spread over
- * its warps, every lane of a unit on all 16 rows) is the layout of the grid
- * kernels; RW < BC puts a slice's rows on fewer lanes with more k values
- * each: the same multiply-adds per thread, but a shuffle reduction over KS
- * lanes of RW*3 partial sums instead of 32 lanes of 48 (it cost the 32x4
- * layout as many instructions as its multiply-adds). No workspace (the
+ * slice = tid / (KS*U). RW = CH = 16 (one slice: the units of a block spread
+ * over its warps, every lane of a unit on all 16 rows) is the layout of the
+ * grid kernels; RW < CH puts a slice's rows on fewer lanes with more k
+ * values each: the same multiply-adds per thread, but a shuffle reduction
+ * over KS lanes of RW*3 partial sums instead of 32 lanes of 48 (it cost the
+ * 32x4 layout as many instructions as its multiply-adds). No workspace (the
  * state stays in shared memory, in the accumulation type, also for the half
  * types).
+ *
+ * Batch groups: the grid may be several clusters of `ranks` blocks (gridDim.x
+ * = groups * ranks); cluster g takes the chunks g, g + groups, ... of CH rows
+ * (rows are independent: the clusters never meet). With CH = 8 and B <= 16
+ * that is two clusters of half the rows: half the multiply-adds a thread and
+ * half the bytes exchanged per block and step (see cluster_forward_split).
+ * Buffers hold the cluster's own rows ("local" rows lb = lc*CH + r of its
+ * chunk lc, global row b = (lc*groups + g)*CH + r).
  *   bars[2] (shared): mbarriers of the buffers
- *   hs [2][BP][LD] (shared): h_{t-1} in buffer t & 1, unit u at column u
- *   tiles [2][BC][U] (shared): this block's h_t of one chunk, to send
- *   cs [BP][U] (shared): c_{t-1} of this block's units (one lane each)
+ *   hs [2][BPL][LD] (shared): h_{t-1} of the local rows in buffer t & 1, unit
+ *                             u at column u
+ *   tiles [2][CH][U] (shared): this block's h_t of one chunk, to send
+ *   cs [BPL][U] (shared): c_{t-1} of this block's units (one lane each)
  */
-template <typename T, int KS, int KR, int RW>
+template <typename T, int KS, int KR, int RW, int CH>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                 const T *__restrict__ h0, const T *__restrict__ c0,
@@ -771,34 +782,37 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
-    constexpr int SLICES = BC / RW, U = NT / KS / SLICES, VEC = vec_of<A>::n, KP = KS * KR,
+    constexpr int SLICES = CH / RW, U = NT / KS / SLICES, VEC = vec_of<A>::n, KP = KS * KR,
                   LD = KP + VEC;
-    static_assert(KR % VEC == 0 && KS >= RW && KS <= 32 && BC % RW == 0 &&
+    static_assert(KR % VEC == 0 && KS >= RW && KS <= 32 && CH % RW == 0 && CH <= BC &&
                       NT % (KS * SLICES) == 0 && (SLICES == 1 || KS * U == 32),
                   "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int64_t BP = (B + BC - 1) / BC * BC;
+    const int ranks = (int)((H + U - 1) / U); /* blocks a cluster */
+    const int groups = (int)(gridDim.x / ranks), group = (int)(blockIdx.x / ranks);
+    const int64_t group_chunks = ((B + CH - 1) / CH - group + groups - 1) / groups;
+    const int64_t BPL = group_chunks * CH; /* this cluster's rows, padded */
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
     A *hs = reinterpret_cast<A *>(smem_raw + 16);
-    A *tiles = hs + 2 * BP * LD;
-    A *cs = tiles + 2 * BC * U;
+    A *tiles = hs + 2 * BPL * LD;
+    A *cs = tiles + 2 * CH * U;
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int tid = threadIdx.x, s = tid % KS, j = tid / KS % U, n = (int)blockIdx.x;
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS % U, n = (int)(blockIdx.x % ranks);
     const int slice = tid / (KS * U);
     const int64_t u = (int64_t)n * U + j;
-    const int ranks = (int)((H + U - 1) / U); /* the cluster: the whole grid */
     const bool unit_ok = u < H;
     const bool owner = s < RW; /* holds a row after the reduction */
     const int r = slice * RW + (s & (RW - 1)); /* that row, in its chunk */
     const int64_t G = 3 * H, BH = B * H;
-    const unsigned step_bytes = (unsigned)(BP * ranks * U * sizeof(A)); /* one buffer's fill */
+    const unsigned step_bytes = (unsigned)(BPL * ranks * U * sizeof(A)); /* one buffer's fill */
+    auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
 
     /* buffer 0 <- h0; everything else 0 (padding meets zero weights, but
      * must not hold NaN) */
-    for (int64_t e = tid; e < 2 * BP * LD; e += NT) {
-        const int64_t row = e / LD, k = e % LD;
-        hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+    for (int64_t e = tid; e < 2 * BPL * LD; e += NT) {
+        const int64_t lb = e / LD, k = e % LD, b = global_row(lb);
+        hs[e] = (lb < BPL && b < B && k < H) ? to_acc(h0[b * H + k]) : A(0);
     }
     if (tid == 0) {
         /* step t >= 1 waits for buffer t & 1; arm the first two phases */
@@ -827,10 +841,11 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         cells[t * BH + b * H + u] = from_acc<T>(c);
         output[t * BH + b * H + u] = from_acc<T>(h);
     };
-    const bool first_row_ok = owner && unit_ok && r < B; /* chunk 0: row r */
+    const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
+    const bool first_row_ok = owner && unit_ok && first_row < B;
     A n_i = 0, n_o = 0, n_z = 0; /* chunk 0's projection of the coming step */
     if (first_row_ok)
-        load_projection(0, r, n_i, n_o, n_z);
+        load_projection(0, first_row, n_i, n_o, n_z);
     cluster.sync(); /* every block running, its barriers armed, before any send */
 
     unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
@@ -840,31 +855,31 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             if (tid == 0 && t + 2 < steps)
                 mbar_expect_tx(&bars[t & 1], step_bytes); /* for step t + 2 */
         }
-        const A *h_prev = hs + (t & 1) * BP * LD;
-        A *h_next = hs + ((t + 1) & 1) * BP * LD;
+        const A *h_prev = hs + (t & 1) * BPL * LD;
+        A *h_next = hs + ((t + 1) & 1) * BPL * LD;
         const bool exchange = t + 1 < steps; /* uniform over the cluster */
         A i = 0, o = 0, z = 0, c = 0, h = 0;
         int64_t b = 0;
         bool row_ok = false;
-        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
             if (row_ok) /* the previous chunk's outputs */
                 store_outputs(t, b, i, o, z, c, h);
-            b = b0 + r;
+            b = global_row(lb0) + r;
             row_ok = owner && unit_ok && b < B;
             A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
-            if (b0 == 0 && exchange && first_row_ok) /* a whole step ahead */
-                load_projection(t + 1, r, n_i, n_o, n_z);
+            if (lb0 == 0 && exchange && first_row_ok) /* a whole step ahead */
+                load_projection(t + 1, first_row, n_i, n_o, n_z);
             if (row_ok) {
-                if (b0 > 0)
+                if (lb0 > 0)
                     load_projection(t, b, p_i, p_o, p_z);
-                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[b * U + j];
+                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[(lb0 + r) * U + j];
             }
 
             A acc[RW * 3];
 #pragma unroll
             for (int v = 0; v < RW * 3; ++v)
                 acc[v] = 0;
-            const A *rows = h_prev + (b0 + slice * RW) * LD;
+            const A *rows = h_prev + (lb0 + slice * RW) * LD;
 #pragma unroll
             for (int bb = 0; bb < RW; ++bb) {
 #pragma unroll
@@ -887,14 +902,15 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 z = elu_(acc[2] + p_z + b_z);
                 c = c_prev + i * z;
                 h = tanh_(c) * o;
-                cs[b * U + j] = c;
+                cs[(lb0 + r) * U + j] = c;
             }
             if (exchange) { /* uniform */
-                A *tile = tiles + (sent++ & 1) * BC * U;
+                A *tile = tiles + (sent++ & 1) * CH * U;
                 if (owner)
                     tile[r * U + j] = h; /* 0 for padding rows and units */
                 __syncthreads();
-                send_tile<A, 1, U, LD>(tile, h_next, &bars[(t + 1) & 1], b0, 0, n, ranks, tid);
+                send_tile<A, 1, U, LD, CH>(tile, h_next, &bars[(t + 1) & 1], lb0, 0, n, ranks,
+                                           tid);
             }
         }
         if (row_ok)
@@ -1116,14 +1132,20 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * two-buffer argument of the broadcast kernel holds unchanged (a block sends
  * reception i+1 only after it waited for reception i, which every block
  * sends after it read reception i-1 of the same parity).
+ *
+ * Batch groups as in sequence_forward_cluster_kernel: several clusters,
+ * cluster g on the chunks g, g + groups, ... of CH rows (local rows in its
+ * buffers). The bias gradient sums over every row: with groups > 1 each
+ * cluster writes its sums to bias_work [groups][3H] and the launcher adds
+ * them in group order (sum_bias_groups_kernel).
  *   bars[2] (shared): mbarriers of the receive buffers
- *   recv [2][RANKS][BP][U] (shared): the partials, by sender rank
- *   tiles [2][BC][3U] (shared): this block's dG of one chunk (i|o|z rows)
- *   dcs [BP][U] (shared): dL/dc of this block's units
+ *   recv [2][RANKS][BPL][U] (shared): the partials, by sender rank
+ *   tiles [2][CH][3U] (shared): this block's dG of one chunk (i|o|z rows)
+ *   dcs [BPL][U] (shared): dL/dc of this block's units
  */
 constexpr int RS_MAX_UNITS = 128; /* the cluster plan's H */
 
-template <typename T, int U>
+template <typename T, int U, int CH = BC>
 __global__ void __launch_bounds__(NT, 1)
 sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                     const T *__restrict__ grad_output,
@@ -1132,29 +1154,33 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                                     const T *__restrict__ weights, const T *__restrict__ cells,
                                     const T *__restrict__ gates, T *__restrict__ grad_gates,
                                     T *__restrict__ grad_bias, T *__restrict__ grad_h0,
-                                    T *__restrict__ grad_c0)
+                                    T *__restrict__ grad_c0,
+                                    typename acc_of<T>::type *__restrict__ bias_work)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int PK = 16 / (int)sizeof(A), VEC = vec_of<A>::n, R = 3 * U;
-    constexpr int RANKS = RS_MAX_UNITS / U, KG = RANKS * U / PK, RB = BC * KG / NT;
+    constexpr int RANKS = RS_MAX_UNITS / U, KG = RANKS * U / PK, RB = CH * KG / NT;
     static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NT % KG == 0 && RB >= 1 &&
-                      BC * U <= NT,
+                      CH * U <= NT && CH <= BC,
                   "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int64_t BP = (B + BC - 1) / BC * BC;
+    const int ranks = (int)((H + U - 1) / U);
+    const int groups = (int)(gridDim.x / ranks), group = (int)(blockIdx.x / ranks);
+    const int64_t group_chunks = ((B + CH - 1) / CH - group + groups - 1) / groups;
+    const int64_t BPL = group_chunks * CH; /* this cluster's rows, padded */
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
     A *recv = reinterpret_cast<A *>(smem_raw + 16);
-    A *tiles = recv + 2 * RANKS * BP * U;
-    A *dcs = tiles + 2 * BC * R;
+    A *tiles = recv + 2 * RANKS * BPL * U;
+    A *dcs = tiles + 2 * CH * R;
     cg::cluster_group cluster = cg::this_cluster();
 
-    const int tid = threadIdx.x, n = (int)blockIdx.x;
-    const int ranks = (int)((H + U - 1) / U);
+    const int tid = threadIdx.x, n = (int)(blockIdx.x % ranks);
     const int64_t HP = (int64_t)ranks * U;
     const int64_t G = 3 * H;
+    auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
     /* pointwise role */
-    const bool pointwise = tid < BC * U;
+    const bool pointwise = tid < CH * U;
     const int j = tid % U, pb = tid / U;
     const int64_t u = (int64_t)n * U + j;
     const bool unit_ok = pointwise && u < H;
@@ -1163,7 +1189,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     const int64_t k0 = (int64_t)kg * PK;
     const bool k_ok = k0 < HP; /* the piece goes to block k0 / U */
     const int dest = (int)(k0 / U), dest_off = (int)(k0 % U);
-    const unsigned step_bytes = (unsigned)(ranks * BP * U * sizeof(A)); /* one reception */
+    const unsigned step_bytes = (unsigned)(ranks * BPL * U * sizeof(A)); /* one reception */
 
     if (tid == 0) {
         /* reception i in buffer i & 1: arm receptions 1 and 2 */
@@ -1193,13 +1219,13 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     /* the partials of (reception buffer p, row b) for unit j, summed in a
      * fixed order: four chains over the ranks m = c (mod 4), then the chains
      * pairwise (a quarter of the dependent adds of one chain) */
-    auto gather = [&](int p, int64_t b) {
-        const A *src = recv + ((int64_t)p * RANKS * BP + b) * U + j;
+    auto gather = [&](int p, int64_t lb) {
+        const A *src = recv + ((int64_t)p * RANKS * BPL + lb) * U + j;
         A chain[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int m = 0; m < RANKS; ++m)
             if (m < ranks)
-                chain[m % 4] += src[(int64_t)m * BP * U];
+                chain[m % 4] += src[(int64_t)m * BPL * U];
         return (chain[0] + chain[1]) + (chain[2] + chain[3]);
     };
     auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
@@ -1212,10 +1238,11 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         drow[H + u] = from_acc<T>(d[1]);
         drow[2 * H + u] = from_acc<T>(d[2]);
     };
-    const bool first_row_ok = unit_ok && pb < B;
+    const int64_t first_row = (int64_t)group * CH + pb; /* local chunk 0: row pb */
+    const bool first_row_ok = unit_ok && first_row < B;
     A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
     if (first_row_ok)
-        load_inputs(steps - 1, pb, next);
+        load_inputs(steps - 1, first_row, next);
     cluster.sync(); /* every block running, its barriers armed, before any send */
 
     A bias_sum[3] = {0, 0, 0};
@@ -1226,28 +1253,28 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         if (!last)
             wait_for(i);
         const int p_in = (int)(i & 1), p_out = (int)((i + 1) & 1);
-        A *recv_out = recv + (int64_t)p_out * RANKS * BP * U; /* in block `dest` */
+        A *recv_out = recv + (int64_t)p_out * RANKS * BPL * U; /* in block `dest` */
         A d[3] = {0, 0, 0};
         int64_t b = 0;
         bool row_ok = false;
-        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
             if (row_ok) /* the previous chunk's outputs */
                 store_grad_gates(t, b, d);
-            b = b0 + pb;
+            b = global_row(lb0) + pb;
             row_ok = unit_ok && b < B;
             A in[7];
 #pragma unroll
             for (int q = 0; q < 7; ++q)
                 in[q] = next[q];
-            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
-                load_inputs(t - 1, pb, next);
+            if (lb0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
+                load_inputs(t - 1, first_row, next);
             A dh_rec = 0;
             if (row_ok) {
-                if (b0 > 0)
+                if (lb0 > 0)
                     load_inputs(t, b, in);
                 if (!last) {
-                    in[5] = dcs[b * U + j];
-                    dh_rec = gather(p_in, b);
+                    in[5] = dcs[(lb0 + pb) * U + j];
+                    dh_rec = gather(p_in, lb0 + pb);
                 }
             }
             d[0] = d[1] = d[2] = 0;
@@ -1255,12 +1282,12 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                 A dc;
                 backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + dh_rec, in[5], d,
                                  &dc);
-                dcs[b * U + j] = dc;
+                dcs[(lb0 + pb) * U + j] = dc;
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
                 bias_sum[2] += d[2];
             }
-            A *tile = tiles + (chunks_done++ & 1) * BC * R;
+            A *tile = tiles + (chunks_done++ & 1) * CH * R;
             if (pointwise) {
                 A *trow = tile + pb * R + j;
                 trow[0] = d[0]; /* 0 for padding rows and units */
@@ -1291,7 +1318,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                 }
 #pragma unroll
                 for (int rb = 0; rb < RB; ++rb) {
-                    A *dst = recv_out + ((int64_t)n * BP + b0 + bg * RB + rb) * U + dest_off;
+                    A *dst = recv_out + ((int64_t)n * BPL + lb0 + bg * RB + rb) * U + dest_off;
                     send16v<A, PK>(acc[rb], dst, &bars[p_out], dest);
                 }
             }
@@ -1302,11 +1329,11 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
 
     /* grad_h0 = dG_0 W_h (reception T), grad_c0 = dL/dc_0 */
     wait_for(steps);
-    for (int64_t b0 = 0; b0 < B; b0 += BC) {
-        const int64_t b = b0 + pb;
+    for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
+        const int64_t b = global_row(lb0) + pb;
         if (unit_ok && b < B) {
-            grad_h0[b * H + u] = from_acc<T>(gather((int)(steps & 1), b));
-            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
+            grad_h0[b * H + u] = from_acc<T>(gather((int)(steps & 1), lb0 + pb));
+            grad_c0[b * H + u] = from_acc<T>(dcs[(lb0 + pb) * U + j]);
         }
     }
     /* bias: each pointwise thread's row sums, added over its unit's threads
@@ -1322,9 +1349,12 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         const int64_t ur = (int64_t)n * U + tid % U;
         if (ur < H) {
             A sum = 0;
-            for (int r = 0; r < BC; ++r)
+            for (int r = 0; r < CH; ++r)
                 sum += tiles[r * R + tid];
-            grad_bias[(tid / U) * H + ur] = from_acc<T>(sum);
+            if (groups == 1)
+                grad_bias[(tid / U) * H + ur] = from_acc<T>(sum);
+            else
+                bias_work[group * G + (tid / U) * H + ur] = sum;
         }
     }
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
@@ -1403,6 +1433,22 @@ __global__ void convert_kernel(int64_t n, const typename acc_of<T>::type *__rest
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
         dst[e] = from_acc<T>(src[e]);
+}
+
+/* grad_bias[e] = the groups' sums work[g][e] added in group order (the
+ * cluster backward's batch groups) */
+template <typename T>
+__global__ void sum_bias_groups_kernel(int64_t n, int groups,
+                                       const typename acc_of<T>::type *__restrict__ work,
+                                       T *__restrict__ grad_bias)
+{
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) {
+        typename acc_of<T>::type sum = 0;
+        for (int g = 0; g < groups; ++g)
+            sum += work[g * n + e];
+        grad_bias[e] = from_acc<T>(sum);
+    }
 }
 
 /* ------------------------------------------------------------ launchers -- */
@@ -1712,10 +1758,11 @@ int run_backward(KF forward_kernel, KB kernel, int plan, int64_t steps, int64_t 
 constexpr int CLUSTER_DEFAULT_SHAPE = 1;
 constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
 
-/* units a block of the cluster forward with KS lanes a unit on RW rows */
-template <int KS, int RW> constexpr int cluster_forward_units()
+/* units a block of the cluster forward with KS lanes a unit on RW rows of
+ * CH-row chunks */
+template <int KS, int RW, int CH = BC> constexpr int cluster_forward_units()
 {
-    return NT / KS / (BC / RW);
+    return NT / KS / (CH / RW);
 }
 
 /* The 16-block forward's lane layout (sequence_forward_cluster_kernel):
@@ -1731,21 +1778,24 @@ template <typename T> bool cluster_forward_lanes32()
     return v && !strcmp(v, "lanes32");
 }
 
-/* shared memory of the cluster kernels (see "cluster kernels") */
-template <typename T> size_t cluster_forward_smem(int ks, int kr, int units, int64_t B)
+/* shared memory of the cluster kernels (see "cluster kernels"); the
+ * forward's clusters of `groups` take ceil(chunks / groups) chunks of ch
+ * rows at most */
+template <typename T>
+size_t cluster_forward_smem(int ks, int kr, int units, int64_t B, int ch = BC, int groups = 1)
 {
     typedef typename acc_of<T>::type A;
-    const int64_t rows = ceil_div(B, BC) * BC, U = units;
-    return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * BC * U +
+    const int64_t rows = ceil_div(ceil_div(B, ch), groups) * ch, U = units;
+    return 16 + sizeof(A) * (size_t)(2 * rows * (ks * kr + vec_of<A>::n) + 2 * ch * U +
                                      rows * U);
 }
 /* the reduce-scatter backward (8 units a block): see its kernel */
-template <typename T> size_t cluster_backward_rs_smem(int64_t B)
+template <typename T> size_t cluster_backward_rs_smem(int64_t B, int ch = BC, int groups = 1)
 {
     typedef typename acc_of<T>::type A;
     constexpr int U = 8, RANKS = RS_MAX_UNITS / U;
-    const int64_t rows = ceil_div(B, BC) * BC;
-    return 16 + sizeof(A) * (size_t)(2 * RANKS * rows * U + 2 * BC * 3 * U + rows * U);
+    const int64_t rows = ceil_div(ceil_div(B, ch), groups) * ch;
+    return 16 + sizeof(A) * (size_t)(2 * RANKS * rows * U + 2 * ch * 3 * U + rows * U);
 }
 
 /* The backward of the 16-block shape: the reduce-scatter kernel, unless
@@ -1779,17 +1829,18 @@ template <typename K> cudaError_t cluster_attributes(K kernel, int64_t blocks, s
     return e;
 }
 
-/* The launch of one cluster of `blocks` blocks (the whole grid), smem bytes
- * of dynamic shared memory each, on `stream`; *attr holds its cluster size. */
+/* The launch of `clusters` clusters of `blocks` blocks (the grid), smem
+ * bytes of dynamic shared memory each, on `stream`; *attr holds the cluster
+ * size. */
 cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream_t stream,
-                                  cudaLaunchAttribute *attr)
+                                  cudaLaunchAttribute *attr, int clusters = 1)
 {
     attr->id = cudaLaunchAttributeClusterDimension;
     attr->val.clusterDim.x = (unsigned)blocks;
     attr->val.clusterDim.y = 1;
     attr->val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)blocks);
+    config.gridDim = dim3((unsigned)(blocks * clusters));
     config.blockDim = dim3(NT);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
@@ -1798,9 +1849,10 @@ cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream_t stre
     return config;
 }
 
-/* Whether one cluster of `blocks` blocks of `kernel`, smem bytes each, can
- * run on `device` (sets the kernel's attributes). */
-template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, int device)
+/* Whether `clusters` clusters of `blocks` blocks of `kernel`, smem bytes
+ * each, can run at once on `device` (sets the kernel's attributes). */
+template <typename K>
+bool cluster_fits(K kernel, int64_t blocks, size_t smem, int device, int clusters = 1)
 {
     int cluster_ok = 0, optin = 0;
     if (cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
@@ -1817,12 +1869,12 @@ template <typename K> bool cluster_fits(K kernel, int64_t blocks, size_t smem, i
     }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, (const void *)kernel, &config) != cudaSuccess) {
+    int resident = 0;
+    if (cudaOccupancyMaxActiveClusters(&resident, (const void *)kernel, &config) != cudaSuccess) {
         cudaGetLastError();
         return false;
     }
-    return clusters >= 1;
+    return resident >= clusters;
 }
 
 /* the reduce-scatter backward, on the shape of 8 units a block */
@@ -1838,7 +1890,7 @@ template <typename T, int U> bool cluster_rs_fits(int64_t blocks, int64_t B, int
 template <typename T, int KS, int KR, int RW> bool cluster_forward_fits(int64_t B, int device)
 {
     constexpr int U = cluster_forward_units<KS, RW>();
-    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR, RW>, KS * KR / U,
+    return cluster_fits(sequence_forward_cluster_kernel<T, KS, KR, RW, BC>, KS * KR / U,
                         cluster_forward_smem<T>(KS, KR, U, B), device);
 }
 
@@ -1899,31 +1951,79 @@ template <typename T> int cluster_shape_for(int64_t B, int device)
                : -1;
 }
 
-/* One launch as one cluster of `blocks` blocks (the whole grid). */
+/* One launch as `clusters` clusters of `blocks` blocks (the grid). */
 template <typename... P, typename... Args>
-cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, size_t smem,
+cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, int clusters, size_t smem,
                            cudaStream_t stream, Args... args)
 {
     const cudaError_t e = cluster_attributes(kernel, blocks, smem);
     if (e != cudaSuccess)
         return e;
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = cluster_config(blocks, smem, stream, &attr);
+    const cudaLaunchConfig_t config = cluster_config(blocks, smem, stream, &attr, clusters);
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-template <typename T, int KS, int KR, int RW>
+template <typename T, int KS, int KR, int RW, int CH = BC>
 int run_forward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H, const void *h0,
                         const void *c0, const void *weights, const void *bias, void *gates,
-                        void *output, void *cells, cudaStream_t stream)
+                        void *output, void *cells, cudaStream_t stream, int groups = 1)
 {
-    constexpr int U = cluster_forward_units<KS, RW>();
+    constexpr int U = cluster_forward_units<KS, RW, CH>();
     const int64_t blocks = ceil_div(H, U), K = I + H;
     return launch_status(launch_cluster(
-        sequence_forward_cluster_kernel<T, KS, KR, RW>, blocks,
-        cluster_forward_smem<T>(KS, KR, U, B), stream, steps, B, H, K, (const T *)h0,
-        (const T *)c0, (const T *)weights, (const T *)bias, (T *)gates, (T *)output,
-        (T *)cells));
+        sequence_forward_cluster_kernel<T, KS, KR, RW, CH>, blocks, groups,
+        cluster_forward_smem<T>(KS, KR, U, B, CH, groups), stream, steps, B, H, K,
+        (const T *)h0, (const T *)c0, (const T *)weights, (const T *)bias, (T *)gates,
+        (T *)output, (T *)cells));
+}
+
+/* The 16-block shape's batch split: for B <= 16 (float accumulation), both
+ * kernels run chunks of 8 rows, one cluster each (2 for B > 8): each thread
+ * one row instead of 2 (half the multiply-adds; the forward's 4-lane
+ * layout on 1 row, the backward's products on 1 row) and half the bytes
+ * exchanged per block and step. The number of clusters, or 0 (no split: B
+ * > 16, float64, LLTM_CUDA_CLUSTER_FWD=lanes32 or nosplit for the forward,
+ * LLTM_CUDA_CLUSTER_BWD=broadcast or nosplit for the backward, or the
+ * clusters do not fit at once; cached per device and dtype like
+ * cluster_cache). */
+constexpr int SPLIT_ROWS = 8;
+enum split_kernel { SPLIT_FORWARD, SPLIT_BACKWARD };
+signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][2];
+
+template <typename T> int cluster_split(int64_t B, split_kernel kernel)
+{
+    const char *v = getenv(kernel == SPLIT_FORWARD ? "LLTM_CUDA_CLUSTER_FWD"
+                                                   : "LLTM_CUDA_CLUSTER_BWD");
+    const char *other = kernel == SPLIT_FORWARD ? "lanes32" : "broadcast";
+    if (std::is_same<T, double>::value || B > 2 * SPLIT_ROWS ||
+        (v && (!strcmp(v, other) || !strcmp(v, "nosplit"))))
+        return 0;
+    const int groups = (int)ceil_div(B, SPLIT_ROWS);
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    signed char *slot = device >= 0 && device < MAX_DEVICES
+                            ? &split_cache[device][dtype_index<T>()][kernel][groups - 1]
+                            : NULL;
+    int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (!known) {
+        constexpr int U = cluster_forward_units<4, 1, SPLIT_ROWS>(), blocks = RS_MAX_UNITS / U;
+        const bool fits =
+            kernel == SPLIT_FORWARD
+                ? cluster_fits(sequence_forward_cluster_kernel<T, 4, 32, 1, SPLIT_ROWS>, blocks,
+                               cluster_forward_smem<T>(4, 32, U, B, SPLIT_ROWS, groups), device,
+                               groups)
+                : cluster_fits(sequence_backward_cluster_rs_kernel<T, 8, SPLIT_ROWS>, blocks,
+                               cluster_backward_rs_smem<T>(B, SPLIT_ROWS, groups), device,
+                               groups);
+        known = fits ? 2 : 1;
+        if (slot)
+            __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
+    }
+    return known == 2 ? groups : 0;
 }
 
 /* the 16-block shape's forward (8 units a block) */
@@ -1933,12 +2033,46 @@ int run_forward_cluster16(int64_t steps, int64_t B, int64_t I, int64_t H, const 
                           void *output, void *cells, cudaStream_t stream)
 {
     if constexpr (!std::is_same<T, double>::value) {
-        if (!cluster_forward_lanes32<T>())
+        if (!cluster_forward_lanes32<T>()) {
+            const int groups = cluster_split<T>(B, SPLIT_FORWARD);
+            if (groups > 0)
+                return run_forward_cluster<T, 4, 32, 1, SPLIT_ROWS>(
+                    steps, B, I, H, h0, c0, weights, bias, gates, output, cells, stream, groups);
             return run_forward_cluster<T, 4, 32, 2>(steps, B, I, H, h0, c0, weights, bias,
                                                     gates, output, cells, stream);
+        }
     }
     return run_forward_cluster<T, 32, 4, BC>(steps, B, I, H, h0, c0, weights, bias, gates,
                                              output, cells, stream);
+}
+
+/* The reduce-scatter backward in `groups` clusters of chunks of CH rows;
+ * with groups > 1 the clusters' bias sums go through the workspace. */
+template <typename T, int CH>
+int run_backward_cluster_rs(int64_t steps, int64_t B, int64_t I, int64_t H, int groups,
+                            const void *grad_output, const void *grad_h_n, const void *grad_c_n,
+                            const void *weights, const void *cells, const void *gates,
+                            void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
+                            void *workspace, cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    A *bias_work = NULL;
+    if (groups > 1) {
+        if (!workspace)
+            return LLTM_ERR_ARGUMENT;
+        bias_work = (A *)((char *)workspace + half_state_bytes<T>(B, H));
+    }
+    const int status = launch_status(launch_cluster(
+        sequence_backward_cluster_rs_kernel<T, 8, CH>, ceil_div(H, 8), groups,
+        cluster_backward_rs_smem<T>(B, CH, groups), stream, steps, B, H, I + H,
+        (const T *)grad_output, (const T *)grad_h_n, (const T *)grad_c_n, (const T *)weights,
+        (const T *)cells, (const T *)gates, (T *)grad_gates, (T *)grad_bias, (T *)grad_h0,
+        (T *)grad_c0, bias_work));
+    if (status != LLTM_OK || groups == 1)
+        return status;
+    sum_bias_groups_kernel<T><<<pointwise_blocks(3 * H, 128), 128, 0, stream>>>(
+        3 * H, groups, bias_work, (T *)grad_bias);
+    return launch_status(cudaGetLastError());
 }
 
 template <typename T, int KS, int KR>
@@ -1946,20 +2080,24 @@ int run_backward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H,
                          const void *grad_output, const void *grad_h_n, const void *grad_c_n,
                          const void *weights, const void *cells, const void *gates,
                          void *grad_gates, void *grad_bias, void *grad_h0, void *grad_c0,
-                         cudaStream_t stream)
+                         void *workspace, cudaStream_t stream)
 {
     const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
     if constexpr (NT / KS == 8) {
-        if (!cluster_backward_broadcast())
-            return launch_status(launch_cluster(
-                sequence_backward_cluster_rs_kernel<T, 8>, blocks,
-                cluster_backward_rs_smem<T>(B), stream, steps, B, H, K,
-                (const T *)grad_output, (const T *)grad_h_n, (const T *)grad_c_n,
-                (const T *)weights, (const T *)cells, (const T *)gates, (T *)grad_gates,
-                (T *)grad_bias, (T *)grad_h0, (T *)grad_c0));
+        if (!cluster_backward_broadcast()) {
+            const int groups = cluster_split<T>(B, SPLIT_BACKWARD);
+            if (groups > 0)
+                return run_backward_cluster_rs<T, SPLIT_ROWS>(
+                    steps, B, I, H, groups, grad_output, grad_h_n, grad_c_n, weights, cells,
+                    gates, grad_gates, grad_bias, grad_h0, grad_c0, workspace, stream);
+            return run_backward_cluster_rs<T, BC>(steps, B, I, H, 1, grad_output, grad_h_n,
+                                                  grad_c_n, weights, cells, gates, grad_gates,
+                                                  grad_bias, grad_h0, grad_c0, workspace,
+                                                  stream);
+        }
     }
     return launch_status(launch_cluster(
-        sequence_backward_cluster_kernel<T, KS, KR>, blocks,
+        sequence_backward_cluster_kernel<T, KS, KR>, blocks, 1,
         cluster_backward_smem<T>(KS, KR, B), stream, steps, B, H, K, (const T *)grad_output,
         (const T *)grad_h_n, (const T *)grad_c_n, (const T *)weights, (const T *)cells,
         (const T *)gates, (T *)grad_gates, (T *)grad_bias, (T *)grad_h0, (T *)grad_c0));
@@ -2010,11 +2148,13 @@ int backward_dispatch(int plan, int64_t steps, int64_t B, int64_t I, int64_t H,
         case 0:
             return run_backward_cluster<T, 16, 8>(steps, B, I, H, grad_output, grad_h_n,
                                                   grad_c_n, weights, cells, gates, grad_gates,
-                                                  grad_bias, grad_h0, grad_c0, stream);
+                                                  grad_bias, grad_h0, grad_c0, workspace,
+                                                  stream);
         case 1:
             return run_backward_cluster<T, 32, 4>(steps, B, I, H, grad_output, grad_h_n,
                                                   grad_c_n, weights, cells, gates, grad_gates,
-                                                  grad_bias, grad_h0, grad_c0, stream);
+                                                  grad_bias, grad_h0, grad_c0, workspace,
+                                                  stream);
         default:
             return LLTM_ERR_ARGUMENT;
         }
@@ -2134,11 +2274,17 @@ size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64
         break;
     default: return 0;
     }
-    /* the grid plans' bias sums of each batch group (at most one a chunk) */
+    /* the grid plans' bias sums of each batch group (at most one a chunk),
+     * the cluster plan's of its two clusters when the 16-block backward
+     * splits the batch (cluster_split) */
     const int64_t chunks = ceil_div(B, BC);
     const bool grid = plan == LLTM_SEQ_PLAN_GRID_16_8 || plan == LLTM_SEQ_PLAN_GRID_32_16 ||
                       plan == LLTM_SEQ_PLAN_GRID_32_32 || plan == LLTM_SEQ_PLAN_GRID_16_32;
-    return state + (grid && chunks > 1 ? (size_t)(chunks * 3 * H) * acc : 0);
+    const bool split = plan == LLTM_SEQ_PLAN_CLUSTER_16_8 && B > SPLIT_ROWS &&
+                       B <= 2 * SPLIT_ROWS;
+    if (grid && chunks > 1)
+        return state + (size_t)(chunks * 3 * H) * acc;
+    return state + (split ? (size_t)(2 * 3 * H) * acc : 0);
 }
 
 int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t steps,

@@ -10,7 +10,9 @@
  * around a slot exchange) or the grid's (grid/cluster sync, or the split
  * cluster barrier: barrier_arrive counts the thread in and goes on,
  * barrier_wait blocks until every thread arrived in that phase); the last to
- * arrive makes the others runnable. A barrier that some threads never reach
+ * arrive makes the others runnable. A launch of several clusters (gridDim.x
+ * a multiple of the cluster size) maps ranks within each cluster; its
+ * cluster barriers meet the whole grid (stronger than the hardware's). A barrier that some threads never reach
  * is reported as a deadlock; a wait without its arrival, a second arrival
  * before the wait, a launch that ends between the two, map_shared_rank of an
  * address outside the block's dynamic shared memory or of a rank outside the
@@ -128,6 +130,7 @@ struct Grid {
     std::map<const void *, Mbarrier> mbarriers;
     dim3 grid, block;
     unsigned threads_per_block = 0;
+    unsigned cluster_blocks = 0; /* blocks a cluster (the grid, but for cluster launches) */
     std::vector<Fiber> fibers;
     std::vector<Barrier> block_barriers, warp_barriers;
     Barrier grid_barrier;
@@ -321,15 +324,18 @@ template <typename T> T *map_shared_rank(T *addr, int rank)
         report_misuse("map_shared_rank of an address outside the block's shared memory");
         return addr;
     }
-    if (rank < 0 || (size_t)rank >= g->smem.size()) {
+    if (rank < 0 || (unsigned)rank >= g->cluster_blocks) {
         report_misuse("map_shared_rank of a rank outside the cluster");
         return addr;
     }
-    return reinterpret_cast<T *>(g->smem[rank].data() + (p - mine.data()));
+    const unsigned block = current->block / g->cluster_blocks * g->cluster_blocks + (unsigned)rank;
+    return reinterpret_cast<T *>(g->smem[block].data() + (p - mine.data()));
 }
 
-/* Run body() as every thread of grid x block, all resident at once. */
-inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()> body)
+/* Run body() as every thread of grid x block, all resident at once, in
+ * clusters of `cluster` blocks (0: one, the grid). */
+inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()> body,
+                       unsigned cluster = 0)
 {
     const unsigned nt = block.x * block.y * block.z;
     const unsigned nb = grid.x * grid.y * grid.z;
@@ -339,6 +345,9 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
     state.grid = grid;
     state.block = block;
     state.threads_per_block = nt;
+    state.cluster_blocks = cluster ? cluster : nb;
+    if (nb % state.cluster_blocks != 0)
+        return last_error = cudaErrorInvalidConfiguration;
     state.body = std::move(body);
     state.fibers.resize((size_t)nb * nt);
     state.block_barriers.resize(nb);
@@ -523,7 +532,8 @@ inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *kernel,
             blocks = config->attrs[a].val.clusterDim.x;
     if (blocks > 16)
         return emu::last_error = cudaErrorInvalidValue;
-    *n = emu::cluster_size_ok(kernel, blocks) ? 1 : 0;
+    /* one block an SM, 132 SMs (an H100 SXM holds 7 clusters of 16 or more) */
+    *n = emu::cluster_size_ok(kernel, blocks) ? (int)(132 / blocks < 7 ? 132 / blocks : 7) : 0;
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind,
@@ -553,11 +563,11 @@ inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*k
     for (unsigned a = 0; a < config->numAttrs; ++a)
         if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
             blocks = config->attrs[a].val.clusterDim.x;
-    /* the emulation runs one cluster: the whole grid */
-    if (blocks != config->gridDim.x || config->gridDim.y != 1 || config->gridDim.z != 1 ||
+    /* clusters of `blocks` along x */
+    if (config->gridDim.x % blocks != 0 || config->gridDim.y != 1 || config->gridDim.z != 1 ||
         !emu::cluster_size_ok((const void *)kernel, blocks))
         return emu::last_error = cudaErrorInvalidConfiguration;
     std::tuple<P...> params(static_cast<P>(args)...);
     return emu::run(config->gridDim, config->blockDim, config->dynamicSmemBytes,
-                    [&] { std::apply(kernel, params); });
+                    [&] { std::apply(kernel, params); }, blocks);
 }
