@@ -13,10 +13,10 @@
 #           tests/test_cuda_sequence.py
 #   layouts the 16-block cluster plan at B16/I32/H128 (T=100, T=1000): its
 #           tests (tests/test_cuda_sequence.py -k cluster16), the forward's
-#           layouts side by side (sequence_timing.py --variant: default, the
-#           batch split; LLTM_CUDA_CLUSTER_FWD/_BWD=nosplit), the per-kernel
-#           GPU time, and an Nsight Compute profile of the cluster kernels as
-#           in final
+#           batch splits side by side (sequence_timing.py --variant: default,
+#           4-row clusters; LLTM_CUDA_CLUSTER_SPLIT=8; LLTM_CUDA_CLUSTER_FWD/
+#           _BWD=nosplit), the per-kernel GPU time, and an Nsight Compute
+#           profile of the cluster kernels as in final
 #   final   all, then an Nsight Compute profile of the cluster kernels (warp
 #           states, stall sampling per SASS line; clocks left alone), their
 #           SASS, and sequence_timing.py's default sizes
@@ -57,7 +57,8 @@ if [ "$MODE" = layouts ]; then
         tests/test_cuda_sequence.py -k cluster16
     export LLTM_CUDA_CLUSTER_BLOCKS=16
     stage timing-layouts 240 timing_layouts.log $PY scripts/sequence_timing.py --no-reference \
-        --configs $SMALL --variant "nosplit:LLTM_CUDA_CLUSTER_FWD=nosplit,LLTM_CUDA_CLUSTER_BWD=nosplit" \
+        --configs $SMALL --variant "split8:LLTM_CUDA_CLUSTER_SPLIT=8" \
+        --variant "nosplit:LLTM_CUDA_CLUSTER_FWD=nosplit,LLTM_CUDA_CLUSTER_BWD=nosplit" \
         --json "$LOGS/timing_layouts.json"
     stage kernels 60 kernels.log $PY scripts/sequence_profile.py 16 32 128 1000 --table
     profile_cluster

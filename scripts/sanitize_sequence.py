@@ -21,7 +21,7 @@ import lltm  # noqa: E402,F401
 from lltm import _native  # noqa: E402
 
 CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
-         # B = 13, 2: the batch split (two clusters of 8-row chunks, one)
+         # B = 13, 2: the batch split (four clusters of 4-row chunks, one)
          "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100), (3, 13, 4, 128)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
          "steps": [(3, 17, 5, 33)]}

@@ -6,10 +6,11 @@ Every route of csrc/binding/sequence_cuda.c is tested, chosen with
 LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
 H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
 LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here; and
-"cluster16-nosplit" and "cluster16-lanes32", the 16-block shape without its
-batch split (LLTM_CUDA_CLUSTER_FWD and _BWD=nosplit: one cluster of 16-row
-chunks also for B <= 16) and with the forward's 32-lane layout
-(LLTM_CUDA_CLUSTER_FWD=lanes32)), "grid"
+"cluster16-split8", "cluster16-nosplit" and "cluster16-lanes32", the
+16-block shape with its batch split in 8-row chunks instead of 4
+(LLTM_CUDA_CLUSTER_SPLIT=8), without it (LLTM_CUDA_CLUSTER_FWD and
+_BWD=nosplit: one cluster of 16-row chunks also for B <= 16) and with the
+forward's 32-lane layout (LLTM_CUDA_CLUSTER_FWD=lanes32)), "grid"
 (persistent kernel, cooperative grid), "steps" (per-step aten::mm +
 pointwise kernel) and "auto".
 
@@ -32,12 +33,12 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster8", "cluster16", "cluster16-nosplit", "cluster16-lanes32", "grid",
-          "steps"]
-FORWARD16 = ("-nosplit", "-lanes32")  # route suffixes: LLTM_CUDA_CLUSTER_FWD
+ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit",
+          "cluster16-lanes32", "grid", "steps"]
+FORWARD16 = ("-split8", "-nosplit", "-lanes32")  # route suffixes, see the route fixture
 CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
-    # B over one 8-row chunk (two clusters of the 16-block forward)
+    # B over one 8-row chunk (clusters of 4 or 8 rows of the 16-block kernels)
     (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4), (4, 13, 5, 128),
     (3, 5, 40, 129), (2, 64, 256, 512), (2, 4, 8, 1000), (2, 3, 4, 1100),
 ]
@@ -47,9 +48,11 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 def route(request, monkeypatch):
     name = request.param
     suffix = next((f for f in FORWARD16 if name.endswith(f)), None)
-    monkeypatch.delenv("LLTM_CUDA_CLUSTER_FWD", raising=False)
-    monkeypatch.delenv("LLTM_CUDA_CLUSTER_BWD", raising=False)
-    if suffix == "-nosplit":
+    for variable in ("LLTM_CUDA_CLUSTER_FWD", "LLTM_CUDA_CLUSTER_BWD", "LLTM_CUDA_CLUSTER_SPLIT"):
+        monkeypatch.delenv(variable, raising=False)
+    if suffix == "-split8":
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_SPLIT", "8")
+    elif suffix == "-nosplit":
         monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", "nosplit")
         monkeypatch.setenv("LLTM_CUDA_CLUSTER_BWD", "nosplit")
     elif suffix:

@@ -37,21 +37,24 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
 PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1,
-         "cluster_32_4_lanes32": 1, "cluster_32_4_nosplit": 1, "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
+         "cluster_32_4_lanes32": 1, "cluster_32_4_nosplit": 1, "cluster_32_4_split8": 1,
+         "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
          "grid_16_32": 5}
 CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
                   "cluster_32_4_broadcast": "16", "cluster_32_4_lanes32": "16",
-                  "cluster_32_4_nosplit": "16"}
+                  "cluster_32_4_nosplit": "16", "cluster_32_4_split8": "16"}
 # the 16-block shape's backward: reduce-scatter (for B <= 16 on 8-row chunks, a
 # cluster a chunk), or (LLTM_CUDA_CLUSTER_BWD) broadcast, or nosplit
 CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast", "cluster_32_4_nosplit": "nosplit"}
-# the 16-block shape's forward: 4 lanes a unit, for B <= 16 on one row of
-# 8-row chunks, a cluster a chunk; (LLTM_CUDA_CLUSTER_FWD) nosplit: on 2 rows
-# of 16-row chunks in one cluster, as for B > 16; lanes32: 32 lanes a unit on
-# all 16 rows, as float64 always
+# the 16-block shape's forward: for B <= 16 a cluster a chunk of 4 rows (8
+# lanes a unit on one row), or of 8 (LLTM_CUDA_CLUSTER_SPLIT=8: 4 lanes on
+# one row); (LLTM_CUDA_CLUSTER_FWD) nosplit: 4 lanes on 2 rows of 16-row
+# chunks in one cluster, as for B > 16; lanes32: 32 lanes a unit on all 16
+# rows, as float64 always
 CLUSTER_FWD = {"cluster_32_4_lanes32": "lanes32", "cluster_32_4_nosplit": "nosplit"}
+CLUSTER_SPLIT = {"cluster_32_4_split8": "8"}
 ENVIRONMENT = {"LLTM_CUDA_CLUSTER_BLOCKS": CLUSTER_BLOCKS, "LLTM_CUDA_CLUSTER_BWD": CLUSTER_BWD,
-               "LLTM_CUDA_CLUSTER_FWD": CLUSTER_FWD}
+               "LLTM_CUDA_CLUSTER_FWD": CLUSTER_FWD, "LLTM_CUDA_CLUSTER_SPLIT": CLUSTER_SPLIT}
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -238,14 +241,15 @@ def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
     _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
 
 
-@pytest.mark.parametrize("B,H", [(16, 128), (13, 61), (9, 8)])
-def test_cluster_batch_split(emu, cluster_shape, B, H):
-    """The 16-block kernels at 8 < B <= 16: two clusters (one a chunk of 8
-    rows, the second partly padded at B = 13 and 9), each exchanging only its
-    own rows; the backward's bias sums of the two added through the
+@pytest.mark.parametrize("plan", ["cluster_32_4", "cluster_32_4_split8"])
+@pytest.mark.parametrize("B,H", [(16, 128), (13, 61), (6, 8)])
+def test_cluster_batch_split(emu, cluster_shape, plan, B, H):
+    """The 16-block kernels at B <= 16: a cluster a chunk of 4 rows (or 8),
+    the last one partly padded at B = 13 and 6, each exchanging only its own
+    rows; the backward's bias sums of the clusters added through the
     workspace."""
-    cluster_shape("cluster_32_4")
-    _run_case(emu, PLANS["cluster_32_4"], torch.float32, 3, B, 5, H)
+    cluster_shape(plan)
+    _run_case(emu, PLANS[plan], torch.float32, 3, B, 5, H)
 
 
 @pytest.mark.parametrize("groups", ["1", "3", None])

@@ -196,8 +196,8 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
     CUDAGuardHandle guard = NULL;
     void *stream = NULL;
     AtenTensorHandle handles[LLTM_SEQ_BWD_NARGS], d_input, d_weights, d_bias, d_h0, d_c0,
-        d_gates, h_prev;
-    void *d_weights_data, *d_bias_data, *d_h0_data, *d_c0_data, *d_gates_data, *h_prev_data;
+        d_gates, hx;
+    void *d_weights_data, *d_bias_data, *d_h0_data, *d_c0_data, *d_gates_data, *hx_data;
     lltm_tensor a[LLTM_SEQ_BWD_NARGS];
     lltm_sequence_dims d;
     int plan = LLTM_SEQ_PLAN_STEPS;
@@ -212,7 +212,7 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
 
     const int64_t T = d.T, B = d.B, I = d.I, H = d.H, G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = lltm_dtype_size(d.dtype), state_bytes = (size_t)(B * H) * elem;
-    const int64_t steps_I[3] = {T, B, I}, steps_G[3] = {T, B, G}, steps_H[3] = {T, B, H};
+    const int64_t steps_I[3] = {T, B, I}, steps_G[3] = {T, B, G}, steps_K[2] = {T * B, K};
     const int64_t W_sizes[2] = {G, K}, bias_size[1] = {G}, state[2] = {B, H};
     const lltm_tensor *weights = &a[LLTM_SEQ_BWD_WEIGHTS];
     const void *grad_output = a[LLTM_SEQ_BWD_GRAD_OUTPUT].data;
@@ -239,7 +239,7 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
     }
 
     if (lltm_empty(3, steps_G, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
-        lltm_empty(3, steps_H, &a[0], &owned, &h_prev, &h_prev_data, &err) ||
+        lltm_empty(2, steps_K, &a[0], &owned, &hx, &hx_data, &err) ||
         choose_plan(&d, &plan, &err))
         goto fail;
 
@@ -288,28 +288,31 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
             goto fail;
     }
 
-    /* h_prev [T*B,H] = [h0; h_1 .. h_{T-1}] = h0, then output[0 .. T-2] */
-    if (cuda_call(lltm_cuda_copy(h_prev_data, a[LLTM_SEQ_BWD_H0].data, state_bytes, stream),
-                  "lltm_cuda_copy", &err) ||
-        cuda_call(lltm_cuda_copy(at(h_prev_data, B * H, elem), a[LLTM_SEQ_BWD_OUTPUT].data,
-                                 (size_t)((T - 1) * B * H) * elem, stream),
-                  "lltm_cuda_copy", &err))
+    /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns: h_prev =
+     * [h0; h_1 .. h_{T-1}] = h0, then output[0 .. T-2] (one matrix product
+     * for all of dW instead of two: one dispatcher call less, ~40 us of host
+     * time on the GPU machine) */
+    const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem, row_I = (size_t)I * elem;
+    if (cuda_call(lltm_cuda_copy_2d(hx_data, row_K, a[LLTM_SEQ_BWD_H0].data, row_H, row_H,
+                                    (size_t)B, stream), "lltm_cuda_copy_2d", &err) ||
+        cuda_call(lltm_cuda_copy_2d(at(hx_data, B * K, elem), row_K,
+                                    a[LLTM_SEQ_BWD_OUTPUT].data, row_H, row_H,
+                                    (size_t)((T - 1) * B), stream), "lltm_cuda_copy_2d", &err) ||
+        cuda_call(lltm_cuda_copy_2d(at(hx_data, H, elem), row_K, a[LLTM_SEQ_BWD_INPUT].data,
+                                    row_I, row_I, (size_t)TB, stream), "lltm_cuda_copy_2d", &err))
         goto fail;
     {
         const lltm_matrix dG_t = lltm_transposed(lltm_rows(d_gates, 0, TB, G, G));
         const lltm_matrix dG = lltm_rows(d_gates, 0, TB, G, G);
-        const lltm_matrix hs = lltm_rows(h_prev, 0, TB, H, H);
-        const lltm_matrix dW_h = lltm_rows(d_weights, 0, G, H, K);
-        /* dW_h = dG^T h_prev, dW_x = dG^T x, dx = dG W_x: all steps at once */
-        if (lltm_mm_matrices(&dG_t, &hs, &dW_h, &err))
+        const lltm_matrix hxm = lltm_rows(hx, 0, TB, K, K);
+        const lltm_matrix dW = lltm_rows(d_weights, 0, G, K, K);
+        /* dW = dG^T [h_prev | x], dx = dG W_x: all steps at once */
+        if (lltm_mm_matrices(&dG_t, &hxm, &dW, &err))
             goto fail;
         if (I > 0) {
-            const lltm_matrix x = lltm_rows(a[LLTM_SEQ_BWD_INPUT].handle, 0, TB, I, I);
             const lltm_matrix W_x = lltm_rows(weights->handle, H, G, I, K);
-            const lltm_matrix dW_x = lltm_rows(d_weights, H, G, I, K);
             const lltm_matrix dx = lltm_rows(d_input, 0, TB, I, I);
-            if (lltm_mm_matrices(&dG_t, &x, &dW_x, &err) ||
-                lltm_mm_matrices(&dG, &W_x, &dx, &err))
+            if (lltm_mm_matrices(&dG, &W_x, &dx, &err))
                 goto fail;
         }
     }

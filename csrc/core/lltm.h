@@ -289,9 +289,9 @@ enum {
      * runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
      * on all 16; LLTM_CUDA_CLUSTER_FWD=lanes32 selects that for the other
      * dtypes too, for measurements). For B <= 16 (not float64) both
-     * 16-block kernels split the batch: chunks of 8 rows, one cluster each
-     * (two clusters for B > 8; LLTM_CUDA_CLUSTER_FWD / _BWD=nosplit keep
-     * one, for measurements). The name is the
+     * 16-block kernels split the batch: chunks of 4 rows (8 where that many
+     * clusters do not fit, or LLTM_CUDA_CLUSTER_SPLIT=8), one cluster each;
+     * LLTM_CUDA_CLUSTER_FWD / _BWD=nosplit keep one, for measurements. The name is the
      * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
     LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
     /* cooperative grids of unit blocks x batch groups (the 16-row chunks
@@ -320,8 +320,8 @@ int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode,
  * bfloat16 carry their recurrent state in float32 (7*B*H floats; none for
  * float32/64), and the grid plans, which split B over batch groups of
  * blocks, keep each group's bias sums ([ceil(B/16), G] of the accumulation
- * type, when B > 16), as does the cluster plan's batch split ([2, G] when
- * 8 < B <= 16). */
+ * type, when B > 16), as does the cluster plan's batch split
+ * ([ceil(B/4), G] when 4 < B <= 16). */
 size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H);
 
 /*
@@ -376,8 +376,11 @@ int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
 int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src,
                                void *dst, void *stream);
 
-/* Stream-ordered device-to-device copy and zero fill. */
+/* Stream-ordered device-to-device copy and zero fill; copy_2d: `rows` rows
+ * of `bytes` each, src rows src_pitch bytes apart, dst rows dst_pitch. */
 int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
+int lltm_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                      size_t bytes, size_t rows, void *stream);
 int lltm_cuda_zero(void *dst, size_t bytes, void *stream);
 
 #ifdef __cplusplus

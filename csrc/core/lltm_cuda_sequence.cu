@@ -23,7 +23,7 @@
  *     unit on 2 of each chunk's 16 rows, which shrinks the shuffle
  *     reduction to 6 values over 4 lanes, see sequence_forward_cluster_kernel;
  *     32 lanes a unit for float64, and its backward; for B <= 16 both its
- *     kernels split the batch into clusters of 8-row chunks, see
+ *     kernels split the batch into clusters of 4-row chunks, see
  *     cluster_split). Each block
  *     sends its units' new state straight into the shared memory of every
  *     block of the cluster (distributed shared memory, st.async in 16-byte
@@ -761,9 +761,10 @@ __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *ba
  *
  * Batch groups: the grid may be several clusters of `ranks` blocks (gridDim.x
  * = groups * ranks); cluster g takes the chunks g, g + groups, ... of CH rows
- * (rows are independent: the clusters never meet). With CH = 8 and B <= 16
- * that is two clusters of half the rows: half the multiply-adds a thread and
- * half the bytes exchanged per block and step (see cluster_forward_split).
+ * (rows are independent: the clusters never meet). With CH = 4 (8 lanes a
+ * unit on 1 row) and B = 16 that is four clusters of a quarter of the rows:
+ * a quarter of the multiply-adds a thread, a quarter of the bytes exchanged
+ * per block and step (see cluster_split).
  * Buffers hold the cluster's own rows ("local" rows lb = lc*CH + r of its
  * chunk lc, global row b = (lc*groups + g)*CH + r).
  *   bars[2] (shared): mbarriers of the buffers
@@ -785,7 +786,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     constexpr int SLICES = CH / RW, U = NT / KS / SLICES, VEC = vec_of<A>::n, KP = KS * KR,
                   LD = KP + VEC;
     static_assert(KR % VEC == 0 && KS >= RW && KS <= 32 && CH % RW == 0 && CH <= BC &&
-                      NT % (KS * SLICES) == 0 && (SLICES == 1 || KS * U == 32),
+                      NT % (KS * SLICES) == 0 && (SLICES == 1 || KS * U % 32 == 0),
                   "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int ranks = (int)((H + U - 1) / U); /* blocks a cluster */
@@ -1160,9 +1161,12 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int PK = 16 / (int)sizeof(A), VEC = vec_of<A>::n, R = 3 * U;
-    constexpr int RANKS = RS_MAX_UNITS / U, KG = RANKS * U / PK, RB = CH * KG / NT;
-    static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NT % KG == 0 && RB >= 1 &&
-                      CH * U <= NT && CH <= BC,
+    /* RB rows a product thread: 1 where a chunk has fewer rows than the
+     * threads cover (CH * KG < NT; the rest of the threads idle then) */
+    constexpr int RANKS = RS_MAX_UNITS / U, KG = RANKS * U / PK;
+    constexpr int RB = CH * KG >= NT ? CH * KG / NT : 1;
+    static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NT % KG == 0 &&
+                      (CH * KG % NT == 0 || NT % (CH * KG) == 0) && CH * U <= NT && CH <= BC,
                   "configuration");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int ranks = (int)((H + U - 1) / U);
@@ -1187,7 +1191,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     /* product role */
     const int kg = tid % KG, bg = tid / KG;
     const int64_t k0 = (int64_t)kg * PK;
-    const bool k_ok = k0 < HP; /* the piece goes to block k0 / U */
+    const bool k_ok = k0 < HP && bg * RB < CH; /* the piece goes to block k0 / U */
     const int dest = (int)(k0 / U), dest_off = (int)(k0 % U);
     const unsigned step_bytes = (unsigned)(ranks * BPL * U * sizeof(A)); /* one reception */
 
@@ -1979,51 +1983,66 @@ int run_forward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H, const vo
 }
 
 /* The 16-block shape's batch split: for B <= 16 (float accumulation), both
- * kernels run chunks of 8 rows, one cluster each (2 for B > 8): each thread
- * one row instead of 2 (half the multiply-adds; the forward's 4-lane
- * layout on 1 row, the backward's products on 1 row) and half the bytes
- * exchanged per block and step. The number of clusters, or 0 (no split: B
- * > 16, float64, LLTM_CUDA_CLUSTER_FWD=lanes32 or nosplit for the forward,
- * LLTM_CUDA_CLUSTER_BWD=broadcast or nosplit for the backward, or the
- * clusters do not fit at once; cached per device and dtype like
- * cluster_cache). */
-constexpr int SPLIT_ROWS = 8;
+ * kernels run chunks of SPLIT_ROWS = 4 rows (else 8, where that many
+ * clusters do not fit at once), one cluster of 16 blocks each: fewer
+ * multiply-adds a thread (the forward: 8 lanes a unit on 1 row of 4, or 4
+ * lanes on 1 row of 8; the backward's products on 1 row) and fewer bytes
+ * exchanged per block and step. The chunk rows (*rows) and the number of
+ * clusters, or 0 (no split: B > 16, float64, LLTM_CUDA_CLUSTER_FWD=lanes32
+ * or nosplit for the forward, LLTM_CUDA_CLUSTER_BWD=broadcast or nosplit for
+ * the backward, LLTM_CUDA_CLUSTER_SPLIT=8 for chunks of 8 (measurements), or
+ * no split fits; cached per device and dtype like cluster_cache). */
+constexpr int SPLIT_ROWS = 4, SPLIT_MAX_ROWS = 16;
 enum split_kernel { SPLIT_FORWARD, SPLIT_BACKWARD };
-signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][2];
+signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][2][SPLIT_MAX_ROWS / SPLIT_ROWS];
 
-template <typename T> int cluster_split(int64_t B, split_kernel kernel)
+template <typename T, int CH> bool cluster_split_fits(int64_t B, split_kernel kernel, int device)
+{
+    constexpr int blocks = RS_MAX_UNITS / 8; /* 8 units a block, H = 128 */
+    constexpr int KS = NT / 8 / CH;          /* the forward: one row a thread */
+    const int groups = (int)ceil_div(B, CH);
+    if (kernel == SPLIT_FORWARD)
+        return cluster_fits(sequence_forward_cluster_kernel<T, KS, RS_MAX_UNITS / KS, 1, CH>,
+                            blocks, cluster_forward_smem<T>(KS, RS_MAX_UNITS / KS, 8, B, CH, groups),
+                            device, groups);
+    return cluster_fits(sequence_backward_cluster_rs_kernel<T, 8, CH>, blocks,
+                        cluster_backward_rs_smem<T>(B, CH, groups), device, groups);
+}
+
+template <typename T> int cluster_split(int64_t B, split_kernel kernel, int *rows)
 {
     const char *v = getenv(kernel == SPLIT_FORWARD ? "LLTM_CUDA_CLUSTER_FWD"
                                                    : "LLTM_CUDA_CLUSTER_BWD");
     const char *other = kernel == SPLIT_FORWARD ? "lanes32" : "broadcast";
-    if (std::is_same<T, double>::value || B > 2 * SPLIT_ROWS ||
+    if (std::is_same<T, double>::value || B > SPLIT_MAX_ROWS ||
         (v && (!strcmp(v, other) || !strcmp(v, "nosplit"))))
         return 0;
-    const int groups = (int)ceil_div(B, SPLIT_ROWS);
+    const char *forced = getenv("LLTM_CUDA_CLUSTER_SPLIT");
+    const bool eight_only = forced && !strcmp(forced, "8");
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    signed char *slot = device >= 0 && device < MAX_DEVICES
-                            ? &split_cache[device][dtype_index<T>()][kernel][groups - 1]
-                            : NULL;
-    int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
-    if (!known) {
-        constexpr int U = cluster_forward_units<4, 1, SPLIT_ROWS>(), blocks = RS_MAX_UNITS / U;
-        const bool fits =
-            kernel == SPLIT_FORWARD
-                ? cluster_fits(sequence_forward_cluster_kernel<T, 4, 32, 1, SPLIT_ROWS>, blocks,
-                               cluster_forward_smem<T>(4, 32, U, B, SPLIT_ROWS, groups), device,
-                               groups)
-                : cluster_fits(sequence_backward_cluster_rs_kernel<T, 8, SPLIT_ROWS>, blocks,
-                               cluster_backward_rs_smem<T>(B, SPLIT_ROWS, groups), device,
-                               groups);
-        known = fits ? 2 : 1;
-        if (slot)
-            __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
+    for (int ch = eight_only ? 8 : SPLIT_ROWS; ch <= 8; ch *= 2) {
+        signed char *slot = device >= 0 && device < MAX_DEVICES
+                                ? &split_cache[device][dtype_index<T>()][kernel][ch / 8]
+                                              [ceil_div(B, SPLIT_ROWS) - 1]
+                                : NULL;
+        int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+        if (!known) {
+            const bool fits = ch == 4 ? cluster_split_fits<T, 4>(B, kernel, device)
+                                      : cluster_split_fits<T, 8>(B, kernel, device);
+            known = fits ? 2 : 1;
+            if (slot)
+                __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
+        }
+        if (known == 2) {
+            *rows = ch;
+            return (int)ceil_div(B, ch);
+        }
     }
-    return known == 2 ? groups : 0;
+    return 0;
 }
 
 /* the 16-block shape's forward (8 units a block) */
@@ -2034,9 +2053,13 @@ int run_forward_cluster16(int64_t steps, int64_t B, int64_t I, int64_t H, const 
 {
     if constexpr (!std::is_same<T, double>::value) {
         if (!cluster_forward_lanes32<T>()) {
-            const int groups = cluster_split<T>(B, SPLIT_FORWARD);
+            int rows = 0;
+            const int groups = cluster_split<T>(B, SPLIT_FORWARD, &rows);
+            if (groups > 0 && rows == 4)
+                return run_forward_cluster<T, 8, 16, 1, 4>(
+                    steps, B, I, H, h0, c0, weights, bias, gates, output, cells, stream, groups);
             if (groups > 0)
-                return run_forward_cluster<T, 4, 32, 1, SPLIT_ROWS>(
+                return run_forward_cluster<T, 4, 32, 1, 8>(
                     steps, B, I, H, h0, c0, weights, bias, gates, output, cells, stream, groups);
             return run_forward_cluster<T, 4, 32, 2>(steps, B, I, H, h0, c0, weights, bias,
                                                     gates, output, cells, stream);
@@ -2085,9 +2108,14 @@ int run_backward_cluster(int64_t steps, int64_t B, int64_t I, int64_t H,
     const int64_t blocks = ceil_div(H, NT / KS), K = I + H;
     if constexpr (NT / KS == 8) {
         if (!cluster_backward_broadcast()) {
-            const int groups = cluster_split<T>(B, SPLIT_BACKWARD);
+            int rows = 0;
+            const int groups = cluster_split<T>(B, SPLIT_BACKWARD, &rows);
+            if (groups > 0 && rows == 4)
+                return run_backward_cluster_rs<T, 4>(
+                    steps, B, I, H, groups, grad_output, grad_h_n, grad_c_n, weights, cells,
+                    gates, grad_gates, grad_bias, grad_h0, grad_c0, workspace, stream);
             if (groups > 0)
-                return run_backward_cluster_rs<T, SPLIT_ROWS>(
+                return run_backward_cluster_rs<T, 8>(
                     steps, B, I, H, groups, grad_output, grad_h_n, grad_c_n, weights, cells,
                     gates, grad_gates, grad_bias, grad_h0, grad_c0, workspace, stream);
             return run_backward_cluster_rs<T, BC>(steps, B, I, H, 1, grad_output, grad_h_n,
@@ -2275,16 +2303,16 @@ size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64
     default: return 0;
     }
     /* the grid plans' bias sums of each batch group (at most one a chunk),
-     * the cluster plan's of its two clusters when the 16-block backward
-     * splits the batch (cluster_split) */
+     * the cluster plan's of its clusters when the 16-block backward splits
+     * the batch (cluster_split: at most one a SPLIT_ROWS chunk) */
     const int64_t chunks = ceil_div(B, BC);
     const bool grid = plan == LLTM_SEQ_PLAN_GRID_16_8 || plan == LLTM_SEQ_PLAN_GRID_32_16 ||
                       plan == LLTM_SEQ_PLAN_GRID_32_32 || plan == LLTM_SEQ_PLAN_GRID_16_32;
     const bool split = plan == LLTM_SEQ_PLAN_CLUSTER_16_8 && B > SPLIT_ROWS &&
-                       B <= 2 * SPLIT_ROWS;
+                       B <= SPLIT_MAX_ROWS;
     if (grid && chunks > 1)
         return state + (size_t)(chunks * 3 * H) * acc;
-    return state + (split ? (size_t)(2 * 3 * H) * acc : 0);
+    return state + (split ? (size_t)(ceil_div(B, SPLIT_ROWS) * 3 * H) * acc : 0);
 }
 
 int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t steps,
@@ -2357,6 +2385,17 @@ int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream)
         return LLTM_OK;
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream) ==
                    cudaSuccess
+               ? LLTM_OK
+               : (cudaGetLastError(), LLTM_ERR_CUDA);
+}
+
+int lltm_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                      size_t bytes, size_t rows, void *stream)
+{
+    if (bytes == 0 || rows == 0)
+        return LLTM_OK;
+    return cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, bytes, rows,
+                             cudaMemcpyDeviceToDevice, (cudaStream_t)stream) == cudaSuccess
                ? LLTM_OK
                : (cudaGetLastError(), LLTM_ERR_CUDA);
 }

@@ -542,6 +542,13 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMem
     memcpy(dst, src, n);
     return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                     size_t width, size_t height, cudaMemcpyKind, cudaStream_t)
+{
+    for (size_t r = 0; r < height; ++r)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t)
 {
     memset(dst, v, n);
