@@ -16,8 +16,9 @@
  *                   cp.async.bulk (shared::cta -> shared::cluster) of all
  *                   `bytes` per destination, issued by thread `rank`
  *
- * Every received word is checked on the last step (the sender's rank and
- * step). Prints us per step = (time(steps) - time(10)) / (steps - 10),
+ * The mbarrier and st.async calls are the sequence kernels' own
+ * (csrc/core/lltm_cuda_cluster.cuh). Every received word is checked on the
+ * last step (the sender's rank and step). Prints us per step = (time(steps) - time(10)) / (steps - 10),
  * CUDA events, median of 15 runs.
  *
  *   nvcc -O3 -std=c++17 -arch=sm_90 scripts/exchange_bench.cu -o /tmp/exchange_bench
@@ -25,6 +26,8 @@
  */
 #include <cooperative_groups.h>
 #include <cstdint>
+
+#include "../csrc/core/lltm_cuda_cluster.cuh" /* the kernels' mbarrier and st.async */
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -44,42 +47,11 @@ namespace cg = cooperative_groups;
 constexpr int NT = 256;
 constexpr int MAX_BYTES = 2048; /* per destination */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 __device__ __forceinline__ uint32_t mapa(uint32_t a, int rank)
 {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
     return r;
-}
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "W_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra W_%=;\n}" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void st_async16(uint32_t dst, uint4 v, uint32_t bar)
-{
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], "
-                 "{%1, %2, %3, %4}, [%5];" ::"r"(dst),
-                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
-                 : "memory");
 }
 __device__ __forceinline__ void bulk_copy(uint32_t dst, uint32_t src, unsigned bytes, uint32_t bar)
 {
@@ -146,11 +118,12 @@ exchange_kernel(int mode, int steps, int bytes, int work, unsigned *errors)
         const int p = (t + 1) & 1;
         const uint32_t dst0 = smem_addr(recv + ((size_t)p * ranks + n) * bytes);
         const uint32_t bar = smem_addr(&bars[p]);
+        unsigned char *dst = recv + ((size_t)p * ranks + n) * bytes;
         if (mode == 1) {
+            const float v = __uint_as_float(value), piece4[4] = {v, v, v, v};
             for (int e = tid; e < pieces * ranks; e += NT) {
                 const int rank = e / pieces, piece = e % pieces;
-                st_async16(mapa(dst0 + piece * 16, rank), make_uint4(value, value, value, value),
-                           mapa(bar, rank));
+                send16v<float, 4>(piece4, dst + piece * 16, &bars[p], rank);
             }
             continue;
         }
@@ -165,8 +138,7 @@ exchange_kernel(int mode, int steps, int bytes, int work, unsigned *errors)
         if (mode == 0) {
             for (int e = tid; e < pieces * ranks; e += NT) {
                 const int rank = e / pieces, piece = e % pieces;
-                const uint4 v = reinterpret_cast<const uint4 *>(tile)[piece];
-                st_async16(mapa(dst0 + piece * 16, rank), v, mapa(bar, rank));
+                send16(tile + piece * 4, dst + piece * 16, &bars[p], rank);
             }
         } else if (tid < ranks) {
             bulk_copy(mapa(dst0, tid), smem_addr(tile), (unsigned)bytes, mapa(bar, tid));
