@@ -79,6 +79,36 @@ static int cuda_call(int status, const char *what, lltm_error *err)
     return status == LLTM_OK ? 0 : lltm_core_failed(err, what, status);
 }
 
+/* The address of element (0, 0) of m */
+static int matrix_data(const lltm_matrix *m, size_t elem, char **data, lltm_error *err)
+{
+    void *base;
+    if (aoti_torch_get_data_ptr(m->base, &base) != 0)
+        return lltm_shim_failed(err, "aoti_torch_get_data_ptr");
+    *data = (char *)base + (size_t)m->offset * elem;
+    return 0;
+}
+
+/* out = a @ b on `stream`: a small product in one launch of our kernel
+ * (lltm_small_mm_cuda: aten::mm costs ~40 us of host time a call on the GPU
+ * machine, more than such a product's GPU time, and the eager step at small
+ * sizes is host time), a large one through aten::mm (cuBLAS). */
+static int mm_on_stream(lltm_dtype dtype, const lltm_matrix *a, const lltm_matrix *b,
+                        const lltm_matrix *out, void *stream, lltm_error *err)
+{
+    if (out->col_stride != 1 || !lltm_small_mm_fits(a->rows, out->cols, a->cols))
+        return lltm_mm_matrices(a, b, out, err);
+    const size_t elem = lltm_dtype_size(dtype);
+    char *pa, *pb, *pc;
+    if (matrix_data(a, elem, &pa, err) || matrix_data(b, elem, &pb, err) ||
+        matrix_data(out, elem, &pc, err))
+        return -1;
+    return cuda_call(lltm_small_mm_cuda(dtype, a->rows, out->cols, a->cols, pa, a->row_stride,
+                                        a->col_stride, pb, b->row_stride, b->col_stride, pc,
+                                        out->row_stride, stream),
+                     "lltm_small_mm_cuda", err);
+}
+
 /* sequence_forward(input, weights, bias, h0, c0)
  *   -> (output [T,B,H], h_n [B,H], c_n [B,H], cells [T,B,H], gates [T,B,3H]) */
 void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
@@ -120,7 +150,7 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
             const lltm_matrix x = lltm_rows(input->handle, 0, TB, I, I);
             const lltm_matrix W_x_t = lltm_transposed(lltm_rows(weights->handle, H, G, I, K));
             const lltm_matrix g = lltm_rows(gates, 0, TB, G, G);
-            if (lltm_mm_matrices(&x, &W_x_t, &g, &err))
+            if (mm_on_stream(d.dtype, &x, &W_x_t, &g, stream, &err))
                 goto fail;
         } else if (cuda_call(lltm_cuda_zero(gates_data, (size_t)(TB * G) * elem, stream),
                              "lltm_cuda_zero", &err)) {
@@ -307,12 +337,12 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
         const lltm_matrix hxm = lltm_rows(hx, 0, TB, K, K);
         const lltm_matrix dW = lltm_rows(d_weights, 0, G, K, K);
         /* dW = dG^T [h_prev | x], dx = dG W_x: all steps at once */
-        if (lltm_mm_matrices(&dG_t, &hxm, &dW, &err))
+        if (mm_on_stream(d.dtype, &dG_t, &hxm, &dW, stream, &err))
             goto fail;
         if (I > 0) {
             const lltm_matrix W_x = lltm_rows(weights->handle, H, G, I, K);
             const lltm_matrix dx = lltm_rows(d_input, 0, TB, I, I);
-            if (lltm_mm_matrices(&dG, &W_x, &dx, &err))
+            if (mm_on_stream(d.dtype, &dG, &W_x, &dx, stream, &err))
                 goto fail;
         }
     }

@@ -26,7 +26,9 @@ What is timed, in microseconds, median and [p10-p90] of the samples:
   backward  torch.autograd.grad of the outputs with fixed random output
             gradients; the forward before it is not timed
   step      forward + backward, N times back to back with no synchronization
-            inside the loop, synchronized at the end, divided by N
+            inside the loop, synchronized at the end, divided by N; N covers
+            at least 20 ms (estimated from the round's synchronized forward
+            and backward), so the final synchronization is amortized
   graph     CUDA only: forward, backward and step captured in one CUDA graph
             (several iterations unrolled) and replayed between CUDA events:
             the GPU's time without the host's launch cost. "n/a" says why

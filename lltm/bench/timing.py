@@ -12,6 +12,13 @@ from .cases import Case, synchronize
 
 METRICS = ("forward", "backward", "step")
 GRAPH_METRICS = ("graph_forward", "graph_backward", "graph_step")
+# A pipelined chunk runs at least this long (its step count estimated from
+# the round's synchronized forward + backward), so that the synchronization
+# that ends it, and the GPU work still queued then, are a small part of each
+# step: with the sequences' 2 steps a round, the wait for the last step's
+# GPU work was half a step's time.
+MIN_CHUNK_US = 20_000.0
+MAX_CHUNK_STEPS = 1000
 
 
 class Timer:
@@ -32,7 +39,8 @@ class Timer:
         synchronize(self.device)
 
     def round(self, n: int) -> None:
-        """n synced forwards, n synced backwards, one pipelined chunk of n steps."""
+        """n synced forwards, n synced backwards, one pipelined chunk of at least
+        n steps and MIN_CHUNK_US (estimated)."""
         forward, clock = self.case.forward, time.perf_counter_ns
 
         def sync():
@@ -52,12 +60,14 @@ class Timer:
             sync()
             self.samples["backward"].append((clock() - start) / 1e3)
             del outputs
+        estimate = self.samples["forward"][-1] + self.samples["backward"][-1]
+        chunk = max(n, min(MAX_CHUNK_STEPS, int(MIN_CHUNK_US // max(estimate, 1.0))))
         sync()
         start = clock()
-        for _ in range(n):
+        for _ in range(chunk):
             self._grad(forward())
         sync()
-        self.samples["step"].append((clock() - start) / 1e3 / n)
+        self.samples["step"].append((clock() - start) / 1e3 / chunk)
 
 
 class GraphTimer:
