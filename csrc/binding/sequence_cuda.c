@@ -99,7 +99,7 @@ static int mm_on_stream(lltm_dtype dtype, const lltm_matrix *a, const lltm_matri
     if (out->col_stride != 1 || !lltm_small_mm_fits(a->rows, out->cols, a->cols))
         return lltm_mm_matrices(a, b, out, err);
     const size_t elem = lltm_dtype_size(dtype);
-    char *pa, *pb, *pc;
+    char *pa = NULL, *pb = NULL, *pc = NULL;
     if (matrix_data(a, elem, &pa, err) || matrix_data(b, elem, &pb, err) ||
         matrix_data(out, elem, &pc, err))
         return -1;
