@@ -246,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="PATH", help="save a PNG bar chart here (matplotlib)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: few reps, T=10, no torch.compile on CPU")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (none is drawn where stderr is not a terminal)")
     return parser
 
 

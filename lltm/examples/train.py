@@ -263,14 +263,16 @@ def _unwrap(model):
 # Reporting.
 
 class _Progress:
-    """tqdm when installed, else one line per epoch; silent on processes > 0."""
+    """One tick per epoch (all models of the epoch). A tqdm bar on a terminal
+    where tqdm is installed, else one line per epoch; silent on processes > 0."""
 
-    def __init__(self, total: int, initial: int, enabled: bool):
+    def __init__(self, total: int, initial: int, enabled: bool, stream=None):
+        self.stream = sys.stderr if stream is None else stream
         self.enabled, self._bar = enabled, None
-        if enabled:
+        if enabled and _is_terminal(self.stream):
             try:
                 from tqdm import tqdm
-                self._bar = tqdm(total=total, initial=initial, unit="epoch", file=sys.stderr,
+                self._bar = tqdm(total=total, initial=initial, unit="epoch", file=self.stream,
                                  dynamic_ncols=True)
             except ImportError:
                 pass
@@ -282,11 +284,18 @@ class _Progress:
             self._bar.set_postfix_str(text, refresh=False)
             self._bar.update(1)
         else:
-            print(text, file=sys.stderr, flush=True)
+            print(text, file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def save_plot(history: dict, path: str, title: str) -> None:
@@ -425,10 +434,10 @@ def _train(args, ddp: Dist, device) -> dict:
     title = (f"digits ({layout}), {len(data.y_train)} train / {len(data.y_test)} test, "
              f"hidden {args.hidden}, {device.type}, {ddp.world} process(es), torch "
              f"{torch.__version__}")
-    progress = _Progress(args.epochs * len(args.models), done * len(args.models),
-                         enabled=ddp.main and not args.no_progress)
+    progress = _Progress(args.epochs, done, enabled=ddp.main and not args.no_progress)
     try:
         for epoch in range(done + 1, args.epochs + 1):
+            summary = []
             for kind, model in models.items():
                 for group in optimizers[kind].param_groups:
                     group["lr"] = learning_rate(args.lr, epoch, args.epochs)
@@ -444,8 +453,8 @@ def _train(args, ddp: Dist, device) -> dict:
                                    ("train_acc", train_acc), ("test_loss", test_loss),
                                    ("test_acc", test_acc), ("seconds", seconds)):
                     h[key].append(value)
-                progress.update(f"epoch {epoch} {kind}: loss {train_loss:.3f} "
-                                f"test acc {test_acc:.3f}")
+                summary.append(f"{kind} loss {train_loss:.3f} test acc {test_acc:.3f}")
+            progress.update(f"epoch {epoch}/{args.epochs}: " + ", ".join(summary))
             if args.checkpoint and ddp.main:
                 save_checkpoint(args.checkpoint, epoch, models, optimizers, history, settings)
             if ddp.world > 1:
