@@ -2,7 +2,7 @@
 registered from C (autograd in Python: the stable C ABI has no autograd API)
 can reach against the reference at small sizes.
 
-    python scripts/host_floor.py [--device cpu|cuda] [--sizes B,I,H ...]
+    python dev/timing/host_floor.py [--device cpu|cuda] [--sizes B,I,H ...]
 
 Rows, each a median of interleaved rounds of back-to-back steps
 (torch.autograd.grad of fixed output gradients, synchronized at the end):
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
 from lltm import reference  # noqa: E402
 
