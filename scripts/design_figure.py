@@ -70,14 +70,14 @@ def draw(out: Path) -> None:
     ax.text(84, 64.3, "the tutorial's counterpart", ha="center", fontsize=12, weight="bold",
             color="#555555")
     for (x, y, w, h), color, title, body in LAYERS:
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.3,rounding_size=0.8",
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="square,pad=0.3",
                                     fc=color, ec="#444444", lw=1))
         ax.text(x + 1, y + h - 1.2, title, va="top", fontsize=10.5, weight="bold",
                 family="monospace" if title.startswith("torch.ops") else None)
         ax.text(x + 1, y + h - 3.6 if h > 6 else y + 1.2, body, va="top" if h > 6 else "bottom",
                 fontsize=8.6, linespacing=1.35)
     for (x, y, w, h), text in TUTORIAL:
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.3,rounding_size=0.8",
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="square,pad=0.3",
                                     fc="white", ec="#999999", lw=1, ls="--"))
         ax.text(x + 1, y + h - 1.2, text, va="top", fontsize=8.8, color="#333333",
                 linespacing=1.35)

@@ -1,6 +1,6 @@
 """Side-by-side timing of one LLTM step on CUDA: the native cell against the
 reference Python LLTM, torch.compile(reference) (default mode) and
-nn.LSTMCell, all in one process, interleaved in rounds.
+nn.LSTMCell, all in one process, interleaved in passes.
 
     python3 dev/timing/cuda_timing.py [--json PATH] [--quick]
 
@@ -118,7 +118,7 @@ def time_sync(fn, reps):
     return samples
 
 
-def measure_round(impl: Impl, reps: int, steps: int) -> dict[str, list[float]]:
+def measure_pass(impl: Impl, reps: int, steps: int) -> dict[str, list[float]]:
     set_policy(impl.policy)
     res = {"fwd": time_sync(impl.fn, reps)}
     bwd = []
@@ -180,7 +180,7 @@ def graph_times(impl: Impl, per_graph: int = 20, replays: int = 20) -> dict[str,
     return out_times
 
 
-def run_size(B, I, H, labels, rounds, reps, steps, compiled_cache):
+def run_size(B, I, H, labels, passes, reps, steps, compiled_cache):
     impls = [Impl(label, B, I, H, compiled_cache) for label in labels]
     for impl in impls:  # warm-up: compilation, cuBLAS handles, lazy loading
         set_policy(impl.policy)
@@ -188,9 +188,9 @@ def run_size(B, I, H, labels, rounds, reps, steps, compiled_cache):
             impl.backward(impl.fn())
     torch.cuda.synchronize()
     samples = {impl.name: {"fwd": [], "bwd": [], "step": []} for impl in impls}
-    for _ in range(rounds):  # interleaved, so drifts of the host hit all alike
+    for _ in range(passes):  # interleaved, so drifts of the host hit all alike
         for impl in impls:
-            for key, vals in measure_round(impl, reps, steps).items():
+            for key, vals in measure_pass(impl, reps, steps).items():
                 samples[impl.name][key].extend(vals)
     rows = {}
     for impl in impls:
@@ -210,27 +210,27 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="save the results here")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
-    rounds, reps, steps = (3, 30, 50) if args.quick else (5, 60, 100)
+    passes, reps, steps = (3, 30, 50) if args.quick else (5, 60, 100)
     torch.backends.cuda.matmul.allow_tf32 = False  # torch's default, stated
     # Lets the compiled baseline's backward be captured with retain_graph.
     import torch._functorch.config as functorch_config
     functorch_config.donated_buffer = False
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, float32 unless noted; "
-          f"{rounds} rounds x {reps} reps, {steps} pipelined steps per round", flush=True)
+          f"{passes} passes x {reps} reps, {steps} pipelined steps per pass", flush=True)
     cache: dict = {}
     results = {}
     base = ["native", "reference", "compile", "lstmcell"]
     results["small"] = run_size(*SMALL, base + ["native[fused]", "native[cublas]", "ops",
                                                "autograd-floor"],
-                                rounds, reps, steps, cache)
+                                passes, reps, steps, cache)
     results["medium"] = run_size(*MEDIUM, ["native[fused]", "native[cublas]", "reference"],
-                                 max(2, rounds // 2), max(10, reps // 2), max(20, steps // 2),
+                                 max(2, passes // 2), max(10, reps // 2), max(20, steps // 2),
                                  cache)
     results["large"] = run_size(*LARGE, base + ["native[fused]", "native[cublas]", "native bf16",
                                                 "native[fused] bf16", "native[cublas] bf16",
                                                 "reference bf16"],
-                                rounds, max(10, reps // 2), max(20, steps // 2), cache)
+                                passes, max(10, reps // 2), max(20, steps // 2), cache)
     print("\n| size B,I,H | impl | fwd us | bwd us | step us | graph fwd us | graph bwd us |")
     print("|---|---|---|---|---|---|---|")
     for size_key, size in (("small", SMALL), ("medium", MEDIUM), ("large", LARGE)):

@@ -1,7 +1,7 @@
 """Host time of the pieces of an eager lltm.LLTM step on the GPU (where the
 eager step at small sizes spends its time): each piece called N times back to
 back with no synchronization inside, synchronized at the end, divided by N,
-as lltm.bench times its pipelined step; median of 7 rounds, microseconds.
+as lltm.bench times its pipelined step; median of 7 passes, microseconds.
 
     python3 dev/timing/sequence_host.py [B I H T]    (default 16 32 128 100; the CPU
                                                      where there is no GPU)

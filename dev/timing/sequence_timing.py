@@ -1,7 +1,7 @@
 """Side-by-side GPU timing of one LLTM layer over a whole sequence: lltm.LLTM
 (the library's own plan choice) against cuDNN nn.LSTM (the peer
 a user would pick; NOT an LLTM: 4 gates) and a Python loop of reference
-cells, float32, one process, implementations interleaved round by round.
+cells, float32, one process, implementations interleaved pass by pass.
 
     python3 dev/timing/sequence_timing.py [--json PATH] [--quick] [--configs B,I,H,T ...]
 
@@ -157,7 +157,7 @@ def main(argv=None):
                         help="leave out the loop of reference cells")
     args = parser.parse_args(argv)
     assert torch.cuda.is_available(), "needs a GPU"
-    rounds = 3 if args.quick else 5
+    passes = 3 if args.quick else 5
     configs = ([tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs
                else CONFIGS)
     records = []
@@ -169,7 +169,7 @@ def main(argv=None):
         for c in cases:  # warm-up: plans, cuBLAS handles, cuDNN algorithms
             for _ in range(3):
                 c.run(True)
-        for r in range(rounds):
+        for r in range(passes):
             for c in cases[r % len(cases):] + cases[:r % len(cases)]:
                 slow = "reference" in c.name
                 reps = 1 if slow else (4 if T >= 1000 else 10)

@@ -160,7 +160,7 @@ def learning_rate(peak: float, epoch: int, epochs: int) -> float:
 def epoch_shard(n: int, epoch: int, seed: int, rank: int, world: int) -> torch.Tensor:
     """This process's sample indices for one epoch: a permutation that depends
     on (seed, epoch) only, padded to a multiple of the world size and dealt
-    round-robin, so every process gets the same number of batches."""
+    in turn, so every process gets the same number of batches."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100003 + epoch))
     order = torch.cat([order, order[:(-n) % world]])
     return order[rank::world]
