@@ -22,6 +22,7 @@
             for (int64_t c = 0; c < cols; ++c)                                        \
                 dst[c * rows + r] = src[r * ld + c];                                  \
     }
+LLTM_DEFINE_TRANSPOSE(uint16_t, u16)
 LLTM_DEFINE_TRANSPOSE(float, f32)
 LLTM_DEFINE_TRANSPOSE(double, f64)
 
@@ -30,8 +31,10 @@ static void transpose(lltm_dtype dtype, int64_t rows, int64_t cols, const void *
 {
     if (dtype == LLTM_FLOAT64)
         transpose_f64(rows, cols, (const double *)src, ld, (double *)dst);
-    else
+    else if (dtype == LLTM_FLOAT32)
         transpose_f32(rows, cols, (const float *)src, ld, (float *)dst);
+    else
+        transpose_u16(rows, cols, (const uint16_t *)src, ld, (uint16_t *)dst);
 }
 
 /* Byte address of element `index` of a dense array of `elem`-byte items. */
@@ -56,7 +59,7 @@ void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5, &owned,
                          handles, &err) ||
         lltm_read_tensors(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
-        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
         lltm_make_all_contiguous(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
         goto fail;
 
@@ -139,7 +142,7 @@ void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5, &owned,
                          handles, &err) ||
         lltm_read_tensors(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
-        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
         lltm_make_all_contiguous(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
         goto fail;
 
@@ -168,12 +171,24 @@ void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t
      * recurrence in d_h0, except at the last step, where it is grad_h_n. */
     memset(d_bias_data, 0, (size_t)G * elem);
     memcpy(d_c0_data, a[LLTM_SEQ_BWD_GRAD_C_N].data, state_bytes);
+    /* The bias gradient sums over every step in the accumulation type:
+     * float32 for the half types (rounded into grad_bias at the end). */
+    const bool half = d.dtype == LLTM_FLOAT16 || d.dtype == LLTM_BFLOAT16;
+    AtenTensorHandle bias_acc = d_bias;
+    void *bias_acc_data = d_bias_data;
+    if (half) {
+        lltm_tensor f = a[0];
+        f.dtype = aoti_torch_dtype_float32();
+        if (lltm_empty(1, bias_size, &f, &owned, &bias_acc, &bias_acc_data, &err))
+            goto fail;
+        memset(bias_acc_data, 0, (size_t)G * sizeof(float));
+    }
     const void *dh_next = a[LLTM_SEQ_BWD_GRAD_H_N].data;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
         int status = lltm_sequence_backward_step_cpu(
             d.dtype, B, H, at((void *)grad_output, t * B * H, elem), dh_next, d_c0_data,
             at((void *)cells, t * B * H, elem), at((void *)gates, t * B * G, elem),
-            at(d_gates_data, t * B * G, elem), d_bias_data, lltm_torch_parallel_for);
+            at(d_gates_data, t * B * G, elem), bias_acc_data, lltm_torch_parallel_for);
         if (status != LLTM_OK) {
             lltm_core_failed(&err, "lltm_sequence_backward_step_cpu", status);
             goto fail;
@@ -186,6 +201,10 @@ void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t
     }
     if (T == 0 || B == 0)
         memcpy(d_h0_data, a[LLTM_SEQ_BWD_GRAD_H_N].data, state_bytes);
+    if (half && aoti_torch_copy_(d_bias, bias_acc, 0) != 0) {
+        lltm_shim_failed(&err, "rounding the bias gradient");
+        goto fail;
+    }
 
     if (TB > 0) {
         /* h_prev [T*B,H] = [h0; h_1 .. h_{T-1}] = h0 then output[0 .. T-2]. */

@@ -19,9 +19,11 @@
  * b*G + k. Gate blocks inside a [.,G] row are ordered i, o, z: column k of
  * block q is at q*H + k.
  *
- * Element types: each array has the kernel's dtype. Float32 and float64
- * compute in their own precision; float16 and bfloat16 (CUDA only) compute
- * and accumulate in float32 and store in their own type.
+ * Element types: each array has the kernel's dtype unless marked "acc"
+ * (the accumulation type: float32 for float16 / bfloat16, else the dtype).
+ * Float32 and float64 compute in their own precision; float16 and bfloat16
+ * compute and accumulate in float32 and store in their own type (rounded to
+ * nearest even).
  *
  * Aliasing: outputs never alias inputs, except where an argument is marked
  * "in/out" (read, then overwritten in place).
@@ -88,7 +90,7 @@ int lltm_serial_for(int64_t begin, int64_t end, int64_t grain,
  *   old_cell  [B,H]
  *   new_h     [B,H]  out
  *   new_cell  [B,H]  out
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype.
  */
 int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                     void *gates, const void *bias,
@@ -105,7 +107,7 @@ int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  *   grad_old_cell [B,H] out: dL/dc
  *   grad_bias   [G]    out: sum over the batch of grad_gates
  * The caller then forms dL/dX = grad_gates W and dL/dW = grad_gates^T X.
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype (grad_bias summed in the accumulation type).
  */
 int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                      const void *grad_h, const void *grad_cell,
@@ -145,7 +147,7 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  *   old_cell  [B,H]  c_{t-1}
  *   new_h     [B,H]  out: h_t
  *   new_cell  [B,H]  out: c_t
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype.
  */
 int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                    const void *recurrent, void *gates,
@@ -162,10 +164,10 @@ int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  *   cell        [B,H]  c_t of the forward
  *   gates       [B,G]  activations [i | o | z] of step t
  *   grad_gates  [B,G]  out: dL/dg of step t (pre-activation)
- *   grad_bias   [G]    in/out: += the batch sum of grad_gates (the caller
- *                      zeroes it before the first step)
+ *   grad_bias   [G]    acc, in/out: += the batch sum of grad_gates (the
+ *                      caller zeroes it before the first step)
  * grad_output and grad_h may be the same array only if read-only (they are).
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype.
  */
 int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                     const void *grad_output, const void *grad_h,

@@ -48,28 +48,39 @@ typedef struct sequence_backward_args {
 } sequence_backward_args;
 
 /* One set of functions per dtype around the shared per-element math of
- * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm). Each
- * row's loop over hidden units is its own function whose arrays are
- * restrict-qualified parameters (the gate blocks of a row are disjoint, and
- * so are the arrays: lltm.h's aliasing rule); GCC needs that to vectorise. */
-#define LLTM_DEFINE_SEQUENCE_BODIES(T, SUFFIX)                                      \
+ * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm;
+ * float16 / bfloat16: loaded into float, the float32 math, stored back): S
+ * the storage type, C the compute type (also the bias gradient's), MATH the
+ * math's suffix. Each row's loop over hidden units is its own function
+ * whose arrays are restrict-qualified parameters (the gate blocks of a row
+ * are disjoint, and so are the arrays: lltm.h's aliasing rule); GCC needs
+ * that to vectorise. Rows take n units from pointers already offset to the
+ * range's first unit. */
+#define LLTM_DEFINE_SEQUENCE_BODIES(S, C, SUFFIX, MATH)                             \
     static inline void seq_forward_row_##SUFFIX(                                    \
-        int64_t lo, int64_t hi, const T *restrict r_i, const T *restrict r_o,       \
-        const T *restrict r_z, T *restrict g_i, T *restrict g_o, T *restrict g_z,   \
-        const T *restrict b_i, const T *restrict b_o, const T *restrict b_z,        \
-        const T *restrict c, T *restrict h_out, T *restrict c_out)                  \
+        int64_t n, const S *restrict r_i, const S *restrict r_o,                    \
+        const S *restrict r_z, S *restrict g_i, S *restrict g_o, S *restrict g_z,   \
+        const S *restrict b_i, const S *restrict b_o, const S *restrict b_z,        \
+        const S *restrict c, S *restrict h_out, S *restrict c_out)                  \
     {                                                                               \
-        for (int64_t k = lo; k < hi; ++k) {                                         \
-            T i, o, z, c_new, h_new;                                                \
-            lltm_step_forward_##SUFFIX(g_i[k] + r_i[k] + b_i[k],                    \
-                                       g_o[k] + r_o[k] + b_o[k],                    \
-                                       g_z[k] + r_z[k] + b_z[k], c[k], &i, &o, &z,  \
-                                       &c_new, &h_new);                             \
-            g_i[k] = i;                                                             \
-            g_o[k] = o;                                                             \
-            g_z[k] = z;                                                             \
-            c_out[k] = c_new;                                                       \
-            h_out[k] = h_new;                                                       \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            C i, o, z, c_new, h_new;                                                \
+            lltm_step_forward_##MATH(lltm_load_##SUFFIX(g_i[k]) +                   \
+                                         lltm_load_##SUFFIX(r_i[k]) +               \
+                                         lltm_load_##SUFFIX(b_i[k]),                \
+                                     lltm_load_##SUFFIX(g_o[k]) +                   \
+                                         lltm_load_##SUFFIX(r_o[k]) +               \
+                                         lltm_load_##SUFFIX(b_o[k]),                \
+                                     lltm_load_##SUFFIX(g_z[k]) +                   \
+                                         lltm_load_##SUFFIX(r_z[k]) +               \
+                                         lltm_load_##SUFFIX(b_z[k]),                \
+                                     lltm_load_##SUFFIX(c[k]), &i, &o, &z, &c_new,  \
+                                     &h_new);                                       \
+            g_i[k] = lltm_store_##SUFFIX(i);                                        \
+            g_o[k] = lltm_store_##SUFFIX(o);                                        \
+            g_z[k] = lltm_store_##SUFFIX(z);                                        \
+            c_out[k] = lltm_store_##SUFFIX(c_new);                                  \
+            h_out[k] = lltm_store_##SUFFIX(h_new);                                  \
         }                                                                           \
     }                                                                               \
                                                                                     \
@@ -78,35 +89,37 @@ typedef struct sequence_backward_args {
     {                                                                               \
         const sequence_forward_args *a = (const sequence_forward_args *)vctx;       \
         const int64_t H = a->H, G = 3 * a->H;                                       \
-        const T *bias = (const T *)a->bias;                                         \
+        const S *bias = (const S *)a->bias + lo;                                    \
         for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const T *r = (const T *)a->recurrent + b * G;                           \
-            T *g = (T *)a->gates + b * G;                                           \
-            seq_forward_row_##SUFFIX(lo, hi, r, r + H, r + 2 * H, g, g + H,         \
+            const S *r = (const S *)a->recurrent + b * G + lo;                      \
+            S *g = (S *)a->gates + b * G + lo;                                      \
+            seq_forward_row_##SUFFIX(hi - lo, r, r + H, r + 2 * H, g, g + H,        \
                                      g + 2 * H, bias, bias + H, bias + 2 * H,       \
-                                     (const T *)a->old_cell + b * H,                \
-                                     (T *)a->new_h + b * H,                         \
-                                     (T *)a->new_cell + b * H);                     \
+                                     (const S *)a->old_cell + b * H + lo,           \
+                                     (S *)a->new_h + b * H + lo,                    \
+                                     (S *)a->new_cell + b * H + lo);                \
         }                                                                           \
     }                                                                               \
                                                                                     \
     static inline void seq_backward_row_##SUFFIX(                                   \
-        int64_t lo, int64_t hi, const T *restrict dy, const T *restrict dh,         \
-        T *restrict dc, const T *restrict c_new, const T *restrict a_i,             \
-        const T *restrict a_o, const T *restrict a_z, T *restrict dg_i,             \
-        T *restrict dg_o, T *restrict dg_z, T *restrict db_i, T *restrict db_o,     \
-        T *restrict db_z)                                                           \
+        int64_t n, const S *restrict dy, const S *restrict dh, S *restrict dc,      \
+        const S *restrict c_new, const S *restrict a_i, const S *restrict a_o,      \
+        const S *restrict a_z, S *restrict dg_i, S *restrict dg_o,                  \
+        S *restrict dg_z, C *restrict db_i, C *restrict db_o, C *restrict db_z)     \
     {                                                                               \
-        for (int64_t k = lo; k < hi; ++k) {                                         \
-            T d_gi, d_go, d_gz, d_cell;                                             \
-            /* dL/dh_t: from the output at t plus through step t+1 */              \
-            lltm_step_backward_##SUFFIX(a_i[k], a_o[k], a_z[k], c_new[k],           \
-                                        dy[k] + dh[k], dc[k], &d_gi, &d_go, &d_gz,  \
-                                        &d_cell);                                   \
-            dg_i[k] = d_gi;                                                         \
-            dg_o[k] = d_go;                                                         \
-            dg_z[k] = d_gz;                                                         \
-            dc[k] = d_cell; /* c_t = c_{t-1} + i z: dL/dc_{t-1} = dL/dc_t */        \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            C d_gi, d_go, d_gz, d_cell;                                             \
+            /* dL/dh_t: from the output at t plus through step t+1 */               \
+            lltm_step_backward_##MATH(                                              \
+                lltm_load_##SUFFIX(a_i[k]), lltm_load_##SUFFIX(a_o[k]),             \
+                lltm_load_##SUFFIX(a_z[k]), lltm_load_##SUFFIX(c_new[k]),           \
+                lltm_load_##SUFFIX(dy[k]) + lltm_load_##SUFFIX(dh[k]),              \
+                lltm_load_##SUFFIX(dc[k]), &d_gi, &d_go, &d_gz, &d_cell);           \
+            dg_i[k] = lltm_store_##SUFFIX(d_gi);                                    \
+            dg_o[k] = lltm_store_##SUFFIX(d_go);                                    \
+            dg_z[k] = lltm_store_##SUFFIX(d_gz);                                    \
+            /* c_t = c_{t-1} + i z: dL/dc_{t-1} = dL/dc_t */                        \
+            dc[k] = lltm_store_##SUFFIX(d_cell);                                    \
             db_i[k] += d_gi;                                                        \
             db_o[k] += d_go;                                                        \
             db_z[k] += d_gz;                                                        \
@@ -118,20 +131,22 @@ typedef struct sequence_backward_args {
     {                                                                               \
         const sequence_backward_args *a = (const sequence_backward_args *)vctx;     \
         const int64_t H = a->H, G = 3 * a->H;                                       \
-        T *db = (T *)a->grad_bias;                                                  \
+        C *db = (C *)a->grad_bias + lo;                                             \
         for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const T *act = (const T *)a->gates + b * G;                             \
-            T *dg = (T *)a->grad_gates + b * G;                                     \
+            const S *act = (const S *)a->gates + b * G + lo;                        \
+            S *dg = (S *)a->grad_gates + b * G + lo;                                \
             seq_backward_row_##SUFFIX(                                              \
-                lo, hi, (const T *)a->grad_output + b * H,                          \
-                (const T *)a->grad_h + b * H, (T *)a->grad_cell + b * H,            \
-                (const T *)a->cell + b * H, act, act + H, act + 2 * H, dg, dg + H,  \
-                dg + 2 * H, db, db + H, db + 2 * H);                                \
+                hi - lo, (const S *)a->grad_output + b * H + lo,                    \
+                (const S *)a->grad_h + b * H + lo, (S *)a->grad_cell + b * H + lo,  \
+                (const S *)a->cell + b * H + lo, act, act + H, act + 2 * H, dg,     \
+                dg + H, dg + 2 * H, db, db + H, db + 2 * H);                        \
         }                                                                           \
     }
 
-LLTM_DEFINE_SEQUENCE_BODIES(float, f32)
-LLTM_DEFINE_SEQUENCE_BODIES(double, f64)
+LLTM_DEFINE_SEQUENCE_BODIES(float, float, f32, f32)
+LLTM_DEFINE_SEQUENCE_BODIES(double, double, f64, f64)
+LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, f16, f32)
+LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, bf16, f32)
 
 int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                    const void *recurrent, void *gates,
@@ -145,6 +160,8 @@ int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
     switch (dtype) {
     case LLTM_FLOAT32: body = seq_forward_body_f32; break;
     case LLTM_FLOAT64: body = seq_forward_body_f64; break;
+    case LLTM_FLOAT16: body = seq_forward_body_f16; break;
+    case LLTM_BFLOAT16: body = seq_forward_body_bf16; break;
     default: return LLTM_ERR_DTYPE;
     }
     if (B == 0 || H == 0)
@@ -165,6 +182,8 @@ int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
     switch (dtype) {
     case LLTM_FLOAT32: body = seq_backward_body_f32; break;
     case LLTM_FLOAT64: body = seq_backward_body_f64; break;
+    case LLTM_FLOAT16: body = seq_backward_body_f16; break;
+    case LLTM_BFLOAT16: body = seq_backward_body_bf16; break;
     default: return LLTM_ERR_DTYPE;
     }
     if (B == 0 || H == 0)
