@@ -20,11 +20,11 @@
  * b*G + k. Gate blocks inside a [.,G] row are ordered i, o, z: column k of
  * block q is at q*H + k.
  *
- * Element types: each array has the kernel's dtype unless marked "acc"
- * (the accumulation type: float32 for float16 / bfloat16, else the dtype).
+ * Element types: each array has the kernel's dtype unless stated otherwise.
  * Float32 and float64 compute in their own precision; float16 and bfloat16
- * compute and accumulate in float32 and store in their own type (rounded to
- * nearest even).
+ * compute and accumulate in float32 (their "accumulation type"; the other
+ * dtypes are their own) and store in their own type, rounded to nearest
+ * even.
  *
  * Aliasing: outputs never alias inputs, except where an argument is marked
  * "in/out" (read, then overwritten in place).
