@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from . import _differentiable
+
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
     names = list(tensors)
@@ -60,11 +62,11 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
 
 
 def _cell_setup_context(ctx, inputs, output):
-    input, weights, bias, old_h, _old_cell = inputs
+    input, weights, bias, old_h, old_cell = inputs
     _new_h, new_cell, gates = output
     # Only the gate activations are new memory; the rest is alive anyway.
-    ctx.save_for_backward(input, weights, old_h, new_cell, gates)
-    ctx.bias_shape = bias.shape
+    # bias and old_cell serve the differentiable backward (create_graph).
+    ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
     ctx.mark_non_differentiable(gates)
     # No zero-filled gradient for gates (never used) each backward: that was a
     # kernel launch per step on CUDA. _cell_backward fills what it needs.
@@ -72,15 +74,24 @@ def _cell_setup_context(ctx, inputs, output):
 
 
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
-    input, weights, old_h, new_cell, gates = ctx.saved_tensors
+    input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
     if grad_h is None:
         grad_h = torch.zeros_like(new_cell)
     if grad_cell is None:
         grad_cell = torch.zeros_like(new_cell)
-    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.cell_backward.default(
-        grad_h, grad_cell, new_cell, gates, input, old_h, weights)
-    if d_bias.shape != ctx.bias_shape:  # the tutorial's [1, 3H] bias
-        d_bias = d_bias.view(ctx.bias_shape)
+    if torch.is_grad_enabled():
+        # The graph of this backward is recorded (create_graph=True, torch.func):
+        # the native kernel's result would be a constant, its second
+        # derivatives silently zero. Differentiable operations instead.
+        d_input, d_weights, d_bias, d_old_h, d_old_cell = _differentiable.cell_backward(
+            grad_h, grad_cell, input, weights, bias, old_h, old_cell)
+    else:
+        with torch._C._AutoDispatchBelowAutograd():
+            d_input, d_weights, d_bias, d_old_h, d_old_cell = (
+                torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
+                                                     old_h, weights))
+    if d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
+        d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
@@ -136,12 +147,12 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
 
 
 def _sequence_setup_context(ctx, inputs, output):
-    input, weights, bias, h0, _c0 = inputs
+    input, weights, bias, h0, c0 = inputs
     out, _h_n, _c_n, cells, gates = output
     # New memory kept per step: cells and gates (4*B*H); out is the layer's
-    # result (h_{t-1} is read from it) and input is alive anyway.
-    ctx.save_for_backward(input, weights, h0, out, cells, gates)
-    ctx.bias_shape = bias.shape
+    # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
+    # c0 serve the differentiable backward).
+    ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates)
     ctx.mark_non_differentiable(cells, gates)
     # Gradients of cells and gates are never used: without this, autograd
     # allocates and zero-fills [T,B,4H] for them every backward (two kernel
@@ -150,7 +161,7 @@ def _sequence_setup_context(ctx, inputs, output):
 
 
 def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
-    input, weights, h0, out, cells, gates = ctx.saved_tensors
+    input, weights, bias, h0, c0, out, cells, gates = ctx.saved_tensors
     # Gradients may arrive through output, h_n and c_n in any combination.
     if grad_output is None:
         grad_output = torch.zeros_like(out)
@@ -158,13 +169,38 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         grad_h_n = torch.zeros_like(h0)
     if grad_c_n is None:
         grad_c_n = torch.zeros_like(h0)
-    d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward(
-        grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
-    return d_input, d_weights, d_bias.view(ctx.bias_shape), d_h0, d_c0
+    if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
+        d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
+            grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0)
+    else:
+        with torch._C._AutoDispatchBelowAutograd():
+            d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward.default(
+                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
+    return d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0
 
 
 torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
                                 setup_context=_sequence_setup_context)
+
+
+def _not_differentiable(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"{name} is not differentiable. For second derivatives differentiate "
+            f"{name.replace('backward', 'forward')} (lltm.functional) with "
+            "create_graph=True: its backward then runs in differentiable operations.")
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+# The backward operators have no derivative of their own: a clear error
+# instead of autograd's silent zeros if someone differentiates through them.
+for _name in ("lltm::cell_backward", "lltm::sequence_backward"):
+    torch.library.register_autograd(_name, _not_differentiable(_name),
+                                    setup_context=_no_context)
 
 
 # --- eager fast path ------------------------------------------------------------------
