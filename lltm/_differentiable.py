@@ -48,6 +48,29 @@ def _step(x, weights, bias, h, c):
     return torch.tanh(c) * torch.sigmoid(go), c
 
 
+def cell_forward(input, weights, bias, old_h, old_cell):
+    """(new_h, new_cell, gates) as lltm::cell_forward returns them."""
+    g = F.linear(torch.cat([old_h, input], dim=1), weights, bias.reshape(-1))
+    gi, go, gz = g.chunk(3, dim=1)
+    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    new_cell = old_cell + i * z
+    return torch.tanh(new_cell) * o, new_cell, torch.cat([i, o, z], dim=1)
+
+
+def sequence_forward(input, weights, bias, h0, c0):
+    """(output, h_n, c_n, cells, gates) as lltm::sequence_forward returns them."""
+    h, c, outs, cells, gates = h0, c0, [], [], []
+    for x in input.unbind(0):
+        h, c, g = cell_forward(x, weights, bias, h, c)
+        outs.append(h)
+        cells.append(c)
+        gates.append(g)
+    if not outs:
+        T0 = input.new_empty(0, *h0.shape)
+        return T0, h0, c0, T0, input.new_empty(0, h0.shape[0], 3 * h0.shape[1])
+    return torch.stack(outs), h, c, torch.stack(cells), torch.stack(gates)
+
+
 def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0):
     """(d_input, d_weights, d_bias [3H], d_h0, d_c0) of one layer over a
     sequence: the states are recomputed step by step from the inputs, then
@@ -75,38 +98,43 @@ def _or_zeros(t, like):
     return torch.zeros_like(like) if t is None else t
 
 
-def cell_jvp(input, weights, old_h, old_cell, new_cell, gates,
+def cell_jvp(input, weights, bias, old_h, old_cell,
              t_input, t_weights, t_bias, t_old_h, t_old_cell):
-    """Tangents (new_h, new_cell) of one step from the tangents of its
-    inputs (None: zero) and its forward values (gates = [i | o | z])."""
+    """(new_h, new_cell, t_new_h, t_new_cell): one step and its tangents from
+    the tangents of its inputs (None: zero). The activations are recomputed
+    from the inputs, so the tangents are themselves differentiable (nested
+    jvp, jacfwd of jacfwd)."""
     X = torch.cat([old_h, input], dim=1)
     t_X = torch.cat([_or_zeros(t_old_h, old_h), _or_zeros(t_input, input)], dim=1)
+    g = F.linear(X, weights, bias.reshape(-1))
     t_g = t_X.mm(weights.t())
     if t_weights is not None:
         t_g = t_g + X.mm(t_weights.t())
     if t_bias is not None:
         t_g = t_g + t_bias.reshape(-1)
-    i, o, z = gates.chunk(3, dim=1)
+    gi, go, gz = g.chunk(3, dim=1)
+    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
     tg_i, tg_o, tg_z = t_g.chunk(3, dim=1)
-    t_cell = (i * (1 - i) * tg_i) * z + i * (torch.where(z > 0, torch.ones_like(z), z + 1) * tg_z)
+    new_cell = old_cell + i * z
+    t_cell = (i * (1 - i) * tg_i) * z + i * (_elu_derivative(gz, z) * tg_z)
     if t_old_cell is not None:
         t_cell = t_cell + t_old_cell
     tanh_c = torch.tanh(new_cell)
     t_h = (1 - tanh_c * tanh_c) * o * t_cell + tanh_c * (o * (1 - o) * tg_o)
-    return t_h, t_cell
+    return tanh_c * o, new_cell, t_h, t_cell
 
 
-def sequence_jvp(input, weights, h0, c0, output, cells, gates,
-                 t_input, t_weights, t_bias, t_h0, t_c0):
-    """Tangents (output, h_n, c_n) of one layer over a sequence, from the
-    forward's per-step states (output, cells) and activations (gates)."""
-    T = input.shape[0]
+def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0, t_c0):
+    """Tangents (output, h_n, c_n) of one layer over a sequence, the states
+    recomputed step by step with :func:`cell_jvp`."""
+    h, c = h0, c0
     t_h, t_c = _or_zeros(t_h0, h0), _or_zeros(t_c0, c0)
     t_out = []
-    for t in range(T):
-        h, c = (h0, c0) if t == 0 else (output[t - 1], cells[t - 1])
-        t_h, t_c = cell_jvp(input[t], weights, h, c, cells[t], gates[t],
-                            None if t_input is None else t_input[t], t_weights, t_bias, t_h, t_c)
+    for t in range(input.shape[0]):
+        h, c, t_h, t_c = cell_jvp(input[t], weights, bias, h, c,
+                                  None if t_input is None else t_input[t], t_weights, t_bias,
+                                  t_h, t_c)
         t_out.append(t_h)
-    t_output = torch.stack(t_out) if t_out else torch.zeros_like(output)
+    t_output = torch.stack(t_out) if t_out else torch.zeros_like(input[..., :0]).expand(
+        0, *h0.shape)
     return t_output, t_h, t_c

@@ -4,8 +4,11 @@ Both are registered in Python because the stable C ABI has no autograd API."""
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _differentiable
+from . import _autocast, _differentiable
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -95,10 +98,6 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
-torch.library.register_autograd("lltm::cell_forward", _cell_backward,
-                                setup_context=_cell_setup_context)
-
-
 # --- one layer over a whole sequence -------------------------------------------------
 
 def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[int, int, int, int]:
@@ -179,10 +178,6 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
     return d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0
 
 
-torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
-                                setup_context=_sequence_setup_context)
-
-
 def _not_differentiable(name: str):
     def backward(ctx, *grads):
         raise RuntimeError(
@@ -209,41 +204,149 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward"):
 # eager calls we wrap the same setup_context / backward in a plain
 # autograd.Function whose forward runs the op below autograd. torch.compile,
 # opcheck and direct torch.ops calls keep using the registered formula.
+# The Functions are in the setup_context style, so torch.func transforms work:
+# vmap runs forward through the ops' batching rules (lltm/_vmap.py), grad and
+# vjp through the backward above (its differentiable branch: torch.func
+# records the backward's graph), forward-mode AD (dual tensors) through jvp.
+# Under torch.func's forward-mode transforms (jvp, jacfwd, hessian) the step
+# runs in plain PyTorch operations instead: functorch would not differentiate
+# the Function's jvp again.
 
-def _eager_function(name: str, op, setup_context, backward):
-    def forward(ctx, *args):
+class CellForward(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, weights, bias, old_h, old_cell):
         with torch._C._AutoDispatchBelowAutograd():
-            output = op(*args)
-        setup_context(ctx, args, output)
-        return output
+            return torch.ops.lltm.cell_forward.default(input, weights, bias, old_h, old_cell)
 
-    function = type(name, (torch.autograd.Function,), {
-        "forward": staticmethod(forward),
-        "backward": staticmethod(backward),
-    })
-    # Function.apply's Python wrapper exists for functorch transforms (and
-    # default arguments, which forward has none of); outside transforms
-    # eager_call goes straight to the C apply it ends in: ~2 us less host
-    # time per call, a tenth of a small CUDA step's forward.
-    function.c_apply = super(torch.autograd.Function, function).apply
-    return function
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _cell_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*inputs)
+
+    backward = staticmethod(_cell_backward)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_old_h, t_old_cell):
+        *_, t_h, t_cell = _differentiable.cell_jvp(*ctx.saved_tensors, t_input, t_weights,
+                                                   t_bias, t_old_h, t_old_cell)
+        return t_h, t_cell, None
+
+
+class SequenceForward(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.lltm.sequence_forward.default(input, weights, bias, h0, c0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _sequence_setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*inputs)
+
+    backward = staticmethod(_sequence_backward)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
+        t_out, t_h_n, t_c_n = _differentiable.sequence_jvp(*ctx.saved_tensors, t_input,
+                                                           t_weights, t_bias, t_h0, t_c0)
+        return t_out, t_h_n, t_c_n, None, None
+
+
+# Function.apply's Python wrapper exists for functorch transforms (and default
+# arguments, which forward has none of); outside transforms eager_call goes
+# straight to the C apply it ends in: ~2 us less host time per call, a tenth
+# of a small CUDA step's forward.
+for _function in (CellForward, SequenceForward):
+    _function.c_apply = super(torch.autograd.Function, _function).apply
 
 
 def eager_call(function, op, *args):
-    """``op(*args)`` with autograd, through ``function`` (an _eager_function of
-    op) when eager and some input needs a gradient."""
+    """``op(*args)`` with autograd, through ``function`` (CellForward or
+    SequenceForward, whose forward is op) when eager and some input needs a
+    gradient or a tangent; under torch.autocast in the autocast dtype."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if torch.is_grad_enabled() and any(a.requires_grad for a in args if a is not None):
-        if torch._C._are_functorch_transforms_active() or any(
-                torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
+    if torch._C._are_functorch_transforms_active():
+        if _under_functorch_jvp():
+            # The Function's jvp is exact once, but functorch does not track a
+            # second derivative through it (jvp of jvp, jacfwd of jacrev):
+            # under forward-mode transforms the step runs in plain operations.
+            return _FORWARD_MATH[function](*args)
+        return function.apply(*args)
+    if torch._C._is_any_autocast_enabled():
+        return _autocast.eager_call(lambda a: _eager(function, op, a), args)
+    return _eager(function, op, args)
+
+
+def _under_functorch_jvp() -> bool:
+    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
+
+
+_FORWARD_MATH = {CellForward: _differentiable.cell_forward,
+                 SequenceForward: _differentiable.sequence_forward}
+
+
+def _eager(function, op, args):
+    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
+            _forward_ad._current_level >= 0):
+        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
             return function.apply(*args)
         return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 
 
-CellForward = _eager_function("CellForward", torch.ops.lltm.cell_forward.default,
-                              _cell_setup_context, _cell_backward)
-SequenceForward = _eager_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
-                                  _sequence_setup_context, _sequence_backward)
+# --- the operators' autograd kernels --------------------------------------------------
+# What torch.library.register_autograd installs (torch.library's generated
+# autograd.Function over the same setup_context / backward: torch.compile,
+# export, opcheck and direct torch.ops calls), plus forward mode: that kernel
+# knows no tangents and would drop them silently, so a call with a tangent
+# goes through the Function above and its jvp. torch.func's derivative
+# transforms reach this kernel one level at a time, where a Function cannot
+# be told apart from its transforms: they get a clear error (lltm.functional
+# supports them); vmap alone is handled before autograd (lltm/_vmap.py).
+
+def _has_tangent(args) -> bool:
+    return _forward_ad._current_level >= 0 and any(
+        _forward_ad.unpack_dual(a).tangent is not None for a in args)
+
+
+def _transform_error(name: str) -> RuntimeError:
+    functional = {"cell_forward": "lltm_cell", "sequence_forward": "lltm_sequence"}[name]
+    return RuntimeError(
+        f"torch.ops.lltm.{name}: torch.func's grad, vjp, jacrev, jvp, jacfwd and hessian "
+        f"are not supported on the operator called directly; call "
+        f"lltm.functional.{functional} (or the modules) instead, which supports them. "
+        "torch.vmap alone works on the operator.")
+
+
+def _register_autograd(name: str, function, backward, setup_context) -> None:
+    qualname = f"lltm::{name}"
+    make_impl = getattr(torch._library.autograd, "make_autograd_impl", None)
+    if make_impl is None:  # a torch without it: no forward mode through torch.ops
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+        return
+    generated = make_impl(getattr(torch.ops.lltm, name).default,
+                          torch._library.autograd.Info(backward, setup_context))
+
+    def autograd_kernel(keyset, *args):
+        if _has_tangent(args):
+            if torch._C._are_functorch_transforms_active():
+                raise _transform_error(name)
+            return function.c_apply(*args)
+        if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
+                a.requires_grad for a in args):
+            raise _transform_error(name)
+        return generated(keyset, *args)
+
+    _autograd_library.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+
+
+_autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
+_register_autograd("cell_forward", CellForward, _cell_backward, _cell_setup_context)
+_register_autograd("sequence_forward", SequenceForward, _sequence_backward,
+                   _sequence_setup_context)
