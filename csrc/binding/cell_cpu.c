@@ -33,7 +33,7 @@ void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
         lltm_read_tensors(handles, names, 5, a, &err) ||
-        lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
         lltm_make_all_contiguous(a, 5, &owned, &err))
         goto fail;
 
@@ -82,7 +82,7 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
 
     if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
         lltm_read_tensors(handles, names, 7, a, &err) ||
-        lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
+        lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
         lltm_make_all_contiguous(a, 7, &owned, &err))
         goto fail;
 
