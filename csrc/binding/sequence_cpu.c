@@ -28,16 +28,14 @@ void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
 {
     lltm_owned owned = {.count = 0};
     lltm_error err, gemm_err = {.msg = ""};
-    AtenTensorHandle handles[LLTM_SEQ_FWD_NARGS], output, h_n, c_n, cells, gates;
+    AtenTensorHandle output, h_n, c_n, cells, gates;
     void *output_data, *h_n_data, *c_n_data, *cells_data, *gates_data, *workspace;
     lltm_tensor a[LLTM_SEQ_FWD_NARGS];
     lltm_sequence_dims d;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5, &owned,
-                         handles, &err) ||
-        lltm_read_tensors(handles, lltm_sequence_forward_names, LLTM_SEQ_FWD_NARGS, a, &err) ||
-        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
-        lltm_make_all_contiguous(a, LLTM_SEQ_FWD_NARGS, &owned, &err))
+    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5,
+                     lltm_sequence_forward_names, a, &owned, &err) ||
+        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
     const int64_t steps_H[3] = {d.T, d.B, d.H}, steps_G[3] = {d.T, d.B, 3 * d.H};
@@ -81,16 +79,14 @@ void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
 {
     lltm_owned owned = {.count = 0};
     lltm_error err, gemm_err = {.msg = ""};
-    AtenTensorHandle handles[LLTM_SEQ_BWD_NARGS], d_input, d_weights, d_bias, d_h0, d_c0;
+    AtenTensorHandle d_input, d_weights, d_bias, d_h0, d_c0;
     void *d_input_data, *d_weights_data, *d_bias_data, *d_h0_data, *d_c0_data, *workspace;
     lltm_tensor a[LLTM_SEQ_BWD_NARGS];
     lltm_sequence_dims d;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5, &owned,
-                         handles, &err) ||
-        lltm_read_tensors(handles, lltm_sequence_backward_names, LLTM_SEQ_BWD_NARGS, a, &err) ||
-        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
-        lltm_make_all_contiguous(a, LLTM_SEQ_BWD_NARGS, &owned, &err))
+    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5,
+                     lltm_sequence_backward_names, a, &owned, &err) ||
+        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
     const int64_t G = 3 * d.H;

@@ -413,6 +413,21 @@ int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t 
     return failed;
 }
 
+int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
+                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
+                 lltm_error *err)
+{
+    AtenTensorHandle handles[LLTM_MAX_OWNED];
+    if (n_in < 0 || n_in > LLTM_MAX_OWNED || n_out < 0)
+        return lltm_fail(err, "internal error: %d inputs, %d outputs", n_in, n_out);
+    if (lltm_take_inputs(stack, num_args, num_outputs, (uint64_t)n_in, (uint64_t)n_out, owned,
+                         handles, err) ||
+        lltm_read_tensors(handles, names, n_in, args, err) ||
+        lltm_make_all_contiguous(args, n_in, owned, err))
+        return -1;
+    return 0;
+}
+
 int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
                             lltm_range_body body, void *ctx)
 {

@@ -148,6 +148,17 @@ int lltm_take_inputs(StableIValue *stack, uint64_t num_args,
                      uint64_t want_outputs, lltm_owned *owned,
                      AtenTensorHandle *handles, lltm_error *err);
 
+/* The opening of every op's boxed kernel, in one call: check the argument
+ * and output counts and own every input handle (lltm_take_inputs), read the
+ * metadata of the n_in inputs into args[0..n_in), named by names[] for
+ * messages (lltm_read_tensors), and replace the non-contiguous ones by
+ * contiguous copies (lltm_make_all_contiguous; owned). The op's own checks
+ * of shapes, dtype and device follow (e.g. lltm_check_cell_forward). On
+ * failure: nonzero, message in err, every handle in `owned`. */
+int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
+                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
+                 lltm_error *err);
+
 /* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
  * over the core's pointers, on the device of the context: CPU only (the
  * pointers must be host memory). The first failure's message goes to err. */
