@@ -31,15 +31,28 @@ def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
         raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
+def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, int, int]:
+    # One rule for zero sizes in every op: B = 0 and I = 0 are allowed
+    # (empty results), H = 0 is not.
+    if input.dim() != 2:
+        raise RuntimeError(f"{op}: input must be 2-dimensional [B, I], got shape "
+                           f"{list(input.shape)}")
+    if old_h.dim() != 2:
+        raise RuntimeError(f"{op}: old_h must be 2-dimensional [B, H], got shape "
+                           f"{list(old_h.shape)}")
+    B, I = input.shape
+    H = old_h.shape[1]
+    if H == 0:
+        raise RuntimeError(f"{op}: old_h has state size H = 0; expected H > 0")
+    return B, I, H
+
+
 @torch.library.register_fake("lltm::cell_forward")
 def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     op = "lltm::cell_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
                        old_cell=old_cell)
-    if input.dim() != 2 or old_h.dim() != 2:
-        raise RuntimeError(f"{op}: input must be [B, I] and old_h [B, H]")
-    B, I = input.shape
-    H = old_h.shape[1]
+    B, I, H = _cell_dims(op, input, old_h)
     _expect(op, "old_h", old_h, (B, H))
     _expect(op, "old_cell", old_cell, (B, H))
     _expect(op, "weights", weights, (3 * H, I + H))
@@ -53,8 +66,7 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
     op = "lltm::cell_backward"
     _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
                        gates=gates, input=input, old_h=old_h, weights=weights)
-    B, I = input.shape
-    H = old_h.shape[1]
+    B, I, H = _cell_dims(op, input, old_h)
     for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("new_cell", new_cell),
                     ("old_h", old_h)):
         _expect(op, name, t, (B, H))
