@@ -22,12 +22,16 @@ class Classifier(torch.nn.Module):
         return self.head(out), h, c
 
 
-def exported():
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU"))]
+
+
+def exported(device):
     torch.manual_seed(0)
-    model = Classifier().eval()
+    model = Classifier().to(device).eval()
     batch = torch.export.Dim("batch", min=1, max=4096)
     time = torch.export.Dim("time", min=1, max=100_000)
-    program = torch.export.export(model, (torch.randn(3, 4, 5),),
+    program = torch.export.export(model, (torch.randn(3, 4, 5, device=device),),
                                   dynamic_shapes={"x": {0: batch, 1: time}})
     return model, program
 
@@ -35,25 +39,27 @@ def exported():
 SHAPES = [(3, 4), (1, 1), (6, 17)]
 
 
-def test_export_dynamic_batch_and_time_matches_eager():
-    model, program = exported()
+@pytest.mark.parametrize("device", DEVICES)
+def test_export_dynamic_batch_and_time_matches_eager(device):
+    model, program = exported(device)
     ops = {n.target for n in program.graph.nodes if n.op == "call_function"}
     assert torch.ops.lltm.sequence_forward.default in ops
     assert torch.ops.lltm.cell_forward.default in ops
     for B, T in SHAPES:
-        x = torch.randn(B, T, 5)
+        x = torch.randn(B, T, 5, device=device)
         for got, want in zip(program.module()(x), model(x)):
             torch.testing.assert_close(got, want)
 
 
-def test_aoti_package_runs_and_matches_eager(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_aoti_package_runs_and_matches_eager(device, tmp_path):
     """The AOTInductor package (C++ compiled here: about a minute)."""
-    model, program = exported()
+    model, program = exported(device)
     path = torch._inductor.aoti_compile_and_package(program,
                                                     package_path=str(tmp_path / "lltm.pt2"))
     runner = torch._inductor.aoti_load_package(path)
     for B, T in SHAPES:
-        x = torch.randn(B, T, 5)
+        x = torch.randn(B, T, 5, device=device)
         for got, want in zip(runner(x), model(x)):
             torch.testing.assert_close(got, want)
 

@@ -146,9 +146,10 @@ def test_forward_ad_dual_tensors(f):
 @pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (1, None, None, None, 0),
                                      (None, None, None, 0, None), (0, 0, None, 0, 0),
                                      (0, None, 0, None, None)])
-def test_vmap_cell(f, in_dims, no_vmap_fallback):
+@pytest.mark.parametrize("device", DEVICES)
+def test_vmap_cell(f, in_dims, device, no_vmap_fallback):
     N = 3
-    args = list(cell_inputs(2, 3, 4))
+    args = list(cell_inputs(2, 3, 4, F64, device))
     for k, d in enumerate(in_dims):
         if d is not None:
             args[k] = torch.stack([torch.randn_like(args[k]) for _ in range(N)], dim=d)
@@ -160,9 +161,10 @@ def test_vmap_cell(f, in_dims, no_vmap_fallback):
 @pytest.mark.parametrize("f", SEQS + [op_seq])
 @pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (2, None, None, None, None),
                                      (None, None, None, 0, 0), (0, 0, 0, None, None)])
-def test_vmap_sequence(f, in_dims, no_vmap_fallback):
+@pytest.mark.parametrize("device", DEVICES)
+def test_vmap_sequence(f, in_dims, device, no_vmap_fallback):
     N = 2
-    args = list(seq_inputs(3, 2, 3, 4))
+    args = list(seq_inputs(3, 2, 3, 4, device))
     for k, d in enumerate(in_dims):
         if d is not None:
             args[k] = torch.stack([torch.randn_like(args[k]) for _ in range(N)], dim=d)
