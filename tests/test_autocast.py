@@ -11,9 +11,10 @@ import lltm
 from conftest import assert_close
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-CASES = [("cpu", torch.bfloat16), ("cpu", torch.float16),
-         pytest.param("cuda", torch.float16, marks=CUDA),
-         pytest.param("cuda", torch.bfloat16, marks=CUDA)]
+CASES = [pytest.param("cpu", torch.bfloat16, id="cpu-bfloat16"),
+         pytest.param("cpu", torch.float16, id="cpu-float16"),
+         pytest.param("cuda", torch.float16, marks=CUDA, id="cuda-float16"),
+         pytest.param("cuda", torch.bfloat16, marks=CUDA, id="cuda-bfloat16")]
 
 
 class LinearThen(torch.nn.Module):
@@ -47,8 +48,9 @@ def run(model, x, device, dtype):
 
 
 @pytest.mark.parametrize("device,dtype", CASES)
-@pytest.mark.parametrize("kind,kw", [("cell", {}), ("sequence", {}),
-                                     ("sequence", {"num_layers": 2, "batch_first": True})])
+@pytest.mark.parametrize("kind,kw", [
+    pytest.param("cell", {}, id="cell"), pytest.param("sequence", {}, id="sequence"),
+    pytest.param("sequence", {"num_layers": 2, "batch_first": True}, id="sequence-2-layers")])
 def test_forward_backward_in_autocast_dtype_master_grads_float32(device, dtype, kind, kw):
     torch.manual_seed(torch.seed() % 2**31)
     model = LinearThen(kind, device, **kw)
