@@ -4,6 +4,7 @@ Both are registered in Python because the stable C ABI has no autograd API."""
 from __future__ import annotations
 
 import torch
+import torch._library.autograd
 import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -82,6 +83,8 @@ def _cell_setup_context(ctx, inputs, output):
     # Only the gate activations are new memory; the rest is alive anyway.
     # bias and old_cell serve the differentiable backward (create_graph).
     ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
+    if _forward_ad._current_level >= 0:  # dual tensors: CellForward.jvp reads them
+        ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(gates)
     # No zero-filled gradient for gates (never used) each backward: that was a
     # kernel launch per step on CUDA. _cell_backward fills what it needs.
@@ -164,6 +167,8 @@ def _sequence_setup_context(ctx, inputs, output):
     # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
     # c0 serve the differentiable backward).
     ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates)
+    if _forward_ad._current_level >= 0:  # dual tensors: SequenceForward.jvp reads them
+        ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(cells, gates)
     # Gradients of cells and gates are never used: without this, autograd
     # allocates and zero-fills [T,B,4H] for them every backward (two kernel
@@ -232,10 +237,7 @@ class CellForward(torch.autograd.Function):
         with torch._C._AutoDispatchBelowAutograd():
             return torch.ops.lltm.cell_forward.default(input, weights, bias, old_h, old_cell)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _cell_setup_context(ctx, inputs, output)
-        ctx.save_for_forward(*inputs)
+    setup_context = staticmethod(_cell_setup_context)
 
     backward = staticmethod(_cell_backward)
 
@@ -254,10 +256,7 @@ class SequenceForward(torch.autograd.Function):
         with torch._C._AutoDispatchBelowAutograd():
             return torch.ops.lltm.sequence_forward.default(input, weights, bias, h0, c0)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _sequence_setup_context(ctx, inputs, output)
-        ctx.save_for_forward(*inputs)
+    setup_context = staticmethod(_sequence_setup_context)
 
     backward = staticmethod(_sequence_backward)
 
@@ -291,7 +290,13 @@ def eager_call(function, op, *args):
         return function.apply(*args)
     if torch._C._is_any_autocast_enabled():
         return _autocast.eager_call(lambda a: _eager(function, op, a), args)
-    return _eager(function, op, args)
+    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
+            _forward_ad._current_level >= 0):
+        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
+            return function.apply(*args)
+        return function.c_apply(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
 
 
 def _under_functorch_jvp() -> bool:
@@ -303,10 +308,9 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
 
 
 def _eager(function, op, args):
+    """eager_call's last steps, for the autocast route."""
     if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
             _forward_ad._current_level >= 0):
-        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
-            return function.apply(*args)
         return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
@@ -338,12 +342,13 @@ def _transform_error(name: str) -> RuntimeError:
 
 def _register_autograd(name: str, function, backward, setup_context) -> None:
     qualname = f"lltm::{name}"
-    make_impl = getattr(torch._library.autograd, "make_autograd_impl", None)
-    if make_impl is None:  # a torch without it: no forward mode through torch.ops
+    try:  # torch's private builder of register_autograd's kernel (torch 2.4 - 2.13)
+        generated = torch._library.autograd.make_autograd_impl(
+            getattr(torch.ops.lltm, name).default,
+            torch._library.autograd.Info(backward, setup_context))
+    except (AttributeError, TypeError):  # laid out otherwise: no forward mode via torch.ops
         torch.library.register_autograd(qualname, backward, setup_context=setup_context)
         return
-    generated = make_impl(getattr(torch.ops.lltm, name).default,
-                          torch._library.autograd.Info(backward, setup_context))
 
     def autograd_kernel(keyset, *args):
         if _has_tangent(args):

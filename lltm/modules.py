@@ -88,20 +88,33 @@ class LLTMCell(torch.nn.Module):
     def __prepare_scriptable__(self):
         refuse_torchscript("lltm.LLTMCell")
 
-    def forward(self, input: torch.Tensor, state=None):
+    def _check_input(self, input) -> None:
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"LLTMCell: input must be a Tensor, got {type(input).__name__}")
         if input.dim() != 2 or input.shape[1] != self.input_features:
             raise ValueError(f"LLTMCell: input must have shape [B, {self.input_features}] "
                              f"(input_features={self.input_features}), got {list(input.shape)}")
-        if state is None:
-            zeros = input.new_zeros(input.shape[0], self.state_size)
-            state = (zeros, zeros)
-        if not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
-                            f"{type(state).__name__}")
-        old_h, old_cell = state
-        return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h, old_cell)
+
+    def forward(self, input: torch.Tensor, state=None):
+        # input is checked when a call fails (nothing on the way that works),
+        # before the op's own message, so that a wrong feature count blames
+        # input rather than weights.
+        try:
+            if state is None:
+                zeros = input.new_zeros(input.shape[0], self.state_size)
+                old_h = old_cell = zeros
+            elif type(state) is tuple and len(state) == 2:
+                old_h, old_cell = state
+            else:
+                if not isinstance(state, (tuple, list)) or len(state) != 2:
+                    raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
+                                    f"{type(state).__name__}")
+                old_h, old_cell = state
+            return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h,
+                                                   old_cell)
+        except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
+            self._check_input(input)
+            raise
 
     def extra_repr(self) -> str:
         return f"{self.input_features}, {self.state_size}, impl={self.impl!r}"

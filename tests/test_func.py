@@ -96,11 +96,12 @@ def test_jacrev_and_hessian(f, device):
 
 
 @pytest.mark.parametrize("f,name", [(op_cell, "cell_forward"), (op_seq, "sequence_forward")])
-def test_transforms_on_direct_ops_refuse_clearly(f, name, no_vmap_fallback):
+@pytest.mark.parametrize("device", DEVICES)
+def test_transforms_on_direct_ops_refuse_clearly(f, name, device, no_vmap_fallback):
     """Called directly, the operators support vmap (above) and forward-mode
     dual tensors; torch.func's derivative transforms refuse with a pointer to
     lltm.functional, never a wrong result."""
-    args = seq_inputs(3, 2, 3, 4) if f is op_seq else cell_inputs(2, 3, 4)
+    args = seq_inputs(3, 2, 3, 4, device) if f is op_seq else cell_inputs(2, 3, 4, F64, device)
     x, W, b, h, c = args
     for transform in (lambda: torch.func.grad(lambda x: total(f)(x, W, b, h, c))(x),
                       lambda: torch.func.jacrev(lambda x: f(x, W, b, h, c)[0])(x),
