@@ -8,7 +8,7 @@ from conftest import assert_matches, cell_inputs, tolerances
 
 SHAPES = [  # (B, I, H): batch 1, odd sizes, I > H and I < H
     (1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 300, 17), (64, 17, 65),
-    (2, 0, 4),
+    (2, 0, 4), (0, 3, 4), (0, 0, 3),  # I = 0, B = 0, both
 ]
 DTYPES = [torch.float32, torch.float64]
 # float16 / bfloat16: computed in float32, stored in their own type; matrix
@@ -260,3 +260,45 @@ def test_half_types_gradients_match_float64_over_many_rows(dtype):
         reference.lltm_cell, compare_args)
     for n, r in zip(list(out_n) + grad_n, list(out_r) + grad_r):
         assert_matches(n.double(), r, dtype, msg="half")
+
+
+FORWARD_NAMES = ["input", "weights", "bias", "old_h", "old_cell"]
+BACKWARD_NAMES = ["grad_h", "grad_cell", "new_cell", "gates", "input", "old_h", "weights"]
+
+
+def backward_inputs(B=3, I=4, H=5):
+    x, W, b, h, c = cell_inputs(B, I, H, torch.float32)
+    new_h, new_cell, gates = torch.ops.lltm.cell_forward(x, W, b, h, c)
+    return [torch.randn_like(new_h), torch.randn_like(new_cell), new_cell, gates, x, h, W]
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_forward_none_argument_is_named(k):
+    args = list(cell_inputs(3, 4, 5, torch.float32))
+    args[k] = None
+    with pytest.raises(RuntimeError, match=rf"lltm::cell_forward: {FORWARD_NAMES[k]} is an "
+                                           r"undefined tensor \(None\); expected a tensor"):
+        torch.ops.lltm.cell_forward(*args)
+
+
+@pytest.mark.parametrize("k", range(7))
+def test_backward_none_argument_is_named(k):
+    args = backward_inputs()
+    args[k] = None
+    with pytest.raises(RuntimeError, match=rf"lltm::cell_backward: {BACKWARD_NAMES[k]} is an "
+                                           r"undefined tensor \(None\); expected a tensor"):
+        torch.ops.lltm.cell_backward(*args)
+
+
+@pytest.mark.parametrize("B,I", [(3, 4), (0, 4), (3, 0)])
+def test_zero_state_size_is_rejected(B, I):
+    """H = 0 is the one size rejected (B = 0 and I = 0 are computed)."""
+    x, W, b, h, c = (torch.randn(B, I), torch.randn(0, I), torch.randn(0), torch.randn(B, 0),
+                     torch.randn(B, 0))
+    with pytest.raises(RuntimeError, match=r"lltm::cell_forward: old_h has state size H = 0; "
+                                           r"expected H > 0"):
+        torch.ops.lltm.cell_forward(x, W, b, h, c)
+    empty = torch.randn(B, 0)
+    with pytest.raises(RuntimeError, match=r"lltm::cell_backward: old_h has state size H = 0; "
+                                           r"expected H > 0"):
+        torch.ops.lltm.cell_backward(empty, empty, empty, empty, x, h, W)

@@ -53,9 +53,16 @@ int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
                      lltm_error *err)
 {
     int64_t *sizes = NULL;
+    bool defined = false;
     memset(t, 0, sizeof *t);
     t->handle = handle;
     t->name = name;
+    /* An undefined tensor fails every other getter (with a C++ backtrace on
+     * stderr before torch 2.13): ask first. */
+    if (handle != NULL && aoti_torch_is_defined(handle, &defined) != 0)
+        return lltm_shim_failed(err, "aoti_torch_is_defined");
+    if (!defined)
+        return lltm_fail(err, "%s is an undefined tensor (None); expected a tensor", name);
     if (aoti_torch_get_dim(handle, &t->dim) != 0)
         return lltm_shim_failed(err, "aoti_torch_get_dim");
     if (t->dim > LLTM_MAX_DIM)
@@ -155,6 +162,13 @@ int lltm_check_same_dtype_device(const lltm_tensor *ts, int n,
     return 0;
 }
 
+int lltm_check_state_size(const lltm_tensor *state, int64_t H, lltm_error *err)
+{
+    if (H == 0)
+        return lltm_fail(err, "%s has state size H = 0; expected H > 0", state->name);
+    return 0;
+}
+
 /* input [B,I], weights [3H,I+H], bias [3H] or [1,3H], old_h [B,H], old_cell [B,H] */
 int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
                             bool half_types_ok, lltm_cell_dims *dims,
@@ -171,6 +185,8 @@ int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
     dims->B = input->sizes[0];
     dims->I = input->sizes[1];
     dims->H = old_h->sizes[1];
+    if (lltm_check_state_size(old_h, dims->H, err))
+        return -1;
     const int64_t G = 3 * dims->H;
     if (lltm_check_size(old_h, 0, dims->B, "batch size B of input", err) ||
         lltm_check_dim(old_cell, 2, "[B, H]", err) ||
@@ -224,6 +240,8 @@ int lltm_check_cell_backward(const lltm_tensor in[7], int32_t device_type,
     dims->B = input->sizes[0];
     dims->I = input->sizes[1];
     dims->H = old_h->sizes[1];
+    if (lltm_check_state_size(old_h, dims->H, err))
+        return -1;
     for (int k = 0; k < 3; ++k)
         if (lltm_check_dim(&in[k], 2, "[B, H]", err) ||
             lltm_check_size(&in[k], 0, dims->B, "batch size B of input", err) ||

@@ -62,7 +62,8 @@ void lltm_free_owned(lltm_owned *owned);
 /* Free what the op owns, then raise RuntimeError("<op>: <msg>"). */
 void lltm_raise(const char *op, lltm_owned *owned, const lltm_error *err);
 
-/* Read metadata of `handle` (rank <= LLTM_MAX_DIM) into *t. */
+/* Read metadata of `handle` (rank <= LLTM_MAX_DIM) into *t; an undefined
+ * tensor (None) is an error naming the argument. */
 int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
                      lltm_error *err);
 
@@ -88,6 +89,10 @@ int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
 int lltm_check_cell_backward(const lltm_tensor in[7], int32_t device_type,
                              bool half_types_ok, lltm_cell_dims *dims,
                              lltm_error *err);
+
+/* The state size H read from `state` ([B, H]) is at least 1: the one
+ * zero-size rule of every op on every device (B, I and T may be 0). */
+int lltm_check_state_size(const lltm_tensor *state, int64_t H, lltm_error *err);
 
 /* Bias of three gates of state size H: [3H], or the tutorial's [1, 3H]. */
 int lltm_check_bias(const lltm_tensor *bias, int64_t H, lltm_error *err);

@@ -63,6 +63,9 @@ AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor,
                                            int32_t *ret_device_index);
 AOTITorchError aoti_torch_is_contiguous(AtenTensorHandle tensor,
                                         bool *ret_is_contiguous);
+/* false for an undefined tensor (None passed for a Tensor argument), whose
+ * other getters fail */
+AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool *ret_is_defined);
 
 /* allocation, views and copies */
 AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t *sizes_ptr,
