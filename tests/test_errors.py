@@ -177,13 +177,8 @@ def _fake(args):
     return mode, [mode.from_tensor(a) for a in args]
 
 
-# The C cell binding accepts H = 0 until its own check lands; strict, so this
-# marker fails (and goes) the day it does.
-_C_CELL_H0 = pytest.mark.xfail(strict=True, reason="the C cell binding accepts H = 0")
-
-
 @pytest.mark.parametrize("kernel,opname,name", [
-    pytest.param("native", "cell_forward", "old_h", marks=_C_CELL_H0),
+    ("native", "cell_forward", "old_h"),
     ("native", "sequence_forward", "h0"), ("fake", "cell_forward", "old_h"),
     ("fake", "sequence_forward", "h0")])
 def test_zero_state_size_rejected_by_both_ops(kernel, opname, name):
