@@ -14,7 +14,7 @@ from . import _native
 
 _native.ensure_loaded()
 
-from . import _ops  # noqa: E402,F401  (fake kernels and autograd)
+from . import _ops, _vmap  # noqa: E402,F401  (fake kernels, autograd, autocast, vmap)
 from . import functional, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
 from .sequence import LLTM  # noqa: E402

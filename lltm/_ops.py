@@ -4,6 +4,12 @@ Both are registered in Python because the stable C ABI has no autograd API."""
 from __future__ import annotations
 
 import torch
+import torch._library.autograd
+import torch.autograd.forward_ad as _forward_ad
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+from . import _autocast, _differentiable
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -26,15 +32,28 @@ def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
         raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
+def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, int, int]:
+    # One rule for zero sizes in every op: B = 0 and I = 0 are allowed
+    # (empty results), H = 0 is not.
+    if input.dim() != 2:
+        raise RuntimeError(f"{op}: input must be 2-dimensional [B, I], got shape "
+                           f"{list(input.shape)}")
+    if old_h.dim() != 2:
+        raise RuntimeError(f"{op}: old_h must be 2-dimensional [B, H], got shape "
+                           f"{list(old_h.shape)}")
+    B, I = input.shape
+    H = old_h.shape[1]
+    if H == 0:
+        raise RuntimeError(f"{op}: old_h has state size H = 0; expected H > 0")
+    return B, I, H
+
+
 @torch.library.register_fake("lltm::cell_forward")
 def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     op = "lltm::cell_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
                        old_cell=old_cell)
-    if input.dim() != 2 or old_h.dim() != 2:
-        raise RuntimeError(f"{op}: input must be [B, I] and old_h [B, H]")
-    B, I = input.shape
-    H = old_h.shape[1]
+    B, I, H = _cell_dims(op, input, old_h)
     _expect(op, "old_h", old_h, (B, H))
     _expect(op, "old_cell", old_cell, (B, H))
     _expect(op, "weights", weights, (3 * H, I + H))
@@ -48,8 +67,7 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
     op = "lltm::cell_backward"
     _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
                        gates=gates, input=input, old_h=old_h, weights=weights)
-    B, I = input.shape
-    H = old_h.shape[1]
+    B, I, H = _cell_dims(op, input, old_h)
     for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("new_cell", new_cell),
                     ("old_h", old_h)):
         _expect(op, name, t, (B, H))
@@ -60,11 +78,13 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
 
 
 def _cell_setup_context(ctx, inputs, output):
-    input, weights, bias, old_h, _old_cell = inputs
+    input, weights, bias, old_h, old_cell = inputs
     _new_h, new_cell, gates = output
     # Only the gate activations are new memory; the rest is alive anyway.
-    ctx.save_for_backward(input, weights, old_h, new_cell, gates)
-    ctx.bias_shape = bias.shape
+    # bias and old_cell serve the differentiable backward (create_graph).
+    ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
+    if _forward_ad._current_level >= 0:  # dual tensors: CellForward.jvp reads them
+        ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(gates)
     # No zero-filled gradient for gates (never used) each backward: that was a
     # kernel launch per step on CUDA. _cell_backward fills what it needs.
@@ -72,20 +92,25 @@ def _cell_setup_context(ctx, inputs, output):
 
 
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
-    input, weights, old_h, new_cell, gates = ctx.saved_tensors
+    input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
     if grad_h is None:
         grad_h = torch.zeros_like(new_cell)
     if grad_cell is None:
         grad_cell = torch.zeros_like(new_cell)
-    d_input, d_weights, d_bias, d_old_h, d_old_cell = torch.ops.lltm.cell_backward.default(
-        grad_h, grad_cell, new_cell, gates, input, old_h, weights)
-    if d_bias.shape != ctx.bias_shape:  # the tutorial's [1, 3H] bias
-        d_bias = d_bias.view(ctx.bias_shape)
+    if torch.is_grad_enabled():
+        # The graph of this backward is recorded (create_graph=True, torch.func):
+        # the native kernel's result would be a constant, its second
+        # derivatives silently zero. Differentiable operations instead.
+        d_input, d_weights, d_bias, d_old_h, d_old_cell = _differentiable.cell_backward(
+            grad_h, grad_cell, input, weights, bias, old_h, old_cell)
+    else:
+        with torch._C._AutoDispatchBelowAutograd():
+            d_input, d_weights, d_bias, d_old_h, d_old_cell = (
+                torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
+                                                     old_h, weights))
+    if d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
+        d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
-
-
-torch.library.register_autograd("lltm::cell_forward", _cell_backward,
-                                setup_context=_cell_setup_context)
 
 
 # --- one layer over a whole sequence -------------------------------------------------
@@ -136,12 +161,14 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
 
 
 def _sequence_setup_context(ctx, inputs, output):
-    input, weights, bias, h0, _c0 = inputs
+    input, weights, bias, h0, c0 = inputs
     out, _h_n, _c_n, cells, gates = output
     # New memory kept per step: cells and gates (4*B*H); out is the layer's
-    # result (h_{t-1} is read from it) and input is alive anyway.
-    ctx.save_for_backward(input, weights, h0, out, cells, gates)
-    ctx.bias_shape = bias.shape
+    # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
+    # c0 serve the differentiable backward).
+    ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates)
+    if _forward_ad._current_level >= 0:  # dual tensors: SequenceForward.jvp reads them
+        ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(cells, gates)
     # Gradients of cells and gates are never used: without this, autograd
     # allocates and zero-fills [T,B,4H] for them every backward (two kernel
@@ -150,7 +177,7 @@ def _sequence_setup_context(ctx, inputs, output):
 
 
 def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
-    input, weights, h0, out, cells, gates = ctx.saved_tensors
+    input, weights, bias, h0, c0, out, cells, gates = ctx.saved_tensors
     # Gradients may arrive through output, h_n and c_n in any combination.
     if grad_output is None:
         grad_output = torch.zeros_like(out)
@@ -158,13 +185,34 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         grad_h_n = torch.zeros_like(h0)
     if grad_c_n is None:
         grad_c_n = torch.zeros_like(h0)
-    d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward(
-        grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
-    return d_input, d_weights, d_bias.view(ctx.bias_shape), d_h0, d_c0
+    if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
+        d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
+            grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0)
+    else:
+        with torch._C._AutoDispatchBelowAutograd():
+            d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward.default(
+                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
+    return d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0
 
 
-torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
-                                setup_context=_sequence_setup_context)
+def _not_differentiable(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"{name} is not differentiable. For second derivatives differentiate "
+            f"{name.replace('backward', 'forward')} (lltm.functional) with "
+            "create_graph=True: its backward then runs in differentiable operations.")
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+# The backward operators have no derivative of their own: a clear error
+# instead of autograd's silent zeros if someone differentiates through them.
+for _name in ("lltm::cell_backward", "lltm::sequence_backward"):
+    torch.library.register_autograd(_name, _not_differentiable(_name),
+                                    setup_context=_no_context)
 
 
 # --- eager fast path ------------------------------------------------------------------
@@ -173,41 +221,149 @@ torch.library.register_autograd("lltm::sequence_forward", _sequence_backward,
 # eager calls we wrap the same setup_context / backward in a plain
 # autograd.Function whose forward runs the op below autograd. torch.compile,
 # opcheck and direct torch.ops calls keep using the registered formula.
+# The Functions are in the setup_context style, so torch.func transforms work:
+# vmap runs forward through the ops' batching rules (lltm/_vmap.py), grad and
+# vjp through the backward above (its differentiable branch: torch.func
+# records the backward's graph), forward-mode AD (dual tensors) through jvp.
+# Under torch.func's forward-mode transforms (jvp, jacfwd, hessian) the step
+# runs in plain PyTorch operations instead: functorch would not differentiate
+# the Function's jvp again.
 
-def _eager_function(name: str, op, setup_context, backward):
-    def forward(ctx, *args):
+class CellForward(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, weights, bias, old_h, old_cell):
         with torch._C._AutoDispatchBelowAutograd():
-            output = op(*args)
-        setup_context(ctx, args, output)
-        return output
+            return torch.ops.lltm.cell_forward.default(input, weights, bias, old_h, old_cell)
 
-    function = type(name, (torch.autograd.Function,), {
-        "forward": staticmethod(forward),
-        "backward": staticmethod(backward),
-    })
-    # Function.apply's Python wrapper exists for functorch transforms (and
-    # default arguments, which forward has none of); outside transforms
-    # eager_call goes straight to the C apply it ends in: ~2 us less host
-    # time per call, a tenth of a small CUDA step's forward.
-    function.c_apply = super(torch.autograd.Function, function).apply
-    return function
+    setup_context = staticmethod(_cell_setup_context)
+
+    backward = staticmethod(_cell_backward)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_old_h, t_old_cell):
+        *_, t_h, t_cell = _differentiable.cell_jvp(*ctx.saved_tensors, t_input, t_weights,
+                                                   t_bias, t_old_h, t_old_cell)
+        return t_h, t_cell, None
+
+
+class SequenceForward(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.lltm.sequence_forward.default(input, weights, bias, h0, c0)
+
+    setup_context = staticmethod(_sequence_setup_context)
+
+    backward = staticmethod(_sequence_backward)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
+        t_out, t_h_n, t_c_n = _differentiable.sequence_jvp(*ctx.saved_tensors, t_input,
+                                                           t_weights, t_bias, t_h0, t_c0)
+        return t_out, t_h_n, t_c_n, None, None
+
+
+# Function.apply's Python wrapper exists for functorch transforms (and default
+# arguments, which forward has none of); outside transforms eager_call goes
+# straight to the C apply it ends in: ~2 us less host time per call, a tenth
+# of a small CUDA step's forward.
+for _function in (CellForward, SequenceForward):
+    _function.c_apply = super(torch.autograd.Function, _function).apply
 
 
 def eager_call(function, op, *args):
-    """``op(*args)`` with autograd, through ``function`` (an _eager_function of
-    op) when eager and some input needs a gradient."""
+    """``op(*args)`` with autograd, through ``function`` (CellForward or
+    SequenceForward, whose forward is op) when eager and some input needs a
+    gradient or a tangent; under torch.autocast in the autocast dtype."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if torch.is_grad_enabled() and any(a.requires_grad for a in args if a is not None):
-        if torch._C._are_functorch_transforms_active() or any(
-                torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
+    if torch._C._are_functorch_transforms_active():
+        if _under_functorch_jvp():
+            # The Function's jvp is exact once, but functorch does not track a
+            # second derivative through it (jvp of jvp, jacfwd of jacrev):
+            # under forward-mode transforms the step runs in plain operations.
+            return _FORWARD_MATH[function](*args)
+        return function.apply(*args)
+    if torch._C._is_any_autocast_enabled():
+        return _autocast.eager_call(lambda a: _eager(function, op, a), args)
+    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
+            _forward_ad._current_level >= 0):
+        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
             return function.apply(*args)
         return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 
 
-CellForward = _eager_function("CellForward", torch.ops.lltm.cell_forward.default,
-                              _cell_setup_context, _cell_backward)
-SequenceForward = _eager_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
-                                  _sequence_setup_context, _sequence_backward)
+def _under_functorch_jvp() -> bool:
+    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
+
+
+_FORWARD_MATH = {CellForward: _differentiable.cell_forward,
+                 SequenceForward: _differentiable.sequence_forward}
+
+
+def _eager(function, op, args):
+    """eager_call's last steps, for the autocast route."""
+    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
+            _forward_ad._current_level >= 0):
+        return function.c_apply(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+# --- the operators' autograd kernels --------------------------------------------------
+# What torch.library.register_autograd installs (torch.library's generated
+# autograd.Function over the same setup_context / backward: torch.compile,
+# export, opcheck and direct torch.ops calls), plus forward mode: that kernel
+# knows no tangents and would drop them silently, so a call with a tangent
+# goes through the Function above and its jvp. torch.func's derivative
+# transforms reach this kernel one level at a time, where a Function cannot
+# be told apart from its transforms: they get a clear error (lltm.functional
+# supports them); vmap alone is handled before autograd (lltm/_vmap.py).
+
+def _has_tangent(args) -> bool:
+    return _forward_ad._current_level >= 0 and any(
+        _forward_ad.unpack_dual(a).tangent is not None for a in args)
+
+
+def _transform_error(name: str) -> RuntimeError:
+    functional = {"cell_forward": "lltm_cell", "sequence_forward": "lltm_sequence"}[name]
+    return RuntimeError(
+        f"torch.ops.lltm.{name}: torch.func's grad, vjp, jacrev, jvp, jacfwd and hessian "
+        f"are not supported on the operator called directly; call "
+        f"lltm.functional.{functional} (or the modules) instead, which supports them. "
+        "torch.vmap alone works on the operator.")
+
+
+def _register_autograd(name: str, function, backward, setup_context) -> None:
+    qualname = f"lltm::{name}"
+    try:  # torch's private builder of register_autograd's kernel (torch 2.4 - 2.13)
+        generated = torch._library.autograd.make_autograd_impl(
+            getattr(torch.ops.lltm, name).default,
+            torch._library.autograd.Info(backward, setup_context))
+    except (AttributeError, TypeError):  # laid out otherwise: no forward mode via torch.ops
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+        return
+
+    def autograd_kernel(keyset, *args):
+        if _has_tangent(args):
+            if torch._C._are_functorch_transforms_active():
+                raise _transform_error(name)
+            return function.c_apply(*args)
+        if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
+                a.requires_grad for a in args):
+            raise _transform_error(name)
+        return generated(keyset, *args)
+
+    _autograd_library.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+
+
+_autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
+_register_autograd("cell_forward", CellForward, _cell_backward, _cell_setup_context)
+_register_autograd("sequence_forward", SequenceForward, _sequence_backward,
+                   _sequence_setup_context)

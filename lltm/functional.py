@@ -5,6 +5,18 @@ import torch
 
 from ._ops import CellForward, SequenceForward, eager_call
 
+_CELL_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
+_SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
+
+
+def _check_tensors(op: str, names, args, optional=()) -> None:
+    """A TypeError naming the first argument that is not a Tensor. Run after
+    a call failed, so it costs nothing on the way that works."""
+    for name, a in zip(names, args):
+        if not isinstance(a, torch.Tensor) and not (a is None and name in optional):
+            raise TypeError(f"lltm.functional.{op}: {name} must be a Tensor, got "
+                            f"{'None' if a is None else type(a).__name__}")
+
 
 def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
               old_h: torch.Tensor, old_cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -14,8 +26,12 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     old_h [B, H], old_cell [B, H]. Returns (new_h, new_cell), each [B, H].
     Differentiable in every argument.
     """
-    new_h, new_cell, _gates = eager_call(CellForward, torch.ops.lltm.cell_forward.default,
-                                         input, weights, bias, old_h, old_cell)
+    try:
+        new_h, new_cell, _gates = eager_call(CellForward, torch.ops.lltm.cell_forward.default,
+                                             input, weights, bias, old_h, old_cell)
+    except (AttributeError, TypeError, RuntimeError):
+        _check_tensors("lltm_cell", _CELL_ARGS, (input, weights, bias, old_h, old_cell))
+        raise
     return new_h, new_cell
 
 
@@ -30,8 +46,13 @@ def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor
     h_n and c_n [B, H] (h0 and c0 when T == 0). Differentiable in every
     argument, through output, h_n and c_n.
     """
-    if bias is None:
-        bias = weights.new_zeros(weights.shape[0])
-    output, h_n, c_n, _cells, _gates = eager_call(
-        SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias, h0, c0)
+    try:
+        if bias is None:
+            bias = weights.new_zeros(weights.shape[0])
+        output, h_n, c_n, _cells, _gates = eager_call(
+            SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias, h0, c0)
+    except (AttributeError, TypeError, RuntimeError):
+        _check_tensors("lltm_sequence", _SEQUENCE_ARGS, (input, weights, bias, h0, c0),
+                       optional=("bias",))
+        raise
     return output, (h_n, c_n)

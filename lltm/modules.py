@@ -19,6 +19,26 @@ def _check_impl(impl: str) -> None:
         raise ValueError(f"impl must be one of {sorted(CELL_IMPLEMENTATIONS)}, got {impl!r}")
 
 
+def check_int(owner: str, name: str, value, minimum: int) -> None:
+    """An int (bools are not) of at least ``minimum``, like torch.nn.LSTM's checks."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}: {name} must be {'> 0' if minimum == 1 else f'>= {minimum}'}, "
+                         f"got {value}")
+
+
+def check_bool(owner: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def refuse_torchscript(owner: str):
+    raise RuntimeError(
+        f"{owner} does not support torch.jit.script (TorchScript is deprecated in torch); "
+        "use torch.compile, or torch.export and AOTInductor for deployment.")
+
+
 class LLTMCell(torch.nn.Module):
     """One LLTM step, laid out like the tutorial's ``LLTM`` module.
 
@@ -39,9 +59,8 @@ class LLTMCell(torch.nn.Module):
     def __init__(self, input_features: int, state_size: int, impl: str = "native",
                  device=None, dtype=None):
         super().__init__()
-        if input_features < 0 or state_size <= 0:
-            raise ValueError("input_features must be >= 0 and state_size > 0, got "
-                             f"{input_features} and {state_size}")
+        check_int("LLTMCell", "input_features", input_features, 0)
+        check_int("LLTMCell", "state_size", state_size, 1)
         _check_impl(impl)
         factory = {"device": device, "dtype": dtype}
         self.input_features = input_features
@@ -66,15 +85,36 @@ class LLTMCell(torch.nn.Module):
             state_dict[key] = bias.reshape(-1)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+    def __prepare_scriptable__(self):
+        refuse_torchscript("lltm.LLTMCell")
+
+    def _check_input(self, input) -> None:
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"LLTMCell: input must be a Tensor, got {type(input).__name__}")
+        if input.dim() != 2 or input.shape[1] != self.input_features:
+            raise ValueError(f"LLTMCell: input must have shape [B, {self.input_features}] "
+                             f"(input_features={self.input_features}), got {list(input.shape)}")
+
     def forward(self, input: torch.Tensor, state=None):
-        if input.dim() != 2:
-            raise ValueError(f"LLTMCell expects input of shape [B, {self.input_features}], "
-                             f"got {list(input.shape)}")
-        if state is None:
-            zeros = input.new_zeros(input.shape[0], self.state_size)
-            state = (zeros, zeros)
-        old_h, old_cell = state
-        return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h, old_cell)
+        # input is checked when a call fails (nothing on the way that works),
+        # before the op's own message, so that a wrong feature count blames
+        # input rather than weights.
+        try:
+            if state is None:
+                zeros = input.new_zeros(input.shape[0], self.state_size)
+                old_h = old_cell = zeros
+            elif type(state) is tuple and len(state) == 2:
+                old_h, old_cell = state
+            else:
+                if not isinstance(state, (tuple, list)) or len(state) != 2:
+                    raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
+                                    f"{type(state).__name__}")
+                old_h, old_cell = state
+            return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h,
+                                                   old_cell)
+        except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
+            self._check_input(input)
+            raise
 
     def extra_repr(self) -> str:
         return f"{self.input_features}, {self.state_size}, impl={self.impl!r}"

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import functional, reference
+from .modules import check_bool, check_int, refuse_torchscript
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
 
@@ -82,15 +83,14 @@ class LLTM(torch.nn.Module):
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  device=None, dtype=None, impl: str = "native"):
         super().__init__()
-        if not isinstance(input_size, int) or input_size < 0:
-            raise ValueError(f"input_size must be an int >= 0, got {input_size!r}")
-        if not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError(f"hidden_size must be an int > 0, got {hidden_size!r}")
-        if not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError(f"num_layers must be an int > 0, got {num_layers!r}")
+        check_int("LLTM", "input_size", input_size, 0)
+        check_int("LLTM", "hidden_size", hidden_size, 1)
+        check_int("LLTM", "num_layers", num_layers, 1)
+        check_bool("LLTM", "bias", bias)
+        check_bool("LLTM", "batch_first", batch_first)
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
                 or not 0 <= dropout <= 1):
-            raise ValueError(f"dropout must be a number in [0, 1], got {dropout!r}")
+            raise ValueError(f"LLTM: dropout must be a number in [0, 1], got {dropout!r}")
         if impl not in _LAYERS:
             raise ValueError(f"impl must be one of {list(SEQUENCE_IMPLEMENTATIONS)}, got {impl!r}")
         if dropout > 0 and num_layers == 1:
@@ -127,6 +127,9 @@ class LLTM(torch.nn.Module):
         if not 0 <= k < self.num_layers:
             raise IndexError(f"layer {k} out of range for {self.num_layers} layers")
         return getattr(self, f"weights_l{k}"), getattr(self, f"bias_l{k}", None)
+
+    def __prepare_scriptable__(self):
+        refuse_torchscript("lltm.LLTM")
 
     def _check_state(self, name: str, s: torch.Tensor, B: int, batched: bool) -> torch.Tensor:
         want = (self.num_layers, B, self.hidden_size) if batched else (

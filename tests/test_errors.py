@@ -68,12 +68,6 @@ def test_backward_rejects_mismatched_shapes():
         torch.ops.lltm.cell_backward(torch.randn(B, H).double(), torch.randn(B, H), new_cell, gates, x, h, W)
 
 
-def test_module_level_errors_are_clear():
-    cell = lltm.LLTMCell(I, H)
-    with pytest.raises(RuntimeError, match="input has size|weights has size"):
-        cell(torch.randn(B, I + 1))
-
-
 def tensor_refs(t):
     return t._use_count()  # references to the TensorImpl, as a C handle holds
 
@@ -109,3 +103,117 @@ def test_no_leak_on_success_path():
     del outs
     gc.collect()
     assert {k: tensor_refs(v) for k, v in args.items()} == before
+
+
+# --- the Python level: functional forms, modules, one rule for zero sizes -----------
+
+@pytest.mark.parametrize("k", range(5))
+@pytest.mark.parametrize("bad", [None, 1.0, [[1.0]]])
+def test_functional_non_tensor_arguments_name_the_argument(k, bad):
+    got = "None" if bad is None else type(bad).__name__
+    cell_names = ["input", "weights", "bias", "old_h", "old_cell"]
+    args = list(cell_inputs(B, I, H, torch.float32))
+    args[k] = bad
+    with pytest.raises(TypeError, match=rf"lltm\.functional\.lltm_cell: {cell_names[k]} must be "
+                                        rf"a Tensor, got {got}"):
+        lltm.functional.lltm_cell(*args)
+    seq_names = ["input", "weights", "bias", "h0", "c0"]
+    args = list(cell_inputs(B, I, H, torch.float32))
+    args[0] = args[0][None]
+    args[k] = bad
+    if seq_names[k] == "bias" and bad is None:  # no bias: allowed
+        lltm.functional.lltm_sequence(*args)
+        return
+    with pytest.raises(TypeError, match=rf"lltm\.functional\.lltm_sequence: {seq_names[k]} must "
+                                        rf"be a Tensor, got {got}"):
+        lltm.functional.lltm_sequence(*args)
+
+
+def test_cell_module_wrong_feature_count_blames_input():
+    cell = lltm.LLTMCell(I, H)
+    with pytest.raises(ValueError, match=r"LLTMCell: input must have shape \[B, 4\] "
+                                         r"\(input_features=4\), got \[3, 5\]"):
+        cell(torch.randn(B, I + 1))
+    with pytest.raises(TypeError, match="LLTMCell: input must be a Tensor, got NoneType"):
+        cell(None)
+    with pytest.raises(TypeError, match=r"LLTMCell: state must be a tuple \(h, c\)"):
+        cell(torch.randn(B, I), torch.randn(B, H))
+
+
+@pytest.mark.parametrize("args,kwargs,error,pattern", [
+    ((True, 5), {}, TypeError, r"LLTM: input_size must be an int, got bool True"),
+    ((3, True), {}, TypeError, r"LLTM: hidden_size must be an int, got bool"),
+    ((3, 5.0), {}, TypeError, r"LLTM: hidden_size must be an int, got float 5.0"),
+    ((3, 0), {}, ValueError, r"LLTM: hidden_size must be > 0, got 0"),
+    ((-1, 5), {}, ValueError, r"LLTM: input_size must be >= 0, got -1"),
+    ((3, 5), {"num_layers": 0}, ValueError, r"LLTM: num_layers must be > 0, got 0"),
+    ((3, 5), {"num_layers": 2.0}, TypeError, r"LLTM: num_layers must be an int"),
+    ((3, 5), {"num_layers": False}, TypeError, r"LLTM: num_layers must be an int, got bool"),
+    ((3, 5), {"bias": 1}, TypeError, r"LLTM: bias must be a bool, got int 1"),
+    ((3, 5), {"batch_first": "yes"}, TypeError, r"LLTM: batch_first must be a bool"),
+    ((3, 5), {"dropout": 1.5}, ValueError, r"LLTM: dropout must be a number in \[0, 1\]"),
+    ((3, 5), {"dropout": True}, ValueError, r"LLTM: dropout must be a number"),
+    ((3, 5), {"impl": "fast"}, ValueError, r"impl must be one of"),
+])
+def test_sequence_module_constructor_rejects_like_lstm(args, kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        lltm.LLTM(*args, **kwargs)
+
+
+@pytest.mark.parametrize("args,error,pattern", [
+    ((True, 5), TypeError, r"LLTMCell: input_features must be an int, got bool"),
+    ((3, 5.0), TypeError, r"LLTMCell: state_size must be an int, got float"),
+    ((3, 0), ValueError, r"LLTMCell: state_size must be > 0, got 0"),
+    ((-2, 5), ValueError, r"LLTMCell: input_features must be >= 0, got -2"),
+])
+def test_cell_module_constructor_rejects_like_lstm(args, error, pattern):
+    with pytest.raises(error, match=pattern):
+        lltm.LLTMCell(*args)
+
+
+def _fake(args):
+    from torch._subclasses import FakeTensorMode
+    mode = FakeTensorMode()
+    return mode, [mode.from_tensor(a) for a in args]
+
+
+@pytest.mark.parametrize("kernel,opname,name", [
+    ("native", "cell_forward", "old_h"),
+    ("native", "sequence_forward", "h0"), ("fake", "cell_forward", "old_h"),
+    ("fake", "sequence_forward", "h0")])
+def test_zero_state_size_rejected_by_both_ops(kernel, opname, name):
+    args = [torch.randn(2, 3), torch.randn(0, 3), torch.randn(0), torch.randn(2, 0),
+            torch.randn(2, 0)]
+    if opname == "sequence_forward":
+        args[0] = torch.randn(4, 2, 3)
+    op = getattr(torch.ops.lltm, opname).default
+    mode = None
+    if kernel == "fake":
+        mode, args = _fake(args)
+    with pytest.raises(RuntimeError, match=rf"lltm::{opname}: {name} has state size "
+                                            rf"H = 0; expected H > 0"):
+        if mode is None:
+            op(*args)
+        else:
+            with mode:
+                op(*args)
+
+
+@pytest.mark.parametrize("kernel", ["native", "fake"])
+@pytest.mark.parametrize("T,Bz,Iz", [(3, 0, 2), (3, 2, 0), (0, 2, 2), (0, 0, 0)])
+def test_zero_batch_input_and_time_allowed_by_both_ops(kernel, T, Bz, Iz):
+    Hz = 3
+    cell = [torch.randn(Bz, Iz), torch.randn(3 * Hz, Iz + Hz), torch.randn(3 * Hz),
+            torch.randn(Bz, Hz), torch.randn(Bz, Hz)]
+    seq = [torch.randn(T, Bz, Iz)] + cell[1:]
+    want = {"cell_forward": [(Bz, Hz), (Bz, Hz), (Bz, 3 * Hz)],
+            "sequence_forward": [(T, Bz, Hz), (Bz, Hz), (Bz, Hz), (T, Bz, Hz), (T, Bz, 3 * Hz)]}
+    for op, args in ((torch.ops.lltm.cell_forward.default, cell),
+                     (torch.ops.lltm.sequence_forward.default, seq)):
+        if kernel == "fake":
+            mode, args = _fake(args)
+            with mode:
+                outs = op(*args)
+        else:
+            outs = op(*args)
+        assert [tuple(o.shape) for o in outs] == want[op._opname]

@@ -1,0 +1,140 @@
+"""The LLTM's derivatives written in differentiable PyTorch operations, from
+the operators' inputs only.
+
+The native backward kernels are not themselves differentiable, and the
+tensors they read (gates, the new cell state) are forward outputs that
+autograd treats as constants. When a backward runs with its graph recorded
+(``create_graph=True``, ``torch.func.grad``, Hessians), ``lltm/_ops.py``
+computes the gradients here instead, so second derivatives are exact.
+``cell_jvp`` / ``sequence_jvp`` are the forward-mode (tangent) formulas.
+
+Gate order and layout follow ``csrc/core/lltm.h``: g = [h, x] W^T + b,
+g = [g_i | g_o | g_z], i = sigmoid(g_i), o = sigmoid(g_o), z = elu(g_z),
+c' = c + i z, h' = tanh(c') o.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _elu_derivative(gz: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    # elu'(g) = 1 for g > 0, exp(g) = elu(g) + 1 otherwise; written through z
+    # so that no exp of a large positive g can overflow.
+    return torch.where(gz > 0, torch.ones_like(z), z + 1)
+
+
+def cell_backward(grad_h, grad_cell, input, weights, bias, old_h, old_cell):
+    """(d_input, d_weights, d_bias [3H], d_old_h, d_old_cell) of one step,
+    recomputing the step's activations from its inputs."""
+    H = old_h.shape[1]
+    X = torch.cat([old_h, input], dim=1)
+    g = F.linear(X, weights, bias.reshape(-1))
+    gi, go, gz = g.chunk(3, dim=1)
+    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    tanh_c = torch.tanh(old_cell + i * z)
+    d_cell = (1 - tanh_c * tanh_c) * o * grad_h + grad_cell
+    d_g = torch.cat([z * d_cell * i * (1 - i),
+                     tanh_c * grad_h * o * (1 - o),
+                     i * d_cell * _elu_derivative(gz, z)], dim=1)
+    d_X = d_g.mm(weights)
+    return d_X[:, H:], d_g.t().mm(X), d_g.sum(0), d_X[:, :H], d_cell
+
+
+def _step(x, weights, bias, h, c):
+    g = F.linear(torch.cat([h, x], dim=1), weights, bias)
+    gi, go, gz = g.chunk(3, dim=1)
+    c = c + torch.sigmoid(gi) * F.elu(gz)
+    return torch.tanh(c) * torch.sigmoid(go), c
+
+
+def cell_forward(input, weights, bias, old_h, old_cell):
+    """(new_h, new_cell, gates) as lltm::cell_forward returns them."""
+    g = F.linear(torch.cat([old_h, input], dim=1), weights, bias.reshape(-1))
+    gi, go, gz = g.chunk(3, dim=1)
+    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    new_cell = old_cell + i * z
+    return torch.tanh(new_cell) * o, new_cell, torch.cat([i, o, z], dim=1)
+
+
+def sequence_forward(input, weights, bias, h0, c0):
+    """(output, h_n, c_n, cells, gates) as lltm::sequence_forward returns them."""
+    h, c, outs, cells, gates = h0, c0, [], [], []
+    for x in input.unbind(0):
+        h, c, g = cell_forward(x, weights, bias, h, c)
+        outs.append(h)
+        cells.append(c)
+        gates.append(g)
+    if not outs:
+        T0 = input.new_empty(0, *h0.shape)
+        return T0, h0, c0, T0, input.new_empty(0, h0.shape[0], 3 * h0.shape[1])
+    return torch.stack(outs), h, c, torch.stack(cells), torch.stack(gates)
+
+
+def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0):
+    """(d_input, d_weights, d_bias [3H], d_h0, d_c0) of one layer over a
+    sequence: the states are recomputed step by step from the inputs, then
+    the gradient runs back through time with :func:`cell_backward`."""
+    bias = bias.reshape(-1)
+    states = [(h0, c0)]
+    for x in input.unbind(0)[:-1] if input.shape[0] else ():
+        states.append(_step(x, weights, bias, *states[-1]))
+    d_h, d_c = grad_h_n, grad_c_n
+    d_weights = torch.zeros_like(weights)
+    d_bias = torch.zeros_like(bias)
+    d_inputs = []
+    for t in range(input.shape[0] - 1, -1, -1):
+        h, c = states[t]
+        d_x, d_w, d_b, d_h, d_c = cell_backward(d_h + grad_output[t], d_c, input[t], weights,
+                                                bias, h, c)
+        d_inputs.append(d_x)
+        d_weights = d_weights + d_w
+        d_bias = d_bias + d_b
+    d_input = torch.stack(d_inputs[::-1]) if d_inputs else torch.zeros_like(input)
+    return d_input, d_weights, d_bias, d_h, d_c
+
+
+def _or_zeros(t, like):
+    return torch.zeros_like(like) if t is None else t
+
+
+def cell_jvp(input, weights, bias, old_h, old_cell,
+             t_input, t_weights, t_bias, t_old_h, t_old_cell):
+    """(new_h, new_cell, t_new_h, t_new_cell): one step and its tangents from
+    the tangents of its inputs (None: zero). The activations are recomputed
+    from the inputs, so the tangents are themselves differentiable (nested
+    jvp, jacfwd of jacfwd)."""
+    X = torch.cat([old_h, input], dim=1)
+    t_X = torch.cat([_or_zeros(t_old_h, old_h), _or_zeros(t_input, input)], dim=1)
+    g = F.linear(X, weights, bias.reshape(-1))
+    t_g = t_X.mm(weights.t())
+    if t_weights is not None:
+        t_g = t_g + X.mm(t_weights.t())
+    if t_bias is not None:
+        t_g = t_g + t_bias.reshape(-1)
+    gi, go, gz = g.chunk(3, dim=1)
+    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    tg_i, tg_o, tg_z = t_g.chunk(3, dim=1)
+    new_cell = old_cell + i * z
+    t_cell = (i * (1 - i) * tg_i) * z + i * (_elu_derivative(gz, z) * tg_z)
+    if t_old_cell is not None:
+        t_cell = t_cell + t_old_cell
+    tanh_c = torch.tanh(new_cell)
+    t_h = (1 - tanh_c * tanh_c) * o * t_cell + tanh_c * (o * (1 - o) * tg_o)
+    return tanh_c * o, new_cell, t_h, t_cell
+
+
+def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0, t_c0):
+    """Tangents (output, h_n, c_n) of one layer over a sequence, the states
+    recomputed step by step with :func:`cell_jvp`."""
+    h, c = h0, c0
+    t_h, t_c = _or_zeros(t_h0, h0), _or_zeros(t_c0, c0)
+    t_out = []
+    for t in range(input.shape[0]):
+        h, c, t_h, t_c = cell_jvp(input[t], weights, bias, h, c,
+                                  None if t_input is None else t_input[t], t_weights, t_bias,
+                                  t_h, t_c)
+        t_out.append(t_h)
+    t_output = torch.stack(t_out) if t_out else torch.zeros_like(input[..., :0]).expand(
+        0, *h0.shape)
+    return t_output, t_h, t_c

@@ -1,0 +1,64 @@
+"""Batching rules for torch.vmap over the LLTM operators.
+
+The forward operators fold a vmapped dimension of input and state into the
+batch dimension B when weights and bias are shared (not vmapped): one call
+of the native kernel for the whole vmapped batch. Otherwise, and for the
+backward operators (whose weight gradients are sums over B, so instances
+cannot share a call), one call per vmapped instance.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _front(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+    """``t`` with its vmapped dimension first ([N, ...]); expanded if none."""
+    return t.expand(n, *t.shape) if dim is None else t.movedim(dim, 0)
+
+
+def _loop(op, info, in_dims, args):
+    n = info.batch_size
+    results = [op(*(a if d is None else a.select(d, k) for a, d in zip(args, in_dims)))
+               for k in range(n)]
+    outputs = tuple(torch.stack(parts) for parts in zip(*results))
+    return outputs, (0,) * len(outputs)
+
+
+def _cell_forward_vmap(info, in_dims, input, weights, bias, old_h, old_cell):
+    op = torch.ops.lltm.cell_forward.default
+    if in_dims[1] is not None or in_dims[2] is not None:
+        return _loop(op, info, in_dims, (input, weights, bias, old_h, old_cell))
+    n = info.batch_size
+    x, h, c = (_front(t, d, n) for t, d in ((input, in_dims[0]), (old_h, in_dims[3]),
+                                             (old_cell, in_dims[4])))
+    B = x.shape[1]
+    outs = op(x.reshape(n * B, -1), weights, bias, h.reshape(n * B, -1), c.reshape(n * B, -1))
+    return tuple(o.view(n, B, -1) for o in outs), (0, 0, 0)
+
+
+def _sequence_forward_vmap(info, in_dims, input, weights, bias, h0, c0):
+    op = torch.ops.lltm.sequence_forward.default
+    if in_dims[1] is not None or in_dims[2] is not None:
+        return _loop(op, info, in_dims, (input, weights, bias, h0, c0))
+    n = info.batch_size
+    x = _front(input, in_dims[0], n).movedim(0, 1)  # [T, N, B, I]
+    h, c = _front(h0, in_dims[3], n), _front(c0, in_dims[4], n)
+    T, _, B, I = x.shape
+    out, h_n, c_n, cells, gates = op(x.reshape(T, n * B, I), weights, bias,
+                                     h.reshape(n * B, -1), c.reshape(n * B, -1))
+    return ((out.view(T, n, B, -1), h_n.view(n, B, -1), c_n.view(n, B, -1),
+             cells.view(T, n, B, -1), gates.view(T, n, B, -1)), (1, 0, 0, 1, 1))
+
+
+def _backward_vmap(op):
+    def rule(info, in_dims, *args):
+        return _loop(op, info, in_dims, args)
+    return rule
+
+
+torch.library.register_vmap("lltm::cell_forward", _cell_forward_vmap)
+torch.library.register_vmap("lltm::sequence_forward", _sequence_forward_vmap)
+torch.library.register_vmap("lltm::cell_backward",
+                            _backward_vmap(torch.ops.lltm.cell_backward.default))
+torch.library.register_vmap("lltm::sequence_backward",
+                            _backward_vmap(torch.ops.lltm.sequence_backward.default))
