@@ -13,12 +13,14 @@
  *             dW_x = dG^T x and dx = dG W_x as one aten::mm each over all
  *             T*B rows.
  *
- * LLTM_CUDA_SEQUENCE=auto|cluster|grid|steps picks the route (default auto:
- * the persistent kernel where it fits); tests use it to cover every route.
+ * The plan (lltm_sequence_plan_cuda) is chosen once per call; environment
+ * variables constrain it for tests and measurements (plan_options below,
+ * docs/cuda-plans.md).
  */
 #include "ops.h"
 #include "sequence_args.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,29 +30,79 @@ static inline void *at(const void *base, int64_t index, size_t elem)
 }
 
 
-static int route_mode(int *mode, lltm_error *err)
+/* An integer environment variable among `allowed` (0-terminated), or 0 when
+ * unset or empty. */
+static int env_choice(const char *name, const int *allowed, int *value, lltm_error *err)
 {
-    const char *value = getenv("LLTM_CUDA_SEQUENCE");
-    if (value == NULL || *value == '\0' || strcmp(value, "auto") == 0)
-        *mode = LLTM_SEQ_MODE_AUTO;
-    else if (strcmp(value, "cluster") == 0)
-        *mode = LLTM_SEQ_MODE_CLUSTER;
-    else if (strcmp(value, "grid") == 0)
-        *mode = LLTM_SEQ_MODE_GRID;
-    else if (strcmp(value, "steps") == 0)
-        *mode = LLTM_SEQ_MODE_STEPS;
+    const char *text = getenv(name);
+    *value = 0;
+    if (text == NULL || *text == '\0')
+        return 0;
+    char *end = NULL;
+    const long v = strtol(text, &end, 10);
+    for (const int *a = allowed; *a; ++a)
+        if (*end == '\0' && v == *a) {
+            *value = (int)v;
+            return 0;
+        }
+    return lltm_fail(err, "%s: unsupported value '%s'", name, text);
+}
+
+/* The plan options from the environment, for tests and measurements (the
+ * core reads none; docs/cuda-plans.md lists them):
+ *   LLTM_CUDA_SEQUENCE=auto|cluster|grid|steps   the kernel family
+ *   LLTM_CUDA_CLUSTER_BLOCKS=8|16                the cluster shape
+ *   LLTM_CUDA_CLUSTER_CHUNK=4|8|16               the cluster batch split's chunk (16: none)
+ *   LLTM_CUDA_GRID_SHAPE=16x8|32x16|32x32|16x32  one grid layout
+ *   LLTM_CUDA_GRID_GROUPS=n                      at most n batch groups */
+static int plan_options(lltm_sequence_plan_options *o, lltm_error *err)
+{
+    static const int blocks[] = {8, 16, 0}, chunks[] = {4, 8, 16, 0};
+    const char *family = getenv("LLTM_CUDA_SEQUENCE"), *shape = getenv("LLTM_CUDA_GRID_SHAPE");
+    const char *groups = getenv("LLTM_CUDA_GRID_GROUPS");
+    memset(o, 0, sizeof *o);
+    if (family == NULL || *family == '\0' || strcmp(family, "auto") == 0)
+        o->family = LLTM_SEQ_ANY;
+    else if (strcmp(family, "cluster") == 0)
+        o->family = LLTM_SEQ_CLUSTER;
+    else if (strcmp(family, "grid") == 0)
+        o->family = LLTM_SEQ_GRID;
+    else if (strcmp(family, "steps") == 0)
+        o->family = LLTM_SEQ_STEPS;
     else
         return lltm_fail(err, "LLTM_CUDA_SEQUENCE must be auto, cluster, grid or steps, got '%s'",
-                         value);
+                         family);
+    if (env_choice("LLTM_CUDA_CLUSTER_BLOCKS", blocks, &o->cluster_blocks, err) ||
+        env_choice("LLTM_CUDA_CLUSTER_CHUNK", chunks, &o->cluster_chunk, err))
+        return -1;
+    if (shape && *shape) {
+        char tail = 0;
+        if (sscanf(shape, "%dx%d%c", &o->grid_lanes, &o->grid_values, &tail) != 2)
+            return lltm_fail(err, "LLTM_CUDA_GRID_SHAPE must be like 32x16, got '%s'", shape);
+    }
+    if (groups && *groups) {
+        char *end = NULL;
+        const long n = strtol(groups, &end, 10);
+        if (*end != '\0' || n < 1 || n > 1 << 20)
+            return lltm_fail(err, "LLTM_CUDA_GRID_GROUPS must be a positive integer, got '%s'",
+                             groups);
+        o->grid_groups_max = (int)n;
+    }
     return 0;
 }
 
-static int choose_plan(const lltm_sequence_dims *d, int *plan, lltm_error *err)
+static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_plan *plan,
+                       lltm_error *err)
 {
-    int mode = LLTM_SEQ_MODE_AUTO, status;
-    if (route_mode(&mode, err))
+    lltm_sequence_plan_options options;
+    lltm_cuda_device dev;
+    int status;
+    if (plan_options(&options, err))
         return -1;
-    status = lltm_sequence_plan_cuda(d->dtype, d->B, d->H, mode, plan);
+    status = lltm_cuda_device_query(device, &dev);
+    if (status != LLTM_OK)
+        return lltm_core_failed(err, "lltm_cuda_device_query", status);
+    status = lltm_sequence_plan_cuda(&dev, d->dtype, d->T, d->B, d->I, d->H, &options, plan);
     if (status != LLTM_OK)
         return lltm_fail(err, "no persistent plan of LLTM_CUDA_SEQUENCE=%s fits B=%lld, H=%lld "
                          "on this device (%s)", getenv("LLTM_CUDA_SEQUENCE"), (long long)d->B,
@@ -121,7 +173,7 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
     void *output_data, *h_n_data, *c_n_data, *cells_data, *gates_data;
     lltm_tensor a[LLTM_SEQ_FWD_NARGS];
     lltm_sequence_dims d;
-    int plan = LLTM_SEQ_PLAN_STEPS;
+    lltm_sequence_plan plan = {.family = LLTM_SEQ_STEPS};
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5, &owned,
                          handles, &err) ||
@@ -156,18 +208,18 @@ void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t
                              "lltm_cuda_zero", &err)) {
             goto fail;
         }
-        if (choose_plan(&d, &plan, &err))
+        if (choose_plan(&d, a[0].device_index, &plan, &err))
             goto fail;
     }
-    if (TB > 0 && plan != LLTM_SEQ_PLAN_STEPS) {
+    if (TB > 0 && plan.family != LLTM_SEQ_STEPS) {
         void *workspace = NULL;
         AtenTensorHandle ws;
-        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, plan, B, H);
+        const size_t ws_bytes = plan.workspace_bytes;
         if (ws_bytes > 0 &&
             empty_float(&a[0], (int64_t)(ws_bytes / sizeof(float)), &owned, &ws, &workspace, &err))
             goto fail;
         if (cuda_call(lltm_sequence_forward_persistent_cuda(
-                          d.dtype, plan, T, B, I, H, h0->data, c0->data, weights->data,
+                          &plan, T, B, I, H, h0->data, c0->data, weights->data,
                           bias->data, gates_data, output_data, cells_data, workspace, stream),
                       "lltm_sequence_forward_persistent_cuda", &err))
             goto fail;
@@ -230,7 +282,7 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
     void *d_weights_data, *d_bias_data, *d_h0_data, *d_c0_data, *d_gates_data, *hx_data;
     lltm_tensor a[LLTM_SEQ_BWD_NARGS];
     lltm_sequence_dims d;
-    int plan = LLTM_SEQ_PLAN_STEPS;
+    lltm_sequence_plan plan = {.family = LLTM_SEQ_STEPS};
 
     if (lltm_take_inputs(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5, &owned,
                          handles, &err) ||
@@ -270,18 +322,18 @@ void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_
 
     if (lltm_empty(3, steps_G, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
         lltm_empty(2, steps_K, &a[0], &owned, &hx, &hx_data, &err) ||
-        choose_plan(&d, &plan, &err))
+        choose_plan(&d, a[0].device_index, &plan, &err))
         goto fail;
 
-    if (plan != LLTM_SEQ_PLAN_STEPS) {
+    if (plan.family != LLTM_SEQ_STEPS) {
         void *workspace = NULL;
         AtenTensorHandle ws;
-        const size_t ws_bytes = lltm_sequence_workspace_cuda(d.dtype, plan, B, H);
+        const size_t ws_bytes = plan.workspace_bytes;
         if (ws_bytes > 0 &&
             empty_float(&a[0], (int64_t)(ws_bytes / sizeof(float)), &owned, &ws, &workspace, &err))
             goto fail;
         if (cuda_call(lltm_sequence_backward_persistent_cuda(
-                          d.dtype, plan, T, B, I, H, grad_output, grad_h_n, grad_c_n,
+                          &plan, T, B, I, H, grad_output, grad_h_n, grad_c_n,
                           weights->data, cells, gates, d_gates_data, d_bias_data, d_h0_data,
                           d_c0_data, workspace, stream),
                       "lltm_sequence_backward_persistent_cuda", &err))
