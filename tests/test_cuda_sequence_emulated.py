@@ -434,3 +434,88 @@ def test_per_step_kernels(emu, dtype):
     _close("grad_c0", dc, d_c0, dtype)
     _close("grad_weights", dW, d_W, dtype)
     _close("grad_input", dx, d_x, dtype)
+
+
+GEMM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                        ctypes.c_void_p, ctypes.c_int64)
+DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+def _strided(ptr, dtype, rows, cols, rs, cs):
+    """A tensor over emulated device memory at ptr"""
+    extent = (rows - 1) * rs + (cols - 1) * cs + 1
+    size = torch.empty((), dtype=dtype).element_size()
+    buffer = (ctypes.c_char * (extent * size)).from_address(ptr)
+    return torch.frombuffer(buffer, dtype=dtype).as_strided((rows, cols), (rs, cs))
+
+
+@GEMM
+def _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
+    """The core's matrix-product callback, as the binding's aten::mm"""
+    dtype = DTYPES_BY_CODE[code]
+    A, Bm = _strided(a, dtype, M, K, a_rs, a_cs), _strided(b, dtype, K, N, b_rs, b_cs)
+    _strided(c, dtype, M, N, ldc, 1).copy_((A.double() @ Bm.double()).to(dtype))
+    return 0
+
+
+def _declare_layer(lib):
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    lib.lltm_sequence_forward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
+    lib.lltm_sequence_forward_workspace_cuda.restype = ctypes.c_size_t
+    lib.lltm_sequence_backward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
+    lib.lltm_sequence_backward_workspace_cuda.restype = ctypes.c_size_t
+    lib.lltm_sequence_forward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 11 + [GEMM, p, p]
+    lib.lltm_sequence_backward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 15 + [GEMM, p, p]
+    lib.lltm_sequence_forward_cuda.restype = ctypes.c_int
+    lib.lltm_sequence_backward_cuda.restype = ctypes.c_int
+
+
+@pytest.mark.parametrize("family", [STEPS, GRID, CLUSTER], ids=["steps", "grid", "cluster"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
+                         ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("T,B,I,H", [(3, 5, 4, 9), (2, 3, 0, 6), (1, 40, 3, 12)])
+def test_layer(emu, family, dtype, T, B, I, H):
+    """lltm_sequence_forward_cuda / _backward_cuda: the whole layer (input
+    projection, recurrence, h_n / c_n, weight-gradient and input-gradient
+    products) with a torch matmul as the gemm callback, every output
+    against the reference."""
+    _declare_layer(emu)
+    status, plan = make_plan(emu, dtype, T, B, I, H, family=family)
+    if family == CLUSTER and dtype == torch.float64 and B > 32:
+        assert status != 0  # float64 state of more than 32 rows: no cluster plan
+        return
+    assert status == 0 and plan.family == family
+    (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
+    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
+    ws = emu.lltm_sequence_forward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
+    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
+    output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
+    h_n, c_n, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((T, B, 3 * H), dtype)
+    status = emu.lltm_sequence_forward_cuda(
+        ctypes.byref(plan), T, B, I, H, as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
+        output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, as_ptr(workspace), _torch_gemm, None,
+        None)
+    assert status == 0
+    _close("output", output.check("output"), out_r, dtype)
+    _close("h_n", h_n.check("h_n"), h_r, dtype)
+    _close("c_n", c_n.check("c_n"), c_r, dtype)
+    _close("cells", cells.check("cells"), cells_r, dtype)
+    _close("gates", gates.check("gates"), acts_r, dtype)
+
+    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
+    ghn, gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2)]
+    d_x, d_W, d_b, d_h0, d_c0 = backward(go.double(), ghn.double(), gcn.double())
+    ws = emu.lltm_sequence_backward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
+    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
+    outs = {"grad_input": Guarded((T, B, I), dtype), "grad_weights": Guarded((3 * H, I + H), dtype),
+            "grad_bias": Guarded((3 * H,), dtype), "grad_h0": Guarded((B, H), dtype),
+            "grad_c0": Guarded((B, H), dtype)}
+    status = emu.lltm_sequence_backward_cuda(
+        ctypes.byref(plan), T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+        as_ptr(h0), as_ptr(output.value), as_ptr(cells.value), as_ptr(gates.value),
+        *[o.ptr for o in outs.values()], as_ptr(workspace), _torch_gemm, None, None)
+    assert status == 0
+    for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
+        _close(name, guarded.check(name), want, dtype)

@@ -306,14 +306,14 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
 /* ------------------------------------------------------------------------ */
 /*
  * One layer over T steps, as on the CPU (section "One layer over a whole
- * sequence"): the binding forms gates = x W_x^T for all steps and, after the
- * backward, dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}] and dx = dG W_x as
- * large products (cuBLAS). The recurrence runs either in ONE persistent
+ * sequence"): lltm_sequence_forward_cuda / _backward_cuda (below) form
+ * gates = x W_x^T for all steps and, after the backward, dW = dG^T [h_prev |
+ * x] and dx = dG W_x as large products. The recurrence runs either in ONE persistent
  * kernel per direction (W_h held in registers across all steps; per step
  * the blocks of a thread-block cluster send each other the state through
  * distributed shared memory, or the blocks of a cooperative grid meet at a
  * grid barrier) or, for sizes no persistent kernel fits, as per-step
- * kernels the binding calls between per-step matrix products. Which one,
+ * kernels between per-step matrix products. Which one,
  * with which layout, is a value: lltm_sequence_plan, chosen once by
  * lltm_sequence_plan_cuda and passed to both directions.
  * Device pointers, current device, `stream` a cudaStream_t; launches only.
@@ -404,7 +404,7 @@ typedef struct lltm_sequence_plan_options {
  *      (reduce-scatter). For B <= 16 (not float64) each 16-block kernel
  *      splits the batch into clusters of 4-row chunks (8 where that many
  *      clusters do not fit). The 8-block shape's backward broadcasts dG.
- *   3. the cheapest grid layout that is co-resident (grid_plan_cost in
+ *   3. the cheapest grid layout that is co-resident (grid_cost in
  *      lltm_cuda_sequence_plan.cu), the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 32x16 (H <= 512), 16x32
  *      (H <= 512, not float64), 32x32 (H <= 1024, not float64).
@@ -416,6 +416,41 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                             lltm_sequence_plan *plan);
 
 /*
+ * One layer over T steps on the device, forward and backward, as
+ * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (same arguments;
+ * T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
+ * these sizes and `stream` a cudaStream_t of the current device:
+ *   forward   gates = x W_x^T for all steps (one product), then the
+ *             recurrence: the plan's persistent kernel, or per step
+ *             r = h_{t-1} W_h^T (gemm) and one pointwise kernel; h_n, c_n.
+ *   backward  the recurrence in reverse (persistent, or per step: one
+ *             pointwise kernel and dh = dG_t W_h (gemm)), then
+ *             dW = dG^T [h_prev | x] and dx = dG W_x, one product each over
+ *             all T*B rows.
+ * Matrix products: lltm_small_mm_cuda where lltm_small_mm_fits (one launch
+ * of the library's kernel), else `gemm` (lltm_gemm, device pointers; it
+ * must run on `stream`, as aten::mm on torch's current stream does).
+ *   workspace  lltm_sequence_forward_workspace_cuda /
+ *              _backward_workspace_cuda bytes, 256-byte aligned (NULL if 0)
+ */
+size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                            int64_t B, int64_t I, int64_t H);
+size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                             int64_t B, int64_t I, int64_t H);
+int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                               int64_t H, const void *input, const void *weights,
+                               const void *bias, const void *h0, const void *c0, void *output,
+                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, void *stream);
+int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                                int64_t H, const void *grad_output, const void *grad_h_n,
+                                const void *grad_c_n, const void *input, const void *weights,
+                                const void *h0, const void *output, const void *cells,
+                                const void *gates, void *grad_input, void *grad_weights,
+                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
+                                lltm_gemm gemm, void *gemm_ctx, void *stream);
+
+/* The pieces the layer calls, for tests:
  * Forward recurrence in one launch (plan->family GRID or CLUSTER, made for
  * dtype, B and H; LLTM_ERR_ARGUMENT otherwise).
  *   h0, c0     [B,H]

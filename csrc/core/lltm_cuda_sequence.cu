@@ -82,3 +82,232 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
 }
 
 } /* extern "C" */
+
+/* --------------------------------------------------------- the layer -- */
+
+namespace {
+
+constexpr size_t ALIGN = 256; /* workspace regions start at multiples of this */
+
+size_t round_up(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+
+bool persistent(const lltm_sequence_plan *plan)
+{
+    return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER;
+}
+
+bool half_type(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
+
+/* bytes of an element (0: unknown dtype) */
+size_t elem_size(lltm_dtype dtype)
+{
+    switch (dtype) {
+    case LLTM_FLOAT32: return 4;
+    case LLTM_FLOAT64: return 8;
+    case LLTM_FLOAT16:
+    case LLTM_BFLOAT16: return 2;
+    }
+    return 0;
+}
+
+void *at(const void *base, int64_t index, size_t elem)
+{
+    return (char *)base + (size_t)index * elem;
+}
+
+/* c [M,N] = a [M,K] b [K,N] on the stream: the library's one-launch product
+ * where it fits (lltm_small_mm_fits: a library call costs more host time
+ * than such a product's GPU time), else the caller's gemm */
+int product(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const void *a, int64_t a_rs,
+            int64_t a_cs, const void *b, int64_t b_rs, int64_t b_cs, void *c, int64_t ldc,
+            lltm_gemm gemm, void *gemm_ctx, void *stream)
+{
+    if (lltm_small_mm_fits(M, N, K))
+        return lltm_small_mm_cuda(dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, stream);
+    return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
+               ? LLTM_OK
+               : LLTM_ERR_GEMM;
+}
+
+int call_gemm(lltm_gemm gemm, void *gemm_ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+              const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
+              int64_t b_cs, void *c, int64_t ldc)
+{
+    return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
+               ? LLTM_OK
+               : LLTM_ERR_GEMM;
+}
+
+bool layer_args_ok(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I, int64_t H)
+{
+    return plan && !lltm_seq::bad_sizes(T, B, I, H) &&
+           (plan->family == LLTM_SEQ_STEPS || (plan->B == B && plan->H == H)) &&
+           elem_size(plan->dtype) > 0;
+}
+
+} // namespace
+
+extern "C" {
+
+size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                            int64_t B, int64_t I, int64_t H)
+{
+    if (!layer_args_ok(plan, T, B, I, H) || T * B == 0)
+        return 0;
+    if (persistent(plan))
+        return plan->workspace_bytes;
+    return (size_t)(B * 3 * H) * elem_size(plan->dtype); /* r [B,G] */
+}
+
+size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                             int64_t B, int64_t I, int64_t H)
+{
+    if (!layer_args_ok(plan, T, B, I, H) || T * B == 0)
+        return 0;
+    const size_t elem = elem_size(plan->dtype);
+    const size_t first = persistent(plan) ? plan->workspace_bytes
+                         : half_type(plan->dtype) ? (size_t)(3 * H) * sizeof(float)
+                                                  : 0;
+    /* then dG [T,B,G] and [h_prev | x] [T*B, H+I] */
+    return round_up(first) + round_up((size_t)(T * B * 3 * H) * elem) +
+           (size_t)(T * B * (H + I)) * elem;
+}
+
+int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                               int64_t H, const void *input, const void *weights,
+                               const void *bias, const void *h0, const void *c0, void *output,
+                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, void *stream)
+{
+    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+        return LLTM_ERR_ARGUMENT;
+    const lltm_dtype dtype = plan->dtype;
+    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
+    int status = LLTM_OK;
+    if (TB > 0 && H > 0) {
+        /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step */
+        status = I > 0 ? product(dtype, TB, G, I, input, I, 1, at(weights, H, elem), 1, K, gates,
+                                 G, gemm, gemm_ctx, stream)
+                       : lltm_cuda_zero(gates, (size_t)(TB * G) * elem, stream);
+        if (status != LLTM_OK)
+            return status;
+        if (persistent(plan)) {
+            status = lltm_sequence_forward_persistent_cuda(plan, T, B, I, H, h0, c0, weights,
+                                                           bias, gates, output, cells, workspace,
+                                                           stream);
+        } else {
+            /* per step: r = h_{t-1} W_h^T (the caller's gemm), then one
+             * pointwise kernel */
+            void *r = workspace;
+            for (int64_t t = 0; t < T && status == LLTM_OK; ++t) {
+                const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
+                const void *c_prev = t == 0 ? c0 : at(cells, (t - 1) * B * H, elem);
+                status = call_gemm(gemm, gemm_ctx, dtype, B, G, H, h_prev, H, 1, weights, 1, K,
+                                   r, G);
+                if (status == LLTM_OK)
+                    status = lltm_sequence_forward_step_cuda(
+                        dtype, B, H, r, at(gates, t * B * G, elem), bias, c_prev,
+                        at(output, t * B * H, elem), at(cells, t * B * H, elem), stream);
+            }
+        }
+        if (status != LLTM_OK)
+            return status;
+    }
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence) */
+    if (T > 0 && B * H > 0) {
+        status = lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
+    } else if (B * H > 0) {
+        status = lltm_cuda_copy(h_n, h0, state_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(c_n, c0, state_bytes, stream);
+    }
+    return status;
+}
+
+int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                                int64_t H, const void *grad_output, const void *grad_h_n,
+                                const void *grad_c_n, const void *input, const void *weights,
+                                const void *h0, const void *output, const void *cells,
+                                const void *gates, void *grad_input, void *grad_weights,
+                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
+                                lltm_gemm gemm, void *gemm_ctx, void *stream)
+{
+    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+        return LLTM_ERR_ARGUMENT;
+    const lltm_dtype dtype = plan->dtype;
+    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
+    int status;
+    if (TB == 0 || H == 0) { /* nothing ran: the state's gradients pass through */
+        status = lltm_cuda_copy(grad_h0, grad_h_n, state_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(grad_c0, grad_c_n, state_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_zero(grad_weights, (size_t)(G * K) * elem, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_zero(grad_bias, (size_t)G * elem, stream);
+        if (status == LLTM_OK && TB > 0)
+            status = lltm_cuda_zero(grad_input, (size_t)(TB * I) * elem, stream);
+        return status;
+    }
+    /* workspace: the plan's (or the bias sums of the half types), dG, hx */
+    const size_t first = persistent(plan) ? plan->workspace_bytes
+                         : half_type(dtype) ? (size_t)G * sizeof(float)
+                                            : 0;
+    void *dG = (char *)workspace + round_up(first);
+    void *hx = (char *)dG + round_up((size_t)(TB * G) * elem);
+    if (persistent(plan)) {
+        status = lltm_sequence_backward_persistent_cuda(
+            plan, T, B, I, H, grad_output, grad_h_n, grad_c_n, weights, cells, gates, dG,
+            grad_bias, grad_h0, grad_c0, first ? workspace : NULL, stream);
+    } else {
+        /* per step, reverse time: the pointwise kernel (dG_t, dc in place in
+         * grad_c0, bias sums), then dh = dG_t W_h (the caller's gemm) into
+         * grad_h0 */
+        void *bias_acc = half_type(dtype) ? workspace : grad_bias;
+        const size_t acc_bytes = (size_t)G * (half_type(dtype) ? sizeof(float) : elem);
+        status = lltm_cuda_zero(bias_acc, acc_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(grad_c0, grad_c_n, state_bytes, stream);
+        const void *dh_next = grad_h_n;
+        for (int64_t t = T - 1; t >= 0 && status == LLTM_OK; --t) {
+            status = lltm_sequence_backward_step_cuda(
+                dtype, B, H, at(grad_output, t * B * H, elem), dh_next, grad_c0,
+                at(cells, t * B * H, elem), at(gates, t * B * G, elem), at(dG, t * B * G, elem),
+                bias_acc, stream);
+            if (status == LLTM_OK)
+                status = call_gemm(gemm, gemm_ctx, dtype, B, H, G, at(dG, t * B * G, elem), G, 1,
+                                   weights, K, 1, grad_h0, H);
+            dh_next = grad_h0;
+        }
+        if (status == LLTM_OK && half_type(dtype))
+            status = lltm_sequence_convert_cuda(dtype, G, bias_acc, grad_bias, stream);
+    }
+    if (status != LLTM_OK)
+        return status;
+
+    /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns: h_prev =
+     * [h0; h_1 .. h_{T-1}] (one product for all of dW instead of two: one
+     * library call less) */
+    const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem, row_I = (size_t)I * elem;
+    status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
+    if (status == LLTM_OK)
+        status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
+                                   (size_t)((T - 1) * B), stream);
+    if (status == LLTM_OK)
+        status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I, (size_t)TB,
+                                   stream);
+    /* dW = dG^T [h_prev | x], dx = dG W_x: all steps at once */
+    if (status == LLTM_OK)
+        status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm, gemm_ctx,
+                         stream);
+    if (status == LLTM_OK && I > 0)
+        status = product(dtype, TB, I, G, dG, G, 1, at(weights, H, elem), K, 1, grad_input, I,
+                         gemm, gemm_ctx, stream);
+    return status;
+}
+
+} /* extern "C" */

@@ -14,7 +14,7 @@
 namespace {
 
 /*
- * Backward recurrence, reverse time, cluster plan. Same register layout as
+ * Backward recurrence, reverse time, cluster family. Same register layout as
  * sequence_backward_kernel, over the state's columns: lane s holds, for
  * column r = q*HP + k of a buffer, W_h[q*H + k, u] (0 for k >= H).
  *   bars[2] (shared): mbarriers of the buffers
@@ -201,7 +201,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 }
 
 /*
- * Backward recurrence, reverse time, cluster plan with 8 units a block (the
+ * Backward recurrence, reverse time, cluster family with 8 units a block (the
  * 16-block shape): the REDUCE-SCATTER form. Block n keeps the forward's
  * weight layout, the gate rows R_n of its own units (rows q*H + u of W_h,
  * 3U x H), so the dG_t it needs is its own (its pointwise step computed it):

@@ -12,7 +12,7 @@
 namespace {
 
 /*
- * The cluster plan (H <= 128): the grid is ONE thread-block cluster, block
+ * The cluster family (H <= 128): the grid is ONE thread-block cluster, block
  * n = its rank, and the recurrent state moves through distributed shared
  * memory. Every block keeps the whole state of a step (all rows, all units)
  * in its own shared memory, in two buffers picked by step parity, each with
@@ -54,7 +54,7 @@ namespace {
 
 
 /*
- * Forward recurrence, cluster plan. Lane s (tid % KS) of unit j holds
+ * Forward recurrence, cluster family. Lane s (tid % KS) of unit j holds
  * W_h[q*H + u, k] for k = (kv*KS + s)*VEC + e, as in sequence_forward_kernel,
  * but for RW of a chunk's CH rows: thread tid is lane s of unit
  * j = (tid / KS) % U for the rows slice*RW .. slice*RW+RW-1 of each chunk,
@@ -72,7 +72,7 @@ namespace {
  * (rows are independent: the clusters never meet). With CH = 4 (8 lanes a
  * unit on 1 row) and B = 16 that is four clusters of a quarter of the rows:
  * a quarter of the multiply-adds a thread, a quarter of the bytes exchanged
- * per block and step (see cluster_split).
+ * per block and step (see cluster_split in lltm_cuda_sequence_plan.cu).
  * Buffers hold the cluster's own rows ("local" rows lb = lc*CH + r of its
  * chunk lc, global row b = (lc*groups + g)*CH + r).
  *   bars[2] (shared): mbarriers of the buffers
