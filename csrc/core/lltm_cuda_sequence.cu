@@ -1,8 +1,11 @@
 /*
- * lltm_cuda_sequence.cu - the C entry points of the persistent CUDA
- * sequence kernels (lltm.h, section "CUDA, sequence"): check the plan
- * against the call, then hand it to the unit of its kernel family and dtype
- * (lltm_cuda_sequence.cuh lists the parts).
+ * lltm_cuda_sequence.cu - one LLTM layer over a sequence on CUDA (lltm.h,
+ * section "CUDA, sequence"): the persistent launches (check the plan against
+ * the call, hand it to the unit of its kernel family and dtype;
+ * lltm_cuda_sequence.cuh lists the parts), and the layer around them
+ * (lltm_sequence_forward_cuda / _backward_cuda): the input projection, the
+ * per-step loop where no persistent kernel fits, h_n / c_n and the
+ * weight-gradient products.
  *
  * Every launch is checked; all work goes to the caller's stream on the
  * current device.

@@ -3,12 +3,15 @@
  * CUDA sequence code (internal; the public API is lltm.h):
  *
  *   lltm_cuda_sequence_plan.cu        the plan chooser (occupancy, costs)
- *   lltm_cuda_sequence.cu             the C entry points: take a plan, launch
+ *   lltm_cuda_sequence.cu             one layer (the time loop, the products
+ *                                     around it) and the persistent launches
  *   lltm_cuda_seq_grid_<dtype>.cu     grid kernels of one dtype
  *   lltm_cuda_seq_cfwd_<dtype>.cu     cluster forward kernels of one dtype
  *   lltm_cuda_seq_cbwd_<dtype>.cu     cluster backward kernels of one dtype
  *   lltm_cuda_sequence_steps.cu       per-step kernels (fallback), convert
  *   lltm_cuda_util.cu                 small products, copies, zero fills
+ * with the kernels in headers: lltm_cuda_sequence_device.cuh (shared device
+ * helpers), _grid.cuh, _cluster_forward.cuh, _cluster_backward.cuh.
  *
  * Each kernel family x dtype is its own translation unit (they compile in
  * parallel); it exports a launcher that takes one direction's launch of the
