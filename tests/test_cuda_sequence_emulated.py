@@ -519,3 +519,10 @@ def test_layer(emu, family, dtype, T, B, I, H):
     assert status == 0
     for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
         _close(name, guarded.check(name), want, dtype)
+
+
+def test_core_reads_no_environment():
+    """Plans are values: nothing under csrc/core reads the environment."""
+    readers = [p.name for p in sorted(CORE.iterdir())
+               if p.suffix in (".c", ".h", ".cu", ".cuh") and "getenv" in p.read_text()]
+    assert readers == []
