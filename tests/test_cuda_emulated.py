@@ -1,6 +1,7 @@
-"""The CUDA cell kernels (csrc/core/lltm_cuda_cell.cu) run on the CPU through
-a small emulation (tests/cuda_emu: blocks in turn, a block's threads as real
-threads meeting at a barrier), against the reference in float64.
+"""The CUDA cell kernels (csrc/core/lltm_cuda_cell_*.cu) run on the CPU
+through the fiber emulation (tests/cuda_emu: blocks in turn, a block's
+threads as fibers meeting at its barriers), against the reference in
+float64.
 
 No GPU needed: CI checks the kernels' indexing, tiling, edge guards and
 barriers at odd sizes, for both tile configurations, every dtype, and that
@@ -10,7 +11,6 @@ real thing on a GPU.
 """
 import ctypes
 import hashlib
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,7 +22,8 @@ from lltm import reference
 from guarded import Guarded, as_ptr
 
 ROOT = Path(__file__).resolve().parent.parent
-CU_SOURCE = ROOT / "csrc" / "core" / "lltm_cuda_cell.cu"
+CORE = ROOT / "csrc" / "core"
+CU_SOURCES = sorted(CORE.glob("lltm_cuda_cell_*.cu"))
 EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -40,27 +41,19 @@ VARIANTS = {"default": None, "large": 1, "small": 1 << 62}
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
-def _emulated_source() -> str:
-    launch = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
-    text, count = launch.subn(lambda m: f"emu::launch(emu::cfg({m.group(2)}), {m.group(1)}, ",
-                              CU_SOURCE.read_text())
-    assert count >= 9, "expected the kernel launches of lltm_cuda_cell.cu"
-    return text
-
-
 @pytest.fixture(scope="session")
 def emu_libs(tmp_path_factory):
-    source = _emulated_source()
-    digest = hashlib.sha1((source + (ROOT / "csrc/core/lltm.h").read_text()).encode()).hexdigest()[:12]
+    """The cell's .cu files compiled as they are by g++ against the fiber
+    emulator, once per tile variant."""
+    headers = sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh")) + [EMU_INCLUDE / "cuda_runtime.h"]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
     out = tmp_path_factory.mktemp("cuda_emu")
-    cpp = out / f"cell_emu_{digest}.cpp"
-    cpp.write_text(source)
     libs = {}
     for name, threshold in VARIANTS.items():
-        lib = out / f"libcell_emu_{name}.so"
-        cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra",
-               "-Wno-unknown-pragmas", "-I", str(EMU_INCLUDE),
-               "-I", str(ROOT / "csrc" / "core"), str(cpp), "-o", str(lib)]
+        lib = out / f"libcell_emu_{name}_{digest}.so"
+        cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-Wall", "-Wextra",
+               "-Wno-unknown-pragmas", "-Werror", "-I", str(EMU_INCLUDE), "-I", str(CORE),
+               "-x", "c++"] + [str(s) for s in CU_SOURCES] + ["-o", str(lib)]
         if threshold is not None:
             cmd.insert(1, f"-DLLTM_CUDA_LARGE_TILE_MIN_BLOCKS={threshold}")
         proc = subprocess.run(cmd, capture_output=True, text=True)

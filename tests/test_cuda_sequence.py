@@ -6,13 +6,12 @@ Every route of csrc/binding/sequence_cuda.c is tested, chosen with
 LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
 H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
 LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here; and
-"cluster16-split8", "cluster16-nosplit" and "cluster16-lanes32", the
-16-block shape with its batch split in 8-row chunks instead of 4
-(LLTM_CUDA_CLUSTER_SPLIT=8), without it (LLTM_CUDA_CLUSTER_FWD and
-_BWD=nosplit: one cluster of 16-row chunks also for B <= 16) and with the
-forward's 32-lane layout (LLTM_CUDA_CLUSTER_FWD=lanes32)), "grid"
-(persistent kernel, cooperative grid), "steps" (per-step aten::mm +
-pointwise kernel) and "auto".
+"cluster16-split8" and "cluster16-nosplit", the 16-block shape with its
+batch split in 8-row chunks instead of 4 (LLTM_CUDA_CLUSTER_CHUNK=8) and
+without it (LLTM_CUDA_CLUSTER_CHUNK=16: one cluster of 16-row chunks also
+for B <= 16)), "grid" (persistent kernel, cooperative grid), "steps"
+(per-step aten::mm + pointwise kernel) and "auto". The binding turns these
+variables into plan options (docs/cuda-plans.md); the core reads none.
 
 Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 (products sum many terms), and for the half types, over >= 64 elements, also
@@ -33,9 +32,9 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit",
-          "cluster16-lanes32", "grid", "steps"]
-FORWARD16 = ("-split8", "-nosplit", "-lanes32")  # route suffixes, see the route fixture
+ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit", "grid",
+          "steps"]
+CHUNKS = {"-split8": "8", "-nosplit": "16"}  # route suffixes: LLTM_CUDA_CLUSTER_CHUNK
 CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
     # B over one 8-row chunk (clusters of 4 or 8 rows of the 16-block kernels)
@@ -47,17 +46,10 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 @pytest.fixture
 def route(request, monkeypatch):
     name = request.param
-    suffix = next((f for f in FORWARD16 if name.endswith(f)), None)
-    for variable in ("LLTM_CUDA_CLUSTER_FWD", "LLTM_CUDA_CLUSTER_BWD", "LLTM_CUDA_CLUSTER_SPLIT"):
-        monkeypatch.delenv(variable, raising=False)
-    if suffix == "-split8":
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_SPLIT", "8")
-    elif suffix == "-nosplit":
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", "nosplit")
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_BWD", "nosplit")
-    elif suffix:
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_FWD", suffix[1:])
+    suffix = next((f for f in CHUNKS if name.endswith(f)), None)
+    monkeypatch.delenv("LLTM_CUDA_CLUSTER_CHUNK", raising=False)
     if suffix:
+        monkeypatch.setenv("LLTM_CUDA_CLUSTER_CHUNK", CHUNKS[suffix])
         name = name[:-len(suffix)]
     if name.startswith("cluster") and name != "cluster":  # the cluster plan's shape
         monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", name[len("cluster"):])

@@ -1,5 +1,5 @@
-"""The CUDA sequence kernels (csrc/core/lltm_cuda_sequence.cu) run on the CPU
-through a fiber emulation (tests/cuda_emu_seq: every thread of the grid is a
+"""The CUDA sequence kernels (csrc/core/lltm_cuda_seq*.cu) run on the CPU
+through a fiber emulation (tests/cuda_emu: every thread of the grid is a
 fiber, so the per-step grid and cluster barriers, block barriers and warp
 shuffles all work), against the reference loop of cells in float64.
 
@@ -16,10 +16,9 @@ tests/test_cuda_sequence.py runs the real thing on a GPU.
 """
 import ctypes
 import hashlib
-import os
-import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,90 +28,116 @@ from lltm import reference
 from guarded import Guarded, as_ptr
 
 ROOT = Path(__file__).resolve().parent.parent
-CU_SOURCE = ROOT / "csrc" / "core" / "lltm_cuda_sequence.cu"
-EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu_seq"
-HALF_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"  # cuda_fp16.h, cuda_bf16.h
+CORE = ROOT / "csrc" / "core"
+# every translation unit of the sequence code (lltm_cuda_sequence.cuh lists the parts)
+CU_SOURCES = sorted(CORE.glob("lltm_cuda_seq*.cu")) + [CORE / "lltm_cuda_util.cu"]
+EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-PLANS = {"cluster_16_8": 1, "cluster_32_4": 1, "cluster_32_4_broadcast": 1,
-         "cluster_32_4_lanes32": 1, "cluster_32_4_nosplit": 1, "cluster_32_4_split8": 1,
-         "grid_16_8": 2, "grid_32_16": 3, "grid_32_32": 4,
-         "grid_16_32": 5}
-CLUSTER_BLOCKS = {"cluster_16_8": "8", "cluster_32_4": "16",  # LLTM_CUDA_CLUSTER_BLOCKS
-                  "cluster_32_4_broadcast": "16", "cluster_32_4_lanes32": "16",
-                  "cluster_32_4_nosplit": "16", "cluster_32_4_split8": "16"}
-# the 16-block shape's backward: reduce-scatter (for B <= 16 on 8-row chunks, a
-# cluster a chunk), or (LLTM_CUDA_CLUSTER_BWD) broadcast, or nosplit
-CLUSTER_BWD = {"cluster_32_4_broadcast": "broadcast", "cluster_32_4_nosplit": "nosplit"}
-# the 16-block shape's forward: for B <= 16 a cluster a chunk of 4 rows (8
-# lanes a unit on one row), or of 8 (LLTM_CUDA_CLUSTER_SPLIT=8: 4 lanes on
-# one row); (LLTM_CUDA_CLUSTER_FWD) nosplit: 4 lanes on 2 rows of 16-row
-# chunks in one cluster, as for B > 16; lanes32: 32 lanes a unit on all 16
-# rows, as float64 always
-CLUSTER_FWD = {"cluster_32_4_lanes32": "lanes32", "cluster_32_4_nosplit": "nosplit"}
-CLUSTER_SPLIT = {"cluster_32_4_split8": "8"}
-ENVIRONMENT = {"LLTM_CUDA_CLUSTER_BLOCKS": CLUSTER_BLOCKS, "LLTM_CUDA_CLUSTER_BWD": CLUSTER_BWD,
-               "LLTM_CUDA_CLUSTER_FWD": CLUSTER_FWD, "LLTM_CUDA_CLUSTER_SPLIT": CLUSTER_SPLIT}
+ANY, STEPS, GRID, CLUSTER = 0, 1, 2, 3  # lltm_sequence_plan.family
+EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER = 1, 2, 3
+
+
+class Device(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("device", "major", "minor", "sm_count", "smem_optin", "cooperative_launch",
+                 "cluster_launch")]
+
+
+class Launch(ctypes.Structure):
+    _fields_ = [("lanes", ctypes.c_int), ("values", ctypes.c_int), ("rows", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int),
+                ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
+
+
+class Plan(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_int), ("dtype", ctypes.c_int), ("B", ctypes.c_int64),
+                ("H", ctypes.c_int64), ("forward", Launch), ("backward", Launch),
+                ("workspace_bytes", ctypes.c_size_t)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
+                 "cluster_chunk")]
+
+
+# the plans the tests ask the chooser for (lltm_sequence_plan_options):
+# the cluster family in both of its shapes (8 blocks of 16 units, 16 blocks
+# of 8), the 16-block kernels without their batch split (chunk 16: the
+# layout of B > 16) and with chunks of 8 rows (where 4-row clusters do not
+# fit), and every grid layout
+PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
+         "cluster_32_4": dict(family=CLUSTER, cluster_blocks=16),
+         "cluster_32_4_nosplit": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=16),
+         "cluster_32_4_split8": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=8),
+         "grid_16_8": dict(family=GRID, grid_lanes=16, grid_values=8),
+         "grid_32_16": dict(family=GRID, grid_lanes=32, grid_values=16),
+         "grid_32_32": dict(family=GRID, grid_lanes=32, grid_values=32),
+         "grid_16_32": dict(family=GRID, grid_lanes=16, grid_values=32)}
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
-def _emulated_source() -> str:
-    text = CU_SOURCE.read_text()
-    launch = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
-    text, n_launch = launch.subn(lambda m: f"emu::launch(emu::cfg({m.group(2)}), {m.group(1)}, ",
-                                 text)
-    shared = re.compile(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];")
-    text, n_shared = shared.subn(r"unsigned char *\1 = emu::dynamic_smem();", text)
-    assert n_launch >= 3 and n_shared == 5, "expected the launches of lltm_cuda_sequence.cu"
-    return text
-
-
-@pytest.fixture
-def cluster_shape(monkeypatch):
-    """pick_shape(plan name): sets LLTM_CUDA_CLUSTER_BLOCKS (and _BWD, _FWD)
-    for the cluster shapes (read by the library at each launch and plan
-    choice)."""
-    def pick(plan):
-        for variable, values in ENVIRONMENT.items():
-            if plan in values:
-                monkeypatch.setenv(variable, values[plan])
-            else:
-                monkeypatch.delenv(variable, raising=False)
-    yield pick
-    for variable in ENVIRONMENT:
-        os.environ.pop(variable, None)
-
-
 @pytest.fixture(scope="session")
 def emu(tmp_path_factory):
-    source = _emulated_source()
-    digest = hashlib.sha1((source + (ROOT / "csrc/core/lltm.h").read_text()).encode()).hexdigest()
-    out = tmp_path_factory.mktemp("cuda_emu_seq")
-    cpp = out / f"sequence_emu_{digest[:12]}.cpp"
-    cpp.write_text(source)
+    """The sequence's .cu files compiled as they are by g++ against the
+    fiber emulator (one object a unit, two at a time), linked into one
+    library."""
+    headers = sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh")) + [EMU_INCLUDE / "cuda_runtime.h"]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
+    out = tmp_path_factory.mktemp("cuda_emu_sequence")
+    flags = ["g++", "-std=c++17", "-O1", "-fPIC", "-Wall", "-Wextra", "-Wno-unknown-pragmas",
+             "-Werror", "-x", "c++", "-I", str(EMU_INCLUDE),
+             "-I", str(CORE)]
+
+    def compile_one(src):
+        obj = out / f"{src.stem}_{digest}.o"
+        proc = subprocess.run(flags + ["-c", str(src), "-o", str(obj)], capture_output=True,
+                              text=True)
+        return obj, proc
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, CU_SOURCES))
+    for obj, proc in results:
+        assert proc.returncode == 0, proc.stderr
     lib = out / "libsequence_emu.so"
-    cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-Wall", "-Wextra",
-           "-Wno-unknown-pragmas", "-Werror", "-I", str(EMU_INCLUDE), "-I", str(HALF_INCLUDE),
-           "-I", str(ROOT / "csrc" / "core"), str(cpp), "-o", str(lib)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(["g++", "-shared", "-o", str(lib)] + [str(o) for o, _ in results],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return _declare(ctypes.CDLL(str(lib)))
 
 
+def device(lib, **changes):
+    """The emulated device (an H100's properties), with `changes`"""
+    dev = Device()
+    assert lib.lltm_cuda_device_query(0, ctypes.byref(dev)) == 0
+    for name, value in changes.items():
+        setattr(dev, name, value)
+    return dev
+
+
+def make_plan(lib, dtype, T, B, I, H, dev=None, **options):
+    """(status, Plan) of the chooser for these sizes and options"""
+    plan = Plan()
+    status = lib.lltm_sequence_plan_cuda(ctypes.byref(dev or device(lib)), DTYPE_CODES[dtype],
+                                         T, B, I, H, ctypes.byref(Options(**options)),
+                                         ctypes.byref(plan))
+    return status, plan
+
+
 def _declare(lib):
     i64, p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    lib.lltm_sequence_plan_cuda.argtypes = [i32, i64, i64, i32, ctypes.POINTER(ctypes.c_int)]
-    lib.lltm_sequence_workspace_cuda.argtypes = [i32, i32, i64, i64]
-    lib.lltm_sequence_workspace_cuda.restype = ctypes.c_size_t
-    lib.lltm_sequence_forward_persistent_cuda.argtypes = [i32, i32, i64, i64, i64, i64] + [p] * 9
-    lib.lltm_sequence_backward_persistent_cuda.argtypes = [i32, i32, i64, i64, i64, i64] + [p] * 12
+    lib.lltm_cuda_device_query.argtypes = [i32, p]
+    lib.lltm_sequence_plan_cuda.argtypes = [p, i32, i64, i64, i64, i64, p, p]
+    lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 9
+    lib.lltm_sequence_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 12
     lib.lltm_sequence_forward_step_cuda.argtypes = [i32, i64, i64] + [p] * 7
     lib.lltm_sequence_backward_step_cuda.argtypes = [i32, i64, i64] + [p] * 8
     lib.lltm_sequence_convert_cuda.argtypes = [i32, i64, p, p, p]
-    for fn in (lib.lltm_sequence_plan_cuda, lib.lltm_sequence_forward_persistent_cuda,
+    for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda, lib.lltm_sequence_forward_persistent_cuda,
                lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_convert_cuda):
         fn.restype = ctypes.c_int
@@ -168,11 +193,18 @@ def _weight_grads(dG, x, W, h0, output, H):
     return dW, dx
 
 
-def _run_case(lib, plan, dtype, T, B, I, H):
-    code = DTYPE_CODES[dtype]
+def _run_case(lib, options, dtype, T, B, I, H, check_plan=None):
+    """The chooser's plan for `options` (a dict of lltm_sequence_plan_options),
+    run forward and backward against the reference."""
+    status, plan = make_plan(lib, dtype, T, B, I, H, **options)
+    assert status == 0, f"no plan for {options}"
+    assert plan.family in (GRID, CLUSTER)
+    if check_plan:
+        check_plan(plan)
+    plan_ref = ctypes.byref(plan)
     (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
     out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
-    ws_bytes = lib.lltm_sequence_workspace_cuda(code, plan, B, H)
+    ws_bytes = plan.workspace_bytes
     workspace = torch.full((max(1, ws_bytes // 4),), float("nan"), dtype=torch.float32)
     ws_ptr = as_ptr(workspace) if ws_bytes else None
 
@@ -181,7 +213,7 @@ def _run_case(lib, plan, dtype, T, B, I, H):
     gates = Guarded((T, B, 3 * H), dtype, fill=proj.to(dtype))
     output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
     status = lib.lltm_sequence_forward_persistent_cuda(
-        code, plan, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr, output.ptr,
+        plan_ref, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr, output.ptr,
         cells.ptr, ws_ptr, None)
     assert status == 0, f"forward status {status}"
     _close("output", output.check("output"), out_r, dtype)
@@ -197,7 +229,7 @@ def _run_case(lib, plan, dtype, T, B, I, H):
     db, dh0, dc0 = Guarded((3 * H,), dtype), Guarded((B, H), dtype), Guarded((B, H), dtype)
     workspace.fill_(float("nan"))
     status = lib.lltm_sequence_backward_persistent_cuda(
-        code, plan, T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(W), as_ptr(cells.value),
+        plan_ref, T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(W), as_ptr(cells.value),
         as_ptr(gates.value), dG.ptr, db.ptr, dh0.ptr, dc0.ptr, ws_ptr, None)
     assert status == 0, f"backward status {status}"
     dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
@@ -215,97 +247,144 @@ CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's u
 ]
 
 
-# float64 has no 32x32 or 16x32 grid plan (the registers that hold W_h)
+# float64 has no grid layout of 32 values a lane (the registers that hold W_h)
 PLAN_DTYPES = [(plan, dtype) for plan in PLANS for dtype in DTYPE_CODES
-               if not (dtype == torch.float64 and PLANS[plan] in (4, 5))]
+               if not (dtype == torch.float64 and PLANS[plan].get("grid_values") == 32)]
 
 
 @pytest.mark.parametrize("plan,dtype", PLAN_DTYPES,
                          ids=[f"{p}-{str(d).split('.')[-1]}" for p, d in PLAN_DTYPES])
 @pytest.mark.parametrize("T,B,I,H", CASES)
-def test_persistent_kernels(emu, cluster_shape, plan, dtype, T, B, I, H):
-    cluster_shape(plan)
+def test_persistent_kernels(emu, plan, dtype, T, B, I, H):
     _run_case(emu, PLANS[plan], dtype, T, B, I, H)
 
 
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
-                                    ("cluster_32_4_broadcast", 128),
-                                    ("cluster_32_4_lanes32", 128), ("cluster_32_4_nosplit", 128),
+                                    ("cluster_32_4_nosplit", 128),
                                     ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
-def test_persistent_kernels_larger_h(emu, cluster_shape, plan, H):
+def test_persistent_kernels_larger_h(emu, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the
-    cluster plan at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
-    cluster_shape(plan)
+    cluster family at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
     _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
 
 
-@pytest.mark.parametrize("plan", ["cluster_32_4", "cluster_32_4_split8"])
+@pytest.mark.parametrize("plan,chunk", [("cluster_32_4", 4), ("cluster_32_4_split8", 8)])
 @pytest.mark.parametrize("B,H", [(16, 128), (13, 61), (6, 8)])
-def test_cluster_batch_split(emu, cluster_shape, plan, B, H):
+def test_cluster_batch_split(emu, plan, chunk, B, H):
     """The 16-block kernels at B <= 16: a cluster a chunk of 4 rows (or 8),
     the last one partly padded at B = 13 and 6, each exchanging only its own
     rows; the backward's bias sums of the clusters added through the
     workspace."""
-    cluster_shape(plan)
-    _run_case(emu, PLANS[plan], torch.float32, 3, B, 5, H)
+    def check(p):
+        groups = -(-B // chunk)
+        assert (p.forward.chunk, p.forward.groups) == (chunk, groups)
+        assert (p.backward.chunk, p.backward.groups) == (chunk, groups)
+        assert p.backward.exchange == EXCHANGE_REDUCE_SCATTER
+    _run_case(emu, PLANS[plan], torch.float32, 3, B, 5, H, check)
 
 
-@pytest.mark.parametrize("groups", ["1", "3", None])
+@pytest.mark.parametrize("groups", [1, 3, None])
 @pytest.mark.parametrize("plan,dtype", [("grid_16_8", torch.float32), ("grid_16_8", torch.float64),
                                         ("grid_16_32", torch.bfloat16),
                                         ("grid_32_16", torch.float16)])
-def test_grid_batch_groups(emu, cluster_shape, monkeypatch, plan, dtype, groups):
-    """The grid plans share B's 16-row chunks out over batch groups of
+def test_grid_batch_groups(emu, plan, dtype, groups):
+    """The grid layouts share B's 16-row chunks out over batch groups of
     blocks: B = 50 is 4 chunks, the last one partial; 3 groups (capped by
-    LLTM_CUDA_GRID_GROUPS) take 2, 1 and 1 of them, None: one group a chunk,
+    grid_groups_max) take 2, 1 and 1 of them, None: one group a chunk,
     1: every block takes every chunk. The bias gradient is summed over the
     groups through the workspace."""
-    cluster_shape(plan)
-    if groups is None:
-        monkeypatch.delenv("LLTM_CUDA_GRID_GROUPS", raising=False)
-    else:
-        monkeypatch.setenv("LLTM_CUDA_GRID_GROUPS", groups)
-    _run_case(emu, PLANS[plan], dtype, 3, 50, 5, 20)
+    options = dict(PLANS[plan], grid_groups_max=groups or 0)
+
+    def check(p):
+        assert p.forward.groups == p.backward.groups == (groups or 4)
+    _run_case(emu, options, dtype, 3, 50, 5, 20, check)
 
 
-@pytest.mark.parametrize("plan", list(CLUSTER_BLOCKS))
+@pytest.mark.parametrize("plan", [p for p in PLANS if p.startswith("cluster")])
 @pytest.mark.parametrize("dtype,B", [(torch.float32, 64), (torch.float64, 32),
                                      (torch.bfloat16, 49)])
-def test_cluster_plan_most_rows(emu, cluster_shape, plan, dtype, B):
-    """The cluster plan keeps every row's state in shared memory: the most
+def test_cluster_plan_most_rows(emu, plan, dtype, B):
+    """The cluster family keeps every row's state in shared memory: the most
     rows it takes (4 chunks of 16 in 4-byte state, 2 in float64)."""
-    cluster_shape(plan)
     _run_case(emu, PLANS[plan], dtype, 3, B, 3, 24)
 
 
-def test_plan_choice(emu, cluster_shape):
-    cluster_shape(None)
-    plan = ctypes.c_int(-1)
-    def choose(dtype, B, H, mode=0):
-        status = emu.lltm_sequence_plan_cuda(DTYPE_CODES[dtype], B, H, mode, ctypes.byref(plan))
-        return status, plan.value
-    assert choose(torch.float32, 16, 128) == (0, 1)  # one cluster of 8 blocks
-    assert choose(torch.float32, 16, 129) == (0, 3)
-    assert choose(torch.float32, 64, 512) == (0, 5)  # 16x32: 32 unit blocks x 4 batch groups
-    assert choose(torch.float32, 32, 512) == (0, 3)  # 32x16: 64 unit blocks x 2 groups
-    assert choose(torch.float64, 64, 512) == (0, 3)  # no 16x32 in float64
-    assert choose(torch.float32, 64, 513) == (0, 4)
-    assert choose(torch.float32, 64, 1024) == (0, 4)
-    assert choose(torch.float32, 64, 1025) == (0, 0)  # per-step fallback
-    assert choose(torch.float64, 8, 600) == (0, 0)
-    assert choose(torch.bfloat16, 8, 1000) == (0, 4)
-    assert choose(torch.float32, 16, 100, mode=2) == (0, 2)  # grid asked for
-    assert choose(torch.float32, 16, 100, mode=3) == (0, 0)  # steps asked for
-    assert choose(torch.float32, 16, 300, mode=1)[0] != 0  # no cluster plan that large
-    # the cluster plan holds every row's state in shared memory (227 KB a block)
-    assert choose(torch.float32, 64, 128) == (0, 1)
-    assert choose(torch.float32, 65, 128) == (0, 2)
-    assert choose(torch.bfloat16, 64, 100) == (0, 1)
-    assert choose(torch.float64, 32, 128) == (0, 1)
-    assert choose(torch.float64, 33, 128) == (0, 2)
-    assert choose(torch.float32, 65, 128, mode=1)[0] != 0
+def _family(lib, dtype, B, H, **options):
+    status, plan = make_plan(lib, dtype, 5, B, 3, H, **options)
+    return status, plan.family
+
+
+def test_plan_choice(emu):
+    f32, f64, bf16 = torch.float32, torch.float64, torch.bfloat16
+    def grid(dtype, B, H, **options):
+        status, plan = make_plan(emu, dtype, 5, B, 3, H, **options)
+        assert status == 0 and plan.family == GRID
+        assert (plan.forward.lanes, plan.forward.values) == (plan.backward.lanes,
+                                                             plan.backward.values)
+        return plan.forward.lanes, plan.forward.values, plan.forward.groups
+    assert _family(emu, f32, 16, 128) == (0, CLUSTER)
+    assert grid(f32, 16, 129) == (32, 16, 1)
+    assert grid(f32, 64, 512) == (16, 32, 4)  # 32 unit blocks x 4 batch groups
+    assert grid(f32, 32, 512) == (32, 16, 2)  # 64 unit blocks x 2 groups
+    assert grid(f64, 64, 512) == (32, 16, 2)  # no 16x32 in float64
+    assert grid(f32, 64, 513)[:2] == (32, 32)
+    assert grid(f32, 64, 1024)[:2] == (32, 32)
+    assert _family(emu, f32, 64, 1025) == (0, STEPS)  # per-step fallback
+    assert _family(emu, f64, 8, 600) == (0, STEPS)
+    assert grid(bf16, 8, 1000)[:2] == (32, 32)
+    assert grid(f32, 16, 100, family=GRID)[:2] == (16, 8)  # grid asked for
+    assert _family(emu, f32, 16, 100, family=STEPS) == (0, STEPS)  # steps asked for
+    assert _family(emu, f32, 16, 300, family=CLUSTER)[0] != 0  # no cluster plan that large
+    assert _family(emu, f32, 16, 100, family=GRID, grid_lanes=32, grid_values=32)[0] == 0
+    assert _family(emu, f64, 16, 100, family=GRID, grid_lanes=32, grid_values=32)[0] != 0
+    # the cluster family holds every row's state in shared memory
+    assert _family(emu, f32, 64, 128) == (0, CLUSTER)
+    assert _family(emu, f32, 65, 128) == (0, GRID)
+    assert _family(emu, bf16, 64, 100) == (0, CLUSTER)
+    assert _family(emu, f64, 32, 128) == (0, CLUSTER)
+    assert _family(emu, f64, 33, 128) == (0, GRID)
+    assert _family(emu, f32, 65, 128, family=CLUSTER)[0] != 0
+    # nothing to run
+    assert _family(emu, f32, 0, 128) == (0, STEPS)
+    assert _family(emu, f32, 16, 0) == (0, STEPS)
+
+
+def test_plan_layouts(emu):
+    """The whole plan of the cluster family (H100's properties)."""
+    status, p = make_plan(emu, torch.float32, 100, 16, 32, 128)
+    assert status == 0 and p.family == CLUSTER and (p.B, p.H) == (16, 128)
+    fwd, bwd = p.forward, p.backward
+    # 16 blocks of 8 units; B <= 16: a cluster per 4-row chunk, 8 lanes a unit on 1 row
+    assert (fwd.lanes, fwd.values, fwd.rows, fwd.chunk, fwd.blocks, fwd.groups) == (8, 16, 1, 4, 16, 4)
+    assert (bwd.exchange, bwd.chunk, bwd.blocks, bwd.groups) == (EXCHANGE_REDUCE_SCATTER, 4, 16, 4)
+    assert p.workspace_bytes == 4 * 3 * 128 * 4  # the 4 clusters' bias sums
+    status, p = make_plan(emu, torch.float32, 100, 64, 32, 128)
+    assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (4, 32, 2, 16)
+    assert (p.backward.chunk, p.backward.groups, p.workspace_bytes) == (16, 1, 0)
+    status, p = make_plan(emu, torch.float64, 100, 16, 32, 128)
+    assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (32, 4, 16, 16)
+    assert p.backward.exchange == EXCHANGE_REDUCE_SCATTER and p.backward.groups == 1
+    # the 8-block shape: 16 units a block, its backward broadcasts dG
+    status, p = make_plan(emu, torch.float32, 100, 16, 32, 128, cluster_blocks=8)
+    assert (p.forward.lanes, p.forward.values, p.forward.blocks) == (16, 8, 8)
+    assert (p.backward.exchange, p.backward.blocks) == (EXCHANGE_BROADCAST, 8)
+    # a plan is for its sizes only
+    ws = torch.empty(1)
+    assert emu.lltm_sequence_forward_persistent_cuda(ctypes.byref(p), 2, 15, 32, 128, *[None] * 4,
+                                                     *[as_ptr(ws)] * 3, None, None) != 0
+
+
+@pytest.mark.parametrize("major,cluster", [(8, 0), (8, 1), (9, 0)])
+def test_plan_without_clusters(emu, major, cluster):
+    """Devices before compute capability 9.0 (or without cluster launch) get
+    the grid family where an H100 gets clusters, and run it."""
+    dev = device(emu, major=major, cluster_launch=cluster)
+    status, p = make_plan(emu, torch.float32, 3, 16, 5, 24, dev=dev)
+    assert status == 0 and p.family == GRID
+    status, _ = make_plan(emu, torch.float32, 3, 16, 5, 24, dev=dev, family=CLUSTER)
+    assert status != 0
 
 
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES), ids=lambda d: str(d).split(".")[-1])
@@ -355,3 +434,95 @@ def test_per_step_kernels(emu, dtype):
     _close("grad_c0", dc, d_c0, dtype)
     _close("grad_weights", dW, d_W, dtype)
     _close("grad_input", dx, d_x, dtype)
+
+
+GEMM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                        ctypes.c_void_p, ctypes.c_int64)
+DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+def _strided(ptr, dtype, rows, cols, rs, cs):
+    """A tensor over emulated device memory at ptr"""
+    extent = (rows - 1) * rs + (cols - 1) * cs + 1
+    size = torch.empty((), dtype=dtype).element_size()
+    buffer = (ctypes.c_char * (extent * size)).from_address(ptr)
+    return torch.frombuffer(buffer, dtype=dtype).as_strided((rows, cols), (rs, cs))
+
+
+@GEMM
+def _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
+    """The core's matrix-product callback, as the binding's aten::mm"""
+    dtype = DTYPES_BY_CODE[code]
+    A, Bm = _strided(a, dtype, M, K, a_rs, a_cs), _strided(b, dtype, K, N, b_rs, b_cs)
+    _strided(c, dtype, M, N, ldc, 1).copy_((A.double() @ Bm.double()).to(dtype))
+    return 0
+
+
+def _declare_layer(lib):
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    lib.lltm_sequence_forward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
+    lib.lltm_sequence_forward_workspace_cuda.restype = ctypes.c_size_t
+    lib.lltm_sequence_backward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
+    lib.lltm_sequence_backward_workspace_cuda.restype = ctypes.c_size_t
+    lib.lltm_sequence_forward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 11 + [GEMM, p, p]
+    lib.lltm_sequence_backward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 15 + [GEMM, p, p]
+    lib.lltm_sequence_forward_cuda.restype = ctypes.c_int
+    lib.lltm_sequence_backward_cuda.restype = ctypes.c_int
+
+
+@pytest.mark.parametrize("family", [STEPS, GRID, CLUSTER], ids=["steps", "grid", "cluster"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
+                         ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("T,B,I,H", [(3, 5, 4, 9), (2, 3, 0, 6), (1, 40, 3, 12)])
+def test_layer(emu, family, dtype, T, B, I, H):
+    """lltm_sequence_forward_cuda / _backward_cuda: the whole layer (input
+    projection, recurrence, h_n / c_n, weight-gradient and input-gradient
+    products) with a torch matmul as the gemm callback, every output
+    against the reference."""
+    _declare_layer(emu)
+    status, plan = make_plan(emu, dtype, T, B, I, H, family=family)
+    if family == CLUSTER and dtype == torch.float64 and B > 32:
+        assert status != 0  # float64 state of more than 32 rows: no cluster plan
+        return
+    assert status == 0 and plan.family == family
+    (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
+    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
+    ws = emu.lltm_sequence_forward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
+    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
+    output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
+    h_n, c_n, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((T, B, 3 * H), dtype)
+    status = emu.lltm_sequence_forward_cuda(
+        ctypes.byref(plan), T, B, I, H, as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
+        output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, as_ptr(workspace), _torch_gemm, None,
+        None)
+    assert status == 0
+    _close("output", output.check("output"), out_r, dtype)
+    _close("h_n", h_n.check("h_n"), h_r, dtype)
+    _close("c_n", c_n.check("c_n"), c_r, dtype)
+    _close("cells", cells.check("cells"), cells_r, dtype)
+    _close("gates", gates.check("gates"), acts_r, dtype)
+
+    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
+    ghn, gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2)]
+    d_x, d_W, d_b, d_h0, d_c0 = backward(go.double(), ghn.double(), gcn.double())
+    ws = emu.lltm_sequence_backward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
+    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
+    outs = {"grad_input": Guarded((T, B, I), dtype), "grad_weights": Guarded((3 * H, I + H), dtype),
+            "grad_bias": Guarded((3 * H,), dtype), "grad_h0": Guarded((B, H), dtype),
+            "grad_c0": Guarded((B, H), dtype)}
+    status = emu.lltm_sequence_backward_cuda(
+        ctypes.byref(plan), T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+        as_ptr(h0), as_ptr(output.value), as_ptr(cells.value), as_ptr(gates.value),
+        *[o.ptr for o in outs.values()], as_ptr(workspace), _torch_gemm, None, None)
+    assert status == 0
+    for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
+        _close(name, guarded.check(name), want, dtype)
+
+
+def test_core_reads_no_environment():
+    """Plans are values: nothing under csrc/core reads the environment."""
+    readers = [p.name for p in sorted(CORE.iterdir())
+               if p.suffix in (".c", ".h", ".cu", ".cuh") and "getenv" in p.read_text()]
+    assert readers == []

@@ -49,8 +49,10 @@ void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
 void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 /* (csrc/binding/sequence_cuda.c) */
-void lltm_sequence_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-void lltm_sequence_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
+                                      uint64_t num_outputs);
+void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
+                                       uint64_t num_outputs);
 
 /* How the CUDA cell runs its matrix products: chosen by size (AUTO), always
  * the fused own kernels, or always cuBLAS through aten::mm. Returns the

@@ -25,8 +25,8 @@ typedef struct kernel_entry {
 static const kernel_entry cuda_kernels[] = {
     {"cell_forward", lltm_cell_forward_cuda},
     {"cell_backward", lltm_cell_backward_cuda},
-    {"sequence_forward", lltm_sequence_forward_cuda},
-    {"sequence_backward", lltm_sequence_backward_cuda},
+    {"sequence_forward", lltm_sequence_forward_cuda_boxed},
+    {"sequence_backward", lltm_sequence_backward_cuda_boxed},
 };
 
 /* LLTM_CUDA_MATMUL=auto|fused|cublas: the initial matmul policy. */

@@ -216,7 +216,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
                                lltm_parallel_for pfor);
 
 /* ------------------------------------------------------------------------ */
-/* CUDA, cell (csrc/core/lltm_cuda_cell.cu; liblltm_cuda.so only)            */
+/* CUDA, cell (csrc/core/lltm_cuda_cell_*.cu; liblltm_cuda.so only)         */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -302,81 +302,166 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
                                       void *grad_bias, void *X, void *stream);
 
 /* ------------------------------------------------------------------------ */
-/* CUDA, sequence (csrc/core/lltm_cuda_sequence.cu; liblltm_cuda.so only)    */
+/* CUDA, sequence (csrc/core/lltm_cuda_seq*.cu; liblltm_cuda.so only)       */
 /* ------------------------------------------------------------------------ */
 /*
  * One layer over T steps, as on the CPU (section "One layer over a whole
- * sequence"): the binding forms gates = x W_x^T for all steps and, after the
- * backward, dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}] and dx = dG W_x as
- * large products (cuBLAS). The recurrence runs either in ONE persistent
- * kernel per direction (the plans below: W_h held in registers across all
- * steps; per step, the cluster plan's blocks send each other the state
- * through distributed shared memory and wait on transaction barriers, the
- * grid plans meet at a grid barrier) or, for sizes no plan fits, as
- * per-step kernels the binding calls between per-step matrix products.
+ * sequence"): lltm_sequence_forward_cuda / _backward_cuda (below) form
+ * gates = x W_x^T for all steps and, after the backward, dW = dG^T [h_prev |
+ * x] and dx = dG W_x as large products. The recurrence runs either in ONE persistent
+ * kernel per direction (W_h held in registers across all steps; per step
+ * the blocks of a thread-block cluster send each other the state through
+ * distributed shared memory, or the blocks of a cooperative grid meet at a
+ * grid barrier) or, for sizes no persistent kernel fits, as per-step
+ * kernels between per-step matrix products. Which one,
+ * with which layout, is a value: lltm_sequence_plan, chosen once by
+ * lltm_sequence_plan_cuda and passed to both directions.
  * Device pointers, current device, `stream` a cudaStream_t; launches only.
  *
  * Bytes kept for the backward per step, as on the CPU: gates [B,G] and
  * cells [B,H] (16*B*H bytes in float32) beyond the layer's input and output.
  */
-enum {
-    LLTM_SEQ_PLAN_STEPS = 0,        /* per-step kernels (fallback) */
-    /* H <= 128 and B <= 64 (B <= 32 in float64): one thread-block cluster
-     * of 16 blocks (8 where 16 do not fit; LLTM_CUDA_CLUSTER_BLOCKS=8|16 in
-     * the environment forces one, for measurements) that exchange the
-     * recurrent state through distributed shared memory; the 16-block
-     * backward sends each block partial sums of its units' dh (reduce-
-     * scatter), LLTM_CUDA_CLUSTER_BWD=broadcast selects the older kernel
-     * that sends every block all of dG (the 8-block shape's); the 16-block forward
-     * runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
-     * on all 16; LLTM_CUDA_CLUSTER_FWD=lanes32 selects that for the other
-     * dtypes too, for measurements). For B <= 16 (not float64) both
-     * 16-block kernels split the batch: chunks of 4 rows (8 where that many
-     * clusters do not fit, or LLTM_CUDA_CLUSTER_SPLIT=8), one cluster each;
-     * LLTM_CUDA_CLUSTER_FWD / _BWD=nosplit keep one, for measurements. The name is the
-     * first shape's (16 lanes x 8 values); kept for the binding's ABI. */
-    LLTM_SEQ_PLAN_CLUSTER_16_8 = 1,
-    /* cooperative grids of unit blocks x batch groups (the 16-row chunks
-     * of B shared out over as many groups as fit on the device;
-     * LLTM_CUDA_GRID_GROUPS=n caps them, for measurements) */
-    LLTM_SEQ_PLAN_GRID_16_8 = 2,    /* H <= 128 */
-    LLTM_SEQ_PLAN_GRID_32_16 = 3,   /* H <= 512 */
-    LLTM_SEQ_PLAN_GRID_32_32 = 4,   /* H <= 1024, not float64 */
-    LLTM_SEQ_PLAN_GRID_16_32 = 5,   /* H <= 512, not float64; chosen over
-                                     * 32_16 where B has chunks enough to
-                                     * fill the device (LLTM_CUDA_GRID_SHAPE=
-                                     * 16x32|32x16|... forces one) */
-};
-enum {
-    LLTM_SEQ_MODE_AUTO = 0,    /* the fastest plan that fits */
-    LLTM_SEQ_MODE_CLUSTER = 1, /* a cluster plan, or LLTM_ERR_ARGUMENT */
-    LLTM_SEQ_MODE_GRID = 2,    /* a grid plan, or LLTM_ERR_ARGUMENT */
-    LLTM_SEQ_MODE_STEPS = 3,   /* per-step kernels */
-};
 
-/* Choose the plan for B, H on the current device (*plan out). */
-int lltm_sequence_plan_cuda(lltm_dtype dtype, int64_t B, int64_t H, int mode,
-                            int *plan);
+/* What the chooser needs to know of a device (lltm_cuda_device_query fills
+ * it for a device ordinal; tests may describe another). The occupancy of
+ * each kernel is asked of the CUDA runtime for `device` (once per device,
+ * dtype and kernel layout, then cached). */
+typedef struct lltm_cuda_device {
+    int device;              /* ordinal */
+    int major, minor;        /* compute capability */
+    int sm_count;            /* streaming multiprocessors */
+    int smem_optin;          /* dynamic shared memory a block may opt in to, bytes */
+    int cooperative_launch;  /* nonzero: cooperative (grid-synchronized) launches */
+    int cluster_launch;      /* nonzero: thread-block clusters (sm_90+) */
+} lltm_cuda_device;
 
-/* Bytes of workspace the persistent kernels of `plan` need: float16 and
- * bfloat16 carry their recurrent state in float32 (7*B*H floats; none for
- * float32/64), and the grid plans, which split B over batch groups of
- * blocks, keep each group's bias sums ([ceil(B/16), G] of the accumulation
- * type, when B > 16), as does the cluster plan's batch split
- * ([ceil(B/4), G] when 4 < B <= 16). */
-size_t lltm_sequence_workspace_cuda(lltm_dtype dtype, int plan, int64_t B, int64_t H);
+int lltm_cuda_device_query(int device, lltm_cuda_device *out);
+
+enum { /* lltm_sequence_plan.family */
+    LLTM_SEQ_ANY = 0,     /* options only: let the chooser pick */
+    LLTM_SEQ_STEPS = 1,   /* per-step kernels between per-step products */
+    LLTM_SEQ_GRID = 2,    /* one cooperative grid a direction */
+    LLTM_SEQ_CLUSTER = 3, /* thread-block clusters (compute capability 9.0+) */
+};
+enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
+    LLTM_SEQ_EXCHANGE_NONE = 0,           /* per-step kernels */
+    LLTM_SEQ_EXCHANGE_GLOBAL = 1,         /* grid: global memory + grid barrier */
+    LLTM_SEQ_EXCHANGE_BROADCAST = 2,      /* cluster: every block gets all of it */
+    LLTM_SEQ_EXCHANGE_REDUCE_SCATTER = 3, /* cluster backward: each block gets the
+                                           * partial dh of its own units */
+};
 
 /*
- * Forward recurrence in one launch (plan != LLTM_SEQ_PLAN_STEPS).
+ * One direction's persistent launch. A block holds U hidden units (the
+ * reduce-scatter backward: 8; else 256 / lanes / (chunk / rows)); the
+ * lanes of a unit split its k range, `values` k values a lane per gate
+ * (W_h in registers: H <= lanes * values). B is cut into chunks of `chunk`
+ * rows; a lane group works on `rows` rows of each chunk.
+ *   blocks  blocks of one batch group: ceil(H / U) (the cluster's size)
+ *   groups  batch groups: copies of the blocks, group g taking the chunks
+ *           g, g + groups, ... (the grid: one cooperative launch of
+ *           blocks * groups; clusters: one cluster each)
+ *   smem    dynamic shared memory a block, bytes
+ */
+typedef struct lltm_sequence_launch {
+    int lanes, values, rows, chunk, exchange;
+    int64_t blocks, groups;
+    size_t smem;
+} lltm_sequence_launch;
+
+typedef struct lltm_sequence_plan {
+    int family;                   /* LLTM_SEQ_STEPS, _GRID or _CLUSTER */
+    lltm_dtype dtype;             /* what it was made for */
+    int64_t B, H;
+    lltm_sequence_launch forward, backward; /* zero for LLTM_SEQ_STEPS */
+    size_t workspace_bytes;       /* for either direction (float16/bfloat16:
+                                   * the recurrent state in float32; batch
+                                   * groups: their bias sums) */
+} lltm_sequence_plan;
+
+/* Constraints on the choice (zero: none), for tests and measurements:
+ *   family          LLTM_SEQ_ANY, or one family (LLTM_ERR_ARGUMENT when it
+ *                   cannot run these sizes here)
+ *   grid_lanes, grid_values   one grid layout (16x8, 32x16, 32x32, 16x32)
+ *                   instead of the cheapest
+ *   grid_groups_max at most this many batch groups
+ *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
+ *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
+ *                   batch split into clusters of chunks of that many rows */
+typedef struct lltm_sequence_plan_options {
+    int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
+} lltm_sequence_plan_options;
+
+/*
+ * The plan for one layer of T steps of B rows, I inputs, H units on `dev`
+ * (options may be NULL). The choice, in order:
+ *   1. nothing to run (T*B == 0 or H == 0), or family STEPS: per-step.
+ *   2. clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
+ *      float64), where both kernels fit: 16 blocks of 8 units (8 blocks of
+ *      16 where 16-block clusters do not fit). The 16-block forward runs 4
+ *      lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes on
+ *      all 16); its backward sends each block the partial dh of its units
+ *      (reduce-scatter). For B <= 16 (not float64) each 16-block kernel
+ *      splits the batch into clusters of 4-row chunks (8 where that many
+ *      clusters do not fit). The 8-block shape's backward broadcasts dG.
+ *   3. the cheapest grid layout that is co-resident (grid_cost in
+ *      lltm_cuda_sequence_plan.cu), the chunks of B shared out over as
+ *      many batch groups as fit: 16x8 (H <= 128), 32x16 (H <= 512), 16x32
+ *      (H <= 512, not float64), 32x32 (H <= 1024, not float64).
+ *   4. per-step kernels.
+ */
+int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t T,
+                            int64_t B, int64_t I, int64_t H,
+                            const lltm_sequence_plan_options *options,
+                            lltm_sequence_plan *plan);
+
+/*
+ * One layer over T steps on the device, forward and backward, as
+ * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (same arguments;
+ * T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
+ * these sizes and `stream` a cudaStream_t of the current device:
+ *   forward   gates = x W_x^T for all steps (one product), then the
+ *             recurrence: the plan's persistent kernel, or per step
+ *             r = h_{t-1} W_h^T (gemm) and one pointwise kernel; h_n, c_n.
+ *   backward  the recurrence in reverse (persistent, or per step: one
+ *             pointwise kernel and dh = dG_t W_h (gemm)), then
+ *             dW = dG^T [h_prev | x] and dx = dG W_x, one product each over
+ *             all T*B rows.
+ * Matrix products: lltm_small_mm_cuda where lltm_small_mm_fits (one launch
+ * of the library's kernel), else `gemm` (lltm_gemm, device pointers; it
+ * must run on `stream`, as aten::mm on torch's current stream does).
+ *   workspace  lltm_sequence_forward_workspace_cuda /
+ *              _backward_workspace_cuda bytes, 256-byte aligned (NULL if 0)
+ */
+size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                            int64_t B, int64_t I, int64_t H);
+size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
+                                             int64_t B, int64_t I, int64_t H);
+int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                               int64_t H, const void *input, const void *weights,
+                               const void *bias, const void *h0, const void *c0, void *output,
+                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, void *stream);
+int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
+                                int64_t H, const void *grad_output, const void *grad_h_n,
+                                const void *grad_c_n, const void *input, const void *weights,
+                                const void *h0, const void *output, const void *cells,
+                                const void *gates, void *grad_input, void *grad_weights,
+                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
+                                lltm_gemm gemm, void *gemm_ctx, void *stream);
+
+/* The pieces the layer calls, for tests:
+ * Forward recurrence in one launch (plan->family GRID or CLUSTER, made for
+ * dtype, B and H; LLTM_ERR_ARGUMENT otherwise).
  *   h0, c0     [B,H]
  *   weights    [G,I+H]  (W_h = columns 0..H-1 are read)
  *   bias       [G]
  *   gates      [T,B,G]  in/out: in x_t W_x^T of every step, out activations
  *   output     [T,B,H]  out: h_1..h_T
  *   cells      [T,B,H]  out: c_1..c_T
- *   workspace  lltm_sequence_workspace_cuda bytes, or NULL if that is 0
+ *   workspace  plan->workspace_bytes, or NULL if that is 0
  */
-int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T,
+int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                           int64_t B, int64_t I, int64_t H,
                                           const void *h0, const void *c0,
                                           const void *weights, const void *bias,
@@ -391,7 +476,7 @@ int lltm_sequence_forward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T,
  *   grad_bias [G] out, grad_h0 [B,H] out, grad_c0 [B,H] out
  *   workspace as for the forward
  */
-int lltm_sequence_backward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T,
+int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                            int64_t B, int64_t I, int64_t H,
                                            const void *grad_output,
                                            const void *grad_h_n,

@@ -1,9 +1,9 @@
 /*
  * lltm_cuda_cluster.cuh - the thread-block-cluster primitives of the
- * persistent sequence kernels (lltm_cuda_sequence.cu): transaction barriers
+ * persistent sequence kernels (lltm_cuda_sequence_cluster_*.cuh): transaction barriers
  * (mbarrier) in a block's shared memory, and 16-byte st.async stores into
  * another block's shared memory that complete on that block's mbarrier.
- * PTX on the GPU; the fiber emulator's (tests/cuda_emu_seq) where
+ * PTX on the GPU; the fiber emulator's (tests/cuda_emu) where
  * LLTM_CUDA_EMULATION is defined. scripts/exchange_bench.cu times them alone.
  */
 #ifndef LLTM_CORE_CUDA_CLUSTER_CUH

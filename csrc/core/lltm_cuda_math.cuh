@@ -1,6 +1,6 @@
 /*
  * lltm_cuda_math.cuh - the device-side element math shared by the CUDA
- * kernels (lltm_cuda_cell.cu, lltm_cuda_sequence.cu): element types and their
+ * kernels (the cell's and the sequence's): element types and their
  * accumulation type, the activations, and one step's backward for one
  * (row, unit). The CUDA twin of lltm_cpu_math.h.
  *

@@ -1,0 +1,5 @@
+/* lltm_cuda_seq_cbwd_bf16.cu - the cluster backward kernels of the sequence for
+ * __nv_bfloat16 (lltm_cuda_sequence_cluster_backward.cuh), one translation unit a dtype. */
+#include "lltm_cuda_sequence_cluster_backward.cuh"
+
+LLTM_SEQ_CLUSTER_BACKWARD_UNIT(__nv_bfloat16)

@@ -1,0 +1,174 @@
+/*
+ * lltm_cuda_sequence.cuh - the host-side interface between the parts of the
+ * CUDA sequence code (internal; the public API is lltm.h):
+ *
+ *   lltm_cuda_sequence_plan.cu        the plan chooser (occupancy, costs)
+ *   lltm_cuda_sequence.cu             one layer (the time loop, the products
+ *                                     around it) and the persistent launches
+ *   lltm_cuda_seq_grid_<dtype>.cu     grid kernels of one dtype
+ *   lltm_cuda_seq_cfwd_<dtype>.cu     cluster forward kernels of one dtype
+ *   lltm_cuda_seq_cbwd_<dtype>.cu     cluster backward kernels of one dtype
+ *   lltm_cuda_sequence_steps.cu       per-step kernels (fallback), convert
+ *   lltm_cuda_util.cu                 small products, copies, zero fills
+ * with the kernels in headers: lltm_cuda_sequence_device.cuh (shared device
+ * helpers), _grid.cuh, _cluster_forward.cuh, _cluster_backward.cuh.
+ *
+ * Each kernel family x dtype is its own translation unit (they compile in
+ * parallel); it exports a launcher that takes one direction's launch of the
+ * plan and a kernel lookup for the chooser's occupancy queries (NULL where
+ * the library has no kernel of that layout).
+ */
+#ifndef LLTM_CORE_CUDA_SEQUENCE_CUH
+#define LLTM_CORE_CUDA_SEQUENCE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lltm.h"
+
+namespace lltm_seq {
+
+constexpr int NT = 256;   /* threads per block of every persistent kernel */
+constexpr int BC = 16;    /* batch rows per chunk of the grid kernels */
+constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
+constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H */
+
+struct forward_args {
+    int64_t steps, B, I, H;
+    const void *h0, *c0, *weights, *bias;
+    void *gates, *output, *cells, *workspace;
+};
+
+struct backward_args {
+    int64_t steps, B, I, H;
+    const void *grad_output, *grad_h_n, *grad_c_n, *weights, *cells, *gates;
+    void *grad_gates, *grad_bias, *grad_h0, *grad_c0, *workspace;
+};
+
+/* Bytes of the float32 recurrent state of the half types (forward: h [2,B,H]
+ * + c [B,H]; backward: dG [2,B,3H] + dc [B,H]); 0 for float32/float64.
+ * The batch groups' bias sums follow them in the workspace. */
+inline size_t half_state_bytes(lltm_dtype dtype, int64_t B, int64_t H)
+{
+    return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16 ? (size_t)(7 * B * H) * sizeof(float)
+                                                           : 0;
+}
+
+/* bytes of the accumulation type (float for the half types) */
+inline size_t acc_bytes(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 8 : 4; }
+
+/* Dynamic shared memory of each kernel, acc = bytes of its accumulation
+ * type; rows = the batch rows of one group, padded to whole chunks. */
+inline size_t grid_forward_smem(size_t acc, int ks, int kr) { return (size_t)BC * ks * kr * acc; }
+inline size_t grid_backward_smem(size_t acc, int ks, int kr)
+{
+    return (size_t)BC * ks * 3 * kr * acc;
+}
+/* vec: values of a 16-byte vector (16 / acc) */
+inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_t rows, int ch)
+{
+    const int64_t vec = 16 / (int64_t)acc;
+    return 16 + acc * (size_t)(2 * rows * (ks * kr + vec) + 2 * ch * units + rows * units);
+}
+inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_t rows)
+{
+    const int64_t vec = 16 / (int64_t)acc, U = NT / ks;
+    return 16 + acc * (size_t)(2 * rows * (3 * ks * kr + vec) + 2 * BC * 3 * U + rows * U);
+}
+inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch)
+{
+    constexpr int U = RS_UNITS, RANKS = CLUSTER_MAX_H / U;
+    return 16 + acc * (size_t)(2 * RANKS * rows * U + 2 * ch * 3 * U + rows * U);
+}
+
+/* The rows one batch group takes: ceil(chunks / groups) chunks of ch rows */
+inline int64_t group_rows(int64_t B, int ch, int64_t groups)
+{
+    return ((B + ch - 1) / ch + groups - 1) / groups * ch;
+}
+
+/* The per-family, per-dtype units. kernel lookups: the kernel function for
+ * the chooser's occupancy queries (NULL: not in the library). Launchers:
+ * LLTM_ERR_ARGUMENT for a layout the library has no kernel of. */
+template <typename T> const void *grid_kernel(bool forward, int lanes, int values);
+template <typename T>
+int grid_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
+template <typename T>
+int grid_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
+
+template <typename T> const void *cluster_forward_kernel(const lltm_sequence_launch &l);
+template <typename T>
+int cluster_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
+template <typename T> const void *cluster_backward_kernel(const lltm_sequence_launch &l);
+template <typename T>
+int cluster_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
+
+#define LLTM_SEQ_DECLARE_UNITS(T)                                                            \
+    template <> const void *grid_kernel<T>(bool forward, int lanes, int values);              \
+    template <>                                                                              \
+    int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
+                        cudaStream_t stream);                                                \
+    template <>                                                                              \
+    int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
+                         cudaStream_t stream);                                               \
+    template <> const void *cluster_forward_kernel<T>(const lltm_sequence_launch &l);        \
+    template <>                                                                              \
+    int cluster_forward<T>(const lltm_sequence_launch &l, const forward_args &a,             \
+                           cudaStream_t stream);                                             \
+    template <> const void *cluster_backward_kernel<T>(const lltm_sequence_launch &l);       \
+    template <>                                                                              \
+    int cluster_backward<T>(const lltm_sequence_launch &l, const backward_args &a,           \
+                            cudaStream_t stream);
+LLTM_SEQ_DECLARE_UNITS(float)
+LLTM_SEQ_DECLARE_UNITS(double)
+LLTM_SEQ_DECLARE_UNITS(__half)
+LLTM_SEQ_DECLARE_UNITS(__nv_bfloat16)
+#undef LLTM_SEQ_DECLARE_UNITS
+
+/* Sizes no kernel takes (negative, or past what int64_t indexing holds) */
+inline bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)
+{
+    const int64_t big = (int64_t)1 << 40;
+    return steps < 0 || B < 0 || I < 0 || H < 0 || steps > big || B > big || I > big ||
+           H > ((int64_t)1 << 29) || (B > 0 && steps > big / B) ||
+           (B > 0 && H > 0 && steps * B > big / (3 * H));
+}
+
+/* Launch attributes shared by the launchers and the chooser: the dynamic
+ * shared-memory limit past 48 KB, a non-portable cluster size past 8. */
+constexpr int PORTABLE_CLUSTER_BLOCKS = 8;
+inline cudaError_t cluster_attributes(const void *kernel, int64_t blocks, size_t smem)
+{
+    cudaError_t e = cudaSuccess;
+    if (smem > 48 * 1024)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && blocks > PORTABLE_CLUSTER_BLOCKS)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return e;
+}
+
+/* The launch of `clusters` clusters of `blocks` blocks, smem bytes each, on
+ * `stream`; *attr holds the cluster size. */
+inline cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream_t stream,
+                                         cudaLaunchAttribute *attr, int64_t clusters = 1)
+{
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)blocks;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(blocks * clusters));
+    config.blockDim = dim3(NT);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return config;
+}
+
+} // namespace lltm_seq
+
+#endif /* LLTM_CORE_CUDA_SEQUENCE_CUH */

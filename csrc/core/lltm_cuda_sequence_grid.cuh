@@ -1,0 +1,494 @@
+/*
+ * lltm_cuda_sequence_grid.cuh - the grid kernels of the persistent sequence
+ * (lltm.h: family LLTM_SEQ_GRID) and their launchers, for one dtype: each
+ * lltm_cuda_seq_grid_<dtype>.cu instantiates them (LLTM_SEQ_GRID_UNIT).
+ *
+ * A cooperative launch of unit blocks x batch groups: the 16-row chunks of
+ * B are shared out over as many copies of the unit blocks as the device
+ * holds (each copy keeps its own W_h), so a block stages and multiplies
+ * fewer chunks per step. Each step a block writes its results to global
+ * memory, meets the others at grid.sync() and stages the state back from
+ * L2 into shared memory. Layouts (lanes x values): 16x8 (H <= 128), 32x16
+ * (H <= 512), 16x32 and 32x32 (H <= 512 and 1024; not float64: the
+ * registers that hold W_h); which one runs is the plan's.
+ */
+#ifndef LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
+#define LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
+
+#include "lltm_cuda_sequence_device.cuh"
+
+namespace {
+
+/*
+ * Forward recurrence. The grid is unit_blocks x groups blocks (groups =
+ * gridDim.x / unit_blocks, see grid_groups): block n owns units
+ * u = (n % unit_blocks)*U + j (j = tid / KS) for the 16-row chunks c of the
+ * batch with c % groups == n / unit_blocks (splitting the batch spreads a
+ * small H over more SMs: each block stages and multiplies fewer chunks per
+ * step). Lane s (tid % KS) of a unit holds W_h[q*H + u, k] for
+ * k = (kv*KS + s)*VEC + e in registers (zero where k >= H or u >= H).
+ *   gates [T,B,G]  in: x_t W_x^T of every step; out: the activations
+ *   output, cells [T,B,H] out
+ *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
+ *   the half types; NULL for float32/float64, which use output/cells.
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                        const T *__restrict__ h0, const T *__restrict__ c0,
+                        const T *__restrict__ weights, const T *__restrict__ bias,
+                        T *__restrict__ gates, T *__restrict__ output, T *__restrict__ cells,
+                        typename acc_of<T>::type *__restrict__ h_work,
+                        typename acc_of<T>::type *__restrict__ c_work)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR;
+    constexpr bool SAME = std::is_same<T, A>::value; /* state lives in the outputs */
+    static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    A *hs = reinterpret_cast<A *>(smem_raw); /* [BC][KP]: h_{t-1} of one chunk */
+
+    const int tid = threadIdx.x, s = tid % KS;
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
+    const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * BC, row_step = groups * BC;
+    const bool unit_ok = u < H;
+    const bool owner = s < BC; /* holds a row after the reduction */
+    const int64_t G = 3 * H, BH = B * H;
+
+    A w[3][KR], b_i, b_o, b_z;
+    load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
+
+    for (int64_t t = 0; t < steps; ++t) {
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+            const int64_t b = b0 + (s & (BC - 1));
+            const bool row_ok = owner && unit_ok && b < B;
+            T *grow = gates + (t * B + b) * G;
+            /* this lane's pointwise inputs, fetched before the dot products */
+            A p_i = 0, p_o = 0, p_z = 0, c_prev = 0;
+            if (row_ok) {
+                p_i = to_acc(grow[u]);
+                p_o = to_acc(grow[H + u]);
+                p_z = to_acc(grow[2 * H + u]);
+                if (t == 0)
+                    c_prev = to_acc(c0[b * H + u]);
+                else if (SAME)
+                    c_prev = to_acc(cells[(t - 1) * BH + b * H + u]);
+                else
+                    c_prev = c_work[b * H + u];
+            }
+            /* stage h_{t-1} of rows b0 .. b0+BC-1 (zero beyond B and H) */
+            if (t == 0) {
+                for (int e = tid; e < BC * KP; e += NT) {
+                    const int64_t row = b0 + e / KP, k = e % KP;
+                    hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+                }
+            } else if constexpr (SAME) {
+                stage_rows<A, KP>(hs, reinterpret_cast<const A *>(output) + (t - 1) * BH, B, b0,
+                                  H, tid);
+            } else {
+                stage_rows<A, KP>(hs, h_work + ((t - 1) & 1) * BH, B, b0, H, tid);
+            }
+            __syncthreads();
+
+            A acc[BC * 3];
+#pragma unroll
+            for (int v = 0; v < BC * 3; ++v)
+                acc[v] = 0;
+#pragma unroll
+            for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+                for (int kv = 0; kv < KR / VEC; ++kv) {
+                    const V hv = *reinterpret_cast<const V *>(&hs[bb * KP + (kv * KS + s) * VEC]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                        for (int q = 0; q < 3; ++q)
+                            acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
+                }
+            }
+            reduce_rows<KS, BC, 3>(acc, s);
+
+            if (row_ok) {
+                const A i = sigmoid_(acc[0] + p_i + b_i);
+                const A o = sigmoid_(acc[1] + p_o + b_o);
+                const A z = elu_(acc[2] + p_z + b_z);
+                const A c = c_prev + i * z;
+                const A h = tanh_(c) * o;
+                grow[u] = from_acc<T>(i);
+                grow[H + u] = from_acc<T>(o);
+                grow[2 * H + u] = from_acc<T>(z);
+                cells[t * BH + b * H + u] = from_acc<T>(c);
+                output[t * BH + b * H + u] = from_acc<T>(h);
+                if (!SAME) {
+                    c_work[b * H + u] = c;
+                    h_work[(t & 1) * BH + b * H + u] = h;
+                }
+            }
+            __syncthreads(); /* hs is restaged by the next chunk */
+        }
+        if (t + 1 < steps)
+            step_barrier(); /* h_t of every unit is written */
+    }
+}
+
+/*
+ * Backward recurrence, reverse time, on the forward's grid (unit blocks x
+ * batch groups). Row slice s of unit j (j < U, s < KS) holds column u of
+ * W_h for rows r = (rv*KS + s)*VEC + e < G in registers, as the forward's
+ * lanes hold its rows, but laid out across the block the other way round:
+ * lane l of warp w is unit j = l % U, slice s = w*(32/U) + l/U. Each step the
+ * lanes of one slice read the same dG_{t+1} values from shared memory (one
+ * broadcast; the warp's 32/U slices are adjacent 16-byte pieces), so the
+ * block reads the staged chunk once per warp-slice group rather than once
+ * per pair of units: half the shared-memory traffic of a unit-major layout,
+ * which bound this kernel. The KS partial sums of each (row, unit) meet in
+ * shared memory and thread t = bb*U + j (t < BC*U) adds them in slice order
+ * (deterministic) and runs the pointwise step of row b0 + bb, unit j.
+ *   grad_output [T,B,H], grad_h_n, grad_c_n [B,H], cells [T,B,H],
+ *   gates [T,B,G] (activations)
+ *   grad_gates [T,B,G] out: dL/dg of every step
+ *   grad_bias [G] out; grad_h0, grad_c0 [B,H] out
+ *   dg_work [2,B,G], dc_work [B,H] (accumulation type): the recurrent state
+ *   of the half types; NULL for float32/float64 (grad_gates and grad_c0).
+ *   bias_work [groups,G] (accumulation type): each group's bias sums, added
+ *   in group order at the end (deterministic); NULL when groups == 1.
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                         const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
+                         const T *__restrict__ grad_c_n, const T *__restrict__ weights,
+                         const T *__restrict__ cells, const T *__restrict__ gates,
+                         T *__restrict__ grad_gates, T *__restrict__ grad_bias,
+                         T *__restrict__ grad_h0, T *__restrict__ grad_c0,
+                         typename acc_of<T>::type *__restrict__ dg_work,
+                         typename acc_of<T>::type *__restrict__ dc_work,
+                         typename acc_of<T>::type *__restrict__ bias_work)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR;
+    constexpr int SUM_LD = KS * U + U; /* a row's partial sums (+U: rows on other banks) */
+    constexpr bool SAME = std::is_same<T, A>::value;
+    static_assert(RR % VEC == 0 && 32 % U == 0 && (NT / 32) * (32 / U) == KS, "configuration");
+    static_assert(BC * SUM_LD <= BC * RP && 3 * BC * U <= BC * RP, "sums fit in the staging");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    A *ds = reinterpret_cast<A *>(smem_raw); /* [BC][RP]: dG_{t+1} of one chunk */
+    A *sums = ds; /* [BC][SUM_LD], reusing ds once a chunk's products are formed */
+
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int j = lane % U, s = (tid / 32) * (32 / U) + lane / U; /* this lane's products */
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t group = blockIdx.x / unit_blocks, unit0 = (blockIdx.x % unit_blocks) * U;
+    const int64_t first_row = group * BC, row_step = groups * BC;
+    const int64_t G = 3 * H, BH = B * H, BG = B * G;
+    /* this thread's pointwise work: row b0 + own_bb, unit own_u */
+    const bool owner = tid < BC * U;
+    const int own_bb = tid / U;
+    const int64_t own_u = unit0 + tid % U;
+    A *dc_state = SAME ? reinterpret_cast<A *>(grad_c0) : dc_work;
+
+    A w[RR];
+    {
+        const int64_t u = unit0 + j;
+#pragma unroll
+        for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
+                w[rv * VEC + e] = (u < H && r < G) ? to_acc(weights[r * K + u]) : A(0);
+            }
+    }
+
+    /* stage dG_t of rows b0 .. b0+BC-1, form this lane's share of dG_t W_h
+     * for unit j, and return the sum of the shares of (own_bb, own_u) */
+    auto dh_from = [&](int64_t t, int64_t b0) -> A {
+        if constexpr (SAME)
+            stage_rows<A, RP>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0, G,
+                              tid);
+        else
+            stage_rows<A, RP>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
+        __syncthreads();
+        A acc[BC];
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            acc[bb] = 0;
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv) {
+                const V dv = *reinterpret_cast<const V *>(&ds[bb * RP + (rv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    acc[bb] += w[rv * VEC + e] * component(dv, e);
+            }
+        }
+        __syncthreads(); /* every lane is done with ds: the sums reuse it */
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            sums[bb * SUM_LD + s * U + j] = acc[bb];
+        __syncthreads();
+        A total = 0;
+        if (owner)
+#pragma unroll
+            for (int q = 0; q < KS; ++q)
+                total += sums[own_bb * SUM_LD + q * U + tid % U];
+        __syncthreads(); /* ds is restaged next */
+        return total;
+    };
+
+    A bias_sum[3] = {0, 0, 0};
+    for (int64_t t = steps - 1; t >= 0; --t) {
+        const bool last = t == steps - 1;
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+            const int64_t b = b0 + own_bb;
+            const bool row_ok = owner && own_u < H && b < B;
+            const int64_t jj = t * BH + b * H + own_u;
+            const T *arow = gates + (t * B + b) * G;
+            A i = 0, o = 0, z = 0, c = 0, dh = 0, dc_in = 0;
+            if (row_ok) {
+                i = to_acc(arow[own_u]);
+                o = to_acc(arow[H + own_u]);
+                z = to_acc(arow[2 * H + own_u]);
+                c = to_acc(cells[jj]);
+                dh = to_acc(grad_output[jj]);
+                if (last) {
+                    dh += to_acc(grad_h_n[b * H + own_u]);
+                    dc_in = to_acc(grad_c_n[b * H + own_u]);
+                } else {
+                    dc_in = dc_state[b * H + own_u];
+                }
+            }
+            A from_above = 0;
+            if (!last) /* uniform over the grid */
+                from_above = dh_from(t + 1, b0);
+            if (row_ok) {
+                A d[3], dc;
+                backward_math<A>(i, o, z, c, dh + from_above, dc_in, d, &dc);
+                T *drow = grad_gates + (t * B + b) * G;
+                drow[own_u] = from_acc<T>(d[0]);
+                drow[H + own_u] = from_acc<T>(d[1]);
+                drow[2 * H + own_u] = from_acc<T>(d[2]);
+                if (!SAME) {
+                    A *wrow = dg_work + (t & 1) * BG + b * G;
+                    wrow[own_u] = d[0];
+                    wrow[H + own_u] = d[1];
+                    wrow[2 * H + own_u] = d[2];
+                }
+                dc_state[b * H + own_u] = dc;
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+        }
+        step_barrier(); /* dG_t of every unit is written */
+    }
+
+    /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
+    for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+        const int64_t b = b0 + own_bb;
+        const bool row_ok = owner && own_u < H && b < B;
+        const A dh0 = dh_from(0, b0);
+        if (row_ok) {
+            grad_h0[b * H + own_u] = from_acc<T>(dh0);
+            if (!SAME)
+                grad_c0[b * H + own_u] = from_acc<T>(dc_work[b * H + own_u]);
+        }
+    }
+    /* bias: the owners of each unit add their row sums (fixed order) */
+    A *bias_rows = ds; /* [3][BC][U] */
+    if (owner)
+#pragma unroll
+        for (int q = 0; q < 3; ++q)
+            bias_rows[(q * BC + own_bb) * U + tid % U] = bias_sum[q];
+    __syncthreads();
+    const bool unit_writer = tid < U && unit0 + tid < H;
+    const int64_t u = unit0 + tid;
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+        bias_sum[q] = 0;
+        if (unit_writer)
+            for (int bb = 0; bb < BC; ++bb)
+                bias_sum[q] += bias_rows[(q * BC + bb) * U + tid];
+    }
+    if (groups > 1) { /* then the groups' sums, in group order */
+        if (unit_writer)
+#pragma unroll
+            for (int q = 0; q < 3; ++q)
+                bias_work[group * G + q * H + u] = bias_sum[q];
+        step_barrier();
+        if (group != 0)
+            return;
+#pragma unroll
+        for (int q = 0; q < 3; ++q) {
+            bias_sum[q] = 0;
+            if (unit_writer)
+                for (int64_t g = 0; g < groups; ++g)
+                    bias_sum[q] += __ldcg(&bias_work[g * G + q * H + u]);
+        }
+    }
+    if (unit_writer) {
+        grad_bias[u] = from_acc<T>(bias_sum[0]);
+        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
+        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+    }
+}
+
+/* One cooperative launch of `blocks` blocks (co-residency: the chooser's) */
+template <typename... P, typename... Args>
+cudaError_t launch_cooperative(void (*kernel)(P...), int64_t blocks, size_t smem,
+                               cudaStream_t stream, Args... args)
+{
+    void *pointers[] = {(void *)&args...};
+    return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
+                                       stream);
+}
+
+/* the kernel's dynamic shared-memory limit raised past the default 48 KB */
+inline int allow_smem(const void *kernel, size_t smem)
+{
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    return LLTM_OK;
+}
+
+template <typename T, int KS, int KR>
+int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
+                     cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    auto kernel = sequence_forward_kernel<T, KS, KR>;
+    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), KS, KR);
+    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
+        return LLTM_ERR_ARGUMENT;
+    const int status = allow_smem((const void *)kernel, smem);
+    if (status != LLTM_OK)
+        return status;
+    A *h_work = NULL, *c_work = NULL;
+    if (!std::is_same<T, A>::value) {
+        if (!a.workspace)
+            return LLTM_ERR_ARGUMENT;
+        h_work = (A *)a.workspace;
+        c_work = h_work + 2 * a.B * a.H;
+    }
+    return launch_status(launch_cooperative(
+        kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
+        (const T *)a.h0, (const T *)a.c0, (const T *)a.weights, (const T *)a.bias, (T *)a.gates,
+        (T *)a.output, (T *)a.cells, h_work, c_work));
+}
+
+template <typename T, int KS, int KR>
+int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
+                      cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    auto kernel = sequence_backward_kernel<T, KS, KR>;
+    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), KS, KR);
+    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
+        return LLTM_ERR_ARGUMENT;
+    const int status = allow_smem((const void *)kernel, smem);
+    if (status != LLTM_OK)
+        return status;
+    A *dg_work = NULL, *dc_work = NULL, *bias_work = NULL;
+    if (!std::is_same<T, A>::value) {
+        if (!a.workspace)
+            return LLTM_ERR_ARGUMENT;
+        dg_work = (A *)a.workspace;
+        dc_work = dg_work + 2 * a.B * 3 * a.H;
+    }
+    if (l.groups > 1) {
+        if (!a.workspace)
+            return LLTM_ERR_ARGUMENT;
+        bias_work = (A *)((char *)a.workspace + (std::is_same<T, A>::value
+                                                     ? 0
+                                                     : (size_t)(7 * a.B * a.H) * sizeof(float)));
+    }
+    return launch_status(launch_cooperative(
+        kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
+        (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
+        (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
+        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, dg_work, dc_work, bias_work));
+}
+
+/* The layouts of the library (float64: not those of 32 values a lane) and
+ * what the chooser picks them for: see lltm.h, lltm_sequence_plan_cuda. */
+template <typename T> const void *grid_kernel_of(bool forward, int lanes, int values)
+{
+#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
+    if (lanes == KS && values == KR)                                                         \
+        return forward ? (const void *)sequence_forward_kernel<T, KS, KR>                   \
+                       : (const void *)sequence_backward_kernel<T, KS, KR>;
+    LLTM_SEQ_GRID_CASE(16, 8)
+    LLTM_SEQ_GRID_CASE(32, 16)
+    if constexpr (!std::is_same<T, double>::value) {
+        LLTM_SEQ_GRID_CASE(32, 32)
+        LLTM_SEQ_GRID_CASE(16, 32)
+    }
+#undef LLTM_SEQ_GRID_CASE
+    return NULL;
+}
+
+template <typename T>
+int grid_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
+                    cudaStream_t stream)
+{
+#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
+    if (l.lanes == KS && l.values == KR)                                                     \
+        return run_grid_forward<T, KS, KR>(l, a, stream);
+    LLTM_SEQ_GRID_CASE(16, 8)
+    LLTM_SEQ_GRID_CASE(32, 16)
+    if constexpr (!std::is_same<T, double>::value) {
+        LLTM_SEQ_GRID_CASE(32, 32)
+        LLTM_SEQ_GRID_CASE(16, 32)
+    }
+#undef LLTM_SEQ_GRID_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+template <typename T>
+int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
+                     cudaStream_t stream)
+{
+#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
+    if (l.lanes == KS && l.values == KR)                                                     \
+        return run_grid_backward<T, KS, KR>(l, a, stream);
+    LLTM_SEQ_GRID_CASE(16, 8)
+    LLTM_SEQ_GRID_CASE(32, 16)
+    if constexpr (!std::is_same<T, double>::value) {
+        LLTM_SEQ_GRID_CASE(32, 32)
+        LLTM_SEQ_GRID_CASE(16, 32)
+    }
+#undef LLTM_SEQ_GRID_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+} // namespace
+
+/* The exported functions of one dtype's unit (lltm_cuda_sequence.cuh) */
+#define LLTM_SEQ_GRID_UNIT(T)                                                                \
+    namespace lltm_seq {                                                                     \
+    template <> const void *grid_kernel<T>(bool forward, int lanes, int values)              \
+    {                                                                                        \
+        return grid_kernel_of<T>(forward, lanes, values);                                    \
+    }                                                                                        \
+    template <>                                                                              \
+    int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
+                        cudaStream_t stream)                                                 \
+    {                                                                                        \
+        return grid_forward_of<T>(l, a, stream);                                             \
+    }                                                                                        \
+    template <>                                                                              \
+    int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
+                         cudaStream_t stream)                                                \
+    {                                                                                        \
+        return grid_backward_of<T>(l, a, stream);                                            \
+    }                                                                                        \
+    }
+
+#endif /* LLTM_CORE_CUDA_SEQUENCE_GRID_CUH */

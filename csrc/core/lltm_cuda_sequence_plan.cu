@@ -1,0 +1,421 @@
+/*
+ * lltm_cuda_sequence_plan.cu - the plan chooser of the CUDA sequence
+ * (lltm.h: lltm_sequence_plan_cuda): which kernel family and layout runs
+ * one layer of B rows and H units on a device, decided once and returned as
+ * a value that both directions take.
+ *
+ * What it asks the CUDA runtime: the occupancy of each kernel (blocks per
+ * SM of a cooperative grid, resident clusters), once per device, dtype and
+ * layout; the answers do not change, and the queries cost host time and are
+ * best kept out of CUDA-graph capture, so they are cached (atomics: plans
+ * may be made from several threads).
+ */
+#include "lltm_cuda_launch.cuh"
+#include "lltm_cuda_sequence.cuh"
+
+#include <string.h>
+
+namespace {
+
+using namespace lltm_seq;
+
+constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4;
+
+bool known_dtype(lltm_dtype dtype)
+{
+    return dtype == LLTM_FLOAT32 || dtype == LLTM_FLOAT64 || dtype == LLTM_FLOAT16 ||
+           dtype == LLTM_BFLOAT16;
+}
+
+bool cached_device(const lltm_cuda_device &dev) { return dev.device >= 0 && dev.device < MAX_DEVICES; }
+
+#define LLTM_SEQ_BY_DTYPE(dtype, CALL, otherwise)                                            \
+    switch (dtype) {                                                                         \
+    case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
+    case LLTM_FLOAT64: { typedef double T; return CALL; }                                    \
+    case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
+    case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
+    }                                                                                        \
+    return otherwise
+
+const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values)
+{
+    LLTM_SEQ_BY_DTYPE(dtype, grid_kernel<T>(forward, lanes, values), nullptr);
+}
+const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l)
+{
+    LLTM_SEQ_BY_DTYPE(dtype, forward ? cluster_forward_kernel<T>(l) : cluster_backward_kernel<T>(l),
+                      nullptr);
+}
+
+/* ---------------------------------------------------------------- grid -- */
+
+/* The grid layouts (lanes x values), in the order the chooser tries them
+ * (a tie keeps the first). */
+struct grid_layout {
+    int lanes, values;
+};
+constexpr grid_layout GRID_LAYOUTS[] = {{16, 8}, {16, 32}, {32, 16}, {32, 32}};
+constexpr int NUM_GRID_LAYOUTS = 4;
+
+/* How many blocks of `kernel` (smem bytes each) can run at once on the
+ * device as a cooperative grid (blocks per SM x SMs; 0 without cooperative
+ * launch or where the kernel is not in the library). Raises the kernel's
+ * dynamic shared-memory limit as needed. */
+int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev)
+{
+    if (!kernel || !dev.cooperative_launch || smem > (size_t)dev.smem_optin)
+        return 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (int64_t)per_sm * dev.sm_count;
+}
+
+/* max_resident_blocks of a layout's two kernels plus one (0: not asked yet) */
+int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS];
+
+int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout)
+{
+    const grid_layout g = GRID_LAYOUTS[layout];
+    int64_t *slot = cached_device(dev) ? &resident_cache[dev.device][dtype][layout] : nullptr;
+    int64_t resident = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) - 1 : -1;
+    if (resident < 0) {
+        const size_t acc = acc_bytes(dtype);
+        const int64_t f = max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values),
+                                              grid_forward_smem(acc, g.lanes, g.values), dev);
+        const int64_t b = max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values),
+                                              grid_backward_smem(acc, g.lanes, g.values), dev);
+        resident = f < b ? f : b;
+        if (slot)
+            __atomic_store_n(slot, resident + 1, __ATOMIC_RELAXED);
+    }
+    return resident;
+}
+
+/* Batch groups of a grid layout (the grid is unit_blocks x groups): as many
+ * as fit beside the unit blocks, at most one per 16-row chunk of B, at most
+ * `cap` (0: no cap). */
+int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int64_t cap)
+{
+    int64_t groups = resident / unit_blocks;
+    const int64_t chunks = ceil_div(B, BC);
+    if (groups > chunks)
+        groups = chunks;
+    if (cap >= 1 && cap < groups)
+        groups = cap;
+    return groups < 1 ? 1 : groups;
+}
+
+/* The time a grid layout takes per step, relative to the others: the chunk
+ * passes of a block (ceil(chunks / groups)) times its lanes' multiply-adds
+ * per pass (values), ties going to fewer passes (less staging and fewer
+ * block barriers); -1 where the layout does not fit B, H here (H past
+ * lanes * values, not co-resident, or not in the library for the dtype). */
+int64_t grid_cost(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int64_t B, int64_t H,
+                  int64_t cap, int64_t *groups)
+{
+    const grid_layout g = GRID_LAYOUTS[layout];
+    if (H > (int64_t)g.lanes * g.values)
+        return -1;
+    const int64_t resident = grid_resident_blocks(dev, dtype, layout);
+    const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
+    if (unit_blocks > resident)
+        return -1;
+    *groups = grid_groups(resident, unit_blocks, B, cap);
+    const int64_t passes = ceil_div(ceil_div(B, BC), *groups);
+    return (passes * g.values) * 4096 + passes;
+}
+
+lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int64_t H,
+                                 int64_t groups)
+{
+    const grid_layout g = GRID_LAYOUTS[layout];
+    lltm_sequence_launch l = {};
+    l.lanes = g.lanes;
+    l.values = g.values;
+    l.rows = BC;
+    l.chunk = BC;
+    l.exchange = LLTM_SEQ_EXCHANGE_GLOBAL;
+    l.blocks = ceil_div(H, NT / g.lanes);
+    l.groups = groups;
+    l.smem = forward ? grid_forward_smem(acc_bytes(dtype), g.lanes, g.values)
+                     : grid_backward_smem(acc_bytes(dtype), g.lanes, g.values);
+    return l;
+}
+
+/* ------------------------------------------------------------- cluster -- */
+
+/* Whether `clusters` clusters of `blocks` blocks of `kernel`, smem bytes
+ * each, can run at once on the device (sets the kernel's attributes). */
+bool cluster_fits(const void *kernel, int64_t blocks, size_t smem, const lltm_cuda_device &dev,
+                  int64_t clusters = 1)
+{
+    if (!kernel || dev.major < 9 || !dev.cluster_launch || smem > (size_t)dev.smem_optin)
+        return false;
+    if (cluster_attributes(kernel, blocks, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr);
+    int resident = 0;
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return resident >= clusters;
+}
+
+/* One launch of the cluster family: the layout, its blocks (H = 128, the
+ * most, for the chooser's fit; ceil(H / units) in the plan) and smem. */
+lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange, int lanes,
+                                    int values, int rows, int chunk, int64_t B, int64_t H,
+                                    int64_t groups)
+{
+    const size_t acc = acc_bytes(dtype);
+    lltm_sequence_launch l = {};
+    l.lanes = lanes;
+    l.values = values;
+    l.rows = rows;
+    l.chunk = chunk;
+    l.exchange = exchange;
+    l.groups = groups;
+    const int64_t grows = group_rows(B, chunk, groups);
+    if (forward) {
+        const int units = NT / lanes / (chunk / rows);
+        l.blocks = ceil_div(H, units);
+        l.smem = cluster_forward_smem(acc, lanes, values, units, grows, chunk);
+    } else if (exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER) {
+        l.blocks = ceil_div(H, RS_UNITS);
+        l.smem = cluster_backward_rs_smem(acc, grows, chunk);
+    } else {
+        l.blocks = ceil_div(H, NT / lanes);
+        l.smem = cluster_backward_broadcast_smem(acc, lanes, values, grows);
+    }
+    return l;
+}
+
+bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
+                 const lltm_cuda_device &dev)
+{
+    return cluster_fits(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev, l.groups);
+}
+
+/* The two cluster shapes (lanes x values of the backward's unit layout):
+ *   0: 16 x 8, 16 units a block, 8 blocks at H = 128 (the portable size);
+ *      forward and backward (broadcast) in that layout;
+ *   1: 32 x 4, 8 units a block, 16 blocks (a non-portable cluster: half the
+ *      arithmetic per block and step, twice the remote stores); its forward
+ *      runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
+ *      on all 16: 96 values a lane would take 192 registers), its backward
+ *      the reduce-scatter exchange.
+ * Without a batch split (16-row chunks, one cluster). */
+lltm_sequence_launch shape_launch(lltm_dtype dtype, int shape, bool forward, int64_t B, int64_t H)
+{
+    if (shape == 0)
+        return cluster_launch(dtype, forward, LLTM_SEQ_EXCHANGE_BROADCAST, 16, 8, BC, BC, B, H, 1);
+    if (!forward)
+        return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, BC, BC, B, H,
+                              1);
+    if (dtype == LLTM_FLOAT64)
+        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 32, 4, BC, BC, B, H, 1);
+    return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 4, 32, 2, BC, B, H, 1);
+}
+
+/* The rows the cluster family takes: every row's state stays in shared
+ * memory (B <= 64 in the 4-byte types, 32 in float64: where its kernels
+ * were measured against the grid family's on an H100). */
+int64_t cluster_max_rows(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 32 : 64; }
+
+/* whether shape `shape` runs B rows (both kernels, no split), per device,
+ * dtype, shape and number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
+constexpr int CLUSTER_MAX_CHUNKS = 4;
+signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][CLUSTER_MAX_CHUNKS + 1];
+
+bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B)
+{
+    const int64_t chunks = ceil_div(B, BC);
+    if (chunks < 1 || chunks * BC > cluster_max_rows(dtype) || chunks > CLUSTER_MAX_CHUNKS)
+        return false;
+    signed char *slot = cached_device(dev) ? &cluster_cache[dev.device][dtype][shape][chunks]
+                                           : nullptr;
+    const int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (known)
+        return known == 2;
+    const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
+    const int64_t H = CLUSTER_MAX_H;  /* the most blocks */
+    const bool fits = launch_fits(dtype, true, shape_launch(dtype, shape, true, rows, H), dev) &&
+                      launch_fits(dtype, false, shape_launch(dtype, shape, false, rows, H), dev);
+    if (slot)
+        __atomic_store_n(slot, (signed char)(fits ? 2 : 1), __ATOMIC_RELAXED);
+    return fits;
+}
+
+/* The cluster shape for B rows, or -1: the one `blocks` names (8 or 16),
+ * else 16 blocks, else 8. */
+int cluster_shape_for(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int blocks)
+{
+    if (dev.major < 9 || !dev.cluster_launch)
+        return -1; /* before the caches: they are kept per device ordinal */
+    if (blocks == 8 || blocks == 16) {
+        const int shape = blocks == 8 ? 0 : 1;
+        return cluster_shape_fits(dev, dtype, shape, B) ? shape : -1;
+    }
+    if (cluster_shape_fits(dev, dtype, 1, B))
+        return 1;
+    return cluster_shape_fits(dev, dtype, 0, B) ? 0 : -1;
+}
+
+/* The 16-block shape's batch split: for B <= 16 (float accumulation), each
+ * kernel runs chunks of 4 rows (else 8, where that many clusters do not fit
+ * at once), one cluster of 16 blocks each: fewer multiply-adds a thread
+ * (the forward: 8 lanes a unit on 1 row of 4, or 4 lanes on 1 row of 8;
+ * the backward's products on 1 row) and fewer bytes exchanged per block and
+ * step. The launch, or none (*split false: no split fits, B > 16, float64,
+ * or `chunk` 16). chunk: 0 any, else only that many rows. */
+constexpr int SPLIT_MAX_ROWS = 16;
+signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][2][SPLIT_MAX_ROWS / 4];
+
+lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_t B)
+{
+    const int64_t groups = ceil_div(B, ch);
+    const int64_t H = CLUSTER_MAX_H; /* the most blocks */
+    if (forward)
+        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, NT / RS_UNITS / ch,
+                              CLUSTER_MAX_H / (NT / RS_UNITS / ch), 1, ch, B, H, groups);
+    return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, ch, ch, B, H,
+                          groups);
+}
+
+bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, int64_t B,
+                   int chunk, int *rows)
+{
+    if (dtype == LLTM_FLOAT64 || B > SPLIT_MAX_ROWS || chunk == BC)
+        return false;
+    for (int ch = chunk == 8 ? 8 : 4; ch <= (chunk == 4 ? 4 : 8); ch *= 2) {
+        signed char *slot = cached_device(dev)
+                                ? &split_cache[dev.device][dtype][forward][ch / 8]
+                                              [ceil_div(B, 4) - 1]
+                                : nullptr;
+        int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+        if (!known) {
+            known = launch_fits(dtype, forward, split_launch(dtype, forward, ch, B), dev) ? 2 : 1;
+            if (slot)
+                __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
+        }
+        if (known == 2) {
+            *rows = ch;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The cluster plan's launches for B rows of H units, shape `shape` */
+void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B, int64_t H,
+                  int chunk, lltm_sequence_plan *plan)
+{
+    plan->family = LLTM_SEQ_CLUSTER;
+    for (int forward = 1; forward >= 0; --forward) {
+        lltm_sequence_launch l = shape_launch(dtype, shape, forward, B, H);
+        int rows = 0;
+        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, &rows)) {
+            l = split_launch(dtype, forward, rows, B);
+            l.blocks = ceil_div(H, RS_UNITS);
+        }
+        (forward ? plan->forward : plan->backward) = l;
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+int lltm_cuda_device_query(int device, lltm_cuda_device *out)
+{
+    if (!out)
+        return LLTM_ERR_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->device = device;
+    if (cudaDeviceGetAttribute(&out->major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&out->minor, cudaDevAttrComputeCapabilityMinor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&out->sm_count, cudaDevAttrMultiProcessorCount, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&out->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&out->cooperative_launch, cudaDevAttrCooperativeLaunch, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&out->cluster_launch, cudaDevAttrClusterLaunch, device) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    return LLTM_OK;
+}
+
+int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t T, int64_t B,
+                            int64_t I, int64_t H, const lltm_sequence_plan_options *options,
+                            lltm_sequence_plan *plan)
+{
+    static const lltm_sequence_plan_options none = {};
+    if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H))
+        return LLTM_ERR_ARGUMENT;
+    const lltm_sequence_plan_options &o = options ? *options : none;
+    memset(plan, 0, sizeof *plan);
+    plan->family = LLTM_SEQ_STEPS;
+    plan->dtype = dtype;
+    plan->B = B;
+    plan->H = H;
+    if (T == 0 || B == 0 || H == 0 || o.family == LLTM_SEQ_STEPS)
+        return LLTM_OK;
+
+    /* clusters: where both kernels fit */
+    int shape = -1;
+    if (H <= CLUSTER_MAX_H && o.family != LLTM_SEQ_GRID &&
+        (shape = cluster_shape_for(*dev, dtype, B, o.cluster_blocks)) >= 0) {
+        cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, plan);
+    } else if (o.family != LLTM_SEQ_CLUSTER) {
+        /* the cheapest grid layout that fits (or only the one asked for) */
+        int64_t best = -1, best_groups = 1;
+        int best_layout = -1;
+        for (int k = 0; k < NUM_GRID_LAYOUTS; ++k) {
+            const grid_layout g = GRID_LAYOUTS[k];
+            if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
+                continue;
+            int64_t groups = 1;
+            const int64_t cost = grid_cost(*dev, dtype, k, B, H, o.grid_groups_max, &groups);
+            if (cost >= 0 && (best < 0 || cost < best)) {
+                best = cost;
+                best_groups = groups;
+                best_layout = k;
+            }
+        }
+        if (best_layout >= 0) {
+            plan->family = LLTM_SEQ_GRID;
+            plan->forward = grid_launch(dtype, true, best_layout, H, best_groups);
+            plan->backward = grid_launch(dtype, false, best_layout, H, best_groups);
+        }
+    }
+    if (plan->family == LLTM_SEQ_STEPS)
+        /* a persistent family asked for by name but impossible here */
+        return o.family == LLTM_SEQ_ANY ? LLTM_OK : LLTM_ERR_ARGUMENT;
+
+    /* the workspace: the float32 state of the half types, then the batch
+     * groups' bias sums of the backward ([groups][3H], accumulation type) */
+    plan->workspace_bytes = half_state_bytes(dtype, B, H);
+    if (plan->backward.groups > 1)
+        plan->workspace_bytes += (size_t)(plan->backward.groups * 3 * H) * acc_bytes(dtype);
+    return LLTM_OK;
+}
+
+} /* extern "C" */
