@@ -9,13 +9,9 @@
  * A development tool (C++ only because it includes the .cu to reach its
  * kernel templates); the library never builds it.
  */
-<<<<<<< HEAD:dev/timing/cell_tiles.cu
-#include "../../csrc/core/lltm_cuda_cell.cu"
-=======
-#include "../csrc/core/lltm_cuda_cell_backward.cu"
-#include "../csrc/core/lltm_cuda_cell_forward.cu"
-#include "../csrc/core/lltm_cuda_cell_pointwise.cu"
->>>>>>> h3-cuda:scripts/cell_tiles.cu
+#include "../../csrc/core/lltm_cuda_cell_backward.cu"
+#include "../../csrc/core/lltm_cuda_cell_forward.cu"
+#include "../../csrc/core/lltm_cuda_cell_pointwise.cu"
 
 #include <algorithm>
 #include <cmath>
