@@ -43,7 +43,7 @@ EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER = 1, 2, 3
 class Device(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("device", "major", "minor", "sm_count", "smem_optin", "cooperative_launch",
-                 "cluster_launch")]
+                 "cluster_launch", "code_arch")]
 
 
 class Launch(ctypes.Structure):
@@ -376,9 +376,18 @@ def test_plan_layouts(emu):
                                                      *[as_ptr(ws)] * 3, None, None) != 0
 
 
+def test_device_query_reports_the_code_that_runs(emu):
+    """The emulated H100 runs sm_90 code: clusters there. (On a real H100
+    running the library's compute_80 PTX the query clears cluster_launch;
+    tests/test_cuda_sequence.py checks the plan there.)"""
+    dev = device(emu)
+    assert (dev.major, dev.cluster_launch, dev.code_arch) == (9, 1, 90)
+
+
 @pytest.mark.parametrize("major,cluster", [(8, 0), (8, 1), (9, 0)])
 def test_plan_without_clusters(emu, major, cluster):
-    """Devices before compute capability 9.0 (or without cluster launch) get
+    """Devices before compute capability 9.0 (or without cluster launch, as
+    a Hopper GPU running code JIT-compiled from compute_80 PTX reports) get
     the grid family where an H100 gets clusters, and run it."""
     dev = device(emu, major=major, cluster_launch=cluster)
     status, p = make_plan(emu, torch.float32, 3, 16, 5, 24, dev=dev)

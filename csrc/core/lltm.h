@@ -332,7 +332,12 @@ typedef struct lltm_cuda_device {
     int sm_count;            /* streaming multiprocessors */
     int smem_optin;          /* dynamic shared memory a block may opt in to, bytes */
     int cooperative_launch;  /* nonzero: cooperative (grid-synchronized) launches */
-    int cluster_launch;      /* nonzero: thread-block clusters (sm_90+) */
+    int cluster_launch;      /* nonzero: thread-block clusters (sm_90+), and the
+                              * library's code for this device has its cluster
+                              * kernels (built for sm_90+, not JIT-compiled from
+                              * older PTX) */
+    int code_arch;           /* virtual architecture of the library's code that
+                              * runs on this device (e.g. 80 for compute_80 PTX) */
 } lltm_cuda_device;
 
 int lltm_cuda_device_query(int device, lltm_cuda_device *out);

@@ -197,6 +197,8 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
     }
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
+#else
+    __trap(); /* code built without clusters: the chooser never plans this kernel */
 #endif
 }
 
@@ -456,6 +458,8 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         }
     }
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
+#else
+    __trap(); /* code built without clusters: the chooser never plans this kernel */
 #endif
 }
 

@@ -227,6 +227,8 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             store_outputs(t, b, i, o, z, c, h);
     }
     cluster.sync(); /* no block leaves while pieces may still arrive in it */
+#else
+    __trap(); /* code built without clusters: the chooser never plans this kernel */
 #endif
 }
 

@@ -335,6 +335,11 @@ void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int6
     }
 }
 
+/* Asked for the virtual architecture of the code that runs on a device
+ * (cudaFuncAttributes.ptxVersion); every unit is built with the same
+ * architectures, so its answer holds for the cluster kernels too. */
+__global__ void code_probe_kernel() {}
+
 } // namespace
 
 extern "C" {
@@ -360,6 +365,23 @@ int lltm_cuda_device_query(int device, lltm_cuda_device *out)
         cudaGetLastError();
         return LLTM_ERR_CUDA;
     }
+    /* The cluster kernels exist only in code compiled for sm_90 and later:
+     * a Hopper GPU running the library's compute_80 PTX (JIT-compiled at load)
+     * has cluster launch, but no cluster kernels to launch. */
+    int current = 0;
+    cudaFuncAttributes code;
+    if (cudaGetDevice(&current) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    const cudaError_t probed = cudaFuncGetAttributes(&code, code_probe_kernel);
+    if (cudaSetDevice(current) != cudaSuccess || probed != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    out->code_arch = code.ptxVersion;
+    if (code.ptxVersion < 90)
+        out->cluster_launch = 0;
     return LLTM_OK;
 }
 

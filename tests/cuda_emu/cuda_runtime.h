@@ -518,6 +518,16 @@ inline cudaError_t cudaGetDevice(int *device)
     *device = 0;
     return cudaSuccess;
 }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+/* The emulated device runs code built for sm_90 (clusters included). */
+struct cudaFuncAttributes {
+    int ptxVersion, binaryVersion;
+};
+template <typename K> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, K)
+{
+    attr->ptxVersion = attr->binaryVersion = 90;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
 {
     switch (attr) {
