@@ -290,7 +290,7 @@ def run_grid(device: torch.device, dtypes, shapes: list[Shape], extra_impls: Seq
     """Every shape in every dtype on one device; the float64 data and oracle of
     a shape are made once for all its dtypes."""
     impls = impls_for(extra_impls)
-    records = []
+    records, last = [], {}  # (kind, dtype) -> (cost, seconds) of the last shape run
     for shape in shapes:
         first = None
         for dtype in dtypes:
@@ -299,19 +299,29 @@ def run_grid(device: torch.device, dtypes, shapes: list[Shape], extra_impls: Seq
                 first = w
             else:
                 w.share_data(first)
-            kinds = impls[shape.kind]
-            need = estimate_bytes(shape, dtype)
-            if time.perf_counter() - start > sopts.time_limit_s:
-                recs = skipped_records(w, kinds, f"not run: past --sweep-time-limit "
-                                                 f"{sopts.time_limit_s:.0f} s")
-            elif need > sopts.max_bytes:
-                recs = skipped_records(w, kinds, f"not run: needs ~{need / 2**30:.1f} GiB, "
-                                                 f"over {sopts.max_bytes / 2**30:.1f} GiB")
+            began = time.perf_counter()
+            why = _why_not(shape, dtype, sopts, began - start, last.get((shape.kind, dtype)))
+            if why:
+                recs = skipped_records(w, impls[shape.kind], why)
             else:
-                recs = _run_guarded(w, kinds, sopts, progress)
+                recs = _run_guarded(w, impls[shape.kind], sopts, progress)
+                last[(shape.kind, dtype)] = (shape.cost(), time.perf_counter() - began)
             records += recs
-            progress.update(1, f"{w.name}: timed")
+            progress.update(1 + (len(impls[shape.kind]) if why else 0), f"{w.name}: timed")
     return records
+
+
+def _why_not(shape: Shape, dtype, sopts: SweepOptions, elapsed: float, last) -> str | None:
+    """Why a shape is not run (memory, time), or None. Its time is foreseen
+    from the last shape of its kind and dtype, scaled by the arithmetic."""
+    need = estimate_bytes(shape, dtype)
+    if need > sopts.max_bytes:
+        return f"not run: needs ~{need / 2**30:.1f} GiB, over {sopts.max_bytes / 2**30:.1f} GiB"
+    foreseen = last[1] * max(1.0, shape.cost() / last[0]) if last else 0.0
+    if elapsed + foreseen > sopts.time_limit_s:
+        return f"not run: would end past --sweep-time-limit {sopts.time_limit_s:.0f} s " \
+               f"(~{foreseen:.0f} s foreseen at {elapsed:.0f} s)"
+    return None
 
 
 def _run_guarded(w, impls, sopts, progress) -> list[dict]:

@@ -189,7 +189,8 @@ def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str):
     ax.set_yticks(range(len(Bs)), [str(B) for B in Bs])
     ax.set_xlabel("H (state size; I = H/2)")
     ax.set_ylabel("B (batch)")
-    ticks = [t for t in range(-int(span), int(span) + 1)]
+    step = max(1, math.ceil(span / 4))  # at most 9 ticks: powers of 2 around 1
+    ticks = list(range(-(int(span) // step) * step, int(span) + 1, step))
     bar = fig.colorbar(image, ax=ax, ticks=ticks)
     bar.ax.set_yticklabels([_fmt_ratio(2.0 ** t) for t in ticks])
     bar.set_label(f"{NAMES[peer]} time / {NAMES[OURS[kind]]} time")
