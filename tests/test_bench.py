@@ -399,3 +399,37 @@ def test_multi_layer_sequences_are_checked_against_the_stacked_oracle():
     for r in records:
         assert r["layers"] == 2 and r["status"] == "ok", r
         assert r["error"] < 1e-5
+
+
+class _FakeTimer:
+    """A timer whose step costs ``us``; records the sample sizes asked for."""
+
+    def __init__(self, us, fail=False):
+        self.us, self.fail, self.sizes = us, fail, []
+
+    def calibrate(self):
+        return self.us
+
+    def sample(self, n):
+        if self.fail:
+            raise RuntimeError("lost the device")
+        self.sizes.append(n)
+
+
+def test_sweep_sampling_fills_the_budget_in_passes_that_take_turns():
+    from lltm.bench import sweep
+    sopts = sweep.SweepOptions(budget_us=1000.0, min_passes=3, max_passes=5, time_limit_s=1.0,
+                               max_bytes=1.0, graphs=False, max_chunk=50)
+    fast, slow, tiny, broken = (_FakeTimer(10.0), _FakeTimer(400.0), _FakeTimer(0.1),
+                                _FakeTimer(5.0, fail=True))
+    failed = {}
+    chunks = sweep._timed_passes({"fast": fast, "slow": slow, "tiny": tiny, "broken": broken},
+                                 sopts, failed)
+    # the slowest takes 400 us a step: 1000 // 400 = 2 passes, raised to the minimum 3
+    assert slow.sizes == [1, 1, 1]                    # never less than one step
+    assert fast.sizes == [33, 33, 33]                 # 1000 us / 3 passes / 10 us
+    assert tiny.sizes == [50, 50, 50]                 # capped
+    assert chunks == {"fast": 33, "slow": 1, "tiny": 50, "broken": 50}
+    assert broken.sizes == [] and "lost the device" in failed["broken"]
+    few = sweep._timed_passes({"fast": _FakeTimer(10.0)}, sopts, {})
+    assert few == {"fast": 20}                         # 1000 // 10: 5 passes at most

@@ -232,6 +232,7 @@ def _parse_keys(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import sweep
     parser = argparse.ArgumentParser(
         prog="python -m lltm.bench", description=sys.modules[__package__].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -244,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seq-len", type=int, default=None,
                         help="T of the sequence benchmarks (default 100, 10 with --quick; "
                              "0 skips them)")
+    parser.add_argument("--layers", type=sweep.parse_ints, default=None, metavar="L,...",
+                        help="layer counts of the sequences (default 1; --sweep: "
+                             f"{','.join(map(str, sweep.LAYERS))})")
     parser.add_argument("--dtype", type=_parse_dtypes, default=None,
                         help="float32 (default), float64, bfloat16, float16, or a comma list "
                              "(--sweep on CUDA: float32,bfloat16)")
@@ -266,7 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a smoke run: few reps, T=10, no torch.compile on CPU")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (none is drawn where stderr is not a terminal)")
-    from . import sweep
     sweep.add_arguments(parser)
     return parser
 
@@ -288,7 +291,7 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
         torch.set_num_threads(args.threads)
     if args.sweep or args.sweep_quick:
         return sweep.run(args, parser, argv, extra_impls)
-    misused = [m for m in sweep.misused(args) if m != "--layers"]
+    misused = sweep.misused(args)
     if misused:
         parser.error(f"{', '.join(misused)}: only with --sweep")
     args.device = args.device or _parse_devices("all")

@@ -111,35 +111,33 @@ def estimate_bytes(shape: Shape, dtype: torch.dtype) -> float:
 # Command line.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("performance map (--sweep)", __doc__.split("\n\n")[1])
+    group = parser.add_argument_group(
+        "performance map (--sweep)", "lltm against nn.LSTM / nn.LSTMCell over B x H: see above")
     group.add_argument("--sweep", action="store_true",
                        help="run the B x H map instead of the table (see above)")
     group.add_argument("--sweep-quick", action="store_true",
                        help="a reduced map (B 1,16,64; H 64,128,256 / cells 128,512; T=20; "
                             "shorter budgets); --quick with --sweep does the same")
-    group.add_argument("--sweep-batches", type=_parse_ints, default=None,
+    group.add_argument("--sweep-batches", type=parse_ints, default=None, metavar="B,...",
                        help=f"B values (default {_ints(BATCHES)})")
-    group.add_argument("--sweep-hidden", type=_parse_ints, default=None,
+    group.add_argument("--sweep-hidden", type=parse_ints, default=None, metavar="H,...",
                        help=f"H values (default {_ints(SEQUENCE_HIDDEN)} for sequences, "
                             f"{_ints(CELL_HIDDEN)} for cells); I = H/2")
-    group.add_argument("--layers", type=_parse_ints, default=None,
-                       help=f"layer counts of the sequences (default {_ints(LAYERS)} with "
-                            "--sweep, 1 otherwise)")
     group.add_argument("--sweep-kind", choices=("sequence", "cell", "both"), default="both")
     group.add_argument("--sweep-out", metavar="DIR",
                        help="write the heatmap PNGs (and sweep.json, unless --json) here")
-    group.add_argument("--sweep-budget-ms", type=float, default=None,
+    group.add_argument("--sweep-budget-ms", type=float, default=None, metavar="MS",
                        help="time per implementation, figure and shape (default 100, "
                             "30 with --sweep-quick)")
-    group.add_argument("--sweep-time-limit", type=float, default=540.0,
-                       help="seconds after which no further shape starts (default 540)")
-    group.add_argument("--sweep-max-gib", type=float, default=None,
+    group.add_argument("--sweep-time-limit", type=float, default=540.0, metavar="S",
+                       help="no shape starts that would end later than this many seconds "
+                            "into the sweep (default 540)")
+    group.add_argument("--sweep-max-gib", type=float, default=None, metavar="GIB",
                        help="skip shapes estimated above this many GiB (default: 90%% of "
                             "the GPU's free memory, half the available RAM on CPU)")
 
 
-SWEEP_ONLY = ("sweep_batches", "sweep_hidden", "layers", "sweep_out", "sweep_budget_ms",
-              "sweep_max_gib")
+SWEEP_ONLY = ("sweep_batches", "sweep_hidden", "sweep_out", "sweep_budget_ms", "sweep_max_gib")
 
 
 def misused(args: argparse.Namespace) -> list[str]:
@@ -151,7 +149,7 @@ def _ints(values) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _parse_ints(text: str) -> list[int]:
+def parse_ints(text: str) -> list[int]:
     fields = [f.strip() for f in text.split(",") if f.strip()]
     if not fields or not all(f.isdigit() and int(f) > 0 for f in fields):
         raise argparse.ArgumentTypeError(f"a comma list of positive integers, got {text!r}")

@@ -181,7 +181,8 @@ class StepTimer:
         return (time.perf_counter_ns() - start) / 1e3 / n
 
     def calibrate(self) -> float:
-        """One step as warm-up, then one timed: its microseconds (no sample)."""
+        """One step as warm-up, then one timed: its microseconds, the unit of
+        ``sample`` (not a sample itself)."""
         self._steps_us(1)
         return self._steps_us(1)
 
@@ -203,7 +204,8 @@ class GraphStepTimer:
         return self.graph.reasons.get("graph_step")
 
     def calibrate(self) -> float:
-        return self.graph.replay_us("graph_step", 1)
+        """Microseconds of one replay (``unroll`` steps): the unit of ``sample``."""
+        return self.graph.replay_us("graph_step", 1) * self.graph.unroll
 
     def sample(self, n: int) -> None:
         self.samples.append(self.graph.replay_us("graph_step", n))
