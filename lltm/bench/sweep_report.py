@@ -23,10 +23,11 @@ def blocks(entries: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def figures_of(entries: list[dict]) -> list[str]:
-    """The figures measured in a block, the primary first (graph replay where
-    there is one)."""
+    """The figures of a block's ratios (else of its times), the primary first:
+    graph replay where there is one."""
     found = {f for e in entries for ratios in e["ratios"].values() for f in ratios}
-    found |= {f for e in entries for t in e["times_us"].values() for f, v in t.items() if v}
+    if not found:
+        found = {f for e in entries for t in e["times_us"].values() for f, v in t.items() if v}
     return [f for f in ("graph_step", "step") if f in found]
 
 
@@ -75,8 +76,9 @@ def _header(key: tuple, entries: list[dict]) -> str:
 
 
 def _notes(records: list[dict], key: tuple) -> list[str]:
-    """Every implementation of the block that is not ok, and why."""
-    lines = []
+    """Every implementation of the block that is not ok, and why; one line per
+    shape and reason."""
+    reasons: dict[tuple, list[str]] = {}
     for rec in records:
         if (rec["device"], rec["kind"], rec["dtype"], rec["layers"]) != key \
                 or rec["status"] == "ok":
@@ -85,8 +87,9 @@ def _notes(records: list[dict], key: tuple) -> list[str]:
         if rec["status"] == "WRONG":
             what = f"error {rec['error']:.2e} in {rec['where']} > tolerance " \
                    f"{rec['tolerance']:.0e}, not timed"
-        lines.append(f"  - B={rec['B']} H={rec['H']}: {rec['impl']} {rec['status']}: {what}")
-    return lines
+        reasons.setdefault((rec["B"], rec["H"], rec["status"], what), []).append(rec["impl"])
+    return [f"  - B={B} H={H}: {', '.join(impls)} {status}: {what}"
+            for (B, H, status, what), impls in reasons.items()]
 
 
 def format_block(key: tuple, entries: list[dict], records: list[dict]) -> list[str]:
