@@ -21,8 +21,11 @@ Sampling adapts to the shape: one calibrated step sizes the samples so that
 each implementation gets about ``--sweep-budget-ms`` per figure, in 3 to 5
 passes that take turns (2 to 3 with --sweep-quick), one step at the least.
 Shapes run from cheapest to dearest; a shape whose estimated memory exceeds
-``--sweep-max-gib``, or that starts after ``--sweep-time-limit``, is skipped
-with that note.
+``--sweep-max-gib``, or that would end past ``--sweep-time-limit`` (foreseen
+from the last shape of its kind and dtype), is skipped with that note.
+
+nn.LSTM's float32 runs as torch sets it by default: cuDNN on TF32 (its check
+then has TF32's tolerance); the machine description records the setting.
 """
 from __future__ import annotations
 
@@ -375,7 +378,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv,
         extra_impls: Sequence[Impl] = ()) -> dict:
     """The sweep: returns {"machine", "config", "results", "map"}, also printed
     as tables, saved as JSON and heatmaps where asked."""
-    from .sweep_report import format_tables, save_heatmaps
     quick = args.sweep_quick or args.quick
     if args.only or args.skip:
         parser.error("--only / --skip do not apply to --sweep (it runs "
@@ -411,10 +413,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv,
               "options": options, "wall_s": wall}
     result = {"machine": machine, "config": config, "results": records,
               "map": shape_entries(records)}
-    print(format_tables(result))
-    print(f"sweep: {len(shapes) * len(dtypes) * len(devices)} shapes in {wall:.1f} s")
-    _save(args, result, save_heatmaps)
+    _report(args, result, wall)
     return result
+
+
+def _report(args, result: dict, wall: float) -> None:
+    from .sweep_report import format_tables, save_heatmaps
+    print(format_tables(result))
+    print(f"sweep: {len(result['map'])} shapes in {wall:.1f} s")
+    _save(args, result, save_heatmaps)
 
 
 def _save(args, result: dict, save_heatmaps) -> None:
