@@ -179,7 +179,7 @@ def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str):
     span = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
     cmap = plt.get_cmap("RdBu").copy()
     cmap.set_bad("#d9d9d9")
-    fig, ax = plt.subplots(figsize=(1.2 * len(Hs) + 2.6, 0.75 * len(Bs) + 2.0))
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.2 * len(Hs) + 2.6), 0.75 * len(Bs) + 2.4))
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap,
                       norm=TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span), aspect="auto")
     for i, B in enumerate(Bs):
@@ -196,10 +196,10 @@ def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str):
     ticks = list(range(-(int(span) // step) * step, int(span) + 1, step))
     bar = fig.colorbar(image, ax=ax, ticks=ticks)
     bar.ax.set_yticklabels([_fmt_ratio(2.0 ** t) for t in ticks])
-    bar.set_label(f"{NAMES[peer]} time / {NAMES[OURS[kind]]} time")
+    bar.set_label("ratio (>1: lltm faster)")
     depth = f", T={entries[0]['T']}, {layers} layer{'s' if layers > 1 else ''}" \
         if kind == "sequence" else ""
-    ax.set_title(f"{device} {dtype} {kind}{depth}\n{NAMES[peer]} / {NAMES[OURS[kind]]}, "
-                 f"{FIGURE_NAMES[figure].split(' (')[0]} (>1: lltm faster)", fontsize=9)
+    ax.set_title(f"{device} {dtype} {kind}{depth}, {FIGURE_NAMES[figure].split(' (')[0]}\n"
+                 f"{NAMES[peer]} time / {NAMES[OURS[kind]]} time", fontsize=9)
     fig.tight_layout()
     return fig
