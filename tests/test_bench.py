@@ -1,9 +1,11 @@
 """python -m lltm.bench: the CLI runs, saves JSON and PNG, and never times a
 wrong implementation."""
 import json
+import math
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -246,3 +248,188 @@ def test_cli_writes_no_progress_lines_into_a_pipe(tmp_path):
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "\r" not in proc.stderr and "%" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------
+# The performance map: python -m lltm.bench --sweep
+
+TINY_SWEEP = ["--sweep", "--device", "cpu", "--dtype", "float32", "--sweep-batches", "1,3",
+              "--sweep-hidden", "8,16", "--seq-len", "4", "--sweep-budget-ms", "2",
+              "--no-progress"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_tiny_cpu_writes_json_table_and_heatmaps(tmp_path):
+    out = tmp_path / "map"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lltm.bench", *TINY_SWEEP, "--layers", "1,3", "--threads", "1",
+         "--sweep-out", str(out)],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for header in ("== cpu | cell | float32 | I=H/2",
+                   "== cpu | sequence | float32 | T=4, 1 layer, I=H/2",
+                   "== cpu | sequence | float32 | T=4, 3 layers, I=H/2"):
+        assert header in proc.stdout, proc.stdout[-3000:]
+    assert "nn.LSTM time / lltm.LLTM time" in proc.stdout
+
+    report = json.loads((out / "sweep.json").read_text())
+    assert set(report) == {"machine", "config", "results", "map"}
+    for key in ("date", "cpu", "cpu_count", "torch_threads", "torch", "python", "gpus"):
+        assert key in report["machine"], key
+    assert report["config"]["dtypes"] == ["float32"] and report["config"]["devices"] == ["cpu"]
+    entries = {(e["kind"], e["layers"], e["B"], e["H"]): e for e in report["map"]}
+    want = {("cell", 1, B, H) for B in (1, 3) for H in (8, 16)}
+    want |= {("sequence", L, B, H) for L in (1, 3) for B in (1, 3) for H in (8, 16)}
+    assert set(entries) == want
+    for (kind, L, B, H), e in entries.items():
+        assert e["status"] == "ok", e
+        assert e["I"] == H // 2 and e["T"] == (4 if kind == "sequence" else 1)
+        peers = ("lstm",) if kind == "sequence" else ("reference", "lstm_cell", "best")
+        assert set(e["ratios"]) == set(peers), e
+        for peer in peers:
+            ratios = e["ratios"][peer]
+            assert set(ratios) == {"step"}, ratios  # CPU: eager only, no graphs
+            assert math.isfinite(ratios["step"]) and ratios["step"] > 0
+        if kind == "cell":  # the faster peer is the headline
+            assert e["ratios"]["best"]["step"] == min(e["ratios"][p]["step"]
+                                                      for p in ("reference", "lstm_cell"))
+    for rec in report["results"]:
+        assert rec["status"] == "ok", rec
+        assert rec["error"] <= rec["tolerance"]
+        stat = rec["step"]
+        assert stat["n"] >= 2 and 0 < stat["p10_us"] <= stat["median_us"] <= stat["p90_us"]
+        assert rec["graph_step"] is None and rec["forward"] is None
+    assert {(r["kind"], r["impl"]) for r in report["results"]} == {
+        ("sequence", "lltm"), ("sequence", "lstm"), ("cell", "native"), ("cell", "reference"),
+        ("cell", "lstm_cell")}
+
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["sweep-cpu-cell-float32.png", "sweep-cpu-sequence-float32-L1.png",
+                    "sweep-cpu-sequence-float32-L3.png"]
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 10_000
+
+
+def _shifted_sequence(key, counter):
+    """lltm.LLTM with its output 1e-3 off (relative): wrong in float32."""
+    base = next(i for i in bench.default_impls() if i.key == key)
+
+    def build(w):
+        case = base.build(w)
+        forward = case.forward
+
+        def shifted():
+            counter.calls += 1
+            out, h, c = forward()
+            return out + 1e-3 * out.abs().max(), h, c
+        case.forward = shifted
+        return case
+    return bench.Impl(key, base.label, "sequence", build, graph_unroll=1)
+
+
+def test_sweep_reports_wrong_implementations_and_does_not_time_them(capsys):
+    wrong_cell = _Counted(lambda x, W, b, h, c: tuple(
+        t * 1.001 for t in reference.lltm_cell(x, W, b, h, c)))
+    wrong_sequence = types.SimpleNamespace(calls=0)
+    extra = [bench.lltm_cell_impl("native", "native (wrong)", wrong_cell),
+             _shifted_sequence("lltm", wrong_sequence)]
+    result = bench.main(TINY_SWEEP + ["--sweep-batches", "2", "--sweep-hidden", "8",
+                                      "--layers", "1"], extra_impls=extra)
+    table = capsys.readouterr().out
+    assert wrong_cell.calls == 1 and wrong_sequence.calls == 1  # the checks only
+    by_impl = {r["impl"]: r for r in result["results"]}
+    for key in ("native", "lltm"):
+        r = by_impl[key]
+        assert r["status"] == "WRONG" and r["error"] > r["tolerance"], r
+        assert r["step"] is None and r["graph_step"] is None
+    for key in ("lstm", "reference", "lstm_cell"):  # the peers are still timed
+        assert by_impl[key]["status"] == "ok" and by_impl[key]["step"]["median_us"] > 0
+    for e in result["map"]:
+        assert e["status"] == "WRONG" and e["ratios"] == {}
+    assert table.count("WRONG") >= 4 and "not timed" in table
+
+
+@pytest.mark.parametrize("argv, note", [(["--sweep-max-gib", "1e-9"], "GiB"),
+                                        (["--sweep-time-limit", "-1"], "time-limit")])
+def test_sweep_skips_shapes_over_its_limits(argv, note, capsys):
+    result = bench.main(TINY_SWEEP + ["--layers", "3", "--sweep-kind", "sequence", *argv])
+    table = capsys.readouterr().out
+    assert result["results"] and all(r["status"] == "skipped" and note in r["note"]
+                                     and r["step"] is None for r in result["results"])
+    assert {e["status"] for e in result["map"]} == {"skipped"}
+    assert "skip" in table and note in table
+
+
+def test_sweep_grid():
+    from lltm.bench import sweep
+    args = bench.build_parser().parse_args(["--sweep"])
+    shapes = sweep.plan(args, quick=False)
+    sequences = [s for s in shapes if s.kind == "sequence"]
+    assert len(sequences) == 5 * 6 * 2 and len(shapes) == 5 * 6 * 2 + 5 * 3
+    assert {(s.B, s.H, s.T, s.layers) for s in sequences} == {
+        (B, H, 100, L) for B in (1, 16, 64, 256, 1024) for H in (64, 128, 256, 512, 1024, 2048)
+        for L in (1, 3)}
+    assert all(s.I == s.H // 2 for s in shapes)
+    costs = [s.cost() for s in shapes]
+    assert costs == sorted(costs)  # cheapest first: a time limit cuts the dearest
+    quick = sweep.plan(bench.build_parser().parse_args(["--sweep-quick"]), quick=True)
+    assert len(quick) < len(shapes) and max(s.T for s in quick) == sweep.QUICK_SEQ_LEN
+    big = max(sequences, key=lambda s: s.cost())
+    assert sweep.estimate_bytes(big, torch.float32) > sweep.estimate_bytes(big, torch.bfloat16) \
+        > sweep.estimate_bytes(sequences[0], torch.float32)
+
+
+@pytest.mark.parametrize("argv", [["--sweep", "--sweep-batches", "0"],
+                                  ["--sweep", "--sweep-hidden", "x"],
+                                  ["--sweep-batches", "4"],
+                                  ["--sweep", "--only", "lltm"]])
+def test_bad_sweep_arguments_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--device", "cpu", *argv])
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_multi_layer_sequences_are_checked_against_the_stacked_oracle():
+    records = bench.main(["--quick", "--device", "cpu", "--sizes", "2,3,5", "--seq-len", "3",
+                          "--layers", "2", "--no-progress", "--only",
+                          "lltm,lstm,reference_loop,native_loop"])
+    assert {r["impl"] for r in records} == {"lltm", "lstm", "reference_loop", "native_loop"}
+    for r in records:
+        assert r["layers"] == 2 and r["status"] == "ok", r
+        assert r["error"] < 1e-5
+
+
+class _FakeTimer:
+    """A timer whose step costs ``us``; records the sample sizes asked for."""
+
+    def __init__(self, us, fail=False):
+        self.us, self.fail, self.sizes = us, fail, []
+
+    def calibrate(self):
+        return self.us
+
+    def sample(self, n):
+        if self.fail:
+            raise RuntimeError("lost the device")
+        self.sizes.append(n)
+
+
+def test_sweep_sampling_fills_the_budget_in_passes_that_take_turns():
+    from lltm.bench import sweep
+    sopts = sweep.SweepOptions(budget_us=1000.0, min_passes=3, max_passes=5, time_limit_s=1.0,
+                               max_bytes=1.0, graphs=False, max_chunk=50)
+    fast, slow, tiny, broken = (_FakeTimer(10.0), _FakeTimer(400.0), _FakeTimer(0.1),
+                                _FakeTimer(5.0, fail=True))
+    failed = {}
+    chunks = sweep._timed_passes({"fast": fast, "slow": slow, "tiny": tiny, "broken": broken},
+                                 sopts, failed)
+    # the slowest takes 400 us a step: 1000 // 400 = 2 passes, raised to the minimum 3
+    assert slow.sizes == [1, 1, 1]                    # never less than one step
+    assert fast.sizes == [33, 33, 33]                 # 1000 us / 3 passes / 10 us
+    assert tiny.sizes == [50, 50, 50]                 # capped
+    assert chunks == {"fast": 33, "slow": 1, "tiny": 50, "broken": 50}
+    assert broken.sizes == [] and "lost the device" in failed["broken"]
+    few = sweep._timed_passes({"fast": _FakeTimer(10.0)}, sopts, {})
+    assert few == {"fast": 20}                         # 1000 // 10: 5 passes at most

@@ -50,7 +50,29 @@ timed; one that raises (an unsupported dtype, a compiler missing) is reported
 ERROR with the reason.
 
 The table is printed last; ``--json`` saves every number with a description of
-the machine, ``--plot`` a PNG (bars per implementation, log scale).
+the machine, ``--plot`` a PNG (bars per implementation, log scale). ``--layers``
+stacks the sequences (lltm.LLTM and nn.LSTM with num_layers, loops of cells).
+
+The performance map, ``--sweep`` (``lltm/bench/sweep.py``): lltm.LLTM against
+nn.LSTM (cuDNN on CUDA; its float32 on TF32, torch's default) over B in
+1,16,64,256,1024 x H in 64..2048, I = H/2, T = 100, 1 and 3 layers, and the
+native cell against the reference and nn.LSTMCell (H in 128,512,1024); float32
+and bfloat16 on CUDA, float32 on CPU. Every shape is checked as above (the
+oracle then runs on the benchmarked device, checkpointed step by step, so that
+it fits where the implementations do); a WRONG or ERROR implementation is
+shown so, not timed. Per shape: the GPU time of forward + backward from CUDA-
+graph replay (the headline on CUDA) and the eager pipelined step (the only
+figure on CPU); ratio = the peer's time / lltm's (>1: lltm faster). Sampling is
+sized by a time budget per shape (``--sweep-budget-ms``); shapes run cheapest
+first and are skipped, with a note, above ``--sweep-max-gib`` or where they
+would end past ``--sweep-time-limit`` (540 s). Restrict the grid with
+``--sweep-batches``, ``--sweep-hidden``, ``--dtype``, ``--layers``,
+``--sweep-kind``; ``--sweep-quick`` (or ``--quick``) runs B 1,16,64 x H
+64,128,256 (cells 128,512) at T = 20. Out: tables (ratios per B x H, a block per
+kind, dtype and depth), ``--json`` (every number, the machine), and with
+``--sweep-out DIR`` heatmaps of the headline ratio (against nn.LSTM; for cells
+against the faster of reference and nn.LSTMCell), a diverging colour map centred
+at 1 with each ratio printed, and DIR/sweep.json.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import time
 from typing import Callable, Sequence
 
 import torch
+import torch.utils.checkpoint
 
 import lltm
 from lltm import functional, reference
@@ -46,6 +47,8 @@ class Workload:
     I: int
     H: int
     T: int = 1
+    layers: int = 1            # sequences: stacked layers (layer k > 0 reads H features)
+    oracle_device: torch.device = torch.device("cpu")  # where the float64 oracle runs
 
     def __post_init__(self):
         self._data: dict[str, torch.Tensor] = {}
@@ -56,8 +59,16 @@ class Workload:
         dtype = str(self.dtype).replace("torch.", "")
         size = f"B={self.B} I={self.I} H={self.H}"
         if self.kind == "sequence":
-            size += f" T={self.T}"
+            size += f" T={self.T}" + (f" L={self.layers}" if self.layers > 1 else "")
         return f"{self.device} {dtype} {self.kind} {size}"
+
+    def share_data(self, other: "Workload") -> None:
+        """Use ``other``'s data and oracles (same sizes, another dtype): they
+        are made once."""
+        same = ("kind", "B", "I", "H", "T", "layers", "oracle_device")
+        if any(getattr(self, a) != getattr(other, a) for a in same):
+            raise ValueError(f"share_data: {self.name} and {other.name} differ in size")
+        self._data, self._oracles = other._data, other._oracles
 
     def data(self, name: str) -> torch.Tensor:
         """A float64 CPU tensor of this workload, random, the same on every
@@ -67,8 +78,8 @@ class Workload:
         return self._data[name]
 
     def _make_data(self) -> None:
-        B, I, H, T = self.B, self.I, self.H, self.T
-        g = torch.Generator().manual_seed(1000003 * B + 1009 * I + 17 * H + T)
+        B, I, H, T, L = self.B, self.I, self.H, self.T, self.layers
+        g = torch.Generator().manual_seed(1000003 * B + 1009 * I + 17 * H + T + 7919 * (L - 1))
 
         def randn(*shape, scale=1.0):
             return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
@@ -78,14 +89,23 @@ class Workload:
 
         bound = 1.0 / math.sqrt(H)  # the modules' own initialisation
         x_shape = (B, I) if self.kind == "cell" else (T, B, I)
-        self._data = {
-            "x": randn(*x_shape), "h": randn(B, H, scale=0.5), "c": randn(B, H, scale=0.5),
+        state = (B, H) if L == 1 else (L, B, H)
+        self._data.update({
+            "x": randn(*x_shape), "h": randn(*state, scale=0.5), "c": randn(*state, scale=0.5),
             "W": uniform(3 * H, I + H, bound=bound), "b": uniform(3 * H, bound=bound),
             "w_ih": uniform(4 * H, I, bound=bound), "w_hh": uniform(4 * H, H, bound=bound),
             "b_ih": uniform(4 * H, bound=bound), "b_hh": uniform(4 * H, bound=bound),
-            "grad_h": randn(B, H), "grad_c": randn(B, H),
+            "grad_h": randn(*state), "grad_c": randn(*state),
             "grad_out": randn(T, B, H) if self.kind == "sequence" else randn(B, H),
-        }
+        })
+        for k in range(1, L):  # the layers above the first read H features
+            self._data.update({
+                layer_name("W", k): uniform(3 * H, 2 * H, bound=bound),
+                layer_name("b", k): uniform(3 * H, bound=bound),
+                layer_name("w_ih", k): uniform(4 * H, H, bound=bound),
+                layer_name("w_hh", k): uniform(4 * H, H, bound=bound),
+                layer_name("b_ih", k): uniform(4 * H, bound=bound),
+                layer_name("b_hh", k): uniform(4 * H, bound=bound)})
 
     def leaf(self, name: str, shape=None) -> torch.Tensor:
         """The data in this workload's device and dtype, requiring grad."""
@@ -94,21 +114,44 @@ class Workload:
             t = t.reshape(shape)
         return t.to(device=self.device, dtype=self.dtype).requires_grad_()
 
-    def grads_out(self, *names: str, state_shape=None) -> tuple[torch.Tensor, ...]:
+    @property
+    def state_shape(self) -> tuple[int, int, int]:
+        """The sequence modules' state layout [layers, B, H]."""
+        return (self.layers, self.B, self.H)
+
+    def grads_out(self, *names: str, state_shape=None, oracle=False) -> tuple[torch.Tensor, ...]:
         """Output gradients; those of the final state ("grad_h", "grad_c")
-        reshaped to ``state_shape`` when given (nn.LSTM's [layers, B, H])."""
+        reshaped to ``state_shape`` when given (nn.LSTM's [layers, B, H]);
+        ``oracle``: in float64 on the oracle's device."""
+        device, dtype = (self.oracle_device, torch.float64) if oracle else (self.device, self.dtype)
+
         def get(name):
             t = self.data(name)
             if state_shape is not None and name in ("grad_h", "grad_c"):
                 t = t.reshape(state_shape)
-            return t.to(device=self.device, dtype=self.dtype)
+            return t.to(device=device, dtype=dtype)
         return tuple(get(n) for n in names)
 
     def oracle(self, key: str, compute: Callable[["Workload"], tuple]) -> tuple:
-        """(outputs, gradients) in float64 on the CPU, computed once per key."""
+        """(outputs, gradients) in float64 on the oracle's device, computed
+        once per key."""
         if key not in self._oracles:
             self._oracles[key] = compute(self)
         return self._oracles[key]
+
+
+def layer_name(name: str, k: int) -> str:
+    """The data name of layer k's parameter ``name`` (layer 0: the name itself)."""
+    return name if k == 0 else f"{name}_l{k}"
+
+
+LLTM_PARAMS = ("W", "b")
+LSTM_PARAMS = ("w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def layer_names(names: Sequence[str], layers: int) -> list[str]:
+    """Every layer's parameters, layer by layer."""
+    return [layer_name(n, k) for k in range(layers) for n in names]
 
 
 def _outputs_and_grads(forward, leaves, grad_outputs):
@@ -117,28 +160,54 @@ def _outputs_and_grads(forward, leaves, grad_outputs):
     return [o.detach() for o in outputs], list(grads)
 
 
-def _cpu64(w: Workload, *names):
-    return [w.data(n).clone().requires_grad_() for n in names]
+def _oracle_leaves(w: Workload, *names):
+    return [w.data(n).to(w.oracle_device).requires_grad_() for n in names]
 
 
-def _lltm_sequence_loop(cell, x, W, b, h, c):
-    outputs = []
-    for t in range(x.shape[0]):
-        h, c = cell(x[t], W, b, h, c)
-        outputs.append(h)
-    return torch.stack(outputs), h, c
+def _reference_step(x, h, c, W, b):
+    return reference.lltm_cell(x, W, b, h, c)
+
+
+def stack_loop(step, x, layer_params, h0, c0, checkpoint=False):
+    """Stacked layers of ``step(x_t, h, c, *params) -> (h, c)`` over the T steps
+    of ``x`` [T,B,I]; ``layer_params``: one parameter tuple per layer; h0, c0:
+    [layers,B,H]. Returns (output [T,B,H], h_n, c_n [layers,B,H]).
+    ``checkpoint``: every step is recomputed in the backward, so that only the
+    states are kept (the float64 oracle of a long, wide sequence fits)."""
+    def run(*args):
+        if checkpoint:
+            return torch.utils.checkpoint.checkpoint(step, *args, use_reentrant=False)
+        return step(*args)
+    inp, h_n, c_n = x, [], []
+    for k, params in enumerate(layer_params):
+        h, c, outputs = h0[k], c0[k], []
+        for t in range(inp.shape[0]):
+            h, c = run(inp[t], h, c, *params)
+            outputs.append(h)
+        inp = torch.stack(outputs)
+        h_n.append(h)
+        c_n.append(c)
+    return inp, torch.stack(h_n), torch.stack(c_n)
+
+
+def _per_layer(params: Sequence, n: int) -> list:
+    return [tuple(params[i:i + n]) for i in range(0, len(params), n)]
 
 
 def lltm_cell_oracle(w: Workload):
-    x, W, b, h, c = leaves = _cpu64(w, "x", "W", "b", "h", "c")
+    x, W, b, h, c = leaves = _oracle_leaves(w, "x", "W", "b", "h", "c")
     return _outputs_and_grads(lambda: reference.lltm_cell(x, W, b, h, c), leaves,
-                              (w.data("grad_h"), w.data("grad_c")))
+                              w.grads_out("grad_h", "grad_c", oracle=True))
 
 
 def lltm_sequence_oracle(w: Workload):
-    x, W, b, h, c = leaves = _cpu64(w, "x", "W", "b", "h", "c")
-    return _outputs_and_grads(lambda: _lltm_sequence_loop(reference.lltm_cell, x, W, b, h, c),
-                              leaves, (w.data("grad_out"), w.data("grad_h"), w.data("grad_c")))
+    names = ["x", *layer_names(LLTM_PARAMS, w.layers), "h", "c"]
+    x, *params, h, c = leaves = _oracle_leaves(w, *names)
+    shape = w.state_shape
+    return _outputs_and_grads(
+        lambda: stack_loop(_reference_step, x, _per_layer(params, 2), h.reshape(shape),
+                           c.reshape(shape), checkpoint=True),
+        leaves, w.grads_out("grad_out", "grad_h", "grad_c", state_shape=shape, oracle=True))
 
 
 def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh):
@@ -149,26 +218,20 @@ def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh):
     return torch.tanh(new_c) * torch.sigmoid(o), new_c
 
 
-_LSTM_DATA = ("x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh")
-
-
 def lstm_cell_oracle(w: Workload):
-    x, h, c, *params = leaves = _cpu64(w, *_LSTM_DATA)
+    x, h, c, *params = leaves = _oracle_leaves(w, "x", "h", "c", *LSTM_PARAMS)
     return _outputs_and_grads(lambda: _lstm_step(x, h, c, *params), leaves,
-                              (w.data("grad_h"), w.data("grad_c")))
+                              w.grads_out("grad_h", "grad_c", oracle=True))
 
 
 def lstm_sequence_oracle(w: Workload):
-    x, h0, c0, *params = leaves = _cpu64(w, *_LSTM_DATA)
-
-    def forward():
-        h, c, outputs = h0, c0, []
-        for t in range(x.shape[0]):
-            h, c = _lstm_step(x[t], h, c, *params)
-            outputs.append(h)
-        return torch.stack(outputs), h, c
-    return _outputs_and_grads(forward, leaves,
-                              (w.data("grad_out"), w.data("grad_h"), w.data("grad_c")))
+    x, h, c, *params = leaves = _oracle_leaves(w, "x", "h", "c",
+                                               *layer_names(LSTM_PARAMS, w.layers))
+    shape = w.state_shape
+    return _outputs_and_grads(
+        lambda: stack_loop(_lstm_step, x, _per_layer(params, 4), h.reshape(shape),
+                           c.reshape(shape), checkpoint=True),
+        leaves, w.grads_out("grad_out", "grad_h", "grad_c", state_shape=shape, oracle=True))
 
 
 # ----------------------------------------------------------------------------
@@ -179,7 +242,7 @@ class Case:
     forward: Callable[[], Sequence[torch.Tensor]]
     leaves: list[torch.Tensor]           # gradients are taken with respect to these
     grad_outputs: tuple[torch.Tensor, ...]
-    expected: tuple                      # (outputs, gradients): float64 CPU, same order
+    expected: tuple                      # (outputs, gradients): float64, same order
     family: str = "lltm"                 # "lltm" | "lstm": which reference sets the bar
     uses_cudnn: bool = False             # float32 may then run on TF32
     setup_s: float | None = None         # e.g. compilation time
@@ -207,14 +270,44 @@ def lltm_cell_impl(key: str, label: str, cell_fn, note: str = "") -> Impl:
     return Impl(key, label, "cell", build, note=note)
 
 
-def lltm_loop_impl(key: str, label: str, cell_fn, note: str = "") -> Impl:
-    """A Python loop over the T steps of ``cell_fn``."""
+def lltm_loop_impl(key: str, label: str, cell_fn, note: str = "",
+                   checkpoint: bool = False) -> Impl:
+    """A Python loop over the T steps (and the layers) of ``cell_fn``;
+    ``checkpoint``: see :func:`stack_loop`."""
+    def step(x, h, c, W, b):
+        return cell_fn(x, W, b, h, c)
+
     def build(w: Workload) -> Case:
-        x, W, b, h, c = leaves = [w.leaf(n) for n in ("x", "W", "b", "h", "c")]
-        return Case(lambda: _lltm_sequence_loop(cell_fn, x, W, b, h, c), leaves,
-                    w.grads_out("grad_out", "grad_h", "grad_c"),
+        x, *params, h, c = leaves = [w.leaf(n) for n in
+                                     ("x", *layer_names(LLTM_PARAMS, w.layers), "h", "c")]
+        shape = w.state_shape
+        return Case(lambda: stack_loop(step, x, _per_layer(params, 2), h.reshape(shape),
+                                       c.reshape(shape), checkpoint),
+                    leaves, w.grads_out("grad_out", "grad_h", "grad_c", state_shape=shape),
                     w.oracle("lltm", lltm_sequence_oracle))
     return Impl(key, label, "sequence", build, note=note, graph_unroll=1)
+
+
+def lstm_loop_impl(key: str = "lstm_loop", checkpoint: bool = True) -> Impl:
+    """A Python loop of nn.LSTMCell's formula: the LSTM family's reference in
+    the benchmarked dtype (it sets the LSTM peers' bar below float64)."""
+    def build(w: Workload) -> Case:
+        x, h, c, *params = leaves = [w.leaf(n) for n in
+                                     ("x", "h", "c", *layer_names(LSTM_PARAMS, w.layers))]
+        shape = w.state_shape
+        return Case(lambda: stack_loop(_lstm_step, x, _per_layer(params, 4), h.reshape(shape),
+                                       c.reshape(shape), checkpoint),
+                    leaves, w.grads_out("grad_out", "grad_h", "grad_c", state_shape=shape),
+                    w.oracle("lstm", lstm_sequence_oracle), family="lstm")
+    return Impl(key, "loop of LSTM-formula steps", "sequence", build, graph_unroll=1)
+
+
+def bar_references() -> list[Impl]:
+    """The family references that set the check's bar below float64 when the
+    run does not time them; checkpointed (only the states are kept), so that
+    they fit wherever the implementations do."""
+    return [lltm_loop_impl("reference_loop", "loop of reference cells", reference.lltm_cell,
+                           checkpoint=True), lstm_loop_impl()]
 
 
 def _build_compiled(w: Workload) -> Case:
@@ -242,35 +335,38 @@ def _build_lstm_cell(w: Workload) -> Case:
 
 
 def _build_lstm(w: Workload) -> Case:
-    module = torch.nn.LSTM(w.I, w.H, device=w.device, dtype=w.dtype)
-    _copy_parameters(module, w, {"weight_ih_l0": "w_ih", "weight_hh_l0": "w_hh",
-                                 "bias_ih_l0": "b_ih", "bias_hh_l0": "b_hh"})
+    module = torch.nn.LSTM(w.I, w.H, num_layers=w.layers, device=w.device, dtype=w.dtype)
+    _copy_parameters(module, w, {f"{p}_l{k}": layer_name(d, k) for k in range(w.layers)
+                                 for p, d in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"),
+                                                 LSTM_PARAMS)})
     x = w.leaf("x")
-    h, c = (w.leaf(n, shape=(1, w.B, w.H)) for n in ("h", "c"))
-    leaves = [x, h, c, module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0,
-              module.bias_hh_l0]
+    h, c = (w.leaf(n, shape=w.state_shape) for n in ("h", "c"))
+    leaves = [x, h, c, *(getattr(module, f"{p}_l{k}") for k in range(w.layers)
+                         for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))]
 
     def forward():
         output, (h_n, c_n) = module(x, (h, c))
         return output, h_n, c_n
     return Case(forward, leaves,
-                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=(1, w.B, w.H)),
+                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=w.state_shape),
                 w.oracle("lstm", lstm_sequence_oracle), family="lstm",
                 uses_cudnn=w.device.type == "cuda")
 
 
 def _build_lltm_sequence(w: Workload) -> Case:
-    module = lltm.LLTM(w.I, w.H, device=w.device, dtype=w.dtype)
-    _copy_parameters(module, w, {"weights_l0": "W", "bias_l0": "b"})
+    module = lltm.LLTM(w.I, w.H, num_layers=w.layers, device=w.device, dtype=w.dtype)
+    _copy_parameters(module, w, {f"{p}_l{k}": layer_name(d, k) for k in range(w.layers)
+                                 for p, d in zip(("weights", "bias"), LLTM_PARAMS)})
     x = w.leaf("x")
-    h, c = (w.leaf(n, shape=(1, w.B, w.H)) for n in ("h", "c"))
-    leaves = [x, module.weights_l0, module.bias_l0, h, c]
+    h, c = (w.leaf(n, shape=w.state_shape) for n in ("h", "c"))
+    leaves = [x, *(getattr(module, f"{p}_l{k}") for k in range(w.layers)
+                   for p in ("weights", "bias")), h, c]
 
     def forward():
         output, (h_n, c_n) = module(x, (h, c))
         return output, h_n, c_n
     return Case(forward, leaves,
-                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=(1, w.B, w.H)),
+                w.grads_out("grad_out", "grad_h", "grad_c", state_shape=w.state_shape),
                 w.oracle("lltm", lltm_sequence_oracle))
 
 
@@ -333,7 +429,7 @@ def check(case: Case) -> tuple[float, str]:
         if got is None or got.numel() != want.numel():
             return math.inf, f"{name}: shape {None if got is None else list(got.shape)}, " \
                              f"expected {list(want.shape)}"
-        got = got.detach().to("cpu", torch.float64).reshape(want.shape)
+        got = got.detach().to(want.device, torch.float64).reshape(want.shape)
         scale = want.abs().max().item() if want.numel() else 0.0
         err = (got - want).abs().max().item() / max(scale, 1e-30) if want.numel() else 0.0
         if not math.isfinite(err):

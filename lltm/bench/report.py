@@ -149,16 +149,11 @@ def format_table(records: list[dict], machine: dict) -> str:
              "x faster/slower = the baseline's median / this median, for the pipelined step.",
              f"load average (1 min) at start {machine['load_average']}, at end "
              f"{machine.get('load_average_end')} on {machine['cpu_count']} CPUs", ""]
-    groups: dict[tuple, list[dict]] = {}
-    for rec in records:
-        groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],
-                           rec["H"], rec["T"]), []).append(rec)
-    for (device, dtype, kind, B, I, H, T), recs in groups.items():
+    for (device, dtype, kind, B, I, H, T, L), recs in _groups(records).items():
         graphs = any(isinstance(r.get("graph_step"), dict) for r in recs)
         metrics = METRICS + (GRAPH_METRICS if graphs else ())
         baselines = CELL_BASELINES if kind == "cell" else SEQUENCE_BASELINES
-        size = f"B={B} I={I} H={H}" + (f" T={T}" if kind == "sequence" else "")
-        lines.append(f"== {device} | {dtype} | {kind} {size}")
+        lines.append(f"== {device} | {dtype} | {kind} {_size(kind, B, I, H, T, L)}")
         header = ["implementation", "check"] + [m.replace("graph_", "graph ") for m in metrics] \
             + [f"step vs {b}" for b in baselines]
         rows = [header]
@@ -192,22 +187,34 @@ def format_table(records: list[dict], machine: dict) -> str:
     return "\n".join(lines)
 
 
+def _groups(records: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],
+                           rec["H"], rec["T"], rec.get("layers", 1)), []).append(rec)
+    return groups
+
+
+def _size(kind: str, B: int, I: int, H: int, T: int, L: int) -> str:
+    size = f"B={B} I={I} H={H}"
+    if kind == "sequence":
+        size += f" T={T}" + (f" L={L}" if L > 1 else "")
+    return size
+
+
 def save_plot(records: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    groups: dict[tuple, list[dict]] = {}
-    for rec in records:
-        groups.setdefault((rec["device"], rec["dtype"], rec["kind"], rec["B"], rec["I"],
-                           rec["H"], rec["T"]), []).append(rec)
+    groups = _groups(records)
     ncols = 2 if len(groups) > 1 else 1
     nrows = math.ceil(len(groups) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(8 * ncols, 4.5 * nrows), squeeze=False)
     colors = {"forward": "#4c72b0", "backward": "#dd8452", "step": "#55a868",
               "graph_forward": "#8fa9d6", "graph_backward": "#f0b48a", "graph_step": "#a3d4ad"}
-    for ax, ((device, dtype, kind, B, I, H, T), recs) in zip(axes.flat, groups.items()):
+    for ax, ((device, dtype, kind, B, I, H, T, L), recs) in zip(axes.flat, groups.items()):
         metrics = [m for m in METRICS + GRAPH_METRICS
                    if any(median(r, m) for r in recs)]
         width = 0.8 / max(len(metrics), 1)
@@ -230,8 +237,7 @@ def save_plot(records: list[dict], path: str) -> None:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_ylabel("microseconds (median, p10-p90)")
-        size = f"B={B} I={I} H={H}" + (f" T={T}" if kind == "sequence" else "")
-        ax.set_title(f"{device} {dtype} {kind} {size}", fontsize=10)
+        ax.set_title(f"{device} {dtype} {kind} {_size(kind, B, I, H, T, L)}", fontsize=10)
         ax.grid(axis="y", which="both", alpha=0.3)
         if metrics:
             ax.legend(fontsize=7)

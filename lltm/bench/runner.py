@@ -11,14 +11,14 @@ from typing import Sequence
 
 import torch
 
-from .cases import (CELL_BASELINES, DTYPES, REFERENCE_SETS_BAR, SEQUENCE_BASELINES, Impl, Workload,
-                    check, default_impls, tolerance)
+from .cases import (CELL_BASELINES, DTYPES, REFERENCE_SETS_BAR, SEQUENCE_BASELINES, Case, Impl,
+                    Workload, check, default_impls, lstm_loop_impl, tolerance)
 from .report import (Progress, describe_machine, finite, format_table, load_average, median,
                      save_plot)
 from .timing import GRAPH_METRICS, METRICS, GraphTimer, Timer, reason, summarize
 
 DEFAULT_SIZES = "16,32,128;64,256,512"
-REFERENCES = ("reference", "reference_loop")  # the LLTM family's references
+REFERENCES = ("reference", "reference_loop", "lstm_loop")  # the families' references
 
 
 @dataclasses.dataclass
@@ -51,20 +51,26 @@ def untimed_reference_errors(w: Workload, impls: list[Impl],
     return errors
 
 
-def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress,
-                 references: list[Impl] = ()) -> list[dict]:
-    """Check, then time, every implementation of one workload; one record each.
+def new_record(w: Workload, impl: Impl) -> dict:
+    """The record of one implementation on one workload, before its check."""
+    return {"device": str(w.device), "dtype": str(w.dtype).replace("torch.", ""),
+            "kind": w.kind, "B": w.B, "I": w.I, "H": w.H, "T": w.T, "layers": w.layers,
+            "impl": impl.key, "label": impl.label, "status": "ok", "error": None,
+            "tolerance": None, "where": None, "note": impl.note, "setup_s": None,
+            **{m: None for m in METRICS + GRAPH_METRICS}}
+
+
+def check_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress,
+                   references: list[Impl] = ()) -> tuple[list[dict], dict[str, Case]]:
+    """Check every implementation of one workload against the float64 oracle:
+    one record each, and the cases that passed (those may be timed).
     ``references``: where to find the family references that set the check's
     bar when ``impls`` leaves them out."""
-    records, timers, graph_timers = [], {}, {}
+    records, cases = [], {}
     untimed = untimed_reference_errors(w, impls, list(references))
     reference_errors: dict[str, float] = dict(untimed)  # family -> its reference's error
     for impl in impls:
-        rec = {"device": str(w.device), "dtype": str(w.dtype).replace("torch.", ""),
-               "kind": w.kind, "B": w.B, "I": w.I, "H": w.H, "T": w.T, "impl": impl.key,
-               "label": impl.label, "status": "ok", "error": None, "tolerance": None,
-               "where": None, "note": impl.note, "setup_s": None,
-               **{m: None for m in METRICS + GRAPH_METRICS}}
+        rec = new_record(w, impl)
         records.append(rec)
         skip = impl.available(w)
         if skip is None and impl.key == "compile" and w.device.type == "cpu" \
@@ -93,10 +99,20 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
             if not err <= tol:
                 rec["status"] = "WRONG"
             else:
-                timers[impl.key] = Timer(case, w.device)
+                cases[impl.key] = case
         except Exception as error:  # noqa: BLE001
             rec.update(status="ERROR", note=reason(error))
         progress.update(1, f"{w.name}: check {impl.key}")
+    return records, cases
+
+
+def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress,
+                 references: list[Impl] = ()) -> list[dict]:
+    """Check, then time, every implementation of one workload; one record each.
+    ``references``: see :func:`check_workload`."""
+    records, cases = check_workload(w, impls, opts, progress, references)
+    timers = {key: Timer(case, w.device) for key, case in cases.items()}
+    graph_timers = {}
 
     reps = opts.reps if w.kind == "cell" else opts.seq_reps
     per_pass = max(1, math.ceil(reps / opts.passes))
@@ -216,19 +232,25 @@ def _parse_keys(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import sweep
     parser = argparse.ArgumentParser(
         prog="python -m lltm.bench", description=sys.modules[__package__].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Implementations: " + ", ".join(i.key for i in default_impls()) + ".")
-    parser.add_argument("--device", type=_parse_devices, default="all",
-                        help="cpu, cuda (or cuda:N), all, or a comma list (default: all available)")
+    parser.add_argument("--device", type=_parse_devices, default=None,
+                        help="cpu, cuda (or cuda:N), all, or a comma list (default: all "
+                             "available; --sweep: cuda where present, else cpu)")
     parser.add_argument("--sizes", type=_parse_sizes, default=DEFAULT_SIZES,
                         help=f"B,I,H[;B,I,H...] (default: {DEFAULT_SIZES})")
     parser.add_argument("--seq-len", type=int, default=None,
                         help="T of the sequence benchmarks (default 100, 10 with --quick; "
                              "0 skips them)")
-    parser.add_argument("--dtype", type=_parse_dtypes, default="float32",
-                        help="float32 (default), float64, bfloat16, float16, or a comma list")
+    parser.add_argument("--layers", type=sweep.parse_ints, default=None, metavar="L,...",
+                        help="layer counts of the sequences (default 1; --sweep: "
+                             f"{','.join(map(str, sweep.LAYERS))})")
+    parser.add_argument("--dtype", type=_parse_dtypes, default=None,
+                        help="float32 (default), float64, bfloat16, float16, or a comma list "
+                             "(--sweep on CUDA: float32,bfloat16)")
     parser.add_argument("--reps", type=int, default=None,
                         help="timed iterations per metric and cell implementation "
                              "(default 200, 20 with --quick); sequences get a tenth")
@@ -248,21 +270,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a smoke run: few reps, T=10, no torch.compile on CPU")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (none is drawn where stderr is not a terminal)")
+    sweep.add_arguments(parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) -> list[dict]:
+def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     """Run the benchmark; returns the records (also printed, and saved with
-    --json). ``extra_impls`` adds implementations (tests use it)."""
+    --json). ``extra_impls`` adds implementations (tests use it); with
+    ``--sweep``, the map's result (see :func:`lltm.bench.sweep.run`), where
+    ``extra_impls`` replace the implementations of the same key."""
+    from . import sweep
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.plot:
+    if args.plot or args.sweep_out:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            parser.error("--plot needs matplotlib (pip install matplotlib)")
+            parser.error("--plot and --sweep-out need matplotlib (pip install matplotlib)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.sweep or args.sweep_quick:
+        return sweep.run(args, parser, argv, extra_impls)
+    misused = sweep.misused(args)
+    if misused:
+        parser.error(f"{', '.join(misused)}: only with --sweep")
+    args.device = args.device or _parse_devices("all")
+    args.dtype = args.dtype or [torch.float32]
+    layers = args.layers or [1]
     seq_len = args.seq_len if args.seq_len is not None else (10 if args.quick else 100)
     reps = args.reps or (20 if args.quick else 200)
     opts = Options(reps=reps, seq_reps=max(2, reps // 10),
@@ -285,8 +319,10 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
             for B, I, H in args.sizes:
                 workloads.append(Workload(device, dtype, "cell", B, I, H))
             if seq_len > 0:
-                for B, I, H in args.sizes:
-                    workloads.append(Workload(device, dtype, "sequence", B, I, H, seq_len))
+                for L in layers:
+                    for B, I, H in args.sizes:
+                        workloads.append(Workload(device, dtype, "sequence", B, I, H, seq_len,
+                                                  layers=L))
     plan = [(w, [i for i in impls if i.kind == w.kind]) for w in workloads]
     plan = [(w, ws) for w, ws in plan if ws]
     total = sum(len(ws) * (1 + opts.passes + (w.device.type == "cuda" and opts.graphs))
@@ -297,7 +333,8 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
     records = []
     try:
         for w, ws in plan:
-            records += run_workload(w, ws, opts, progress, references=all_impls)
+            records += run_workload(w, ws, opts, progress,
+                                    references=all_impls + [lstm_loop_impl()])
     finally:
         progress.close()
     machine["load_average_end"] = load_average()
@@ -305,7 +342,8 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
     print(format_table(records, machine))
     if args.json:
         config = {"argv": list(argv) if argv is not None else sys.argv[1:],
-                  "sizes": args.sizes, "seq_len": seq_len, "dtypes": [str(d) for d in args.dtype],
+                  "sizes": args.sizes, "seq_len": seq_len, "layers": layers,
+                  "dtypes": [str(d) for d in args.dtype],
                   "devices": [str(d) for d in args.device], **dataclasses.asdict(opts)}
         with open(args.json, "w") as f:
             json.dump(finite({"machine": machine, "config": config, "results": records}), f,

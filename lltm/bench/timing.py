@@ -82,7 +82,8 @@ class GraphTimer:
         self.samples: dict[str, list[float]] = {m: [] for m in GRAPH_METRICS}
         self._keep = []  # tensors the graphs read (the retained forward)
 
-    def capture(self) -> None:
+    def capture(self, metrics=GRAPH_METRICS) -> None:
+        """Capture the graphs of ``metrics``; a failure leaves a reason."""
         case, unroll = self.case, self.unroll
 
         def grad(outputs, retain_graph=False):
@@ -100,7 +101,10 @@ class GraphTimer:
         stream = torch.cuda.Stream(self.device)
         with torch.cuda.device(self.device):
             for metric, body in (("graph_forward", forwards), ("graph_step", steps)):
-                self._capture(metric, body, stream)
+                if metric in metrics:
+                    self._capture(metric, body, stream)
+            if "graph_backward" not in metrics:
+                return
             # The backward alone: its forward runs (on the capture stream, where
             # autograd will run the backward) before the capture and is kept.
             try:
@@ -136,20 +140,78 @@ class GraphTimer:
             except Exception:  # noqa: BLE001
                 pass
 
-    def run_pass(self, replays: int) -> None:
+    def replay_us(self, metric: str, replays: int) -> float:
+        """Microseconds per iteration of ``replays`` back-to-back replays."""
+        graph = self.graphs[metric]
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        for metric, graph in self.graphs.items():
-            start.record()
-            for _ in range(replays):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            self.samples[metric].append(start.elapsed_time(end) * 1e3 / (replays * self.unroll))
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / (replays * self.unroll)
+
+    def run_pass(self, replays: int) -> None:
+        for metric in self.graphs:
+            self.samples[metric].append(self.replay_us(metric, replays))
 
     def release(self) -> None:
         self.graphs.clear()
         self._keep.clear()
+
+
+class StepTimer:
+    """Eager forward + backward, pipelined: a sample is n steps back to back
+    with no synchronization inside, synchronized at the end, divided by n.
+    ``calibrate`` / ``sample`` as :class:`GraphStepTimer`'s, so that a caller
+    can size n from a time budget."""
+
+    def __init__(self, case: Case, device: torch.device):
+        self.case, self.device = case, device
+        self.samples: list[float] = []
+
+    def _steps_us(self, n: int) -> float:
+        case = self.case
+        synchronize(self.device)
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            torch.autograd.grad(case.forward(), case.leaves, case.grad_outputs)
+        synchronize(self.device)
+        return (time.perf_counter_ns() - start) / 1e3 / n
+
+    def calibrate(self) -> float:
+        """One step as warm-up, then one timed: its microseconds, the unit of
+        ``sample`` (not a sample itself)."""
+        self._steps_us(1)
+        return self._steps_us(1)
+
+    def sample(self, n: int) -> None:
+        self.samples.append(self._steps_us(n))
+
+
+class GraphStepTimer:
+    """GPU time of forward + backward: ``unroll`` steps captured into one CUDA
+    graph, n replays timed between CUDA events (:class:`GraphTimer`'s step)."""
+
+    def __init__(self, case: Case, device: torch.device, unroll: int):
+        self.graph = GraphTimer(case, device, unroll)
+        self.samples: list[float] = self.graph.samples["graph_step"]
+
+    def capture(self) -> str | None:
+        """Capture; None, or why the graph could not be captured."""
+        self.graph.capture(("graph_step",))
+        return self.graph.reasons.get("graph_step")
+
+    def calibrate(self) -> float:
+        """Microseconds of one replay (``unroll`` steps): the unit of ``sample``."""
+        return self.graph.replay_us("graph_step", 1) * self.graph.unroll
+
+    def sample(self, n: int) -> None:
+        self.samples.append(self.graph.replay_us("graph_step", n))
+
+    def release(self) -> None:
+        self.graph.release()
 
 
 def reason(error: BaseException) -> str:
