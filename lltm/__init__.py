@@ -1,4 +1,4 @@
-"""lltm: the LLTM recurrent unit for PyTorch, with native kernels in C and CUDA C.
+"""lltm: the LLTM recurrent unit for PyTorch, with native kernels in C and CUDA C++.
 
     import lltm
     cell = lltm.LLTMCell(32, 128)
@@ -15,9 +15,11 @@ from . import _native
 _native.ensure_loaded()
 
 from . import _ops, _vmap  # noqa: E402,F401  (fake kernels, autograd, autocast, vmap)
-from . import functional, reference  # noqa: E402
+from . import functional, overrides, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
 from .sequence import LLTM  # noqa: E402
 
-__all__ = ["LLTM", "LLTMCell", "functional", "reference"]
+overrides.apply_environment()
+
+__all__ = ["LLTM", "LLTMCell", "functional", "overrides", "reference"]
 __version__ = "0.1.0"

@@ -7,7 +7,6 @@ the large tile configurations once. Run by scripts/gpu_check.sh as
 Exit status 0 and "sanitize driver: N steps ok" when every step ran; the
 sanitizer's own exit code reports what it found.
 """
-import ctypes
 import sys
 from pathlib import Path
 
@@ -25,12 +24,10 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 def main() -> int:
     assert torch.cuda.is_available() and _native.has_cuda_kernels(), "needs the CUDA kernels"
-    set_policy = _native._loaded["cuda"].lltm_cuda_set_matmul_policy
-    set_policy.restype, set_policy.argtypes = ctypes.c_int, [ctypes.c_int]
     quick = "--quick" in sys.argv  # racecheck: fewer dtypes (it is slow)
     steps = 0
-    for policy in (1, 2):  # fused, cuBLAS
-        set_policy(policy)
+    for policy in ("fused", "cublas"):
+        lltm.overrides.set_matmul(policy)
         for dtype in DTYPES[:2] if quick else DTYPES:
             for B, I, H in SHAPES + ([LARGE] if dtype == torch.float32 else []):
                 x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype)
@@ -43,7 +40,7 @@ def main() -> int:
                 if dtype in (torch.float32, torch.float64):  # values: tests/test_cuda_cell.py
                     assert all(torch.isfinite(g).all() for g in grads), (policy, dtype, B, I, H)
                 steps += 1
-    set_policy(0)
+    lltm.overrides.set_matmul("auto")
     print(f"sanitize driver: {steps} steps ok", flush=True)
     return 0
 

@@ -10,7 +10,6 @@ scripts/gpu_check.sh (mode tests) as
 Prints "sanitize driver: N runs ok" when every run finished; the sanitizer's
 exit code reports what it found.
 """
-import os
 import sys
 from pathlib import Path
 
@@ -32,10 +31,9 @@ def main() -> int:
     quick = "--quick" in sys.argv  # racecheck is slow: float32 only
     runs = 0
     for route, shapes in CASES.items():
-        if route.startswith("cluster"):
-            os.environ["LLTM_CUDA_CLUSTER_BLOCKS"] = route[len("cluster"):]
-            route = "cluster"
-        os.environ["LLTM_CUDA_SEQUENCE"] = route
+        blocks = int(route[len("cluster"):]) if route.startswith("cluster") else None
+        lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan(
+            family="cluster" if blocks else route, cluster_blocks=blocks))
         for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
             for T, B, I, H in shapes:
                 x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype) for s in

@@ -11,8 +11,6 @@ for the half types, over >= 64 elements, also ||got - ref|| / ||ref|| <= tol/2:
     bfloat16 4e-2 (inputs, saved activations and outputs rounded to 8 bits).
 Skipped without a GPU.
 """
-import contextlib
-import ctypes
 
 import pytest
 import torch
@@ -25,7 +23,7 @@ pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or not _native.has_cuda_kernels(),
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
-POLICIES = {"auto": 0, "fused": 1, "cublas": 2}
+POLICIES = ["auto", "fused", "cublas"]
 SHAPES = [  # (B, I, H): batch 1 and 3, H not a multiple of 32, I > H and I < H
     (1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 300, 17), (64, 17, 65),
     (2, 0, 4), (7, 128, 7),
@@ -35,16 +33,8 @@ SHAPES = [  # (B, I, H): batch 1 and 3, H not a multiple of 32, I > H and I < H
 LARGE_SHAPE = (300, 100, 777)
 
 
-@contextlib.contextmanager
 def matmul_policy(name):
-    fn = _native._loaded["cuda"].lltm_cuda_set_matmul_policy
-    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-    previous = fn(POLICIES[name])
-    assert previous >= 0
-    try:
-        yield
-    finally:
-        fn(previous)
+    return lltm.overrides.matmul(name)
 
 
 def check_step(B, I, H, dtype, device="cuda", make_args=None):

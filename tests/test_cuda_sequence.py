@@ -2,23 +2,20 @@
 sequence_backward, lltm.LLTM), against the float64 reference loop of cells
 on the CPU.
 
-Every route of csrc/binding/sequence_cuda.c is tested, chosen with
-LLTM_CUDA_SEQUENCE: "cluster" (persistent kernel, one thread-block cluster,
-H <= 128, B <= 64; in both of its shapes, 8 blocks or 16, chosen with
-LLTM_CUDA_CLUSTER_BLOCKS: routes "cluster8" and "cluster16" here; and
-"cluster16-split8" and "cluster16-nosplit", the 16-block shape with its
-batch split in 8-row chunks instead of 4 (LLTM_CUDA_CLUSTER_CHUNK=8) and
-without it (LLTM_CUDA_CLUSTER_CHUNK=16: one cluster of 16-row chunks also
-for B <= 16)), "grid" (persistent kernel, cooperative grid), "steps"
-(per-step aten::mm + pointwise kernel) and "auto". The binding turns these
-variables into plan options (docs/cuda-plans.md); the core reads none.
+Every plan family of the CUDA sequence is tested, forced with
+lltm.overrides.sequence_plan (docs/cuda-plans.md): "cluster" (persistent
+kernel, thread-block clusters, H <= 128, B <= 64; in both of its shapes, 8
+blocks or 16: routes "cluster8" and "cluster16" here; and "cluster16-split8"
+and "cluster16-nosplit", the 16-block shape with its batch split in 8-row
+chunks instead of 4, and without it: one cluster of 16-row chunks also for
+B <= 16), "grid" (persistent kernel, cooperative grid), "steps" (per-step
+products + pointwise kernel) and "auto". The core reads no environment.
 
 Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 (products sum many terms), and for the half types, over >= 64 elements, also
 ||got - ref|| / ||ref|| <= tol/2: float64 1e-10, float32 1e-4 (TF32 off,
 torch's default), float16 1e-2, bfloat16 4e-2. Skipped without a GPU.
 """
-import os
 
 import pytest
 import torch
@@ -34,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit", "grid",
           "steps"]
-CHUNKS = {"-split8": "8", "-nosplit": "16"}  # route suffixes: LLTM_CUDA_CLUSTER_CHUNK
+CHUNKS = {"-split8": 8, "-nosplit": 16}  # route suffixes: the 16-block kernels' batch chunk
 CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
     # B over one 8-row chunk (clusters of 4 or 8 rows of the 16-block kernels)
@@ -44,20 +41,18 @@ SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H
 
 
 @pytest.fixture
-def route(request, monkeypatch):
-    name = request.param
+def route(request):
+    """Forces the plan of the route's name (lltm.overrides) for the test."""
+    name, constraints = request.param, {}
     suffix = next((f for f in CHUNKS if name.endswith(f)), None)
-    monkeypatch.delenv("LLTM_CUDA_CLUSTER_CHUNK", raising=False)
     if suffix:
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_CHUNK", CHUNKS[suffix])
+        constraints["cluster_chunk"] = CHUNKS[suffix]
         name = name[:-len(suffix)]
     if name.startswith("cluster") and name != "cluster":  # the cluster plan's shape
-        monkeypatch.setenv("LLTM_CUDA_CLUSTER_BLOCKS", name[len("cluster"):])
+        constraints["cluster_blocks"] = int(name[len("cluster"):])
         name = "cluster"
-    else:
-        monkeypatch.delenv("LLTM_CUDA_CLUSTER_BLOCKS", raising=False)
-    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", name)
-    return request.param
+    with lltm.overrides.sequence_plan(family=name, **constraints):
+        yield request.param
 
 
 def route_fits(route, H, dtype):
@@ -118,19 +113,14 @@ def test_matches_reference(route, dtype, T, B, I, H):
 
 
 @pytest.mark.parametrize("route", ["grid"], indirect=True)
-@pytest.mark.parametrize("groups", ["1", "3", None])
+@pytest.mark.parametrize("groups", [1, 3, None])
 @pytest.mark.parametrize("shape", ["16x8", "16x32", "32x16", "32x32"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_grid_shapes_and_batch_groups(route, monkeypatch, shape, groups, dtype):
-    """Every grid shape (LLTM_CUDA_GRID_SHAPE) with B = 50 (4 chunks of 16,
-    the last partial) shared out over 1, 3 (capped: LLTM_CUDA_GRID_GROUPS)
-    or as many batch groups as fit."""
-    monkeypatch.setenv("LLTM_CUDA_GRID_SHAPE", shape)
-    if groups is None:
-        monkeypatch.delenv("LLTM_CUDA_GRID_GROUPS", raising=False)
-    else:
-        monkeypatch.setenv("LLTM_CUDA_GRID_GROUPS", groups)
-    compare(3, 50, 5, 70, dtype)
+def test_grid_shapes_and_batch_groups(route, shape, groups, dtype):
+    """Every grid shape with B = 50 (4 chunks of 16, the last partial) shared
+    out over 1, 3 (capped) or as many batch groups as fit."""
+    with lltm.overrides.sequence_plan(grid_shape=shape, grid_groups=groups):
+        compare(3, 50, 5, 70, dtype)
 
 
 @pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
@@ -286,15 +276,22 @@ def test_mixed_devices_rejected():
         torch.ops.lltm.sequence_forward(*args)
 
 
-def test_bad_route_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("LLTM_CUDA_SEQUENCE", "fast")
-    args, _ = seq_inputs(3, 2, 4, 5, torch.float32)
-    with pytest.raises(RuntimeError, match="LLTM_CUDA_SEQUENCE must be auto, cluster, grid"):
-        torch.ops.lltm.sequence_forward(*args)
+def test_bad_route_is_a_clear_error():
+    with pytest.raises(ValueError, match="family must be one of"):
+        with lltm.overrides.sequence_plan(family="fast"):
+            pass
 
 
-def test_route_environment_is_unset_by_default():
-    assert os.environ.get("LLTM_CUDA_SEQUENCE") in (None, "", "auto")
+def test_plan_that_cannot_run_is_a_clear_error():
+    """A forced family that cannot run the sizes is an error, not a fallback."""
+    args, _ = seq_inputs(3, 2, 4, 2000, torch.float32)
+    with lltm.overrides.sequence_plan(family="cluster"):
+        with pytest.raises(RuntimeError, match="no plan of the forced kernel family"):
+            torch.ops.lltm.sequence_forward(*args)
+
+
+def test_no_plan_is_forced_by_default():
+    assert lltm.overrides.current_sequence_plan() == lltm.overrides.SequencePlan()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

@@ -57,7 +57,7 @@ void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
 /* How the CUDA cell runs its matrix products: chosen by size (AUTO), always
  * the fused own kernels, or always cuBLAS through aten::mm. Returns the
  * previous policy, or -1 for an unknown one. Exported from liblltm_cuda.so
- * for tests and benchmarks; LLTM_CUDA_MATMUL=auto|fused|cublas at load. */
+ * for tests and benchmarks (lltm/overrides.py). */
 enum { LLTM_MATMUL_AUTO = 0, LLTM_MATMUL_FUSED = 1, LLTM_MATMUL_CUBLAS = 2 };
 int lltm_cuda_set_matmul_policy(int policy);
 

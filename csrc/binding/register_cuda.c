@@ -29,32 +29,10 @@ static const kernel_entry cuda_kernels[] = {
     {"sequence_backward", lltm_sequence_backward_cuda_boxed},
 };
 
-/* LLTM_CUDA_MATMUL=auto|fused|cublas: the initial matmul policy. */
-static int policy_from_environment(char *err, size_t err_len)
-{
-    const char *value = getenv("LLTM_CUDA_MATMUL");
-    int policy;
-    if (value == NULL || *value == '\0' || strcmp(value, "auto") == 0)
-        policy = LLTM_MATMUL_AUTO;
-    else if (strcmp(value, "fused") == 0)
-        policy = LLTM_MATMUL_FUSED;
-    else if (strcmp(value, "cublas") == 0)
-        policy = LLTM_MATMUL_CUBLAS;
-    else {
-        snprintf(err, err_len, "LLTM_CUDA_MATMUL must be auto, fused or cublas, got '%s'",
-                 value);
-        return -1;
-    }
-    lltm_cuda_set_matmul_policy(policy);
-    return 0;
-}
-
 LLTM_EXPORT int lltm_cuda_register(char *err, size_t err_len)
 {
     if (registered)
         return 0; /* already registered in this process */
-    if (policy_from_environment(err, err_len) != 0)
-        return -1;
     if (aoti_torch_library_init_impl(LLTM_NAMESPACE, "CUDA", __FILE__, __LINE__,
                                      &cuda_library) != 0) {
         snprintf(err, err_len, "could not create the lltm CUDA library");

@@ -7,15 +7,14 @@
  * lltm_cuda_sequence.cu), which calls back for the large matrix products
  * (aten::mm on the current stream, cuBLAS, through lltm_torch_gemm).
  *
- * The plan (lltm_sequence_plan_cuda) is chosen once per call; environment
- * variables constrain it for tests and measurements (plan_options below,
+ * The plan (lltm_sequence_plan_cuda) is chosen once per call; lltm.overrides
+ * may constrain it for tests and measurements (plan_overrides below,
  * docs/cuda-plans.md).
  */
 #include "ops.h"
 #include "sequence_args.h"
 
-#include <stdio.h>
-#include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static inline void *at(const void *base, int64_t index, size_t elem)
@@ -24,65 +23,30 @@ static inline void *at(const void *base, int64_t index, size_t elem)
 }
 
 
-/* An integer environment variable among `allowed` (0-terminated), or 0 when
- * unset or empty. */
-static int env_choice(const char *name, const int *allowed, int *value, lltm_error *err)
+/* Constraints on the plan, for tests and measurements: none by default.
+ * lltm/overrides.py sets them (from its environment variables, read once,
+ * or its context managers; docs/cuda-plans.md lists them). */
+static lltm_sequence_plan_options plan_overrides;
+static atomic_int plan_overrides_lock;
+
+__attribute__((visibility("default"))) void
+lltm_cuda_set_sequence_plan_options(const lltm_sequence_plan_options *options)
 {
-    const char *text = getenv(name);
-    *value = 0;
-    if (text == NULL || *text == '\0')
-        return 0;
-    char *end = NULL;
-    const long v = strtol(text, &end, 10);
-    for (const int *a = allowed; *a; ++a)
-        if (*end == '\0' && v == *a) {
-            *value = (int)v;
-            return 0;
-        }
-    return lltm_fail(err, "%s: unsupported value '%s'", name, text);
+    while (atomic_exchange(&plan_overrides_lock, 1))
+        ;
+    if (options)
+        plan_overrides = *options;
+    else
+        memset(&plan_overrides, 0, sizeof plan_overrides);
+    atomic_store(&plan_overrides_lock, 0);
 }
 
-/* The plan options from the environment, for tests and measurements (the
- * core reads none; docs/cuda-plans.md lists them):
- *   LLTM_CUDA_SEQUENCE=auto|cluster|grid|steps   the kernel family
- *   LLTM_CUDA_CLUSTER_BLOCKS=8|16                the cluster shape
- *   LLTM_CUDA_CLUSTER_CHUNK=4|8|16               the cluster batch split's chunk (16: none)
- *   LLTM_CUDA_GRID_SHAPE=16x8|32x16|32x32|16x32  one grid layout
- *   LLTM_CUDA_GRID_GROUPS=n                      at most n batch groups */
-static int plan_options(lltm_sequence_plan_options *o, lltm_error *err)
+static void plan_options(lltm_sequence_plan_options *o)
 {
-    static const int blocks[] = {8, 16, 0}, chunks[] = {4, 8, 16, 0};
-    const char *family = getenv("LLTM_CUDA_SEQUENCE"), *shape = getenv("LLTM_CUDA_GRID_SHAPE");
-    const char *groups = getenv("LLTM_CUDA_GRID_GROUPS");
-    memset(o, 0, sizeof *o);
-    if (family == NULL || *family == '\0' || strcmp(family, "auto") == 0)
-        o->family = LLTM_SEQ_ANY;
-    else if (strcmp(family, "cluster") == 0)
-        o->family = LLTM_SEQ_CLUSTER;
-    else if (strcmp(family, "grid") == 0)
-        o->family = LLTM_SEQ_GRID;
-    else if (strcmp(family, "steps") == 0)
-        o->family = LLTM_SEQ_STEPS;
-    else
-        return lltm_fail(err, "LLTM_CUDA_SEQUENCE must be auto, cluster, grid or steps, got '%s'",
-                         family);
-    if (env_choice("LLTM_CUDA_CLUSTER_BLOCKS", blocks, &o->cluster_blocks, err) ||
-        env_choice("LLTM_CUDA_CLUSTER_CHUNK", chunks, &o->cluster_chunk, err))
-        return -1;
-    if (shape && *shape) {
-        char tail = 0;
-        if (sscanf(shape, "%dx%d%c", &o->grid_lanes, &o->grid_values, &tail) != 2)
-            return lltm_fail(err, "LLTM_CUDA_GRID_SHAPE must be like 32x16, got '%s'", shape);
-    }
-    if (groups && *groups) {
-        char *end = NULL;
-        const long n = strtol(groups, &end, 10);
-        if (*end != '\0' || n < 1 || n > 1 << 20)
-            return lltm_fail(err, "LLTM_CUDA_GRID_GROUPS must be a positive integer, got '%s'",
-                             groups);
-        o->grid_groups_max = (int)n;
-    }
-    return 0;
+    while (atomic_exchange(&plan_overrides_lock, 1))
+        ;
+    *o = plan_overrides;
+    atomic_store(&plan_overrides_lock, 0);
 }
 
 static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_plan *plan,
@@ -91,15 +55,14 @@ static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_pl
     lltm_sequence_plan_options options;
     lltm_cuda_device dev;
     int status;
-    if (plan_options(&options, err))
-        return -1;
+    plan_options(&options);
     status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return lltm_core_failed(err, "lltm_cuda_device_query", status);
     status = lltm_sequence_plan_cuda(&dev, d->dtype, d->T, d->B, d->I, d->H, &options, plan);
     if (status != LLTM_OK)
-        return lltm_fail(err, "no persistent plan of LLTM_CUDA_SEQUENCE=%s fits B=%lld, H=%lld "
-                         "on this device (%s)", getenv("LLTM_CUDA_SEQUENCE"), (long long)d->B,
+        return lltm_fail(err, "no plan of the forced kernel family (lltm.overrides) fits "
+                         "B=%lld, H=%lld on this device (%s)", (long long)d->B,
                          (long long)d->H, lltm_status_string(status));
     return 0;
 }

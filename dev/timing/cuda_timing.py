@@ -16,7 +16,6 @@ Every input (x, weights, bias, h, c) requires grad. float32 unless noted;
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
@@ -27,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _native, reference  # noqa: E402
+from lltm import reference  # noqa: E402
 
 DEVICE = "cuda"
 SMALL = (16, 32, 128)
@@ -36,12 +35,9 @@ LARGE = (256, 512, 1024)
 
 
 def set_policy(name: str) -> None:
-    """Forces the CUDA cell's route (fused kernels or cuBLAS) through the
-    library's exported lltm_cuda_set_matmul_policy; "auto" restores the
-    library's own choice."""
-    fn = _native._loaded["cuda"].lltm_cuda_set_matmul_policy
-    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-    fn({"auto": 0, "fused": 1, "cublas": 2}[name])
+    """Forces the CUDA cell's route (fused kernels or cuBLAS); "auto"
+    restores the library's own choice."""
+    lltm.overrides.set_matmul(name)
 
 
 class Impl:

@@ -1,0 +1,62 @@
+"""lltm.overrides: the measurement overrides of the CUDA library's choices,
+parsed in Python (the C core reads no environment). Their effect on the
+kernels is tested on a GPU (tests/test_cuda_sequence.py, test_cuda_cell.py)."""
+import pytest
+
+import lltm
+from lltm import overrides
+from lltm.overrides import SequencePlan
+
+
+def test_environment_parsed_once_into_constraints():
+    policy, plan = overrides._from_environment({
+        "LLTM_CUDA_MATMUL": "cublas", "LLTM_CUDA_SEQUENCE": "cluster",
+        "LLTM_CUDA_CLUSTER_BLOCKS": "8", "LLTM_CUDA_CLUSTER_CHUNK": "16",
+        "LLTM_CUDA_GRID_SHAPE": "32x16", "LLTM_CUDA_GRID_GROUPS": "3"})
+    assert policy == "cublas"
+    assert plan == SequencePlan("cluster", 8, 16, "32x16", 3)
+    s = plan.as_struct()
+    assert (s.family, s.cluster_blocks, s.cluster_chunk, s.grid_lanes, s.grid_values,
+            s.grid_groups_max) == (3, 8, 16, 32, 16, 3)
+    assert overrides._from_environment({}) == ("auto", SequencePlan())
+    assert SequencePlan().as_struct().family == 0  # no constraint: the chooser decides
+
+
+@pytest.mark.parametrize("name,value,match", [
+    ("LLTM_CUDA_SEQUENCE", "fast", "family must be one of"),
+    ("LLTM_CUDA_CLUSTER_BLOCKS", "12", "cluster_blocks must be one of"),
+    ("LLTM_CUDA_CLUSTER_CHUNK", "four", "must be an integer"),
+    ("LLTM_CUDA_GRID_SHAPE", "8x8", "grid_shape must be one of"),
+    ("LLTM_CUDA_GRID_GROUPS", "0", "grid_groups must be an int >= 1"),
+    ("LLTM_CUDA_MATMUL", "tensor-cores", "LLTM_CUDA_MATMUL must be one of"),
+])
+def test_bad_environment_values_are_clear_errors(name, value, match):
+    with pytest.raises(ValueError, match=match):
+        overrides._from_environment({name: value})
+
+
+def test_context_managers_set_and_restore():
+    assert lltm.overrides.current_sequence_plan() == SequencePlan()
+    with lltm.overrides.sequence_plan(family="grid", grid_groups=2) as plan:
+        assert plan == SequencePlan(family="grid", grid_groups=2)
+        with lltm.overrides.sequence_plan(grid_shape="16x8"):
+            assert overrides.current_sequence_plan() == SequencePlan("grid", None, None,
+                                                                     "16x8", 2)
+        assert overrides.current_sequence_plan() == plan
+    assert overrides.current_sequence_plan() == SequencePlan()
+    with lltm.overrides.matmul("fused"):
+        assert overrides.current_matmul() == "fused"
+    assert overrides.current_matmul() == "auto"
+
+
+def test_bad_constraints_are_refused_and_change_nothing():
+    with pytest.raises(TypeError, match="unknown sequence plan constraints"):
+        with lltm.overrides.sequence_plan(blocks=8):
+            pass
+    with pytest.raises(ValueError, match="cluster_chunk"):
+        with lltm.overrides.sequence_plan(cluster_chunk=5):
+            pass
+    with pytest.raises(ValueError, match="matmul policy"):
+        lltm.overrides.set_matmul("tf32")
+    assert overrides.current_sequence_plan() == SequencePlan()
+    assert overrides.current_matmul() == "auto"
