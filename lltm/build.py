@@ -44,7 +44,9 @@ CUDA_SOURCES = [
     "binding/sequence_args.c",
 ]
 CUDA_ONLY_SOURCES = [
-    "core/lltm_cuda_cell.cu",
+    "core/lltm_cuda_cell_forward.cu",
+    "core/lltm_cuda_cell_backward.cu",
+    "core/lltm_cuda_cell_pointwise.cu",
     "binding/cell_cuda.c",
     "core/lltm_cuda_sequence.cu",
     "core/lltm_cuda_sequence_plan.cu",
