@@ -106,7 +106,7 @@ def compare(T, B, I, H, dtype, through=(0, 1, 2), device="cuda"):
 @pytest.mark.parametrize("T,B,I,H", SHAPES)
 def test_matches_reference(route, dtype, T, B, I, H):
     if not route_fits(route, H, dtype):
-        with pytest.raises(RuntimeError, match="no persistent plan"):
+        with pytest.raises(RuntimeError, match="no plan of the forced kernel family"):
             compare(T, B, I, H, dtype)
         return
     compare(T, B, I, H, dtype)
@@ -191,7 +191,7 @@ def test_cluster_plan_rows(route, dtype, B):
 @pytest.mark.parametrize("route", CLUSTERS, indirect=True)
 @pytest.mark.parametrize("dtype,B", [(torch.float32, 65), (torch.float64, 33)])
 def test_cluster_plan_too_many_rows(route, dtype, B):
-    with pytest.raises(RuntimeError, match="no persistent plan"):
+    with pytest.raises(RuntimeError, match="no plan of the forced kernel family"):
         compare(2, B, 3, 20, dtype)
 
 

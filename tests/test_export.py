@@ -38,6 +38,12 @@ def exported(device):
 
 SHAPES = [(3, 4), (1, 1), (6, 17)]
 
+# Running an AOTInductor package that calls operators registered through the
+# stable C ABI crashes inside torch 2.11's AOTInductor runtime (a segmentation
+# fault in the package's run call, on the CPU and on CUDA: H100 machine,
+# torch 2.11.0+cu130, 2026-11-24); torch 2.13 runs it.
+AOTI_RUNS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_export_dynamic_batch_and_time_matches_eager(device):
@@ -51,6 +57,8 @@ def test_export_dynamic_batch_and_time_matches_eager(device):
             torch.testing.assert_close(got, want)
 
 
+@pytest.mark.skipif(not AOTI_RUNS, reason="AOTInductor packages calling stable-ABI operators "
+                    "crash in torch < 2.13's runtime")
 @pytest.mark.parametrize("device", DEVICES)
 def test_aoti_package_runs_and_matches_eager(device, tmp_path):
     """The AOTInductor package (C++ compiled here: about a minute)."""
