@@ -11,6 +11,7 @@ Operators: ``torch.ops.lltm.cell_forward`` / ``cell_backward`` and
 ``csrc/core/lltm.h`` for the math and the shapes).
 """
 from . import _native
+from ._native import build_info  # noqa: F401  (how the native libraries were built)
 
 _native.ensure_loaded()
 
@@ -19,5 +20,5 @@ from . import functional, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
 from .sequence import LLTM  # noqa: E402
 
-__all__ = ["LLTM", "LLTMCell", "functional", "reference"]
+__all__ = ["LLTM", "LLTMCell", "build_info", "functional", "reference"]
 __version__ = "0.1.0"

@@ -114,7 +114,7 @@ stage timing-grid 100 timing_grid.log $PY scripts/sequence_timing.py --no-refere
     --configs 64,256,512,100 --json "$LOGS/timing_grid.json"
 if [ "$MODE" = final ]; then
     profile_cluster
-    cuobjdump -sass "$LLTM_BUILD_DIR/liblltm_cuda.so" 2>&1 | awk \
+    cuobjdump -sass "$($PY -c 'import lltm; print(lltm.build_info()["loaded_from"]["cuda"])')" 2>&1 | awk \
         '/Function : /{keep = /cluster_kernelIfLi32ELi4/} keep' > "$LOGS/sass_cluster_f32_32x4.txt"
 fi
 if [ "$MODE" = timing ] || [ "$MODE" = final ]; then
