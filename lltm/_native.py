@@ -11,13 +11,12 @@ satisfy them.
 from __future__ import annotations
 
 import ctypes
-import re
 import warnings
 from pathlib import Path
 
 import torch
 
-from . import build
+from . import _archs, build
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -38,36 +37,6 @@ def _register(lib: ctypes.CDLL, symbol: str) -> None:
         raise NativeLibraryError(f"lltm: {symbol} failed: {err.value.decode()}")
 
 
-def arch_runs_on(arch: str, capability: tuple[int, int]) -> bool:
-    """Does code built for ``arch`` ("8.6", "9.0+PTX", "9.0a") run on a GPU of
-    ``capability``? Machine code runs on its own major version at the same or
-    a higher minor ("a": that exact GPU only); PTX compiles for any newer GPU."""
-    match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", arch)
-    if not match:
-        return False
-    built = (int(match.group(1)), int(match.group(2)))
-    variant, ptx = match.group(3), bool(match.group(4))
-    if ptx and not variant and built <= tuple(capability):
-        return True
-    if variant == "a":
-        return built == tuple(capability)
-    return built[0] == capability[0] and built[1] <= capability[1]
-
-
-def unsupported_gpu_message(device: int, name: str, capability: tuple[int, int],
-                            archs: list[str]) -> str | None:
-    """The error for a GPU that the CUDA library has no code for, else None."""
-    if any(arch_runs_on(a, capability) for a in archs):
-        return None
-    major, minor = capability
-    return (f"lltm: the GPU cuda:{device} ({name}) is sm_{major}{minor} (compute capability "
-            f"{major}.{minor}), but lltm's CUDA library was built for "
-            f"{', '.join(archs) or 'no architecture'} only. Rebuild it for this GPU: "
-            f"TORCH_CUDA_ARCH_LIST=\"{major}.{minor}\" pip install . (from a source "
-            f"checkout), or `python lltm/build.py --cuda yes` there (with no "
-            f"TORCH_CUDA_ARCH_LIST the build targets the GPUs it sees).")
-
-
 def _register_cuda_kernels(lib: ctypes.CDLL, archs: list[str] | None) -> None:
     """Registers the CUDA kernels once CUDA is initialised (at once when it
     already is), after checking that the library has code for the visible
@@ -78,7 +47,7 @@ def _register_cuda_kernels(lib: ctypes.CDLL, archs: list[str] | None) -> None:
         problems = {}
         if archs is not None:
             for i in range(torch.cuda.device_count()):
-                msg = unsupported_gpu_message(i, torch.cuda.get_device_name(i),
+                msg = _archs.unsupported_gpu_message(i, torch.cuda.get_device_name(i),
                                               torch.cuda.get_device_capability(i), archs)
                 if msg:
                     problems[i] = msg

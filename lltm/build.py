@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -72,9 +74,8 @@ CUDA_ONLY_SOURCES = [
 ]
 
 # Our declarations of torch's stable C ABI: the stubs we link against are made
-# from it, and the CUDA-only part (after this guard) lives in libtorch_cuda.
+# from it (lltm/_torch_stubs.py).
 TORCH_ABI_HEADER = "binding/torch_stable_abi.h"
-TORCH_ABI_CUDA_GUARD = "LLTM_WITH_CUDA"
 # The oldest torch the stable-ABI target of torch_stable_abi.h loads on.
 TORCH_MIN_VERSION = "2.11"
 
@@ -88,18 +89,27 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC,-fvisibility=hidden",
               "--expt-relaxed-constexpr"]
 NVCC_WARNINGS = ["-Xcompiler", "-Wall,-Wextra"]
 NVCC_WERROR = ["-Werror", "all-warnings", "-Xcompiler", "-Werror"]
-# Without TORCH_CUDA_ARCH_LIST and without a visible GPU: every architecture the
-# installed nvcc supports in this range, plus PTX of the newest.
-FAT_ARCH_RANGE = ((7, 5), (12, 0))
-# PyTorch's names in TORCH_CUDA_ARCH_LIST (torch.utils.cpp_extension).
-NAMED_ARCHS = {
-    "Turing": "7.5+PTX", "Ampere+Tegra": "8.7", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX",
-    "Hopper": "9.0+PTX", "Blackwell+Tegra": "11.0", "Blackwell": "10.0;10.3;12.0;12.1+PTX",
-}
 
 
 class BuildError(RuntimeError):
     """The native library could not be built."""
+
+
+def _sibling(name: str):
+    """A module of this folder, also when this file is loaded by path
+    (setup.py, ``python lltm/build.py``) rather than as ``lltm.build``."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    module_name = f"_lltm_build_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, PACKAGE_DIR / f"{name}.py")
+        sys.modules[module_name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[module_name])
+    return sys.modules[module_name]
+
+
+_archs = _sibling("_archs")
+_stubs = _sibling("_torch_stubs")
 
 
 def _torch():
@@ -157,71 +167,25 @@ def _host_cxx() -> str:
 
 # ---------------------------------------------------------------- GPU architectures
 
-def parse_arch_list(text: str) -> list[str]:
-    """TORCH_CUDA_ARCH_LIST in PyTorch's syntax ("8.0;8.6;9.0+PTX", spaces or
-    semicolons, PyTorch's names like "Hopper") -> ["8.0", "8.6", "9.0+PTX"]."""
-    for name, archs in NAMED_ARCHS.items():
-        text = re.sub(rf"(?<![\w+]){re.escape(name)}(?![\w+])", archs, text)
-    archs = []
-    for item in text.replace(",", ";").replace(" ", ";").split(";"):
-        if not item:
-            continue
-        if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", item):
-            raise BuildError(f"TORCH_CUDA_ARCH_LIST: unknown CUDA architecture {item!r} "
-                             "(expected e.g. \"8.0;8.6;9.0+PTX\")")
-        if item not in archs:
-            archs.append(item)
-    if not archs:
-        raise BuildError("TORCH_CUDA_ARCH_LIST is set but names no architecture")
-    return archs
-
-
-def nvcc_supported_archs(nvcc: str) -> list[tuple[int, int]]:
-    proc = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True)
-    found = {(int(m.group(1)[:-1]), int(m.group(1)[-1]))
-             for m in re.finditer(r"\bsm_(\d+)\b", proc.stdout)}
-    return sorted(found)
-
-
-def fat_default_archs(nvcc: str) -> list[str]:
-    lo, hi = FAT_ARCH_RANGE
-    archs = [f"{a}.{b}" for a, b in nvcc_supported_archs(nvcc) if lo <= (a, b) <= hi]
-    if not archs:
-        raise BuildError(f"{nvcc} supports no GPU architecture from sm_{lo[0]}{lo[1]} "
-                         f"to sm_{hi[0]}{hi[1]}: set TORCH_CUDA_ARCH_LIST")
-    archs[-1] += "+PTX"
-    return archs
-
-
 def cuda_archs(nvcc: str | None) -> tuple[list[str], str]:
     """The GPU architectures to compile for, like PyTorch's extensions:
     TORCH_CUDA_ARCH_LIST, else the GPUs visible now, else the fat default.
     Returns (archs, where they came from)."""
-    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env:
-        return parse_arch_list(env), "TORCH_CUDA_ARCH_LIST"
-    torch = _torch()
-    if torch is not None and torch.version.cuda is not None and torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i)
-                       for i in range(torch.cuda.device_count())})
-        if caps:
-            return [f"{a}.{b}" for a, b in caps], VISIBLE_GPUS
-    if nvcc is None:
-        return [], "none (no nvcc)"
-    return fat_default_archs(nvcc), "the default (every nvcc architecture sm_75 to sm_120)"
-
-
-VISIBLE_GPUS = "the visible GPUs"
-
-
-def gencode_flags(archs: list[str]) -> list[str]:
-    flags = []
-    for arch in archs:
-        num = arch.split("+")[0].replace(".", "")
-        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        if arch.endswith("+PTX"):
-            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
-    return flags
+    try:
+        env = os.environ.get(_archs.ENVIRONMENT)
+        if env:
+            return _archs.parse_arch_list(env), _archs.ENVIRONMENT
+        torch = _torch()
+        if torch is not None and torch.version.cuda is not None and torch.cuda.is_available():
+            caps = sorted({torch.cuda.get_device_capability(i)
+                           for i in range(torch.cuda.device_count())})
+            if caps:
+                return [f"{a}.{b}" for a, b in caps], _archs.VISIBLE_GPUS
+        if nvcc is None:
+            return [], "none (no nvcc)"
+        return _archs.fat_default(nvcc), _archs.DEFAULT
+    except ValueError as exc:
+        raise BuildError(str(exc)) from exc
 
 
 def _werror() -> bool:
@@ -233,7 +197,7 @@ def nvcc_flags(archs: list[str], werror: bool | None = None) -> list[str]:
     scripts/prebuild_cuda.py all use it (``build.py --print-nvcc-flags``)."""
     werror = _werror() if werror is None else werror
     return [*NVCC_FLAGS, *NVCC_WARNINGS, *(NVCC_WERROR if werror else []),
-            *gencode_flags(archs)]
+            *_archs.gencode_flags(archs)]
 
 
 def c_flags(werror: bool | None = None) -> list[str]:
@@ -431,48 +395,9 @@ def prebuilt_name(rel: str, key: str) -> str:
 
 # ---------------------------------------------------------------- linking
 
-def torch_abi_functions() -> dict[str, list[str]]:
-    """The functions torch_stable_abi.h declares, by the torch library that
-    defines them: {"libtorch_cpu.so": [...], "libtorch_cuda.so": [...]}."""
-    text = (CSRC / TORCH_ABI_HEADER).read_text()
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", " ", text)
-    libs: dict[str, list[str]] = {"libtorch_cpu.so": [], "libtorch_cuda.so": []}
-    lib = "libtorch_cpu.so"
-    statement = ""
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            if re.match(rf"#\s*ifdef\s+{TORCH_ABI_CUDA_GUARD}\b", stripped):
-                lib = "libtorch_cuda.so"
-            elif re.match(r"#\s*endif", stripped) and lib == "libtorch_cuda.so":
-                lib = "libtorch_cpu.so"
-            continue
-        statement += " " + stripped
-        while ";" in statement or "{" in statement or "}" in statement:
-            cut = min(i for i in (statement.find(";"), statement.find("{"),
-                                  statement.find("}")) if i >= 0)
-            decl, statement = statement[:cut].strip(), statement[cut + 1:]
-            decl = re.sub(r"\bLLTM_WEAK\b|__attribute__\s*\(\(.*?\)\)", " ", decl)
-            if decl.startswith("typedef") or "(" not in decl:
-                continue
-            match = re.match(r"[\w\s\*]*?\b([A-Za-z_]\w*)\s*\(", decl)
-            if match:
-                libs[lib].append(match.group(1))
-    if not libs["libtorch_cpu.so"]:
-        raise BuildError(f"no function declarations found in {TORCH_ABI_HEADER}")
-    return libs
-
-
 def make_torch_stubs(folder: Path, verbose: bool = False) -> Path:
-    """Stub libraries named like torch's, with an empty definition of each
-    function we declare: the link records ``libtorch_cpu.so`` (and
-    ``libtorch_cuda.so``) by name, no path; the real ones come from the torch
-    imported before lltm loads."""
-    for soname, names in {**torch_abi_functions(), "libc10.so": []}.items():
-        c_file = folder / (soname[:-3] + "_stub.c")
-        c_file.write_text("".join(f"void {n}(void) {{}}\n" for n in names)
-                          + "void lltm_stub_library(void) {}\n")
+    """The stub libraries of lltm/_torch_stubs.py, compiled into ``folder``."""
+    for soname, c_file in _stubs.write_sources(CSRC / TORCH_ABI_HEADER, folder).items():
         _run([_cc(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", str(c_file),
               "-o", str(folder / soname)], verbose)
     return folder
@@ -525,9 +450,9 @@ class Plan:
             # the same archs, without asking torch.cuda again (which would
             # initialise CUDA in every process that imports lltm).
             info = read_build_info(reuse_archs_of) or {}
-            if (not os.environ.get("TORCH_CUDA_ARCH_LIST")
-                    and info.get("cuda_archs_from") == VISIBLE_GPUS and info.get("cuda_archs")):
-                self.archs, self.arch_source = list(info["cuda_archs"]), VISIBLE_GPUS
+            if (not os.environ.get(_archs.ENVIRONMENT) and info.get("cuda_archs")
+                    and info.get("cuda_archs_from") == _archs.VISIBLE_GPUS):
+                self.archs, self.arch_source = list(info["cuda_archs"]), _archs.VISIBLE_GPUS
             else:
                 self.archs, self.arch_source = cuda_archs(self.nvcc)
         elif self.cuda:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lltm import _native, build
+from lltm import _archs, _native, _torch_stubs, build
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "must be %lld-dimensional %s, got shape %s"
@@ -125,9 +125,10 @@ def test_libraries_name_torch_without_a_path():
 
 
 def test_stubs_cover_every_declared_function():
-    functions = build.torch_abi_functions()
+    header_path = ROOT / "csrc" / build.TORCH_ABI_HEADER
+    functions = _torch_stubs.declared_functions(header_path)
     cpu, cuda = functions["libtorch_cpu.so"], functions["libtorch_cuda.so"]
-    header = (ROOT / "csrc" / build.TORCH_ABI_HEADER).read_text()
+    header = header_path.read_text()
     for name in ("aoti_torch_check", "torch_call_dispatcher", "aoti_torch_cpu_mm_out",
                  "torch_exception_get_what_without_backtrace", "aoti_torch_empty_strided"):
         assert name in cpu
@@ -155,13 +156,13 @@ def test_stubs_cover_every_declared_function():
     ("Ampere;Hopper", ["8.0", "8.6+PTX", "9.0+PTX"]),
 ])
 def test_arch_list_syntax_like_pytorch(text, archs):
-    assert build.parse_arch_list(text) == archs
+    assert _archs.parse_arch_list(text) == archs
 
 
 def test_arch_list_errors_and_gencode():
-    with pytest.raises(build.BuildError, match="unknown CUDA architecture 'sm_90'"):
-        build.parse_arch_list("sm_90")
-    assert build.gencode_flags(["8.0", "9.0+PTX"]) == [
+    with pytest.raises(ValueError, match="unknown CUDA architecture 'sm_90'"):
+        _archs.parse_arch_list("sm_90")
+    assert _archs.gencode_flags(["8.0", "9.0+PTX"]) == [
         "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90"]
 
@@ -177,7 +178,7 @@ def test_arch_choice_env_then_default(monkeypatch):
     if nvcc is None:
         pytest.skip("needs nvcc")
     archs, source = build.cuda_archs(nvcc)
-    wanted = [f"{a}.{b}" for a, b in build.nvcc_supported_archs(nvcc)
+    wanted = [f"{a}.{b}" for a, b in _archs.nvcc_supported(nvcc)
               if (7, 5) <= (a, b) <= (12, 0)]
     assert source.startswith("the default")
     assert archs[-1].endswith("+PTX") and "7.5" in wanted and "12.0" in wanted
@@ -198,12 +199,12 @@ def test_print_nvcc_flags_is_the_build_list(monkeypatch):
     ("12.0", (12, 1), True), ("7.5", (8, 0), False),
 ])
 def test_which_gpus_built_code_runs_on(arch, capability, runs):
-    assert _native.arch_runs_on(arch, capability) is runs
+    assert _archs.runs_on(arch, capability) is runs
 
 
 def test_unsupported_gpu_message_names_gpu_archs_and_rebuild():
-    assert _native.unsupported_gpu_message(0, "H100", (9, 0), ["8.0", "9.0"]) is None
-    msg = _native.unsupported_gpu_message(1, "NVIDIA B200", (10, 0), ["8.0", "9.0"])
+    assert _archs.unsupported_gpu_message(0, "H100", (9, 0), ["8.0", "9.0"]) is None
+    msg = _archs.unsupported_gpu_message(1, "NVIDIA B200", (10, 0), ["8.0", "9.0"])
     for part in ("cuda:1", "NVIDIA B200", "sm_100", "8.0, 9.0",
                  'TORCH_CUDA_ARCH_LIST="10.0" pip install .'):
         assert part in msg
