@@ -14,10 +14,21 @@ DEPS       := numpy pytest matplotlib tqdm scikit-learn
 STAMP      := $(VENV)/.lltm-setup
 CC         ?= cc
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-CUDA_SRCS  := $(wildcard csrc/core/*.cu)
 BENCH_ARGS ?=
+# The CUDA compile check: the build's own nvcc flags (lltm/build.py
+# --print-nvcc-flags, warnings as errors) for these architectures, one object
+# per .cu in build/cuda-check, rebuilt only when its source, a header it
+# includes or the flags change, JOBS files at a time.
+CUDA_CHECK_ARCHS ?= 9.0
+CUDA_CHECK_DIR   := build/cuda-check
+JOBS             ?= $(shell nproc 2>/dev/null || echo 2)
+CUDA_SRCS         = $(shell $(PYTHON_SYS) lltm/build.py --print-cuda-sources)
+CUDA_CHECK_OBJS   = $(patsubst %,$(CUDA_CHECK_DIR)/%.o,$(CUDA_SRCS))
+NVCC_CHECK_FLAGS  = $(shell TORCH_CUDA_ARCH_LIST="$(CUDA_CHECK_ARCHS)" LLTM_WERROR=1 \
+                      $(PYTHON_SYS) lltm/build.py --print-nvcc-flags)
 
-.PHONY: all setup bench test test-c test-python abi-check cuda-compile-check build clean
+.PHONY: all setup bench test test-c test-python abi-check cuda-compile-check cuda-check-objects \
+        build wheel test-wheel clean FORCE
 
 all: test
 
@@ -54,16 +65,26 @@ abi-check: setup
 	c++ -std=c++17 -fsyntax-only -I$(TORCH_INC) tests/abi/abi_drift_check.cpp
 	@echo "abi-check: our stable-ABI prototypes match torch $$($(PY) -c 'import torch; print(torch.__version__)')"
 
-# Every .cu compiles for Hopper (sm_90) with the local nvcc; no GPU needed.
+# Every .cu compiles with the build's nvcc flags (CUDA_CHECK_ARCHS, default
+# Hopper) with the local nvcc; no GPU needed.
 cuda-compile-check:
 	@if [ -z "$(NVCC)" ]; then echo "cuda-compile-check: nvcc not found, skipped"; \
-	elif [ -z "$(CUDA_SRCS)" ]; then echo "cuda-compile-check: no .cu files yet"; \
-	else mkdir -p build/cuda-check && for f in $(CUDA_SRCS); do \
-	    echo "nvcc sm_90: $$f"; \
-	    $(NVCC) -std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-fPIC \
-	        -gencode=arch=compute_90,code=sm_90 -c $$f \
-	        -o build/cuda-check/$$(basename $$f).o || exit 1; \
-	done; fi
+	else $(MAKE) --no-print-directory -j$(JOBS) cuda-check-objects; fi
+
+cuda-check-objects: $(CUDA_CHECK_OBJS)
+	@echo "cuda-compile-check: $(words $(CUDA_CHECK_OBJS)) CUDA files compile for $(CUDA_CHECK_ARCHS)"
+
+# The flags in a file rewritten only when they change: objects depend on it.
+$(CUDA_CHECK_DIR)/nvcc-flags: FORCE
+	@mkdir -p $(CUDA_CHECK_DIR)
+	@echo '$(NVCC_CHECK_FLAGS)' | cmp -s - $@ || echo '$(NVCC_CHECK_FLAGS)' > $@
+
+$(CUDA_CHECK_DIR)/%.o: % $(CUDA_CHECK_DIR)/nvcc-flags
+	@mkdir -p $(dir $@)
+	@echo "nvcc $(CUDA_CHECK_ARCHS): $<"
+	@$(NVCC) $(NVCC_CHECK_FLAGS) -MMD -MF $@.d -MT $@ -c $< -o $@.tmp && mv $@.tmp $@
+
+-include $(CUDA_CHECK_OBJS:.o=.o.d)
 
 # Warnings are errors in the project's own checks (not for users' installs).
 test-python: setup

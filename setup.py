@@ -1,11 +1,27 @@
 """Builds the native libraries with lltm/build.py (the project's one build
-description) and puts them inside the package. Install with
-``pip install --no-build-isolation .`` so the torch already installed is used."""
+description) and puts them inside the package.
+
+No torch is needed to build: the libraries are linked against stubs of our own
+declarations of torch's stable C ABI and name torch's libraries without a path,
+so ``pip install .`` works in pip's isolated build environment, and so does
+``pip install --no-build-isolation .``. The wheel holds no Python extension
+module (the libraries are loaded with ctypes): it is tagged py3-none-<platform>,
+one wheel for every CPython 3 and every torch from 2.11 on.
+"""
 import importlib.util
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+try:  # setuptools >= 70.1 has bdist_wheel itself; older ones need the wheel package
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        bdist_wheel = None
 
 ROOT = Path(__file__).resolve().parent
 
@@ -27,14 +43,48 @@ class BuildNativeLibraries(build_ext):
 
     def build_extension(self, ext):
         target = Path(self.get_ext_fullpath(ext.name))
-        built = _build_module().build_libraries(target.parent, verbose=self.verbose > 0,
-                                                 obj_dir=Path(self.build_temp) / "lltm-obj")
+        build = _build_module()
+        built = build.build_libraries(target.parent, verbose=self.verbose > 0,
+                                      obj_dir=Path(self.build_temp) / "lltm-obj")
         missing = [p for p in built.values() if not p.exists()]
         if missing:
             raise RuntimeError(f"lltm: build did not produce {missing}")
 
+    def get_outputs(self):
+        # The CUDA library and the build record are outputs too (the wheel
+        # takes what is in build_lib; editable installs list these).
+        outputs = super().get_outputs()
+        if self.inplace:
+            return outputs
+        build = _build_module()
+        folder = Path(self.build_lib) / "lltm"
+        extra = [folder / build.CUDA_LIBRARY, folder / build.BUILD_INFO]
+        return outputs + [str(p) for p in extra if p.exists()]
+
+
+cmdclass = {"build_ext": BuildNativeLibraries}
+
+if bdist_wheel is not None:
+    class PortableWheel(bdist_wheel):
+        """py3-none-<platform>: the libraries are plain shared objects loaded
+        with ctypes, for any CPython 3 (no Python ABI in them)."""
+
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = False
+
+        def get_tag(self):
+            _, _, platform = super().get_tag()
+            return "py3", "none", platform
+
+    cmdclass["bdist_wheel"] = PortableWheel
+elif "bdist_wheel" in sys.argv:
+    sys.exit("lltm: building a wheel needs setuptools>=70.1 or the `wheel` package, and this "
+             "environment has neither (pip install --no-build-isolation uses the setuptools "
+             "installed): `pip install 'setuptools>=70.1'` (or `pip install wheel`), then "
+             "run the install again.")
 
 setup(
     ext_modules=[Extension("lltm.liblltm", sources=[])],
-    cmdclass={"build_ext": BuildNativeLibraries},
+    cmdclass=cmdclass,
 )

@@ -245,7 +245,7 @@ def _sources_digest(rels: list[str]) -> str:
 def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
     """A hash of all that makes the object: the source and every header, the
     compiler (nvcc: also its host compiler) with its version, the flags.
-    Warnings-as-errors is left out (it changes no byte of the output)."""
+    Warnings-as-errors is left out (it changes no code)."""
     src = CSRC / rel
     if src.suffix == ".cu":
         tools = (tool_identity(nvcc), tool_identity(_host_cxx()))
@@ -412,26 +412,46 @@ def _link_cuda(nvcc: str, objs: list[Path], lib: Path, stubs: Path, verbose: boo
     # The CUDA runtime is linked statically (nvcc's libcudart_static): nothing
     # to find at load time beside torch's own libraries, and kernels still run
     # in the context torch made current (the runtime adopts the current driver
-    # context) on torch's streams.
-    _run_to([nvcc, "-shared", "-cudart", "static", "-Xcompiler", "-fPIC", *map(str, objs),
+    # context) on torch's streams. No device link (no relocatable device code):
+    # it would record its command line, with the stubs' folder, in the library.
+    _run_to([nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC",
+             *map(str, objs),
              f"-L{stubs}", "-ltorch_cuda", "-ltorch_cpu", "-lm"], lib, verbose)
 
 
-LINK_RECIPE = ("cc -shared -L<stubs> -ltorch_cpu -lm", "nvcc -shared -cudart static -L<stubs> "
-               "-ltorch_cuda -ltorch_cpu -lm")
+LINK_RECIPE = ("cc -shared -L<stubs> -ltorch_cpu -lm", "nvcc -shared -nodlink -cudart static "
+               "-L<stubs> -ltorch_cuda -ltorch_cpu -lm")
 
 
 # ---------------------------------------------------------------- the build
 
+def _torch_has_cuda() -> bool | None:
+    """Has the torch this build is for CUDA? None: no torch found. In pip's
+    isolated build torch is hidden from this process: then the interpreter
+    itself is asked without the isolation (PYTHONPATH, PYTHONNOUSERSITE), which
+    finds the torch of the environment being installed into."""
+    torch = _torch()
+    if torch is not None:
+        return torch.version.cuda is not None
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.version.cuda)"],
+                              env=env, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return proc.stdout.strip().splitlines()[-1] != "None"
+
+
 def cuda_wanted() -> bool:
     """Build the CUDA library? LLTM_BUILD_CUDA=0/1 overrides the default: nvcc
-    is found and the torch installed has CUDA (or no torch is importable here,
-    as in an isolated ``pip install .``, which builds a library for any torch)."""
+    is found and the torch installed has CUDA (or no torch is found, as for a
+    wheel built for any torch)."""
     flag = os.environ.get("LLTM_BUILD_CUDA")
     if flag is not None:
         return flag not in ("0", "", "false", "no")
-    torch = _torch()
-    return find_nvcc() is not None and (torch is None or torch.version.cuda is not None)
+    return find_nvcc() is not None and _torch_has_cuda() is not False
 
 
 class Plan:
