@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Command, Extension, setup
 from setuptools.command.build_ext import build_ext
 
 try:  # setuptools >= 70.1 has bdist_wheel itself; older ones need the wheel package
@@ -78,11 +78,26 @@ if bdist_wheel is not None:
             return "py3", "none", platform
 
     cmdclass["bdist_wheel"] = PortableWheel
-elif "bdist_wheel" in sys.argv:
-    sys.exit("lltm: building a wheel needs setuptools>=70.1 or the `wheel` package, and this "
-             "environment has neither (pip install --no-build-isolation uses the setuptools "
-             "installed): `pip install 'setuptools>=70.1'` (or `pip install wheel`), then "
-             "run the install again.")
+else:
+    class MissingWheelSupport(Command):
+        """Old setuptools without the wheel package (pip install
+        --no-build-isolation uses the setuptools installed): say what to do."""
+        user_options = []
+
+        def initialize_options(self):
+            pass
+
+        def finalize_options(self):
+            sys.exit("lltm: building needs setuptools>=70.1 or the `wheel` package, and this "
+                     "environment has neither (`pip install --no-build-isolation` uses the "
+                     "setuptools installed; a fresh venv has an older one, which torch 2.11 "
+                     "and 2.12 keep): run `pip install wheel` (or `pip install "
+                     "'setuptools>=70.1,<82'`), then the install again.")
+
+        def run(self):
+            pass
+
+    cmdclass["bdist_wheel"] = MissingWheelSupport
 
 setup(
     ext_modules=[Extension("lltm.liblltm", sources=[])],
