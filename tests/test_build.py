@@ -218,3 +218,53 @@ def test_build_info():
     assert "-O3" in info["c_flags"] and info["c_compiler"]
     assert isinstance(info["cuda_archs"], list)
     assert len(info["build_key"]) == 64
+
+
+# The decision taken when CUDA initialises, with torch.cuda's answers faked:
+# prints what was registered for the CUDA key and the warnings.
+REGISTRATION_PROBE = textwrap.dedent("""
+    import json, sys, warnings, torch, lltm
+    from lltm import _native
+    caps = json.loads(sys.argv[1])
+    torch.cuda._lazy_call = lambda fn: fn()
+    torch.cuda.device_count = lambda: len(caps)
+    torch.cuda.get_device_capability = lambda i: tuple(caps[i])
+    torch.cuda.get_device_name = lambda i: f"GPU{i}"
+    calls = []
+    _native._register = lambda lib, symbol: calls.append(symbol)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _native._register_cuda_kernels(None, ["8.0", "9.0"])
+    has = torch._C._dispatch_has_kernel_for_dispatch_key("lltm::cell_forward", "CUDA")
+    error = None
+    if has:  # call the CUDA kernel itself (with CPU tensors: there is no GPU)
+        args = [torch.randn(3, 5), torch.randn(12, 9), torch.randn(12), torch.randn(3, 4),
+                torch.randn(3, 4)]
+        try:
+            torch.ops.lltm.cell_forward.default.redispatch(torch._C.DispatchKeySet("CUDA"), *args)
+        except RuntimeError as exc:
+            error = str(exc)
+    print(json.dumps({"c_kernels": calls, "python_cuda_kernel": has, "error": error,
+                      "warnings": [str(w.message) for w in caught]}))
+""")
+
+
+@pytest.mark.parametrize("caps, c_kernels, refusing, warned", [
+    ([[9, 0]], True, False, 0),            # built for it
+    ([[8, 6], [9, 0]], True, False, 0),    # sm_80 code runs on 8.6
+    ([[10, 0]], False, True, 0),           # no code: every op raises the clear error
+    ([[9, 0], [7, 5]], True, False, 1),    # one of two: kernels plus a warning
+])
+def test_cuda_kernels_registered_only_for_gpus_with_code(caps, c_kernels, refusing, warned):
+    proc = subprocess.run([sys.executable, "-c", REGISTRATION_PROBE, json.dumps(caps)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["c_kernels"] == ["lltm_cuda_register"]) is c_kernels
+    assert got["python_cuda_kernel"] is refusing
+    assert len(got["warnings"]) == warned
+    if warned:
+        assert "sm_75" in got["warnings"][0] and "8.0, 9.0" in got["warnings"][0]
+    if refusing:
+        assert "cuda:0 (GPU0) is sm_100" in got["error"] and "built for 8.0, 9.0 only" in \
+            got["error"] and 'TORCH_CUDA_ARCH_LIST="10.0"' in got["error"]
