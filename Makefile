@@ -22,10 +22,12 @@ BENCH_ARGS ?=
 CUDA_CHECK_ARCHS ?= 9.0
 CUDA_CHECK_DIR   := build/cuda-check
 JOBS             ?= $(shell nproc 2>/dev/null || echo 2)
-CUDA_SRCS         = $(shell $(PYTHON_SYS) lltm/build.py --print-cuda-sources)
+# (computed once, when first used)
+CUDA_SRCS         = $(eval CUDA_SRCS := $$(shell $(PYTHON_SYS) lltm/build.py \
+                      --print-cuda-sources))$(CUDA_SRCS)
 CUDA_CHECK_OBJS   = $(patsubst %,$(CUDA_CHECK_DIR)/%.o,$(CUDA_SRCS))
-NVCC_CHECK_FLAGS  = $(shell TORCH_CUDA_ARCH_LIST="$(CUDA_CHECK_ARCHS)" LLTM_WERROR=1 \
-                      $(PYTHON_SYS) lltm/build.py --print-nvcc-flags)
+NVCC_CHECK_FLAGS  = $(eval NVCC_CHECK_FLAGS := $$(shell TORCH_CUDA_ARCH_LIST="$(CUDA_CHECK_ARCHS)" \
+                      LLTM_WERROR=1 $(PYTHON_SYS) lltm/build.py --print-nvcc-flags))$(NVCC_CHECK_FLAGS)
 
 .PHONY: all setup bench test test-c test-python abi-check cuda-compile-check cuda-check-objects \
         build wheel test-wheel clean FORCE
@@ -82,7 +84,7 @@ $(CUDA_CHECK_DIR)/nvcc-flags: FORCE
 $(CUDA_CHECK_DIR)/%.o: % $(CUDA_CHECK_DIR)/nvcc-flags
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(CUDA_CHECK_ARCHS): $<"
-	@$(NVCC) $(NVCC_CHECK_FLAGS) -MMD -MF $@.d -MT $@ -c $< -o $@.tmp && mv $@.tmp $@
+	@$(NVCC) $(NVCC_CHECK_FLAGS) -MMD -MP -MF $@.d -MT $@ -c $< -o $@.tmp && mv $@.tmp $@
 
 -include $(CUDA_CHECK_OBJS:.o=.o.d)
 

@@ -11,6 +11,7 @@ satisfy them.
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 from pathlib import Path
 
@@ -98,6 +99,15 @@ def _installed_paths(directory: Path) -> dict[str, Path]:
     return paths
 
 
+def _built_with_cuda() -> bool | None:
+    """Rebuilding the libraries in the package folder keeps their CPU / CUDA
+    choice (LLTM_BUILD_CUDA overrides; None: the build's default)."""
+    info = build.read_build_info(PACKAGE_DIR)
+    if info is None or "LLTM_BUILD_CUDA" in os.environ:
+        return None
+    return "cuda" in info.get("libraries", {})
+
+
 def _in_source_checkout() -> bool:
     return build.CSRC.is_dir() and PACKAGE_DIR.parent == build.REPO_ROOT
 
@@ -109,7 +119,7 @@ def ensure_loaded() -> ctypes.CDLL:
     try:
         if _in_source_checkout():
             if installed.exists():  # editable install or --inplace: keep it current
-                return load_from(build.build_libraries(PACKAGE_DIR))
+                return load_from(build.build_libraries(PACKAGE_DIR, cuda=_built_with_cuda()))
             return build.load()
         if installed.exists():
             return load_from(_installed_paths(PACKAGE_DIR))
