@@ -236,14 +236,41 @@ def _file_digest(path: Path) -> str:
     return _file_digests[memo]
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s*(\S)([^">]*)', re.M)
+
+
+def _local_headers(src: Path) -> list[Path] | None:
+    """The headers of csrc/ that ``src`` includes with quotes, transitively
+    (every one written, whatever #if surrounds it: a superset). None when an
+    include is not a plain name (a macro): then every header counts."""
+    found, todo = set(), [src]
+    while todo:
+        path = todo.pop()
+        for match in _INCLUDE.finditer(path.read_text(errors="replace")):
+            quote, name = match.groups()
+            if quote == "<":
+                continue
+            if quote != '"':
+                return None
+            header = (path.parent / name).resolve()
+            if header.is_file() and CSRC.resolve() in header.parents and header not in found:
+                found.add(header)
+                todo.append(header)
+    return sorted(found)
+
+
 def _sources_digest(rels: list[str]) -> str:
-    """Names and bytes of the sources and of every header of csrc/."""
-    files = [CSRC / rel for rel in rels] + _headers()
-    return _digest(*[(str(p.relative_to(CSRC)), _file_digest(p)) for p in files])
+    """Names and bytes of the sources and of the headers of csrc/ they include."""
+    files = []
+    for rel in rels:
+        headers = _local_headers(CSRC / rel)
+        files += [CSRC / rel, *(_headers() if headers is None else headers)]
+    root = CSRC.resolve()
+    return _digest(*[(str(p.resolve().relative_to(root)), _file_digest(p)) for p in files])
 
 
 def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
-    """A hash of all that makes the object: the source and every header, the
+    """A hash of all that makes the object: the source and the headers it includes, the
     compiler (nvcc: also its host compiler) with its version, the flags.
     Warnings-as-errors is left out (it changes no code)."""
     src = CSRC / rel

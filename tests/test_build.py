@@ -268,3 +268,21 @@ def test_cuda_kernels_registered_only_for_gpus_with_code(caps, c_kernels, refusi
     if refusing:
         assert "cuda:0 (GPU0) is sm_100" in got["error"] and "built for 8.0, 9.0 only" in \
             got["error"] and 'TORCH_CUDA_ARCH_LIST="10.0"' in got["error"]
+
+
+def test_object_keys_follow_the_headers_each_source_includes(tmp_path, monkeypatch):
+    csrc = tmp_path / "csrc"
+    (csrc / "core").mkdir(parents=True)
+    (csrc / "core" / "a.c").write_text('#include "x.h"\n#include <stdio.h>\n')
+    (csrc / "core" / "b.c").write_text('#include <stdio.h>\nint b;\n')
+    (csrc / "core" / "m.c").write_text('#define H "y.h"\n#include H\n')
+    (csrc / "core" / "x.h").write_text('#if 0\n#include "../binding/y.h"\n#endif\n')
+    (csrc / "binding").mkdir()
+    (csrc / "binding" / "y.h").write_text("int y;\n")
+    monkeypatch.setattr(build, "CSRC", csrc)
+    before = {rel: build._sources_digest([rel]) for rel in ("core/a.c", "core/b.c", "core/m.c")}
+    (csrc / "binding" / "y.h").write_text("int y, z;\n")  # included by a.c through x.h
+    after = {rel: build._sources_digest([rel]) for rel in before}
+    assert after["core/a.c"] != before["core/a.c"]
+    assert after["core/b.c"] == before["core/b.c"]
+    assert after["core/m.c"] != before["core/m.c"]  # a macro include: every header counts
