@@ -167,6 +167,14 @@ def _host_cxx() -> str:
 
 # ---------------------------------------------------------------- GPU architectures
 
+def parse_arch_list(text: str) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST's syntax (lltm/_archs.py), errors as BuildError."""
+    try:
+        return _archs.parse_arch_list(text)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from exc
+
+
 def cuda_archs(nvcc: str | None) -> tuple[list[str], str]:
     """The GPU architectures to compile for, like PyTorch's extensions:
     TORCH_CUDA_ARCH_LIST, else the GPUs visible now, else the fat default.

@@ -14,13 +14,17 @@ The architectures must be the ones the GPU machine's build picks: its GPUs
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from lltm import build  # noqa: E402
+# lltm/build.py by path: no torch, no native library needed here.
+_spec = importlib.util.spec_from_file_location(
+    "lltm_build", Path(__file__).resolve().parent.parent / "lltm" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
 
 
 def main() -> int:
