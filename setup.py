@@ -50,16 +50,33 @@ class BuildNativeLibraries(build_ext):
         if missing:
             raise RuntimeError(f"lltm: build did not produce {missing}")
 
-    def get_outputs(self):
-        # The CUDA library and the build record are outputs too (the wheel
-        # takes what is in build_lib; editable installs list these).
-        outputs = super().get_outputs()
-        if self.inplace:
-            return outputs
+    def _extra_outputs(self):
+        """The CUDA library and the build record, beside liblltm.so in build_lib."""
         build = _build_module()
         folder = Path(self.build_lib) / "lltm"
-        extra = [folder / build.CUDA_LIBRARY, folder / build.BUILD_INFO]
-        return outputs + [str(p) for p in extra if p.exists()]
+        return [folder / name for name in (build.CUDA_LIBRARY, build.BUILD_INFO)
+                if (folder / name).exists()]
+
+    def get_outputs(self):
+        outputs = super().get_outputs()
+        if self.inplace:  # the output mapping's keys, extras included
+            return outputs
+        return outputs + [str(p) for p in self._extra_outputs()]
+
+    def get_output_mapping(self):
+        # Where each output goes in the checkout (editable installs, --inplace).
+        mapping = dict(super().get_output_mapping())
+        for built in self._extra_outputs():
+            mapping[str(built)] = str(self._package_dir() / built.name)
+        return mapping
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        for built in self._extra_outputs():
+            self.copy_file(str(built), str(self._package_dir() / built.name), level=self.verbose)
+
+    def _package_dir(self):
+        return Path(self.get_finalized_command("build_py").get_package_dir("lltm"))
 
 
 cmdclass = {"build_ext": BuildNativeLibraries}
