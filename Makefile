@@ -114,6 +114,7 @@ TEST_WHEEL_TORCH ?= 2.11.* 2.12.* 2.13.* 2.14.*
 test-wheel: $(STAMP)
 	$(MAKE) --no-print-directory wheel TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}"
 	LLTM_TEST_WHEEL="$$(ls dist/lltm-*.whl)" LLTM_TEST_WHEEL_TORCH="$(TEST_WHEEL_TORCH)" \
+	    LLTM_TEST_WHEEL_CUDA=$(WHEEL_CUDA) \
 	    $(PY) -m pytest -q -s tests/test_wheel.py
 
 clean:
