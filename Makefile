@@ -1,6 +1,7 @@
 # lltm - the two commands of the README:
 #   make bench   set up everything, then run the main job (the benchmark table)
-#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python)
+#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python,
+#                the wheel in fresh venvs with torch 2.11 - 2.14)
 #
 # Set-up is idempotent: a virtual environment in .venv with torch 2.13.0 (CPU
 # build), the test / bench / example dependencies, and lltm installed editable
