@@ -130,7 +130,7 @@ def test_wrong_implementations_are_reported_and_not_timed(capsys):
 
 def test_compile_is_checked_and_timed_on_cpu():
     records = bench.main(["--device", "cpu", "--sizes", "2,3,4", "--seq-len", "0", "--reps", "2",
-                          "--rounds", "1", "--only", "reference,compile", "--no-progress"])
+                          "--passes", "1", "--only", "reference,compile", "--no-progress"])
     compiled = next(r for r in records if r["impl"] == "compile")
     if compiled["status"] == "ERROR":
         pytest.skip(f"torch.compile unavailable here: {compiled['note']}")
@@ -181,7 +181,7 @@ def test_untimed_reference_still_sets_the_bar_below_float64():
         return bench.Impl(key, key, "sequence", build)
 
     reference_loop = off_by("reference_loop", "reference_loop", 1e-3)
-    opts = Options(reps=2, seq_reps=2, rounds=1, warmup=1, graphs=False, compile_on_cpu=False)
+    opts = Options(reps=2, seq_reps=2, passes=1, warmup=1, graphs=False, compile_on_cpu=False)
     records = run_workload(w, [off_by("near", "lltm", 1.5e-3), off_by("far", "lltm", 4e-3)], opts,
                            Progress(0, enabled=False), references=[reference_loop])
     near, far = records
@@ -193,3 +193,56 @@ def test_untimed_reference_still_sets_the_bar_below_float64():
     fixed = run_workload(w, [off_by("near", "lltm", 1.5e-3)], opts, Progress(0, enabled=False))
     assert fixed[0]["tolerance"] == bench.TOLERANCE[torch.float32]
     assert fixed[0]["status"] == "WRONG"
+
+
+class _Stream(list):
+    """A stream that records what is written; a terminal or not."""
+
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.append(text)
+
+    def flush(self):
+        pass
+
+
+def test_progress_draws_nothing_where_output_is_not_a_terminal():
+    from lltm.bench.report import Progress
+    stream = _Stream(tty=False)
+    bar = Progress(3, enabled=True, stream=stream)
+    bar.update(1, "cpu | float32 | cell B=3 I=5 H=7: lltm")
+    bar.close()
+    assert stream == []
+
+
+def test_progress_shows_whole_names_on_a_terminal(monkeypatch):
+    import shutil
+    from lltm.bench.report import Progress
+    name = "cpu | float32 | sequence B=16 I=32 H=128 T=1000: reference_loop (check)"
+    for columns in (40, 400):  # narrower and wider than bar + name
+        monkeypatch.setattr(shutil, "get_terminal_size",
+                            lambda fallback=None, c=columns: os.terminal_size((c, 24)))
+        stream = _Stream(tty=True)
+        bar = Progress(4, enabled=True, stream=stream)
+        bar.update(2, name)
+        bar.update(2, "short")
+        bar.close()
+        text = "".join(stream)
+        assert name in text and "short" in text
+        assert "100%" in text and text.endswith("\n")
+    assert Progress(4, enabled=False, stream=_Stream(tty=True)).enabled is False
+
+
+def test_cli_writes_no_progress_lines_into_a_pipe(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "lltm.bench", "--quick", "--device", "cpu", "--sizes", "3,5,7",
+         "--seq-len", "0", "--only", "lltm", "--passes", "1"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "\r" not in proc.stderr and "%" not in proc.stderr

@@ -90,3 +90,27 @@ def test_lltm_cell_loop_matches_lltm_sequence():
     torch.testing.assert_close(out_a, out_b)
     torch.testing.assert_close(h_a, h_b)
     torch.testing.assert_close(c_a, c_b)
+
+
+def test_progress_counts_epochs(monkeypatch, tmp_path):
+    bars = []
+
+    class Recorder:
+        def __init__(self, total, initial, enabled):
+            self.total, self.initial, self.texts = total, initial, []
+            bars.append(self)
+
+        def update(self, text):
+            self.texts.append(text)
+
+        def close(self):
+            pass
+    monkeypatch.setattr(train, "_Progress", Recorder)
+    path = str(tmp_path / "p.pt")
+    train.main(_small("--epochs", "2", "--checkpoint", path))  # two models
+    train.main(_small("--epochs", "3", "--checkpoint", path, "--resume"))
+    (first, resumed) = bars
+    assert (first.total, first.initial, len(first.texts)) == (2, 0, 2)
+    assert (resumed.total, resumed.initial, len(resumed.texts)) == (3, 2, 1)
+    assert first.texts[0].startswith("epoch 1/2") and "lltm" in first.texts[0] \
+        and "lstm" in first.texts[0]

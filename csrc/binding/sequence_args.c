@@ -44,9 +44,7 @@ static int read_dims(const lltm_tensor *input, const lltm_tensor *state,
     d->B = input->sizes[1];
     d->I = input->sizes[2];
     d->H = state->sizes[1];
-    if (d->H == 0)
-        return lltm_fail(err, "%s has state size H = 0; expected H > 0", state->name);
-    return 0;
+    return lltm_check_state_size(state, d->H, err);
 }
 
 int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],

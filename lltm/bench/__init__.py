@@ -27,15 +27,15 @@ What is timed, in microseconds, median and [p10-p90] of the samples:
             gradients; the forward before it is not timed
   step      forward + backward, N times back to back with no synchronization
             inside the loop, synchronized at the end, divided by N; N covers
-            at least 20 ms (estimated from the round's synchronized forward
+            at least 20 ms (estimated from the pass's synchronized forward
             and backward), so the final synchronization is amortized
   graph     CUDA only: forward, backward and step captured in one CUDA graph
             (several iterations unrolled) and replayed between CUDA events:
             the GPU's time without the host's launch cost. "n/a" says why
             where capture fails.
 
-Within a configuration the implementations take turns round by round (each
-round starts with a different one), so drift of the machine hits all alike.
+Within a configuration the implementations take turns pass by pass (each
+pass starts with a different one), so drift of the machine hits all alike.
 
 Checks: before timing, outputs and gradients (of the input, the state and
 every parameter) are compared with a float64 CPU oracle: the reference LLTM for

@@ -5,6 +5,7 @@ import datetime
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -17,39 +18,46 @@ from .timing import GRAPH_METRICS, METRICS
 
 
 class Progress:
-    """tqdm when installed, else a plain bar on stderr."""
+    """A progress bar on a terminal, nothing otherwise.
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self._bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-                self._bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
-            except ImportError:
-                pass
+    Draws only when ``enabled`` and the stream is a terminal: a log file or a
+    pipe gets no carriage-return lines. The name of what runs is shown whole:
+    where bar and name do not fit the terminal's width together, the name is
+    written on a line of its own and the bar below it.
+    """
+
+    BAR = 20
+
+    def __init__(self, total: int, enabled: bool, stream=None):
+        self.stream = sys.stderr if stream is None else stream
+        self.total, self.done = total, 0
+        self.enabled = enabled and _is_terminal(self.stream)
 
     def update(self, n: int, what: str) -> None:
         self.done += n
         if not self.enabled:
             return
-        if self._bar is not None:
-            self._bar.set_description_str(what[:60], refresh=False)
-            self._bar.update(n)
-            return
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                         f"{100 * self.done / max(self.total, 1):3.0f}% {what[:60]:<60}")
-        sys.stderr.flush()
+        fraction = min(self.done / max(self.total, 1), 1.0)
+        filled = int(self.BAR * fraction)
+        bar = f"[{'#' * filled}{'.' * (self.BAR - filled)}] {100 * fraction:3.0f}% "
+        columns = shutil.get_terminal_size((80, 24)).columns
+        if len(bar) + len(what) < columns:
+            self.stream.write(f"\r\x1b[K{bar}{what}")
+        else:  # the name whole on its own line, the bar below it
+            self.stream.write(f"\r\x1b[K{what}\n{bar}")
+        self.stream.flush()
 
     def close(self) -> None:
-        if not self.enabled:
-            return
-        if self._bar is not None:
-            self._bar.close()
-        else:
-            sys.stderr.write("\n")
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def median(rec: dict, metric: str) -> float | None:

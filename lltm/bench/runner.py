@@ -25,7 +25,7 @@ REFERENCES = ("reference", "reference_loop")  # the LLTM family's references
 class Options:
     reps: int            # timed iterations per metric (cells)
     seq_reps: int        # timed iterations per metric (sequences)
-    rounds: int
+    passes: int
     warmup: int
     graphs: bool
     compile_on_cpu: bool
@@ -99,7 +99,7 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
         progress.update(1, f"{w.name}: check {impl.key}")
 
     reps = opts.reps if w.kind == "cell" else opts.seq_reps
-    per_round = max(1, math.ceil(reps / opts.rounds))
+    per_pass = max(1, math.ceil(reps / opts.passes))
     failed: dict[str, str] = {}  # implementations that raised while timed
 
     def attempt(key: str, run) -> None:
@@ -112,10 +112,10 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
 
     for key, timer in timers.items():
         attempt(key, lambda: timer.warm_up(opts.warmup))
-    for r in range(opts.rounds):
+    for r in range(opts.passes):
         for key, timer in _rotated(timers, r):
-            attempt(key, lambda: timer.round(per_round))
-        progress.update(len(impls), f"{w.name}: round {r + 1}/{opts.rounds}")
+            attempt(key, lambda: timer.run_pass(per_pass))
+        progress.update(len(impls), f"{w.name}: pass {r + 1}/{opts.passes}")
 
     if w.device.type == "cuda" and opts.graphs:
         unroll = {impl.key: impl.graph_unroll for impl in impls}
@@ -123,9 +123,9 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
             if key not in failed:
                 graph_timers[key] = GraphTimer(timer.case, w.device, unroll[key])
                 graph_timers[key].capture()  # failures become "n/a" with the reason
-        for r in range(opts.rounds):
+        for r in range(opts.passes):
             for key, gt in _rotated(graph_timers, r):
-                attempt(key, lambda: gt.round(per_round))
+                attempt(key, lambda: gt.run_pass(per_pass))
         progress.update(len(impls), f"{w.name}: CUDA graphs")
 
     for rec in records:
@@ -149,7 +149,7 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
 
 
 def _rotated(items: dict, r: int) -> list[tuple]:
-    """The items in turn, starting from the r-th: each round another goes first."""
+    """The items in turn, starting from the r-th: each pass another goes first."""
     pairs = list(items.items())
     k = r % len(pairs) if pairs else 0
     return pairs[k:] + pairs[:k]
@@ -232,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=int, default=None,
                         help="timed iterations per metric and cell implementation "
                              "(default 200, 20 with --quick); sequences get a tenth")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds the reps are split into "
+    parser.add_argument("--passes", type=int, default=None,
+                        help="interleaved passes the reps are split into "
                              "(default 10, 2 with --quick)")
     parser.add_argument("--only", type=_parse_keys, default=None,
                         help="comma list of implementations to run (default: all)")
@@ -246,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="PATH", help="save a PNG bar chart here (matplotlib)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: few reps, T=10, no torch.compile on CPU")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (none is drawn where stderr is not a terminal)")
     return parser
 
 
@@ -265,10 +266,10 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
     seq_len = args.seq_len if args.seq_len is not None else (10 if args.quick else 100)
     reps = args.reps or (20 if args.quick else 200)
     opts = Options(reps=reps, seq_reps=max(2, reps // 10),
-                   rounds=args.rounds or (2 if args.quick else 10),
+                   passes=args.passes or (2 if args.quick else 10),
                    warmup=2 if args.quick else 5, graphs=not args.no_graphs,
                    compile_on_cpu=not args.quick)
-    opts.rounds = max(1, min(opts.rounds, opts.seq_reps))
+    opts.passes = max(1, min(opts.passes, opts.seq_reps))
 
     impls = all_impls = default_impls() + list(extra_impls)
     known = {i.key for i in impls}
@@ -288,7 +289,7 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()) ->
                     workloads.append(Workload(device, dtype, "sequence", B, I, H, seq_len))
     plan = [(w, [i for i in impls if i.kind == w.kind]) for w in workloads]
     plan = [(w, ws) for w, ws in plan if ws]
-    total = sum(len(ws) * (1 + opts.rounds + (w.device.type == "cuda" and opts.graphs))
+    total = sum(len(ws) * (1 + opts.passes + (w.device.type == "cuda" and opts.graphs))
                 for w, ws in plan)
 
     machine = describe_machine()

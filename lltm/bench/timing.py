@@ -13,9 +13,9 @@ from .cases import Case, synchronize
 METRICS = ("forward", "backward", "step")
 GRAPH_METRICS = ("graph_forward", "graph_backward", "graph_step")
 # A pipelined chunk runs at least this long (its step count estimated from
-# the round's synchronized forward + backward), so that the synchronization
+# the pass's synchronized forward + backward), so that the synchronization
 # that ends it, and the GPU work still queued then, are a small part of each
-# step: with the sequences' 2 steps a round, the wait for the last step's
+# step: with the sequences' 2 steps a pass, the wait for the last step's
 # GPU work was half a step's time.
 MIN_CHUNK_US = 20_000.0
 MAX_CHUNK_STEPS = 1000
@@ -38,7 +38,7 @@ class Timer:
             self._grad(self.case.forward())
         synchronize(self.device)
 
-    def round(self, n: int) -> None:
+    def run_pass(self, n: int) -> None:
         """n synced forwards, n synced backwards, one pipelined chunk of at least
         n steps and MIN_CHUNK_US (estimated)."""
         forward, clock = self.case.forward, time.perf_counter_ns
@@ -136,7 +136,7 @@ class GraphTimer:
             except Exception:  # noqa: BLE001
                 pass
 
-    def round(self, replays: int) -> None:
+    def run_pass(self, replays: int) -> None:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         for metric, graph in self.graphs.items():

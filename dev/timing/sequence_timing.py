@@ -1,9 +1,9 @@
 """Side-by-side GPU timing of one LLTM layer over a whole sequence: lltm.LLTM
-(persistent kernel, and the per-step route) against cuDNN nn.LSTM (the peer
+(the library's own plan choice) against cuDNN nn.LSTM (the peer
 a user would pick; NOT an LLTM: 4 gates) and a Python loop of reference
-cells, float32, one process, implementations interleaved round by round.
+cells, float32, one process, implementations interleaved pass by pass.
 
-    python3 scripts/sequence_timing.py [--json PATH] [--quick] [--configs B,I,H,T ...]
+    python3 dev/timing/sequence_timing.py [--json PATH] [--quick] [--configs B,I,H,T ...]
 
 What is timed (CUDA events, median of the samples, after warm-up):
   fwd       one forward call with autograd recording (parameters require grad)
@@ -11,11 +11,7 @@ What is timed (CUDA events, median of the samples, after warm-up):
             of output, h_n and c_n, back to back; events around both
   fwd/step  fwd divided by T (microseconds)
   graph fwd/step  a forward without autograd captured in a CUDA graph, its
-            replays (no host time) divided by T (lltm auto and cuDNN only)
-LLTM_CUDA_CLUSTER_BLOCKS (8 or 16) picks the cluster plan's shape;
---variant "NAME:VAR=VALUE,..." adds lltm.LLTM (auto) run with those
-environment variables set (the library reads them at each launch), timed
-interleaved with the rest, e.g. --variant "fwd lanes32:LLTM_CUDA_CLUSTER_FWD=lanes32".
+            replays (no host time) divided by T (lltm and cuDNN only)
 Before timing, every LLTM implementation's outputs and gradients are compared
 with the float64 CPU op on the first 100 steps (max relative error, printed;
 "WRONG" in the table above 1e-4).
@@ -24,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
 
 CONFIGS = [(16, 32, 128, 100), (16, 32, 128, 1000), (64, 256, 512, 100)]
@@ -41,24 +36,13 @@ class Case:
     """One implementation at one size: run(grad) does a forward, and a
     backward too when grad is true."""
 
-    def __init__(self, name, module, x, route=None, env=None):
-        self.name, self.module, self.x, self.route = name, module, x, route
-        self.env = dict(env or {})  # variable -> value, None: unset
-        if route is not None:
-            self.env["LLTM_CUDA_SEQUENCE"] = route
+    def __init__(self, name, module, x):
+        self.name, self.module, self.x = name, module, x
         out, (h, c) = self._forward()
         g = torch.Generator(device="cuda").manual_seed(0)
         self.grads = [torch.randn(t.shape, device="cuda", generator=g) for t in (out, h, c)]
 
-    def set_env(self):
-        for variable, value in self.env.items():
-            if value is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = value
-
     def _forward(self):
-        self.set_env()
         return self.module(self.x)
 
     def run(self, backward):
@@ -90,7 +74,6 @@ def time_ms(case, backward, reps):
 
 def graph_fwd_ms(case, reps):
     """Replays of a CUDA graph of one forward (no autograd)."""
-    case.set_env()
     x = case.x.detach().clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -114,20 +97,11 @@ def graph_fwd_ms(case, reps):
     return samples
 
 
-def build_cases(B, I, H, T, with_reference, variants=()):
-    """variants: (name, {variable: value}) run as lltm (auto) with those
-    variables set; the other lltm cases run with them unset."""
+def build_cases(B, I, H, T, with_reference):
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device="cuda", requires_grad=True)
     base = lltm.LLTM(I, H).cuda()
-    unset = {variable: None for _, env in variants for variable in env}
-    cases = []
-    for name, route, env in (("lltm (auto: persistent)", "auto", unset),
-                             ("lltm (per-step route)", "steps", unset),
-                             *((f"lltm (auto, {n})", "auto", {**unset, **e}) for n, e in variants)):
-        m = lltm.LLTM(I, H).cuda()
-        m.load_state_dict(base.state_dict())
-        cases.append(Case(name, m, x, route, env))
+    cases = [Case("lltm.LLTM", base, x)]
     lstm = torch.nn.LSTM(I, H).cuda()
     cases.append(Case("cuDNN nn.LSTM", lstm, x))
     if with_reference:
@@ -156,7 +130,6 @@ def check(cases, B, I, H, steps=100):
     for case in cases:
         if "LSTM" in case.name:
             continue
-        case.set_env()
         xg = x64.detach().float().cuda().requires_grad_()
         for p in case.module.parameters():
             p.grad = None
@@ -182,28 +155,21 @@ def main(argv=None):
                             ",".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--no-reference", action="store_true",
                         help="leave out the loop of reference cells")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE,...",
-                        help="also time lltm (auto) with these environment variables")
     args = parser.parse_args(argv)
-    variants = []
-    for text in args.variant:
-        name, _, assignments = text.partition(":")
-        variants.append((name, dict(a.split("=", 1) for a in assignments.split(",") if a)))
     assert torch.cuda.is_available(), "needs a GPU"
-    rounds = 3 if args.quick else 5
+    passes = 3 if args.quick else 5
     configs = ([tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs
                else CONFIGS)
     records = []
     for B, I, H, T in configs:
         cases = build_cases(B, I, H, T, with_reference=(T == 100 and H == 128 and
-                                                        not args.no_reference),
-                            variants=variants)
+                                                        not args.no_reference))
         errors = check(cases, B, I, H)
         samples = {(c.name, k): [] for c in cases for k in ("fwd", "fwd+bwd")}
         for c in cases:  # warm-up: plans, cuBLAS handles, cuDNN algorithms
             for _ in range(3):
                 c.run(True)
-        for r in range(rounds):
+        for r in range(passes):
             for c in cases[r % len(cases):] + cases[:r % len(cases)]:
                 slow = "reference" in c.name
                 reps = 1 if slow else (4 if T >= 1000 else 10)
@@ -211,11 +177,9 @@ def main(argv=None):
                 samples[(c.name, "fwd+bwd")] += time_ms(c, True, reps)
         graph_us = {}
         for c in cases:
-            if c.name.startswith("lltm (auto") or "LSTM" in c.name:  # variants too
+            if c.name == "lltm.LLTM" or "LSTM" in c.name:
                 reps = 10 if T >= 1000 else 30
                 graph_us[c.name] = 1000 * statistics.median(graph_fwd_ms(c, reps)) / T
-        for variable in {v for c in cases for v in c.env}:
-            os.environ.pop(variable, None)
         med = {k: statistics.median(v) for k, v in samples.items()}
         lstm = med[("cuDNN nn.LSTM", "fwd+bwd")]
         for c in cases:
@@ -239,15 +203,14 @@ def main(argv=None):
               f"{r['cudnn_over_this']:.2f} | {verdict} |")
     ref = [r for r in records if "reference" in r["impl"]]
     for r in ref:
-        mine = next(x for x in records if x["impl"].startswith("lltm (auto") and
+        mine = next(x for x in records if x["impl"] == "lltm.LLTM" and
                     (x["B"], x["H"], x["T"]) == (r["B"], r["H"], r["T"]))
-        print(f"loop of reference cells / lltm (auto), fwd+bwd, B={r['B']} H={r['H']} "
+        print(f"loop of reference cells / lltm.LLTM, fwd+bwd, B={r['B']} H={r['H']} "
               f"T={r['T']}: {r['fwd_bwd_ms'] / mine['fwd_bwd_ms']:.1f}x")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"cudnn {torch.backends.cudnn.version()}, cudnn.allow_tf32="
           f"{torch.backends.cudnn.allow_tf32}, matmul.allow_tf32="
-          f"{torch.backends.cuda.matmul.allow_tf32}, LLTM_CUDA_CLUSTER_BLOCKS="
-          f"{os.environ.get('LLTM_CUDA_CLUSTER_BLOCKS', '(default)')}")
+          f"{torch.backends.cuda.matmul.allow_tf32}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
     return 0

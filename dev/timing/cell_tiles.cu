@@ -1,15 +1,15 @@
 /*
  * cell_tiles.cu - GPU time of the fused cell kernels per tile configuration,
- * from CUDA-graph replay (the metric of issue 3's "graph fwd" target), with
+ * from CUDA-graph replay (the bench's "graph fwd" / "graph bwd" columns), with
  * every configuration's outputs compared to the shipped one's.
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Icsrc/core \
- *        scripts/cell_tiles.cu -o /tmp/cell_tiles && /tmp/cell_tiles [B I H]
+ *        dev/timing/cell_tiles.cu -o /tmp/cell_tiles && /tmp/cell_tiles [B I H]
  *
  * A development tool (C++ only because it includes the .cu to reach its
  * kernel templates); the library never builds it.
  */
-#include "../csrc/core/lltm_cuda_cell.cu"
+#include "../../csrc/core/lltm_cuda_cell.cu"
 
 #include <algorithm>
 #include <cmath>

@@ -2,9 +2,9 @@
 registered from C (autograd in Python: the stable C ABI has no autograd API)
 can reach against the reference at small sizes.
 
-    python scripts/host_floor.py [--device cpu|cuda] [--sizes B,I,H ...]
+    python dev/timing/host_floor.py [--device cpu|cuda] [--sizes B,I,H ...]
 
-Rows, each a median of interleaved rounds of back-to-back steps
+Rows, each a median of interleaved passes of back-to-back steps
 (torch.autograd.grad of fixed output gradients, synchronized at the end):
   function_floor  an autograd.Function whose forward and backward do almost
                   nothing (two clones; saves 5 tensors, returns 5 gradients):
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
 from lltm import reference  # noqa: E402
 
@@ -81,14 +81,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", nargs="*", default=["1,1,1", "16,32,128"])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--passes", type=int, default=15)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--single-thread", action="store_true",
                         help="add each autograd step with the engine's multithreading off")
     args = parser.parse_args()
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    print(f"torch {torch.__version__}, {device}, median us per step of {args.rounds} rounds")
+    print(f"torch {torch.__version__}, {device}, median us per step of {args.passes} passes")
     for size in args.sizes:
         B, I, H = (int(v) for v in size.split(","))
         table = cases(device, B, I, H)
@@ -100,7 +100,7 @@ def main() -> None:
             for _ in range(20):
                 f()
         sync()
-        for r in range(args.rounds):
+        for r in range(args.passes):
             names = list(table)
             names = names[r % len(names):] + names[:r % len(names)]
             for name in names:

@@ -21,13 +21,13 @@
  * last step (the sender's rank and step). Prints us per step = (time(steps) - time(10)) / (steps - 10),
  * CUDA events, median of 15 runs.
  *
- *   nvcc -O3 -std=c++17 -arch=sm_90 scripts/exchange_bench.cu -o /tmp/exchange_bench
+ *   nvcc -O3 -std=c++17 -arch=sm_90 dev/timing/exchange_bench.cu -o /tmp/exchange_bench
  *   /tmp/exchange_bench            # the table of modes x bytes x work
  */
 #include <cooperative_groups.h>
 #include <cstdint>
 
-#include "../csrc/core/lltm_cuda_cluster.cuh" /* the kernels' mbarrier and st.async */
+#include "../../csrc/core/lltm_cuda_cluster.cuh" /* the kernels' mbarrier and st.async */
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# gpu.sh - the one driver for a GPU machine (offline, torch preinstalled).
+# It builds the CUDA library against the installed torch, checks that it loads,
+# then runs the modes given, in order:
+#
+#   bash scripts/gpu.sh tests      every test (CPU and CUDA), and the CUDA cell's
+#                                  kernel launches per step
+#   bash scripts/gpu.sh sanitize   compute-sanitizer memcheck and racecheck over
+#                                  the cell and sequence kernels
+#                                  (scripts/sanitize_cuda.py, sanitize_sequence.py)
+#   bash scripts/gpu.sh bench      the benchmark tables on CUDA (python -m lltm.bench):
+#                                  default sizes, the large cell in float32 and
+#                                  bfloat16, the sequence at T=1000; then what an
+#                                  autograd step costs on this host
+#                                  (dev/timing/host_floor.py)
+#   bash scripts/gpu.sh multi      what needs 2 GPUs: cuda:1 tests, DDP over NCCL,
+#                                  torchrun of the training example
+#   bash scripts/gpu.sh lab [WHAT] the timing tools of dev/timing (dev/README.md),
+#                                  WHAT one of
+#                                    sequence  (default) kernel-level timings against
+#                                              cuDNN, GPU time per kernel, host time
+#                                              of the eager step's pieces
+#                                    cell      tile timings of the fused cell kernels,
+#                                              the cell against its peers, floors
+#                                    exchange  the cluster kernels' exchange alone
+#                                    profile   Nsight Compute profile of the sequence
+#                                              kernels, and the library's SASS
+#
+#   bash scripts/gpu.sh tests sanitize    several modes in one call
+#
+# Logs, JSON, plots and profiles go to $OUT (default ./gpu-out); a table of the
+# stages (result, seconds) and the lines that matter are printed last; the exit
+# status is 0 when every stage passed. Each stage has a time limit; each mode
+# alone ends within 10 minutes. PYTHON picks the interpreter (default python3),
+# LLTM_BUILD_DIR the build folder (default a fresh one under /tmp).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+# Nothing here needs NVLink multicast; keep it off (shared machines).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The build is part of what is checked: a fresh folder outside $OUT.
+export LLTM_BUILD_DIR=${LLTM_BUILD_DIR:-/tmp/lltm-gpu-build}
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+PYTEST="$PY -m pytest -q -rs -p no:cacheprovider"
+
+usage() {
+    sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 2
+}
+[ $# -ge 1 ] || usage
+MODES=()
+LAB=sequence
+while [ $# -gt 0 ]; do
+    case "$1" in
+    tests | sanitize | bench | multi) MODES+=("$1") ;;
+    lab)
+        MODES+=(lab)
+        case "${2:-}" in sequence | cell | exchange | profile) LAB=$2; shift ;; esac ;;
+    -h | --help) usage ;;
+    *) echo "unknown mode '$1' (tests, sanitize, bench, multi, lab [sequence|cell|exchange|profile])"
+       exit 2 ;;
+    esac
+    shift
+done
+
+# --- stages: a name, a time limit, a log file, a command --------------------
+declare -a NAMES STATUS SECONDS_TAKEN
+stage() {
+    local name=$1 limit=$2 log=$3
+    shift 3
+    local t0=$SECONDS
+    echo "=== $name: $*" | tee "$OUT/$log"
+    timeout "$limit" "$@" >>"$OUT/$log" 2>&1
+    local rc=$?
+    NAMES+=("$name")
+    STATUS+=("$([ $rc -eq 0 ] && echo ok || { [ $rc -eq 124 ] && echo TIMEOUT || echo "FAIL($rc)"; })")
+    SECONDS_TAKEN+=($((SECONDS - t0)))
+    tail -n +2 "$OUT/$log" | tail -n 8
+    return $rc
+}
+stage_table() {
+    echo
+    echo "| stage | result | seconds |"
+    echo "|---|---|---|"
+    for i in "${!NAMES[@]}"; do
+        echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECONDS_TAKEN[$i]} |"
+    done
+}
+stages_ok() {
+    for i in "${!STATUS[@]}"; do [ "${STATUS[$i]}" = ok ] || return 1; done
+    return 0
+}
+show() {  # show PATTERN LOG...: the lines that matter, where the logs exist
+    local pattern=$1
+    shift
+    for log in "$@"; do
+        [ -f "$OUT/$log" ] && grep -hE "$pattern" "$OUT/$log"
+    done
+    return 0
+}
+
+# --- build and load ---------------------------------------------------------
+# CUDA objects compiled beforehand without a GPU (scripts/prebuild_cuda.py,
+# carried in build/prebuilt-cuda): the build copies those whose fingerprint
+# matches instead of spending minutes of this machine's time in nvcc, and
+# compiles the rest. Should a build from them fail, it is redone from source.
+if [ -z "${LLTM_PREBUILT_CUDA:-}" ] && [ -d build/prebuilt-cuda ]; then
+    export LLTM_PREBUILT_CUDA=$PWD/build/prebuilt-cuda
+fi
+{
+    nvidia-smi -L
+    $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+    "$NVCC" --version | tail -1
+    lscpu | grep -E "^Model name|^CPU\(s\)"
+} 2>&1 | tee "$OUT/env.log"
+if ! stage build 300 build.log $PY lltm/build.py --cuda yes -v && [ -n "${LLTM_PREBUILT_CUDA:-}" ]; then
+    unset LLTM_PREBUILT_CUDA
+    rm -rf "$LLTM_BUILD_DIR"
+    stage build-from-source 300 build_retry.log $PY lltm/build.py --cuda yes -v
+fi
+stage load 60 load.log $PY -c "import torch, lltm; from lltm import _native; \
+assert torch.cuda.is_available(), 'no GPU'; assert _native.has_cuda_kernels(), 'CUDA kernels not loaded'; \
+print('loaded on torch', torch.__version__, _native._loaded['cuda']._name, torch.cuda.get_device_name())"
+
+# --- modes ------------------------------------------------------------------
+sanitize() {  # sanitize TOOL DRIVER [ARGS]
+    local tool=$1 driver=$2
+    shift 2
+    stage "$tool-$driver" 120 "${tool}_$driver.log" "$SAN" --tool "$tool" --error-exitcode 9 \
+        --print-limit 20 $PY "scripts/sanitize_$driver.py" "$@"
+}
+for MODE in "${MODES[@]}"; do
+    case "$MODE" in
+    tests)
+        stage tests 480 tests.log $PYTEST --durations=12 tests
+        stage launch-counts 60 launches.log $PY -m pytest -q -s -p no:cacheprovider \
+            tests/test_cuda_cell.py -k launch_counts
+        ;;
+    sanitize)
+        sanitize memcheck cuda
+        sanitize racecheck cuda --quick
+        sanitize memcheck sequence
+        sanitize racecheck sequence --quick
+        ;;
+    bench)
+        stage bench-default 300 bench_default.log $PY -m lltm.bench --device cuda \
+            --json "$OUT/bench_default.json" --plot "$OUT/bench_default.png"
+        stage bench-large 150 bench_large.log $PY -m lltm.bench --device cuda \
+            --sizes 256,512,1024 --dtype float32,bfloat16 --seq-len 0 --json "$OUT/bench_large.json"
+        stage bench-t1000 120 bench_t1000.log $PY -m lltm.bench --device cuda \
+            --sizes 16,32,128 --seq-len 1000 --only lltm,lstm --json "$OUT/bench_t1000.json"
+        stage host-floor 120 host_floor.log $PY dev/timing/host_floor.py --device cuda \
+            --sizes 16,32,128 --single-thread
+        ;;
+    multi)
+        stage second-device 200 second_device.log $PYTEST \
+            tests/test_cuda_cell.py tests/test_cuda_sequence.py -k second_device
+        stage ddp-nccl 240 ddp.log $PYTEST tests/test_ddp.py
+        stage torchrun-nccl 180 torchrun.log torchrun --standalone --nproc_per_node=2 \
+            -m lltm.examples.train --quick --device cuda --no-progress --plot ""
+        ;;
+    lab)
+        case "$LAB" in
+        sequence)
+            stage sequence-timing 300 sequence_timing.log $PY dev/timing/sequence_timing.py \
+                --json "$OUT/sequence_timing.json"
+            stage sequence-kernels 90 sequence_kernels.log bash -c \
+                "$PY dev/timing/sequence_profile.py 16 32 128 1000 --table && \
+                 $PY dev/timing/sequence_profile.py 64 256 512 100 --table"
+            stage sequence-host 90 sequence_host.log $PY dev/timing/sequence_host.py
+            ;;
+        cell)
+            stage cell-tiles 150 cell_tiles.log bash -c "'$NVCC' -O3 -std=c++17 \
+                -gencode=arch=compute_90,code=sm_90 -Icsrc/core dev/timing/cell_tiles.cu \
+                -o '$OUT/cell_tiles' && '$OUT/cell_tiles'"
+            stage cell-timing 240 cell_timing.log $PY dev/timing/cuda_timing.py \
+                --json "$OUT/cell_timing.json"
+            stage host-floor 120 host_floor.log $PY dev/timing/host_floor.py --device cuda \
+                --sizes 16,32,128 --single-thread
+            ;;
+        exchange)
+            stage exchange 150 exchange.log bash -c "'$NVCC' -O3 -std=c++17 -arch=sm_90 \
+                dev/timing/exchange_bench.cu -o '$OUT/exchange_bench' && '$OUT/exchange_bench' 1000"
+            ;;
+        profile)
+            # warp states and stall sampling per SASS line of the sequence kernels
+            # (clocks left alone); then the library's SASS
+            stage profile 240 profile.log "$NCU" --clock-control none \
+                -k "regex:sequence|cluster" --launch-count 2 --section LaunchStats \
+                --section WarpStateStats --section SchedulerStats --section SourceCounters \
+                -f -o "$OUT/sequence" $PY dev/timing/sequence_profile.py 16 32 128 100
+            "$NCU" -i "$OUT/sequence.ncu-rep" --page details > "$OUT/profile_details.txt" 2>&1
+            "$NCU" -i "$OUT/sequence.ncu-rep" --page source --csv --print-source sass \
+                > "$OUT/profile_source.csv" 2>&1
+            so=$(find "$LLTM_BUILD_DIR" -name 'liblltm_cuda*.so' | head -1)
+            [ -n "$so" ] && cuobjdump -sass "$so" > "$OUT/sass.txt" 2>&1
+            ;;
+        esac
+        ;;
+    esac
+done
+
+# --- summary ----------------------------------------------------------------
+stage_table
+show "^loaded on torch" load.log
+for log in tests.log second_device.log ddp.log; do
+    show "passed|failed" "$log" | tail -1
+done
+show "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" memcheck_cuda.log racecheck_cuda.log \
+    memcheck_sequence.log racecheck_sequence.log
+show "^launches" launches.log
+show "^(B=|forward|bwd_|empty)" cell_tiles.log
+show "^B=" host_floor.log
+show "^\| (B|16|64)|reference cells /|^check" sequence_timing.log
+show "Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" profile_details.txt
+stages_ok
