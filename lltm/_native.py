@@ -1,21 +1,28 @@
 """Finding, building if needed, and loading the native libraries.
 
-Order: the library installed beside this file (``pip install .``; in a source
-checkout it is rebuilt in place when a source is newer), else the just-in-time
-build into a cache directory (``lltm.build.load``), else a clear error.
+Order: the libraries installed beside this file (a wheel, ``pip install .``;
+in a source checkout they are rebuilt in place unless their recorded build key
+is the one the sources, flags and compilers give now), else the just-in-time
+build into a cache folder per build key (``lltm.build.load``), else a clear
+error. torch is imported first: the libraries name torch's libraries
+(libtorch_cpu.so, libtorch_cuda.so) without a path, and the ones torch loaded
+satisfy them.
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import warnings
 from pathlib import Path
 
 import torch
 
-from . import build
+from . import _archs, build
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 _loaded: dict[str, ctypes.CDLL] = {}
+_loaded_from: dict[str, Path] = {}
 
 
 class NativeLibraryError(ImportError):
@@ -31,16 +38,57 @@ def _register(lib: ctypes.CDLL, symbol: str) -> None:
         raise NativeLibraryError(f"lltm: {symbol} failed: {err.value.decode()}")
 
 
+def _register_cuda_kernels(lib: ctypes.CDLL, archs: list[str] | None) -> None:
+    """Registers the CUDA kernels once CUDA is initialised (at once when it
+    already is), after checking that the library has code for the visible
+    GPUs: where it has code for none, each lltm operator on a CUDA tensor
+    raises the error naming the GPU, the architectures built and how to
+    rebuild; where it lacks code for some, they get a warning."""
+    def register():
+        problems = {}
+        if archs is not None:
+            for i in range(torch.cuda.device_count()):
+                msg = _archs.unsupported_gpu_message(i, torch.cuda.get_device_name(i),
+                                              torch.cuda.get_device_capability(i), archs)
+                if msg:
+                    problems[i] = msg
+        if problems and len(problems) == torch.cuda.device_count():
+            _register_refusing_cuda_kernels(next(iter(problems.values())))
+            return
+        _register(lib, "lltm_cuda_register")
+        for msg in problems.values():
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+
+    torch.cuda._lazy_call(register)
+
+
+_refusing_library = None
+
+
+def _register_refusing_cuda_kernels(message: str) -> None:
+    global _refusing_library
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(message)
+
+    _refusing_library = torch.library.Library("lltm", "IMPL")  # noqa: TOR901
+    for op in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward"):
+        _refusing_library.impl(op, refuse, "CUDA")
+
+
 def load_from(paths: dict[str, Path]) -> ctypes.CDLL:
     """Load the libraries in ``paths`` ({"cpu": ..., "cuda": ...}) and register
     their operators. Loading twice is harmless."""
     if "cpu" not in _loaded:
         _loaded["cpu"] = ctypes.CDLL(str(paths["cpu"]))
+        _loaded_from["cpu"] = Path(paths["cpu"])
         _register(_loaded["cpu"], "lltm_register")
     cuda_path = paths.get("cuda")
     if cuda_path is not None and "cuda" not in _loaded and torch.version.cuda is not None:
         _loaded["cuda"] = ctypes.CDLL(str(cuda_path))
-        _register(_loaded["cuda"], "lltm_cuda_register")
+        _loaded_from["cuda"] = Path(cuda_path)
+        info = build.read_build_info(Path(cuda_path).parent) or {}
+        _register_cuda_kernels(_loaded["cuda"], info.get("cuda_archs"))
     return _loaded["cpu"]
 
 
@@ -49,6 +97,15 @@ def _installed_paths(directory: Path) -> dict[str, Path]:
     if (directory / build.CUDA_LIBRARY).exists():
         paths["cuda"] = directory / build.CUDA_LIBRARY
     return paths
+
+
+def _built_with_cuda() -> bool | None:
+    """Rebuilding the libraries in the package folder keeps their CPU / CUDA
+    choice (LLTM_BUILD_CUDA overrides; None: the build's default)."""
+    info = build.read_build_info(PACKAGE_DIR)
+    if info is None or "LLTM_BUILD_CUDA" in os.environ:
+        return None
+    return "cuda" in info.get("libraries", {})
 
 
 def _in_source_checkout() -> bool:
@@ -60,23 +117,36 @@ def ensure_loaded() -> ctypes.CDLL:
         return _loaded["cpu"]
     installed = PACKAGE_DIR / build.CPU_LIBRARY
     try:
-        if installed.exists():
-            if _in_source_checkout():  # editable install: keep it current
-                build.build_libraries(PACKAGE_DIR)
-            return load_from(_installed_paths(PACKAGE_DIR))
         if _in_source_checkout():
+            if installed.exists():  # editable install or --inplace: keep it current
+                return load_from(build.build_libraries(PACKAGE_DIR, cuda=_built_with_cuda()))
             return build.load()
+        if installed.exists():
+            return load_from(_installed_paths(PACKAGE_DIR))
     except build.BuildError as exc:
         raise NativeLibraryError(
-            f"lltm: building the native library failed: {exc}. A C compiler (cc) and "
-            "torch's headers are needed; see README.md.") from exc
+            f"lltm: building the native library failed: {exc}. A C compiler (cc) is "
+            "needed (nvcc for the CUDA library); see README.md.") from exc
     except OSError as exc:
         raise NativeLibraryError(f"lltm: could not load the native library: {exc}") from exc
     raise NativeLibraryError(
         f"lltm: the native library {installed} is missing and no C sources are beside "
-        "the package to build it. Reinstall with `pip install --no-build-isolation .` "
-        "from a source checkout, or run `python -m lltm.build --inplace` there.")
+        "the package to build it. Reinstall lltm (pip install lltm-*.whl, or "
+        "`pip install .` from a source checkout).")
 
 
 def has_cuda_kernels() -> bool:
     return "cuda" in _loaded
+
+
+def build_info() -> dict:
+    """How the loaded native libraries were built: the torch versions they load
+    on, CPU / CUDA, the GPU architectures, compilers and flags, the build key,
+    and where they were loaded from."""
+    ensure_loaded()
+    info = dict(build.read_build_info(_loaded_from["cpu"].parent) or {})
+    info["cpu"] = True
+    info["cuda"] = "cuda" in _loaded
+    info["loaded_from"] = {k: str(p) for k, p in _loaded_from.items()}
+    info.setdefault("cuda_archs", [])
+    return info

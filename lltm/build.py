@@ -1,32 +1,54 @@
 """Building the native libraries: the one build description of the project.
 
 ``pip install .`` (through setup.py), the just-in-time route ``lltm.build.load()``
-and ``python -m lltm.build`` all call :func:`build_libraries`. It compiles the C
-core and the C binding into ``liblltm.so`` (CPU, links only libtorch_cpu), and,
-where torch has CUDA and ``nvcc`` is found, the CUDA kernels and their C binding
-into ``liblltm_cuda.so``. Objects are rebuilt only when a source or header is
-newer, so a second build takes milliseconds.
+and ``python lltm/build.py`` all call :func:`build_libraries`. It compiles the C
+core and the C binding into ``liblltm.so`` (CPU), and, where wanted (torch has
+CUDA, or no torch is importable, and ``nvcc`` is found), the CUDA kernels and
+their C binding into ``liblltm_cuda.so``.
 
-This module must import without the package's native library (setup.py loads it
-by path before anything is built).
+No torch file is used: the libraries are linked against stub libraries made from
+our own declarations of PyTorch's stable C ABI (csrc/binding/torch_stable_abi.h),
+named like torch's (libtorch_cpu.so, libtorch_cuda.so) and with no run path, so
+at run time the torch already imported satisfies them (import torch first).
+
+Everything is addressed by content. An object's name carries a hash of its
+source, every header of csrc/, the compiler's identity and version, and the
+flags (nvcc: its version and the GPU architectures); a library's build key
+hashes its objects' keys and the link. The just-in-time cache puts each build
+key in its own folder, so checkouts and edits sharing one cache never load each
+other's binaries; a library built into a given folder (the package folder,
+``--out``) records its key in ``lltm_build.json`` beside it and is rebuilt when
+the wanted key differs. Unchanged objects are reused: a second build hashes a
+few hundred kilobytes and runs ``cc --version``, milliseconds.
+
+This module must import without torch and without the package (setup.py loads
+it by path, possibly in an isolated build environment with no torch).
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
+import importlib
+import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CSRC = REPO_ROOT / "csrc"
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 CPU_LIBRARY = "liblltm.so"
 CUDA_LIBRARY = "liblltm_cuda.so"
+BUILD_INFO = "lltm_build.json"  # beside the libraries: build key, archs, flags
 
 CPU_SOURCES = [
     "core/lltm_cpu.c",
@@ -68,26 +90,52 @@ CUDA_ONLY_SOURCES = [
     "binding/register_cuda.c",
 ]
 
+# Our declarations of torch's stable C ABI: the stubs we link against are made
+# from it (lltm/_torch_stubs.py).
+TORCH_ABI_HEADER = "binding/torch_stable_abi.h"
+# The oldest torch the stable-ABI target of torch_stable_abi.h loads on.
+TORCH_MIN_VERSION = "2.11"
+
 # -fno-trapping-math / -fno-math-errno let the pointwise loops vectorise
 # (branch-free selects, no errno side effects); IEEE results are unchanged.
 C_FLAGS = ["-std=c11", "-O3", "-fPIC", "-fexceptions", "-fvisibility=hidden",
-           "-fno-trapping-math", "-fno-math-errno", "-Wall", "-Wextra"]
-# Hopper is the target; other architectures by LLTM_CUDA_ARCHS="80;90".
-DEFAULT_CUDA_ARCHS = "90"
+           "-fno-trapping-math", "-fno-math-errno"]
+C_WARNINGS = ["-Wall", "-Wextra"]
+C_WERROR = ["-Werror"]
+NVCC_FLAGS = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC,-fvisibility=hidden",
+              "--expt-relaxed-constexpr"]
+NVCC_WARNINGS = ["-Xcompiler", "-Wall,-Wextra"]
+NVCC_WERROR = ["-Werror", "all-warnings", "-Xcompiler", "-Werror"]
 
 
 class BuildError(RuntimeError):
     """The native library could not be built."""
 
 
-def _torch_paths():
+def _sibling(name: str):
+    """A module of this folder, also when this file is loaded by path
+    (setup.py, ``python lltm/build.py``) rather than as ``lltm.build``."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    module_name = f"_lltm_build_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, PACKAGE_DIR / f"{name}.py")
+        sys.modules[module_name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[module_name])
+    return sys.modules[module_name]
+
+
+_archs = _sibling("_archs")
+_stubs = _sibling("_torch_stubs")
+
+
+def _torch():
+    """torch when importable (it is not in an isolated ``pip install .``)."""
     try:
         import torch
-    except ImportError as exc:  # pragma: no cover - torch is a hard requirement
-        raise BuildError("building lltm needs torch installed first "
-                         "(pip install torch==2.13.0)") from exc
-    root = Path(torch.__file__).resolve().parent
-    return root / "include", root / "lib", torch
+    except ImportError:
+        return None
+    return torch
 
 
 def find_nvcc() -> str | None:
@@ -103,237 +151,538 @@ def find_nvcc() -> str | None:
     return str(default) if default.exists() else None
 
 
-def _headers_mtime() -> float:
-    """Newest header (C or CUDA): any header change rebuilds every object."""
-    return max(p.stat().st_mtime for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
+def _cc() -> str:
+    return os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0] or "cc"
 
 
-def _stale(target: Path, inputs: list[Path], extra_mtime: float = 0.0) -> bool:
-    if not target.exists():
-        return True
-    newest = max([p.stat().st_mtime for p in inputs] + [extra_mtime])
-    return newest > target.stat().st_mtime
+_identities: dict[tuple, str] = {}
 
 
-def _run(cmd: list[str], verbose: bool) -> None:
+def tool_identity(tool: str) -> str:
+    """What names a compiler's output: its version line (``cc --version``, the
+    last line of ``nvcc --version``), remembered per binary (path, size, time)."""
+    path = shutil.which(tool) or tool
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BuildError(f"the compiler {tool!r} was not found") from exc
+    memo = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if memo not in _identities:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True)
+        lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+        if proc.returncode != 0 or not lines:
+            raise BuildError(f"`{tool} --version` failed: {proc.stderr.strip()}")
+        name = "nvcc" if "nvcc" in Path(path).name else Path(memo[0]).name
+        _identities[memo] = f"{name}: " + (lines[-1] if name == "nvcc" else lines[0])
+    return _identities[memo]
+
+
+def _host_cxx() -> str:
+    """The host compiler nvcc runs (its default: c++ on PATH)."""
+    return os.environ.get("NVCC_CCBIN") or shutil.which("c++") or "g++"
+
+
+# ---------------------------------------------------------------- GPU architectures
+
+def parse_arch_list(text: str) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST's syntax (lltm/_archs.py), errors as BuildError."""
+    try:
+        return _archs.parse_arch_list(text)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from exc
+
+
+def cuda_archs(nvcc: str | None) -> tuple[list[str], str]:
+    """The GPU architectures to compile for, like PyTorch's extensions:
+    TORCH_CUDA_ARCH_LIST, else the GPUs visible now, else the fat default.
+    Returns (archs, where they came from)."""
+    try:
+        env = os.environ.get(_archs.ENVIRONMENT)
+        if env:
+            return _archs.parse_arch_list(env), _archs.ENVIRONMENT
+        torch = _torch()
+        if torch is not None and torch.version.cuda is not None and torch.cuda.is_available():
+            caps = sorted({torch.cuda.get_device_capability(i)
+                           for i in range(torch.cuda.device_count())})
+            if caps:
+                return [f"{a}.{b}" for a, b in caps], _archs.VISIBLE_GPUS
+        if nvcc is None:
+            return [], "none (no nvcc)"
+        return _archs.fat_default(nvcc), _archs.DEFAULT
+    except ValueError as exc:
+        raise BuildError(str(exc)) from exc
+
+
+def _werror() -> bool:
+    return bool(os.environ.get("LLTM_WERROR"))
+
+
+def nvcc_flags(archs: list[str], werror: bool | None = None) -> list[str]:
+    """The one nvcc flag list: the build, `make cuda-compile-check` and
+    scripts/prebuild_cuda.py all use it (``build.py --print-nvcc-flags``)."""
+    werror = _werror() if werror is None else werror
+    return [*NVCC_FLAGS, *NVCC_WARNINGS, *(NVCC_WERROR if werror else []),
+            *_archs.gencode_flags(archs)]
+
+
+def c_flags(werror: bool | None = None) -> list[str]:
+    werror = _werror() if werror is None else werror
+    return [*C_FLAGS, *C_WARNINGS, *(C_WERROR if werror else [])]
+
+
+def _prefix_map() -> list[str]:
+    """Sources named relative to the checkout in the binary (__FILE__, debug
+    info): no build-machine path inside, the same bytes from any folder."""
+    return [f"-ffile-prefix-map={CSRC}=csrc"]
+
+
+# ---------------------------------------------------------------- content keys
+
+def _headers() -> list[Path]:
+    return sorted(p for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+_file_digests: dict[tuple, str] = {}
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if memo not in _file_digests:
+        _file_digests[memo] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _file_digests[memo]
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*(\S)([^">]*)', re.M)
+
+
+def _local_headers(src: Path) -> list[Path] | None:
+    """The headers of csrc/ that ``src`` includes with quotes, transitively
+    (every one written, whatever #if surrounds it: a superset). None when an
+    include is not a plain name (a macro): then every header counts."""
+    found, todo = set(), [src]
+    while todo:
+        path = todo.pop()
+        for match in _INCLUDE.finditer(path.read_text(errors="replace")):
+            quote, name = match.groups()
+            if quote == "<":
+                continue
+            if quote != '"':
+                return None
+            header = (path.parent / name).resolve()
+            if header.is_file() and CSRC.resolve() in header.parents and header not in found:
+                found.add(header)
+                todo.append(header)
+    return sorted(found)
+
+
+def _sources_digest(rels: list[str]) -> str:
+    """Names and bytes of the sources and of the headers of csrc/ they include."""
+    files = []
+    for rel in rels:
+        headers = _local_headers(CSRC / rel)
+        files += [CSRC / rel, *(_headers() if headers is None else headers)]
+    root = CSRC.resolve()
+    return _digest(*[(str(p.resolve().relative_to(root)), _file_digest(p)) for p in files])
+
+
+def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
+    """A hash of all that makes the object: the source and the headers it includes, the
+    compiler (nvcc: also its host compiler) with its version, the flags.
+    Warnings-as-errors is left out (it changes no code)."""
+    src = CSRC / rel
+    if src.suffix == ".cu":
+        tools = (tool_identity(nvcc), tool_identity(_host_cxx()))
+        flags = nvcc_flags(archs, werror=False)
+    else:
+        tools = (tool_identity(_cc()),)
+        flags = c_flags(werror=False) + (["-DLLTM_WITH_CUDA"] if kind == "cuda" else [])
+    return _digest("object", kind, tools, flags, _sources_digest([rel]))
+
+
+def portable_cuda_key(rel: str, nvcc: str, archs: list[str]) -> str:
+    """The key of scripts/prebuild_cuda.py's objects: nvcc's version, flags,
+    source and headers, but not the host compiler (the machine that compiled
+    them may have another gcc; using them is the user's explicit choice)."""
+    return _digest("prebuilt", tool_identity(nvcc), nvcc_flags(archs, werror=False),
+                   _sources_digest([rel]))
+
+
+# ---------------------------------------------------------------- compiling
+
+def _run(cmd: list[str], verbose: bool) -> str:
+    """Runs cmd; returns its output (the compiler's warnings)."""
     if verbose:
         print(" ".join(cmd), flush=True)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.stdout and (verbose or proc.returncode != 0):
-        print(proc.stdout, end="", file=sys.stderr)
+        print(proc.stdout, end="", file=sys.stderr, flush=True)
     if proc.returncode != 0:
         raise BuildError(f"command failed ({proc.returncode}): {' '.join(cmd)}")
-
-
-def _cc() -> str:
-    return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
+    return proc.stdout
 
 
 def _atomic_output(target: Path) -> Path:
     """A private temporary name beside ``target``: each output is written there
     and renamed into place, so concurrent builds (two test processes, say)
     never see or link a half-written file."""
-    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def _run_to(cmd_without_output: list[str], target: Path, verbose: bool) -> None:
+def _run_to(cmd_without_output: list[str], target: Path, verbose: bool) -> str:
     tmp = _atomic_output(target)
     try:
-        _run([*cmd_without_output, "-o", str(tmp)], verbose)
+        out = _run([*cmd_without_output, "-o", str(tmp)], verbose)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+    return out
 
 
-def _compile_c(src: Path, obj: Path, extra: list[str], verbose: bool) -> None:
-    flags = C_FLAGS + (["-Werror"] if os.environ.get("LLTM_WERROR") else []) + extra
-    _run_to([_cc(), *flags, "-c", str(src)], obj, verbose)
+def _warnings_record(obj: Path) -> Path:
+    return obj.with_name(obj.name + ".warnings")
 
 
-def _nvcc_flags() -> list[str]:
-    archs = os.environ.get("LLTM_CUDA_ARCHS", DEFAULT_CUDA_ARCHS).replace(",", ";").split(";")
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs if a]
-    return ["-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-            "--expt-relaxed-constexpr", *gencode]
+def _compile(job: dict, verbose: bool) -> None:
+    src, obj = job["src"], job["obj"]
+    if job.get("prebuilt") is not None:
+        tmp = _atomic_output(obj)
+        shutil.copyfile(job["prebuilt"], tmp)
+        os.replace(tmp, obj)
+        return
+    if src.suffix == ".cu":
+        cmd = [job["nvcc"], *nvcc_flags(job["archs"]), *[f"-Xcompiler={f}" for f in _prefix_map()]]
+    else:
+        cmd = [_cc(), *c_flags(), *_prefix_map(), *job["extra"]]
+    output = _run_to([*cmd, "-c", str(src)], obj, verbose)
+    record = _warnings_record(obj)
+    if "warning" in output:
+        record.write_text(output)
+    else:
+        record.unlink(missing_ok=True)
 
 
-def cuda_object_fingerprint(nvcc: str, src: Path) -> str:
-    """What a CUDA object depends on: nvcc's version, the flags, the source
-    and every header of csrc/ (names and bytes)."""
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256(version.strip().splitlines()[-1].encode() if version else b"")
-    digest.update(repr(_nvcc_flags()).encode())
-    headers = sorted(p for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
-    for path in [src, *headers]:
-        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def compile_object(src: Path, obj: Path, nvcc: str | None = None, archs: list[str] = (),
+                   extra: list[str] = (), verbose: bool = False) -> None:
+    """Compile one source (C or CUDA) with the build's flags."""
+    _compile({"src": src, "obj": obj, "nvcc": nvcc, "archs": list(archs),
+              "extra": list(extra)}, verbose)
 
 
-def _prebuilt_cuda_object(nvcc: str, src: Path) -> Path | None:
-    """An object of src compiled elsewhere (scripts/prebuild_cuda.py), from
-    $LLTM_PREBUILT_CUDA, when its recorded fingerprint matches this build's:
-    the GPU machine then links objects compiled beforehand on a machine
-    without a GPU instead of spending minutes of its time in nvcc."""
+def _jobs() -> int:
+    env = os.environ.get("MAX_JOBS") or os.environ.get("LLTM_BUILD_JOBS")
+    return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
+
+
+def _objects(sources: list[str], obj_dir: Path, kind: str, nvcc: str | None,
+             archs: list[str], verbose: bool) -> tuple[list[Path], list[str]]:
+    """The objects of ``sources``, compiled (in parallel, a compiler process
+    each) where no object of the same key exists. Returns (objects, keys)."""
+    objs, keys, todo = [], [], []
+    extra = ["-DLLTM_WITH_CUDA"] if kind == "cuda" else []
+    for rel in sources:
+        src = CSRC / rel
+        key = object_key(rel, kind, archs, nvcc)
+        obj = object_path(obj_dir, rel, kind, key)
+        objs.append(obj)
+        keys.append(key)
+        stale_warnings = _werror() and _warnings_record(obj).exists()
+        if obj.exists() and not stale_warnings:
+            continue
+        job = {"src": src, "obj": obj, "extra": extra, "nvcc": nvcc, "archs": archs}
+        if src.suffix == ".cu":
+            job["prebuilt"] = _prebuilt_cuda_object(nvcc, rel, archs)
+        todo.append(job)
+    if not todo:
+        return objs, keys
+    slow = [j for j in todo if j["src"].suffix == ".cu" and j.get("prebuilt") is None]
+    total = len(todo)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_jobs(), total)) as pool:
+        started = time.perf_counter()
+        futures = {}
+        for job in todo:
+            futures[pool.submit(_compile, job, verbose)] = job
+        if slow:
+            print(f"lltm: compiling {len(slow)} CUDA file(s) for {', '.join(archs)} "
+                  f"({min(_jobs(), total)} at a time; a minute or more each)",
+                  file=sys.stderr, flush=True)
+        done = 0
+        for future in concurrent.futures.as_completed(futures):
+            job = futures[future]
+            future.result()  # raises the first failure
+            done += 1
+            if job in slow or verbose:
+                print(f"lltm: [{done}/{total}] {job['src'].name} "
+                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    return objs, keys
+
+
+def object_path(obj_dir: Path, rel: str, kind: str, key: str) -> Path:
+    return obj_dir / f"{rel.replace('/', '_')}.{kind}.{key[:20]}.o"
+
+
+def _prebuilt_cuda_object(nvcc: str, rel: str, archs: list[str]) -> Path | None:
+    """An object of ``rel`` compiled elsewhere (scripts/prebuild_cuda.py) in
+    $LLTM_PREBUILT_CUDA, used when its portable key matches this build's: the
+    GPU machine then links objects compiled beforehand on a machine without a
+    GPU instead of spending minutes of its time in nvcc."""
     folder = os.environ.get("LLTM_PREBUILT_CUDA")
     if not folder:
         return None
-    obj = Path(folder) / (src.name + ".o")
-    record = obj.with_name(obj.name + ".sha256")
-    if obj.exists() and record.exists() and \
-            record.read_text().strip() == cuda_object_fingerprint(nvcc, src):
-        return obj
-    return None
+    obj = Path(folder) / prebuilt_name(rel, portable_cuda_key(rel, nvcc, archs))
+    return obj if obj.exists() else None
 
 
-def _compile_cu(nvcc: str, src: Path, obj: Path, verbose: bool) -> None:
-    prebuilt = _prebuilt_cuda_object(nvcc, src)
-    if prebuilt is not None:
-        if verbose:
-            print(f"lltm: {src.name}: the prebuilt object {prebuilt}", flush=True)
-        tmp = _atomic_output(obj)
-        shutil.copyfile(prebuilt, tmp)
-        os.replace(tmp, obj)
-        return
-    _run_to([nvcc, *_nvcc_flags(), "-c", str(src)], obj, verbose)
+def prebuilt_name(rel: str, key: str) -> str:
+    return f"{Path(rel).name}.{key[:20]}.o"
 
 
-def _objects(sources: list[str], obj_dir: Path, tag: str, nvcc: str | None,
-             extra_c: list[str], verbose: bool) -> tuple[list[Path], bool]:
-    objs, rebuilt = [], False
-    headers = _headers_mtime()
-    # Objects are named after the compiler and flags too, so changing either
-    # rebuilds them (mtimes alone would keep objects built with old flags).
-    recipe = repr((_cc(), nvcc, C_FLAGS, extra_c, os.environ.get("LLTM_WERROR"),
-                   os.environ.get("LLTM_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)))
-    tag = f"{tag}-{hashlib.sha1(recipe.encode()).hexdigest()[:10]}"
-    for rel in sources:
-        src = CSRC / rel
-        obj = obj_dir / (rel.replace("/", "_") + f".{tag}.o")
-        if _stale(obj, [src], headers):
-            if src.suffix == ".cu":
-                _compile_cu(nvcc, src, obj, verbose)
-            else:
-                _compile_c(src, obj, extra_c, verbose)
-            rebuilt = True
-        objs.append(obj)
-    return objs, rebuilt
+# ---------------------------------------------------------------- linking
+
+def make_torch_stubs(folder: Path, verbose: bool = False) -> Path:
+    """The stub libraries of lltm/_torch_stubs.py, compiled into ``folder``."""
+    for soname, c_file in _stubs.write_sources(CSRC / TORCH_ABI_HEADER, folder).items():
+        _run([_cc(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", str(c_file),
+              "-o", str(folder / soname)], verbose)
+    return folder
 
 
-def cuda_wanted(torch_module) -> bool:
-    """Build the CUDA library? LLTM_BUILD_CUDA=0/1 overrides the default, which
-    is: torch has CUDA and nvcc is found."""
+def _link_cpu(objs: list[Path], lib: Path, stubs: Path, verbose: bool) -> None:
+    _run_to([_cc(), "-shared", *map(str, objs), f"-L{stubs}", "-ltorch_cpu", "-lm"],
+            lib, verbose)
+
+
+def _link_cuda(nvcc: str, objs: list[Path], lib: Path, stubs: Path, verbose: bool) -> None:
+    # The CUDA runtime is linked statically (nvcc's libcudart_static): nothing
+    # to find at load time beside torch's own libraries, and kernels still run
+    # in the context torch made current (the runtime adopts the current driver
+    # context) on torch's streams. No device link (no relocatable device code):
+    # it would record its command line, with the stubs' folder, in the library.
+    _run_to([nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC",
+             *map(str, objs),
+             f"-L{stubs}", "-ltorch_cuda", "-ltorch_cpu", "-lm"], lib, verbose)
+
+
+LINK_RECIPE = ("cc -shared -L<stubs> -ltorch_cpu -lm", "nvcc -shared -nodlink -cudart static "
+               "-L<stubs> -ltorch_cuda -ltorch_cpu -lm")
+
+
+# ---------------------------------------------------------------- the build
+
+def _torch_has_cuda() -> bool | None:
+    """Has the torch this build is for CUDA? None: no torch found. In pip's
+    isolated build torch is hidden from this process: then the interpreter
+    itself is asked without the isolation (PYTHONPATH, PYTHONNOUSERSITE), which
+    finds the torch of the environment being installed into."""
+    torch = _torch()
+    if torch is not None:
+        return torch.version.cuda is not None
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.version.cuda)"],
+                              env=env, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return proc.stdout.strip().splitlines()[-1] != "None"
+
+
+def cuda_wanted() -> bool:
+    """Build the CUDA library? LLTM_BUILD_CUDA=0/1 overrides the default: nvcc
+    is found and the torch installed has CUDA (or no torch is found, as for a
+    wheel built for any torch)."""
     flag = os.environ.get("LLTM_BUILD_CUDA")
     if flag is not None:
         return flag not in ("0", "", "false", "no")
-    return torch_module.version.cuda is not None and find_nvcc() is not None
+    return find_nvcc() is not None and _torch_has_cuda() is not False
 
 
-def _link_record(lib: Path) -> Path:
-    return lib.with_name(lib.name + ".objects")
+class Plan:
+    """What a build would make: sources, keys, flags; computed without compiling."""
+
+    def __init__(self, cuda: bool | None = None, reuse_archs_of: Path | None = None):
+        if not CSRC.is_dir():
+            raise BuildError(f"the C sources are not at {CSRC}: build from a source checkout")
+        self.cuda = cuda_wanted() if cuda is None else cuda
+        self.nvcc = find_nvcc() if self.cuda else None
+        if self.cuda and self.nvcc is None:
+            raise BuildError("the CUDA library was asked for but nvcc was not found: "
+                             "set CUDA_HOME or put nvcc on PATH")
+        if self.cuda and reuse_archs_of is not None:
+            # Rebuilding a folder whose archs came from the GPUs visible then:
+            # the same archs, without asking torch.cuda again (which would
+            # initialise CUDA in every process that imports lltm).
+            info = read_build_info(reuse_archs_of) or {}
+            if (not os.environ.get(_archs.ENVIRONMENT) and info.get("cuda_archs")
+                    and info.get("cuda_archs_from") == _archs.VISIBLE_GPUS):
+                self.archs, self.arch_source = list(info["cuda_archs"]), _archs.VISIBLE_GPUS
+            else:
+                self.archs, self.arch_source = cuda_archs(self.nvcc)
+        elif self.cuda:
+            self.archs, self.arch_source = cuda_archs(self.nvcc)
+        else:
+            self.archs, self.arch_source = [], ""
+        self.libraries = {"cpu": (CPU_SOURCES, "cpu")}
+        if self.cuda:
+            self.libraries["cuda"] = (CUDA_SOURCES + CUDA_ONLY_SOURCES, "cuda")
+        self.object_keys = {
+            name: [object_key(rel, kind, self.archs, self.nvcc) for rel in sources]
+            for name, (sources, kind) in self.libraries.items()}
+        abi = _file_digest(CSRC / TORCH_ABI_HEADER)
+        self.key = _digest("libraries", self.object_keys, LINK_RECIPE, abi,
+                           tool_identity(_cc()))
+
+    def info(self) -> dict:
+        """The record written beside the libraries (no build-machine paths)."""
+        info = {
+            "build_key": self.key,
+            "libraries": {"cpu": CPU_LIBRARY, **({"cuda": CUDA_LIBRARY} if self.cuda else {})},
+            "torch": f">={TORCH_MIN_VERSION} (stable C ABI, any torch that imports first)",
+            "c_compiler": tool_identity(_cc()),
+            "c_flags": c_flags(werror=False),
+        }
+        if self.cuda:
+            info.update({"cuda_archs": self.archs, "cuda_archs_from": self.arch_source,
+                         "nvcc": tool_identity(self.nvcc),
+                         "nvcc_host_compiler": tool_identity(_host_cxx()),
+                         "nvcc_flags": nvcc_flags(self.archs, werror=False)})
+        return info
 
 
-def _needs_link(lib: Path, objs: list[Path], rebuilt: bool) -> bool:
-    """Relink when an object changed, or when the library was linked from
-    other objects (other flags) than the ones wanted now."""
-    record = _link_record(lib)
-    wanted = "\n".join(map(str, objs))
-    return (rebuilt or not lib.exists() or not record.exists()
-            or record.read_text() != wanted or _stale(lib, objs))
+def read_build_info(folder: str | os.PathLike) -> dict | None:
+    try:
+        return json.loads((Path(folder) / BUILD_INFO).read_text())
+    except (OSError, ValueError):
+        return None
 
 
-def _record_link(lib: Path, objs: list[Path]) -> None:
-    _link_record(lib).write_text("\n".join(map(str, objs)))
+def _library_paths(folder: Path, plan: Plan) -> dict[str, Path]:
+    return {"cpu": folder / CPU_LIBRARY, **({"cuda": folder / CUDA_LIBRARY} if plan.cuda else {})}
+
+
+def up_to_date(folder: str | os.PathLike, plan: Plan) -> bool:
+    folder = Path(folder)
+    info = read_build_info(folder)
+    return (info is not None and info.get("build_key") == plan.key
+            and all(p.exists() for p in _library_paths(folder, plan).values()))
 
 
 def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
-                    cuda: bool | None = None,
-                    obj_dir: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Build (incrementally) the native libraries into ``out_dir``, objects into
-    ``obj_dir`` (default: ``out_dir/obj``, or ``build/obj`` of the checkout when
-    building into the package folder).
+                    cuda: bool | None = None, obj_dir: str | os.PathLike | None = None,
+                    plan: Plan | None = None) -> dict[str, Path]:
+    """Build the native libraries into ``out_dir`` unless the ones there carry
+    the wanted build key; objects go to ``obj_dir`` (default: ``out_dir/obj``,
+    or ``build/obj`` of the checkout when building into the package folder).
 
     Returns {"cpu": path, "cuda": path (only when built)}."""
-    if not CSRC.is_dir():
-        raise BuildError(f"the C sources are not at {CSRC}: build from a source checkout")
-    _, torch_lib, torch = _torch_paths()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    plan = plan or Plan(cuda, reuse_archs_of=out)
+    paths = _library_paths(out, plan)
     if obj_dir is None:
-        in_package = out.resolve() == Path(__file__).resolve().parent
+        in_package = out.resolve() == PACKAGE_DIR
         obj_dir = REPO_ROOT / "build" / "obj" if in_package else out / "obj"
     obj_dir = Path(obj_dir)
-    obj_dir.mkdir(parents=True, exist_ok=True)
-    link_torch = [f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}", "-lm"]
-    built: dict[str, Path] = {}
-
+    if up_to_date(out, plan) and not (_werror() and _had_warnings(obj_dir, plan)):
+        if verbose:
+            print(f"lltm: native libraries up to date in {out}", flush=True)
+        return paths
     start = time.perf_counter()
-    objs, rebuilt = _objects(CPU_SOURCES, obj_dir, "cpu", None, [], verbose)
-    lib = out / CPU_LIBRARY
-    if _needs_link(lib, objs, rebuilt):
-        _run_to([_cc(), "-shared", *map(str, objs), *link_torch], lib, verbose)
-        _record_link(lib, objs)
-    built["cpu"] = lib
-
-    if cuda is None:
-        cuda = cuda_wanted(torch)
-    if cuda and CUDA_ONLY_SOURCES:
-        nvcc = find_nvcc()
-        if nvcc is None:
-            raise BuildError("LLTM_BUILD_CUDA asks for the CUDA library but nvcc was not "
-                             "found: set CUDA_HOME or put nvcc on PATH")
-        objs, rebuilt = _objects(CUDA_SOURCES + CUDA_ONLY_SOURCES, obj_dir, "cuda", nvcc,
-                                 ["-DLLTM_WITH_CUDA"], verbose)
-        lib = out / CUDA_LIBRARY
-        if _needs_link(lib, objs, rebuilt):
-            # The CUDA runtime is linked statically (nvcc's libcudart_static):
-            # nothing to find at load time beside torch's own libraries, and
-            # kernels still run in the context torch made current (the runtime
-            # adopts the current driver context) on torch's streams.
-            _run_to([nvcc, "-shared", "-cudart", "static", "-Xcompiler", "-fPIC",
-                     *map(str, objs), f"-L{torch_lib}", "-ltorch_cuda", "-ltorch_cpu",
-                     "-lc10", "-Xlinker", f"-rpath,{torch_lib}", "-lm"], lib, verbose)
-            _record_link(lib, objs)
-        built["cuda"] = lib
+    out.mkdir(parents=True, exist_ok=True)
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    (out / BUILD_INFO).unlink(missing_ok=True)  # no key while libraries change
+    with tempfile.TemporaryDirectory(prefix="lltm-torch-stubs-") as tmp:
+        stubs = make_torch_stubs(Path(tmp), verbose)
+        for name, (sources, kind) in plan.libraries.items():
+            objs, keys = _objects(sources, obj_dir, kind, plan.nvcc, plan.archs, verbose)
+            if keys != plan.object_keys[name]:
+                raise BuildError("the sources changed during the build: build again")
+            if name == "cpu":
+                _link_cpu(objs, paths[name], stubs, verbose)
+            else:
+                _link_cuda(plan.nvcc, objs, paths[name], stubs, verbose)
+    if not plan.cuda:
+        (out / CUDA_LIBRARY).unlink(missing_ok=True)  # not one of this build's
+    tmp_info = _atomic_output(out / BUILD_INFO)
+    tmp_info.write_text(json.dumps(plan.info(), indent=1) + "\n")
+    os.replace(tmp_info, out / BUILD_INFO)
     if verbose:
-        print(f"lltm: native libraries up to date in {out} "
+        print(f"lltm: native libraries built in {out} "
               f"({time.perf_counter() - start:.2f} s)", flush=True)
-    return built
+    return paths
+
+
+def _had_warnings(obj_dir: Path, plan: Plan) -> bool:
+    """With LLTM_WERROR, an up-to-date library whose objects had warnings is
+    rebuilt (which then fails on them)."""
+    return any(_warnings_record(object_path(obj_dir, rel, kind, key)).exists()
+               for name, (sources, kind) in plan.libraries.items()
+               for rel, key in zip(sources, plan.object_keys[name]))
 
 
 def default_cache_dir() -> Path:
-    """Where the just-in-time build goes: $LLTM_BUILD_DIR, else a per-torch
-    folder under ~/.cache/lltm."""
+    """The just-in-time cache: $LLTM_BUILD_DIR, else ~/.cache/lltm. Each build
+    key has its own folder in it; objects are shared in its obj/."""
     env = os.environ.get("LLTM_BUILD_DIR")
     if env:
         return Path(env)
-    _, _, torch = _torch_paths()
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "lltm" / f"torch-{torch.__version__}"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lltm"
+
+
+def cache_build(cache_dir: str | os.PathLike | None = None, verbose: bool = False,
+                cuda: bool | None = None) -> dict[str, Path]:
+    """Build into ``cache_dir/<build key>/`` (objects in ``cache_dir/obj``)."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    plan = Plan(cuda)
+    return build_libraries(cache / plan.key[:24], verbose=verbose, obj_dir=cache / "obj",
+                           plan=plan)
 
 
 def load(verbose: bool = False, build_dir: str | os.PathLike | None = None):
     """Just-in-time route, like torch.utils.cpp_extension.load: compile the
-    sources into a cache directory on first use (incrementally afterwards) and
-    load the result. Returns the package's native-library handle."""
+    sources into the cache on first use (reusing unchanged objects afterwards)
+    and load the result. Returns the package's native-library handle."""
     from . import _native
 
-    paths = build_libraries(build_dir or default_cache_dir(), verbose=verbose)
-    return _native.load_from(paths)
+    return _native.load_from(cache_build(build_dir, verbose=verbose))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build lltm's native libraries.")
     parser.add_argument("--out", default=None, help="output directory "
-                        "(default: the just-in-time cache, or lltm/ with --inplace)")
+                        "(default: a folder per build key in the just-in-time cache, "
+                        "or lltm/ with --inplace)")
     parser.add_argument("--inplace", action="store_true",
                         help="build into the package folder, where `import lltm` looks first")
     parser.add_argument("--cuda", choices=("auto", "yes", "no"), default="auto")
+    parser.add_argument("--print-nvcc-flags", action="store_true",
+                        help="print the nvcc flags of the CUDA objects (TORCH_CUDA_ARCH_LIST, "
+                        "else the visible GPUs, else the default archs; LLTM_WERROR) and exit")
+    parser.add_argument("--print-cuda-sources", action="store_true",
+                        help="print the .cu sources (relative to the checkout) and exit")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    out = args.out or (Path(__file__).parent if args.inplace else default_cache_dir())
+    if args.print_cuda_sources:
+        print(" ".join(f"csrc/{rel}" for rel in CUDA_ONLY_SOURCES if rel.endswith(".cu")))
+        return 0
+    if args.print_nvcc_flags:
+        archs, _ = cuda_archs(find_nvcc())
+        print(" ".join(nvcc_flags(archs)))
+        return 0
     cuda = None if args.cuda == "auto" else args.cuda == "yes"
     start = time.perf_counter()
-    paths = build_libraries(out, verbose=args.verbose, cuda=cuda)
+    if args.out or args.inplace:
+        paths = build_libraries(args.out or PACKAGE_DIR, verbose=args.verbose, cuda=cuda)
+    else:
+        paths = cache_build(verbose=args.verbose, cuda=cuda)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     print(f"built in {time.perf_counter() - start:.2f} s")

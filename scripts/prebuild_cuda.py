@@ -1,49 +1,56 @@
 """Compile the CUDA sources here (nvcc, no GPU needed) for the GPU machine,
 whose build then copies these objects instead of running nvcc (minutes of
-its time): lltm/build.py takes an object from $LLTM_PREBUILT_CUDA when the
-fingerprint recorded beside it (nvcc version, flags, source, every header)
-matches its own, and compiles otherwise.
+its time): lltm/build.py takes an object from $LLTM_PREBUILT_CUDA when its
+name carries the key of its own (nvcc version, flags and architectures,
+source, every header; not the host compiler), and compiles otherwise.
 
-    python3 scripts/prebuild_cuda.py [--out build/prebuilt-cuda]
+    python3 scripts/prebuild_cuda.py [--out build/prebuilt-cuda] [--archs 9.0]
     # then on the GPU machine (the folder carried there):
     LLTM_PREBUILT_CUDA=build/prebuilt-cuda python3 lltm/build.py --cuda yes
+
+The architectures must be the ones the GPU machine's build picks: its GPUs
+(an H100: 9.0) unless TORCH_CUDA_ARCH_LIST is set there.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from lltm import build  # noqa: E402
+# lltm/build.py by path: no torch, no native library needed here.
+_spec = importlib.util.spec_from_file_location(
+    "lltm_build", Path(__file__).resolve().parent.parent / "lltm" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(build.REPO_ROOT / "build" / "prebuilt-cuda"))
+    parser.add_argument("--archs", default=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
+                        help="TORCH_CUDA_ARCH_LIST syntax (default: $TORCH_CUDA_ARCH_LIST, "
+                        "else 9.0)")
     args = parser.parse_args()
     nvcc = build.find_nvcc()
     if nvcc is None:
         print("nvcc not found", file=sys.stderr)
         return 1
+    archs = build.parse_arch_list(args.archs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.pop("LLTM_PREBUILT_CUDA", None)  # compile, do not copy
     for rel in build.CUDA_ONLY_SOURCES:
-        src = build.CSRC / rel
-        if src.suffix != ".cu":
+        if not rel.endswith(".cu"):
             continue
-        obj = out / (src.name + ".o")
-        record = obj.with_name(obj.name + ".sha256")
-        fingerprint = build.cuda_object_fingerprint(nvcc, src)
-        if obj.exists() and record.exists() and record.read_text().strip() == fingerprint:
+        obj = out / build.prebuilt_name(rel, build.portable_cuda_key(rel, nvcc, archs))
+        if obj.exists():
             print(f"{obj}: up to date")
             continue
         start = time.perf_counter()
-        build._compile_cu(nvcc, src, obj, verbose=False)
-        record.write_text(fingerprint + "\n")
+        build.compile_object(build.CSRC / rel, obj, nvcc=nvcc, archs=archs)
         print(f"{obj}: compiled in {time.perf_counter() - start:.1f} s")
     return 0
 
