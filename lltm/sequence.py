@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import functional, reference
-from .modules import check_bool, check_int, refuse_torchscript
+from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
 
@@ -60,6 +60,8 @@ class LLTM(torch.nn.Module):
             (the state keeps the layout [num_layers, B, H]).
         dropout: dropout probability on each layer's output except the last,
             applied in training mode only.
+        proj_size: accepted for nn.LSTM's signature; only 0 (LLTM has no
+            projection).
         impl: ``"native"`` (default: one operator call per layer, the time
             loop in C or on the GPU), ``"native_cells"`` (a Python loop of
             native cells) or ``"reference"`` (a Python loop of the plain
@@ -71,7 +73,8 @@ class LLTM(torch.nn.Module):
     ``bias``, so a trained cell's parameters move in and out of any layer.
     Initialised uniform in +-1/sqrt(H), like the cell and nn.LSTM.
 
-    ``forward(input, state=None) -> (output, (h_n, c_n))``:
+    ``forward(input, hx=None) -> (output, (h_n, c_n))`` (``state=`` is accepted
+    as a keyword alias of ``hx``):
         input [T, B, I] ([B, T, I] with batch_first), or [T, I] unbatched;
         state (h0, c0), each [num_layers, B, H] ([num_layers, H] unbatched),
         zeros when omitted; output [T, B, H] ([B, T, H] with batch_first, [T, H]
@@ -81,13 +84,24 @@ class LLTM(torch.nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 device=None, dtype=None, impl: str = "native"):
+                 bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
+                 impl: str = "native"):
         super().__init__()
         check_int("LLTM", "input_size", input_size, 0)
         check_int("LLTM", "hidden_size", hidden_size, 1)
         check_int("LLTM", "num_layers", num_layers, 1)
         check_bool("LLTM", "bias", bias)
         check_bool("LLTM", "batch_first", batch_first)
+        check_bool("LLTM", "bidirectional", bidirectional)
+        check_int("LLTM", "proj_size", proj_size, 0)
+        if proj_size != 0:
+            raise ValueError(
+                f"LLTM: proj_size={proj_size} is not supported: LLTM has no projection "
+                "(nn.LSTM's h = W_hr h projects the output gate's product; the LLTM cell has no "
+                "such weight). Use proj_size=0, or a torch.nn.Linear on the output; see the "
+                "README's Use section")
+        if bidirectional:
+            raise NotImplementedError("LLTM: bidirectional=True is not implemented yet")
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
                 or not 0 <= dropout <= 1):
             raise ValueError(f"LLTM: dropout must be a number in [0, 1], got {dropout!r}")
@@ -103,6 +117,8 @@ class LLTM(torch.nn.Module):
         self.num_layers = num_layers
         self.bias = bias
         self.batch_first = batch_first
+        self.bidirectional = bidirectional
+        self.proj_size = 0
         self.dropout = float(dropout)
         self.impl = impl
         H = hidden_size
@@ -140,7 +156,8 @@ class LLTM(torch.nn.Module):
                              f"{'' if batched else ' (unbatched input)'}, got {got}")
         return s if batched else s.unsqueeze(1)
 
-    def forward(self, input: torch.Tensor, state=None):
+    def forward(self, input: torch.Tensor, hx=None, *, state=None):
+        state = resolve_state("LLTM", hx, state)
         if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
             got = list(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
             layout = "[B, T, I]" if self.batch_first else "[T, B, I]"
@@ -193,6 +210,8 @@ class LLTM(torch.nn.Module):
             s += ", batch_first=True"
         if self.dropout:
             s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
         if self.impl != "native":
             s += f", impl={self.impl!r}"
         return s
