@@ -95,29 +95,14 @@ def test_cell_unbatched_bad_input(call, error, pattern):
     {"num_layers": 2, "batch_first": True, "bidirectional": True}, {"proj_size": 0},
 ])
 def test_repr_like_lstm(kwargs):
-    if kwargs.get("bidirectional") and not _HAS_BIDIRECTIONAL:
-        pytest.skip("bidirectional not built")
     assert repr(lltm.LLTM(32, 128, **kwargs)).replace("LLTM", "LSTM") == repr(
         torch.nn.LSTM(32, 128, **kwargs))
 
 
 def test_repr_example():
-    if not _HAS_BIDIRECTIONAL:
-        pytest.skip("bidirectional not built")
     m = lltm.LLTM(32, 128, num_layers=2, batch_first=True, bidirectional=True)
     assert m.extra_repr() == "32, 128, num_layers=2, batch_first=True, bidirectional=True"
     assert "impl='reference'" in lltm.LLTM(3, 4, impl="reference").extra_repr()
-
-
-def _bidirectional_supported():
-    try:
-        lltm.LLTM(1, 1, bidirectional=True)
-    except NotImplementedError:
-        return False
-    return True
-
-
-_HAS_BIDIRECTIONAL = _bidirectional_supported()
 
 
 @pytest.mark.parametrize("proj_size,error,pattern", [
