@@ -199,6 +199,10 @@ class LLTM(torch.nn.Module):
     time axis is cut at each distinct length: one operator call per distinct
     length and direction (rows sorted by length, each call over the rows
     still running), instead of one.
+    The lengths are read on the host: a list of ints compiles
+    (torch.compile(fullgraph=True)) into one graph per set of lengths; a
+    lengths tensor or a PackedSequence's batch_sizes make torch.compile break
+    the graph there (fullgraph=True refuses them).
 
     On CUDA, the two directions of a layer run concurrently (the reverse one
     on a side stream) in eager mode; under torch.compile, CUDA graph
