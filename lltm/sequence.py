@@ -49,7 +49,6 @@ _LAYERS = {
 }
 
 
-
 # --- variable lengths: rows sorted by decreasing length ---------------------------------
 
 def _run_rows(run_layer, x, weights, bias, h0, c0, lens):

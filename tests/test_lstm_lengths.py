@@ -257,3 +257,15 @@ def test_compile_with_lengths_read_from_tensors(kind):
         got, want = (got[0], *got[1]), (want[0], *want[1])
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bidirectional_lengths_gradgradcheck():
+    T, B, I, H = 3, 2, 2, 2
+    m = make(I, H, True)
+    lengths = [1, 3]
+
+    def f(x, h0, c0):
+        out, (h_n, c_n) = m(x, (h0, c0), lengths=lengths)
+        return out, c_n
+    x = torch.randn(T, B, I, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(f, (x, *state(m, B, True)))
