@@ -33,6 +33,16 @@ def check_bool(owner: str, name: str, value) -> None:
         raise TypeError(f"{owner}: {name} must be a bool, got {type(value).__name__} {value!r}")
 
 
+def resolve_state(owner: str, hx, state):
+    """nn.LSTM's ``hx`` with this package's older keyword ``state`` as an alias."""
+    if state is not None:
+        if hx is not None:
+            raise TypeError(f"{owner}.forward: got both hx and state (state is an alias of hx); "
+                            "pass one")
+        return state
+    return hx
+
+
 def refuse_torchscript(owner: str):
     raise RuntimeError(
         f"{owner} does not support torch.jit.script (TorchScript is deprecated in torch); "
@@ -52,8 +62,10 @@ class LLTMCell(torch.nn.Module):
     Parameters: ``weights`` [3H, I+H] (gate rows i, o, z; columns state then
     input) and ``bias`` [3H], uniform in +-1/sqrt(H) like the tutorial.
 
-    ``forward(input [B, I], state=None) -> (new_h, new_cell)``, each [B, H];
-    ``state`` is ``(h, c)``, zeros when omitted.
+    ``forward(input [B, I], hx=None) -> (new_h, new_cell)``, each [B, H];
+    ``hx`` is ``(h, c)``, zeros when omitted, as in :class:`torch.nn.LSTMCell`
+    (``state=`` is accepted as a keyword alias). Unbatched like nn.LSTMCell:
+    input [I] with h, c [H] each returns two [H] tensors.
     """
 
     def __init__(self, input_features: int, state_size: int, impl: str = "native",
@@ -91,11 +103,15 @@ class LLTMCell(torch.nn.Module):
     def _check_input(self, input) -> None:
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"LLTMCell: input must be a Tensor, got {type(input).__name__}")
-        if input.dim() != 2 or input.shape[1] != self.input_features:
+        if input.dim() not in (1, 2) or input.shape[-1] != self.input_features:
             raise ValueError(f"LLTMCell: input must have shape [B, {self.input_features}] "
+                             f"or unbatched [{self.input_features}] "
                              f"(input_features={self.input_features}), got {list(input.shape)}")
 
-    def forward(self, input: torch.Tensor, state=None):
+    def forward(self, input: torch.Tensor, hx=None, *, state=None):
+        state = resolve_state("LLTMCell", hx, state)
+        if isinstance(input, torch.Tensor) and input.dim() == 1:
+            return self._forward_unbatched(input, state)
         # input is checked when a call fails (nothing on the way that works),
         # before the op's own message, so that a wrong feature count blames
         # input rather than weights.
@@ -115,6 +131,22 @@ class LLTMCell(torch.nn.Module):
         except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
             self._check_input(input)
             raise
+
+    def _forward_unbatched(self, input, state):
+        """input [I], state ([H], [H]) or None: one row, as nn.LSTMCell."""
+        self._check_input(input)
+        if state is not None:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
+                                f"{type(state).__name__}")
+            for name, s in zip(("h", "c"), state):
+                if not isinstance(s, torch.Tensor) or s.dim() != 1:
+                    got = list(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
+                    raise ValueError(f"LLTMCell: for unbatched input [{self.input_features}] "
+                                     f"{name} must be 1-D [{self.state_size}], got {got}")
+            state = (state[0].unsqueeze(0), state[1].unsqueeze(0))
+        h, c = self.forward(input.unsqueeze(0), state)
+        return h.squeeze(0), c.squeeze(0)
 
     def extra_repr(self) -> str:
         return f"{self.input_features}, {self.state_size}, impl={self.impl!r}"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import warnings
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import functional, reference
-from .modules import check_bool, check_int, refuse_torchscript
+from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
 
@@ -47,6 +49,104 @@ _LAYERS = {
 }
 
 
+# --- variable lengths: rows sorted by decreasing length ---------------------------------
+
+def _run_rows(run_layer, x, weights, bias, h0, c0, lens):
+    """One direction of one layer over x [T, B, I] whose rows are sorted by
+    decreasing length ``lens`` (None: every row runs all T steps).
+
+    The kernels run every row of a call for the call's whole span, so the
+    time axis is cut at each distinct length: one call per distinct length,
+    over the rows still running (a prefix of the batch), each call starting
+    from the state the previous one ended in. Output rows are zero beyond
+    their length; (h_n, c_n) are each row's state after its last step."""
+    if lens is None:
+        return run_layer(x, weights, bias, h0, c0)
+    T, B = x.shape[0], x.shape[1]
+    outputs, h_done, c_done = [], [], []
+    h, c = h0, c0
+    start, n = 0, B
+    for end in sorted(set(lens)):
+        out, (h, c) = run_layer(x[start:end, :n], weights, bias, h, c)
+        outputs.append(out if n == B else F.pad(out, (0, 0, 0, B - n)))
+        still = sum(1 for length in lens if length > end)  # a prefix: lens decreases
+        h_done.append(h[still:])
+        c_done.append(c[still:])
+        h, c = h[:still], c[:still]
+        start, n = end, still
+    if start < T:
+        outputs.append(outputs[0].new_zeros(T - start, B, outputs[0].shape[2]))
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    if len(h_done) == 1:
+        return output, (h_done[0], c_done[0])
+    return output, (torch.cat(h_done[::-1]), torch.cat(c_done[::-1]))
+
+
+def _reverse_index(lens, T: int, device) -> torch.Tensor:
+    """[T, B] time index reversing each row's first lens[b] steps (the
+    later, padded steps stay where they are). Its own inverse."""
+    t = torch.arange(T, device=device).unsqueeze(1)
+    length = torch.tensor(lens, device=device).unsqueeze(0)
+    return torch.where(t < length, length - 1 - t, t)
+
+
+def _reverse_time(x: torch.Tensor, index) -> torch.Tensor:
+    if index is None:
+        return x.flip(0)
+    return x.gather(0, index.unsqueeze(-1).expand(x.shape))
+
+
+def _check_lengths(lengths, T: int, B: int) -> list[int]:
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
+                torch.bool, torch.complex64, torch.complex128):
+            raise ValueError(f"LLTM: lengths must be a 1-D integer tensor or a list of ints, got "
+                             f"a {lengths.dtype} tensor of shape {list(lengths.shape)}")
+        lens = lengths.tolist()
+    elif isinstance(lengths, (list, tuple)):
+        lens = []
+        for v in lengths:
+            try:
+                if isinstance(v, bool):
+                    raise TypeError
+                lens.append(operator.index(v))
+            except TypeError:
+                raise TypeError(f"LLTM: lengths must hold ints, got {type(v).__name__} "
+                                f"{v!r}") from None
+    else:
+        raise TypeError("LLTM: lengths must be a 1-D integer tensor or a list of ints, got "
+                        f"{type(lengths).__name__}")
+    if len(lens) != B:
+        raise ValueError(f"LLTM: lengths has {len(lens)} entries, expected one per batch row "
+                         f"(B = {B})")
+    for b, length in enumerate(lens):
+        if not 1 <= length <= T:
+            raise ValueError(f"LLTM: lengths[{b}] = {length}; every length must be in "
+                             f"[1, T] with T = {T} steps in input")
+    return lens
+
+
+# --- the two directions, concurrently on CUDA ----------------------------------------
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(index)
+    if stream is None:
+        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return stream
+
+
+def _concurrent(x: torch.Tensor) -> bool:
+    """Run the reverse direction on a side stream: eager CUDA only (not while
+    compiling, capturing a CUDA graph or under torch.func transforms)."""
+    return (x.is_cuda and not torch.compiler.is_compiling()
+            and not torch.cuda.is_current_stream_capturing()
+            and not torch._C._are_functorch_transforms_active())
+
+
 class LLTM(torch.nn.Module):
     """A multi-layer LLTM run over whole sequences, with the interface of
     :class:`torch.nn.LSTM`.
@@ -57,37 +157,75 @@ class LLTM(torch.nn.Module):
         num_layers: stacked layers; layer k > 0 reads layer k-1's output.
         bias: if False, the layers have no bias.
         batch_first: input and output are [B, T, .] instead of [T, B, .]
-            (the state keeps the layout [num_layers, B, H]).
+            (the state keeps the layout [D*num_layers, B, H]).
         dropout: dropout probability on each layer's output except the last,
             applied in training mode only.
+        bidirectional: if True, every layer also runs over the reversed
+            sequence (D = 2 directions, else D = 1), as in nn.LSTM.
+        proj_size: accepted for nn.LSTM's signature; only 0 (LLTM has no
+            projection).
         impl: ``"native"`` (default: one operator call per layer, the time
             loop in C or on the GPU), ``"native_cells"`` (a Python loop of
             native cells) or ``"reference"`` (a Python loop of the plain
             PyTorch reference cell), for comparisons.
 
     Parameters of layer k: ``weights_l{k}`` [3H, I_k+H] (gate rows i, o, z;
-    columns state then input; I_0 = input_size, I_k = H after) and
+    columns state then input; I_0 = input_size, I_k = D*H after) and
     ``bias_l{k}`` [3H], laid out like :class:`lltm.LLTMCell`'s ``weights`` and
-    ``bias``, so a trained cell's parameters move in and out of any layer.
-    Initialised uniform in +-1/sqrt(H), like the cell and nn.LSTM.
+    ``bias``, so a trained cell's parameters move in and out of any layer;
+    with bidirectional=True also ``weights_l{k}_reverse`` and
+    ``bias_l{k}_reverse`` for the reverse direction. Initialised uniform in
+    +-1/sqrt(H), like the cell and nn.LSTM.
 
-    ``forward(input, state=None) -> (output, (h_n, c_n))``:
-        input [T, B, I] ([B, T, I] with batch_first), or [T, I] unbatched;
-        state (h0, c0), each [num_layers, B, H] ([num_layers, H] unbatched),
-        zeros when omitted; output [T, B, H] ([B, T, H] with batch_first, [T, H]
-        unbatched), the last layer's h at every step; h_n, c_n
-        [num_layers, B, H], every layer's final state.
+    ``forward(input, hx=None, *, lengths=None) -> (output, (h_n, c_n))``
+    (``state=`` is accepted as a keyword alias of ``hx``):
+        input [T, B, I] ([B, T, I] with batch_first), [T, I] unbatched, or a
+        :class:`~torch.nn.utils.rnn.PackedSequence`; hx (h0, c0), each
+        [D*num_layers, B, H] ([D*num_layers, H] unbatched), zeros when
+        omitted; output [T, B, D*H] ([B, T, D*H] with batch_first, [T, D*H]
+        unbatched, a PackedSequence laid out like the input's for one), the
+        last layer's h at every step, forward direction then reverse; h_n,
+        c_n [D*num_layers, B, H], every layer's final state ordered like
+        nn.LSTM's (layer 0 forward, layer 0 reverse, layer 1 forward, ...).
+
+    Variable lengths: a PackedSequence (sorted, or packed with
+    enforce_sorted=False: h0 and h_n are in the original batch order, as in
+    nn.LSTM), or padded input with ``lengths`` (B ints, 1 <= length <= T, in
+    any order). Row b then runs its first lengths[b] steps: output is zero
+    beyond them, h_n and c_n are the state after the last of them, and the
+    reverse direction starts at that last step. Cost: the kernels run whole
+    batches for a call's whole span and do not stop rows one by one, so the
+    time axis is cut at each distinct length: one operator call per distinct
+    length and direction (rows sorted by length, each call over the rows
+    still running), instead of one.
+    The lengths are read on the host: a list of ints compiles
+    (torch.compile(fullgraph=True)) into one graph per set of lengths; a
+    lengths tensor or a PackedSequence's batch_sizes make torch.compile break
+    the graph there (fullgraph=True refuses them).
+
+    On CUDA, the two directions of a layer run concurrently (the reverse one
+    on a side stream) in eager mode; under torch.compile, CUDA graph
+    capture or torch.func transforms they run one after the other.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 device=None, dtype=None, impl: str = "native"):
+                 bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
+                 impl: str = "native"):
         super().__init__()
         check_int("LLTM", "input_size", input_size, 0)
         check_int("LLTM", "hidden_size", hidden_size, 1)
         check_int("LLTM", "num_layers", num_layers, 1)
         check_bool("LLTM", "bias", bias)
         check_bool("LLTM", "batch_first", batch_first)
+        check_bool("LLTM", "bidirectional", bidirectional)
+        check_int("LLTM", "proj_size", proj_size, 0)
+        if proj_size != 0:
+            raise ValueError(
+                f"LLTM: proj_size={proj_size} is not supported: LLTM has no projection "
+                "(nn.LSTM's h = W_hr h projects the output gate's product; the LLTM cell has no "
+                "such weight). Use proj_size=0, or a torch.nn.Linear on the output; see the "
+                "README's Use section")
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
                 or not 0 <= dropout <= 1):
             raise ValueError(f"LLTM: dropout must be a number in [0, 1], got {dropout!r}")
@@ -104,17 +242,25 @@ class LLTM(torch.nn.Module):
         self.bias = bias
         self.batch_first = batch_first
         self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        self.proj_size = 0
         self.impl = impl
         H = hidden_size
+        D = 2 if bidirectional else 1
         for k in range(num_layers):
-            layer_input = input_size if k == 0 else H
-            self.register_parameter(
-                f"weights_l{k}",
-                torch.nn.Parameter(torch.empty(3 * H, layer_input + H, **factory)))
-            if bias:
+            layer_input = input_size if k == 0 else D * H
+            for suffix in ("", "_reverse")[:D]:
                 self.register_parameter(
-                    f"bias_l{k}", torch.nn.Parameter(torch.empty(3 * H, **factory)))
+                    f"weights_l{k}{suffix}",
+                    torch.nn.Parameter(torch.empty(3 * H, layer_input + H, **factory)))
+                if bias:
+                    self.register_parameter(
+                        f"bias_l{k}{suffix}", torch.nn.Parameter(torch.empty(3 * H, **factory)))
         self.reset_parameters()
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
 
     def reset_parameters(self) -> None:
         stdv = 1.0 / math.sqrt(self.hidden_size)
@@ -122,29 +268,55 @@ class LLTM(torch.nn.Module):
             for p in self.parameters():
                 p.uniform_(-stdv, stdv)
 
-    def layer_parameters(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(weights [3H, I_k+H], bias [3H] or None) of layer k."""
+    def layer_parameters(self, k: int, reverse: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weights [3H, I_k+H], bias [3H] or None) of layer k (its reverse
+        direction's with reverse=True)."""
         if not 0 <= k < self.num_layers:
             raise IndexError(f"layer {k} out of range for {self.num_layers} layers")
-        return getattr(self, f"weights_l{k}"), getattr(self, f"bias_l{k}", None)
+        if reverse and not self.bidirectional:
+            raise IndexError("reverse=True: this LLTM is not bidirectional")
+        suffix = "_reverse" if reverse else ""
+        return getattr(self, f"weights_l{k}{suffix}"), getattr(self, f"bias_l{k}{suffix}", None)
 
     def __prepare_scriptable__(self):
         refuse_torchscript("lltm.LLTM")
 
     def _check_state(self, name: str, s: torch.Tensor, B: int, batched: bool) -> torch.Tensor:
-        want = (self.num_layers, B, self.hidden_size) if batched else (
-            self.num_layers, self.hidden_size)
+        L = self.num_directions * self.num_layers
+        want = (L, B, self.hidden_size) if batched else (L, self.hidden_size)
         if not isinstance(s, torch.Tensor) or tuple(s.shape) != want:
             got = list(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
             raise ValueError(f"LLTM: {name} must have shape {list(want)}"
                              f"{'' if batched else ' (unbatched input)'}, got {got}")
         return s if batched else s.unsqueeze(1)
 
-    def forward(self, input: torch.Tensor, state=None):
+    def _initial_state(self, state, x: torch.Tensor, B: int, batched: bool):
+        if state is None:
+            zeros = x.new_zeros(self.num_directions * self.num_layers, B, self.hidden_size)
+            return zeros, zeros
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise ValueError("LLTM: state must be a tuple (h0, c0)")
+        return (self._check_state("h0", state[0], B, batched),
+                self._check_state("c0", state[1], B, batched))
+
+    def _check_features(self, I: int) -> None:
+        if I != self.input_size:
+            raise ValueError(f"LLTM: input has {I} features in its last dimension, expected "
+                             f"input_size={self.input_size}")
+
+    def forward(self, input: torch.Tensor, hx=None, *, state=None, lengths=None):
+        state = resolve_state("LLTM", hx, state)
+        if isinstance(input, PackedSequence):
+            if lengths is not None:
+                raise ValueError("LLTM: lengths is for padded input; a PackedSequence carries "
+                                 "its own lengths")
+            return self._forward_packed(input, state)
         if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
             got = list(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
             layout = "[B, T, I]" if self.batch_first else "[T, B, I]"
-            raise ValueError(f"LLTM: input must be {layout} or unbatched [T, I], got {got}")
+            raise ValueError(f"LLTM: input must be {layout} or unbatched [T, I], got {got} "
+                             "(a PackedSequence is accepted too)")
         batched = input.dim() == 3
         if not batched:
             x = input.unsqueeze(1)
@@ -153,35 +325,110 @@ class LLTM(torch.nn.Module):
         else:
             x = input
         T, B, I = x.shape
-        if I != self.input_size:
-            raise ValueError(f"LLTM: input has {I} features in its last dimension, expected "
-                             f"input_size={self.input_size}")
-        if state is None:
-            h0 = c0 = x.new_zeros(self.num_layers, B, self.hidden_size)
+        self._check_features(I)
+        h0, c0 = self._initial_state(state, x, B, batched)
+        if lengths is None:
+            x, (h_n, c_n) = self._run(x, h0, c0, None)
         else:
-            if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise ValueError("LLTM: state must be a tuple (h0, c0)")
-            h0 = self._check_state("h0", state[0], B, batched)
-            c0 = self._check_state("c0", state[1], B, batched)
-
-        run_layer = _LAYERS[self.impl]
-        h_n, c_n = [], []
-        for k in range(self.num_layers):
-            weights, bias = self.layer_parameters(k)
-            x, (h, c) = run_layer(x, weights, bias, h0[k], c0[k])
-            h_n.append(h)
-            c_n.append(c)
-            if self.dropout > 0 and self.training and k < self.num_layers - 1:
-                x = F.dropout(x, p=self.dropout, training=True)
-        if self.num_layers == 1:  # views: no copy kernel, no host time for one
-            h_n, c_n = h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)
-        else:
-            h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+            if not batched:
+                raise ValueError("LLTM: lengths needs batched input [T, B, I] ([B, T, I] with "
+                                 "batch_first); unbatched input has one length, T")
+            x, (h_n, c_n) = self._run_lengths(x, h0, c0, _check_lengths(lengths, T, B))
         if not batched:
             return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
         if self.batch_first:
             x = x.transpose(0, 1)
         return x, (h_n, c_n)
+
+    def _run_lengths(self, x, h0, c0, lens):
+        """_run on rows of the given lengths, in any order."""
+        T, B = x.shape[0], x.shape[1]
+        if B == 0 or all(length == T for length in lens):
+            return self._run(x, h0, c0, None)
+        order = sorted(range(B), key=lambda b: -lens[b])  # stable
+        if order == list(range(B)):
+            return self._run(x, h0, c0, lens)
+        perm = torch.tensor(order, device=x.device)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(B, device=x.device)
+        out, (h_n, c_n) = self._run(x.index_select(1, perm), h0.index_select(1, perm),
+                                    c0.index_select(1, perm), [lens[b] for b in order])
+        return out.index_select(1, inverse), (h_n.index_select(1, inverse),
+                                              c_n.index_select(1, inverse))
+
+    def _forward_packed(self, packed: PackedSequence, state):
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        if data.dim() != 2:
+            raise ValueError(f"LLTM: a PackedSequence's data must be [N, I], got "
+                             f"{list(data.shape)}")
+        self._check_features(data.shape[1])
+        sizes = batch_sizes.tolist()
+        T, B = len(sizes), sizes[0]
+        lens = [sum(1 for n in sizes if n > b) for b in range(B)]  # decreasing
+        x, _ = pad_packed_sequence(PackedSequence(data, batch_sizes))  # [T, B, I], packed order
+        h0, c0 = self._initial_state(state, x, B, True)
+        if sorted_indices is not None:  # nn.LSTM: hx comes in the original batch order
+            h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
+        out, (h_n, c_n) = self._run(x, h0, c0, None if lens[-1] == T else lens)
+        out_data = pack_padded_sequence(out, batch_sizes.new_tensor(lens)).data
+        if unsorted_indices is not None:
+            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
+        return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
+                (h_n, c_n))
+
+    def _run(self, x, h0, c0, lens):
+        """All layers over x [T, B, I]; rows sorted by decreasing ``lens``
+        (or None: all of length T). Returns (output [T, B, D*H], (h_n, c_n))."""
+        run_layer = _LAYERS[self.impl]
+        D = self.num_directions
+        reverse_index = None
+        if D == 2 and lens is not None:
+            reverse_index = _reverse_index(lens, x.shape[0], x.device)
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            results = self._layer(run_layer, k, x, h0, c0, lens, reverse_index)
+            for _out, h, c in results:
+                h_n.append(h)
+                c_n.append(c)
+            x = results[0][0] if D == 1 else torch.cat([results[0][0], results[1][0]], dim=2)
+            if self.dropout > 0 and self.training and k < self.num_layers - 1:
+                x = F.dropout(x, p=self.dropout, training=True)
+        if len(h_n) == 1:  # views: no copy kernel, no host time for one
+            return x, (h_n[0].unsqueeze(0), c_n[0].unsqueeze(0))
+        return x, (torch.stack(h_n), torch.stack(c_n))
+
+    def _direction(self, run_layer, k, reverse, x, h0, c0, lens, reverse_index):
+        weights, bias = self.layer_parameters(k, reverse)
+        if reverse:
+            x = _reverse_time(x, reverse_index)
+        out, (h, c) = _run_rows(run_layer, x, weights, bias, h0, c0, lens)
+        if reverse:
+            out = _reverse_time(out, reverse_index)
+        return out, h, c
+
+    def _layer(self, run_layer, k, x, h0, c0, lens, reverse_index):
+        """[(output, h, c)] of layer k, one entry per direction."""
+        i = self.num_directions * k
+        forward = (run_layer, k, False, x, h0[i], c0[i], lens, reverse_index)
+        if not self.bidirectional:
+            return [self._direction(*forward)]
+        backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lens, reverse_index)
+        if not _concurrent(x):
+            return [self._direction(*forward), self._direction(*backward)]
+        # The reverse direction on a side stream, after the work queued so far
+        # on the current one (which produced x, h0, c0); the current stream
+        # waits for it before anything reads its results, and the caching
+        # allocator is told they are used there.
+        current = torch.cuda.current_stream(x.device)
+        side = _side_stream(x.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            rev = self._direction(*backward)
+        fwd = self._direction(*forward)
+        current.wait_stream(side)
+        for t in rev:
+            t.record_stream(current)
+        return [fwd, rev]
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -193,6 +440,8 @@ class LLTM(torch.nn.Module):
             s += ", batch_first=True"
         if self.dropout:
             s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
         if self.impl != "native":
             s += f", impl={self.impl!r}"
         return s

@@ -131,8 +131,8 @@ def test_functional_non_tensor_arguments_name_the_argument(k, bad):
 
 def test_cell_module_wrong_feature_count_blames_input():
     cell = lltm.LLTMCell(I, H)
-    with pytest.raises(ValueError, match=r"LLTMCell: input must have shape \[B, 4\] "
-                                         r"\(input_features=4\), got \[3, 5\]"):
+    with pytest.raises(ValueError, match=r"LLTMCell: input must have shape \[B, 4\] or unbatched "
+                                         r"\[4\] \(input_features=4\), got \[3, 5\]"):
         cell(torch.randn(B, I + 1))
     with pytest.raises(TypeError, match="LLTMCell: input must be a Tensor, got NoneType"):
         cell(None)

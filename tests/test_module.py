@@ -59,7 +59,7 @@ def test_bad_module_arguments():
     with pytest.raises(ValueError, match="state_size"):
         lltm.LLTMCell(3, 0)
     with pytest.raises(ValueError, match=r"\[B, 3\]"):
-        lltm.LLTMCell(3, 4)(torch.randn(3))
+        lltm.LLTMCell(3, 4)(torch.randn(4))
 
 
 def test_device_and_dtype_arguments():
