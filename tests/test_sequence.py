@@ -50,8 +50,10 @@ def compare(args, dtype, through=(0, 1, 2), tol=None):
     """Outputs and gradients of every argument, native in `dtype` against the
     reference in float64, with random upstream gradients arriving through the
     outputs listed in `through` (0 output, 1 h_n, 2 c_n)."""
+    # Both see the same inputs, rounded to `dtype`: the check bounds the
+    # arithmetic's error, not the inputs' rounding.
     nat = [a.detach().clone().to(dtype).requires_grad_() for a in args]
-    ref = [a.detach().clone().double().requires_grad_() for a in args]
+    ref = [a.detach().to(dtype).double().requires_grad_() for a in args]
     out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
     for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
         assert n.dtype == dtype and n.shape == r.shape, name
@@ -79,11 +81,35 @@ def test_gradients_through_output_h_n_c_n_separately(through):
     compare(seq_inputs(6, 3, 4, 5), torch.float64, through=through)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_long_sequence_T1000(dtype):
-    # float32: 1000 steps of rounding in the state and in the gradient sums
-    tol = dict(rtol=1e-3, atol=1e-4) if dtype == torch.float32 else None
-    compare(seq_inputs(1000, 2, 3, 5), dtype, tol=tol)
+def test_long_sequence_T1000_float64():
+    compare(seq_inputs(1000, 2, 3, 5), torch.float64)
+
+
+def test_long_sequence_T1000_float32_as_accurate_as_the_reference():
+    """1000 steps of float32 rounding in the state and the gradient sums: how
+    far that drifts depends on the random weights' conditioning, so the bar is
+    the reference loop's own float32 error on the same inputs (4x it, plus
+    float32's tolerance), not a fixed tolerance."""
+    args = [a.float().double() for a in seq_inputs(1000, 2, 3, 5)]
+    ups = None
+    results = {}
+    for name, fn, dtype in (("exact", reference_sequence, torch.float64),
+                            ("reference32", reference_sequence, torch.float32),
+                            ("native32", native_sequence, torch.float32)):
+        inputs = [a.detach().to(dtype).clone().requires_grad_() for a in args]
+        outs = fn(*inputs)
+        if ups is None:
+            ups = [torch.randn_like(o) for o in outs]
+        torch.autograd.backward(list(outs), [u.to(dtype) for u in ups])
+        results[name] = [o.detach().double() for o in outs] + [a.grad.double() for a in inputs]
+    names = ["output", "h_n", "c_n", "grad input", "grad weights", "grad bias", "grad h0",
+             "grad c0"]
+    for k, name in enumerate(names):
+        exact = results["exact"][k]
+        scale = max(1.0, exact.abs().max().item())
+        ref_err = (results["reference32"][k] - exact).abs().max().item()
+        err = (results["native32"][k] - exact).abs().max().item()
+        assert err <= 4 * ref_err + 1e-5 * scale, (name, err, ref_err)
 
 
 @pytest.mark.parametrize("T,B,I,H", [(3, 2, 3, 4), (1, 1, 2, 3), (4, 3, 2, 2), (2, 2, 0, 3)])
