@@ -39,14 +39,17 @@ bench: setup
 
 test: test-c abi-check cuda-compile-check test-python
 
-# The C core against a naive C reference, under AddressSanitizer + UBSan.
+# The C core against a naive C reference, under AddressSanitizer + UBSan:
+# the cell kernels and conversions (test_core), the sequence (test_sequence).
+TEST_C_FLAGS := -std=c11 -g -O2 -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror \
+    -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 test-c:
 	mkdir -p build
-	$(CC) -std=c11 -g -O2 -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror \
-	    -fsanitize=address,undefined \
-	    -fno-omit-frame-pointer -fno-sanitize-recover=all \
-	    tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
+	$(CC) $(TEST_C_FLAGS) tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
+	$(CC) $(TEST_C_FLAGS) tests/c/test_sequence.c csrc/core/lltm_sequence_cpu.c \
+	    csrc/core/lltm_cpu.c -lm -o build/test_sequence
 	./build/test_core
+	./build/test_sequence
 
 # Our C declarations of the stable ABI against the installed torch's headers.
 abi-check: setup

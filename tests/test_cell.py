@@ -11,6 +11,9 @@ SHAPES = [  # (B, I, H): batch 1, odd sizes, I > H and I < H
     (2, 0, 4),
 ]
 DTYPES = [torch.float32, torch.float64]
+# float16 / bfloat16: computed in float32, stored in their own type; matrix
+# products through aten::mm in that type
+HALF_DTYPES = [torch.float16, torch.bfloat16]
 
 
 def run_both(fn_native, fn_ref, args, grads_seed=None):
@@ -26,7 +29,7 @@ def run_both(fn_native, fn_ref, args, grads_seed=None):
     return (out_n, [a.grad for a in nat_args]), (out_r, [a.grad for a in ref_args])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
 @pytest.mark.parametrize("B,I,H", SHAPES)
 def test_forward_backward_match_reference(B, I, H, dtype):
     args = cell_inputs(B, I, H, dtype)
@@ -63,7 +66,7 @@ def test_gradcheck_tutorial_bias_shape():
 
 
 @pytest.mark.parametrize("B,I,H", [(3, 5, 7), (1, 1, 1)])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
 def test_opcheck(B, I, H, dtype):
     args = [a.requires_grad_() for a in cell_inputs(B, I, H, dtype)]
     torch.library.opcheck(torch.ops.lltm.cell_forward.default, args)
@@ -206,3 +209,54 @@ def test_inputs_with_storage_offset():
     for n, r in zip(list(out_off) + [a.grad for a in args_off],
                     list(out_ref) + [a.grad for a in args_ref]):
         torch.testing.assert_close(n, r, **tolerances(torch.float64))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_types_round_once_from_float32(dtype):
+    """The pointwise math runs in float32: with the matrix product's result
+    fixed, every output is the float32 computation rounded once to the dtype
+    (nearest even), up to the float32 math's own few-ulp error."""
+    B, I, H = 7, 9, 33
+    x, W, b, h, c = cell_inputs(B, I, H, dtype)
+    new_h, new_cell, gates = torch.ops.lltm.cell_forward(x, W, b, h, c)
+    pre = torch.mm(torch.cat([h, x], 1), W.t()).float() + b.float()  # mm in the dtype, as the op
+    g = pre.chunk(3, 1)
+    act = torch.cat([g[0].sigmoid(), g[1].sigmoid(), torch.nn.functional.elu(g[2])], 1)
+    i, o, z = act.chunk(3, 1)
+    c_new = c.float() + i * z
+    h_new = torch.tanh(c_new) * o
+    # one rounding step of the dtype, at most (float32 ulps may tip a tie)
+    eps = torch.finfo(dtype).eps
+    for name, got, want in (("gates", gates, act), ("new_cell", new_cell, c_new),
+                            ("new_h", new_h, h_new)):
+        assert got.dtype == dtype
+        err = (got.float() - want).abs()
+        bound = eps * want.abs() + 1e-6 + torch.finfo(dtype).tiny
+        assert (err <= bound).all(), f"{name}: {(err / bound).max().item():.3g}"
+    # backward: the bias gradient is the float32 batch sum of the gate
+    # gradients, rounded once (not a sum of rounded terms in the dtype)
+    g_h, g_c = torch.randn(B, H).to(dtype), torch.randn(B, H).to(dtype)
+    grads = torch.ops.lltm.cell_backward(g_h, g_c, new_cell, gates, x, h, W)
+    i, o, z = gates.float().chunk(3, 1)
+    tc = torch.tanh(new_cell.float())
+    d_cell = g_c.float() + g_h.float() * o * (1 - tc * tc)
+    d_gates = torch.cat([d_cell * z * i * (1 - i), g_h.float() * tc * o * (1 - o),
+                         d_cell * i * torch.where(z > 0, torch.ones_like(z), z + 1)], 1)
+    want_bias = d_gates.double().sum(0)
+    err = (grads[2].double() - want_bias).abs()
+    assert (err <= eps * want_bias.abs() + 1e-5 * B).all()
+    err = (grads[4].float() - d_cell).abs()
+    assert (err <= eps * d_cell.abs() + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_types_gradients_match_float64_over_many_rows(dtype):
+    """A batch of 300 rows: the bias gradient sums in float32, so its error
+    stays at the dtype's rounding of the result and of the inputs."""
+    B, I, H = 300, 8, 16
+    compare_args = cell_inputs(B, I, H)
+    (out_n, grad_n), (out_r, grad_r) = run_both(
+        lambda *a: lltm.functional.lltm_cell(*[t.to(dtype) for t in a]),
+        reference.lltm_cell, compare_args)
+    for n, r in zip(list(out_n) + grad_n, list(out_r) + grad_r):
+        assert_matches(n.double(), r, dtype, msg="half")

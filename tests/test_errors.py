@@ -24,7 +24,7 @@ def good():
 
 
 @pytest.mark.parametrize("name,bad,pattern", [
-    ("input", torch.randn(B, I, dtype=torch.float16), r"input has dtype float16; expected float32 or float64"),
+    ("input", torch.randn(B, I, dtype=torch.complex64), r"input has dtype a non-floating or unsupported dtype; expected float32, float64, float16 or bfloat16"),
     ("weights", torch.randn(3 * H, I + H, dtype=torch.float64), r"one dtype: input is float32, weights is float64"),
     ("old_h", torch.randint(0, 5, (B, H)), r"one dtype.*old_h is a non-floating"),
     ("input", torch.randint(0, 5, (B, I)), r"input has dtype a non-floating"),

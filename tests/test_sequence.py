@@ -12,6 +12,7 @@ from lltm import reference
 from conftest import assert_matches, tolerances
 
 DTYPES = [torch.float32, torch.float64]
+HALF_DTYPES = [torch.float16, torch.bfloat16]  # computed in float32, stored in the dtype
 SHAPES = [  # (T, B, I, H): T = 1, batch 1, odd sizes, I > H, I < H, I = 0
     (1, 1, 1, 1), (1, 3, 5, 7), (5, 1, 3, 2), (7, 3, 7, 5), (4, 3, 2, 33),
     (3, 5, 40, 17), (6, 2, 0, 4), (10, 16, 32, 128), (3, 64, 17, 65),
@@ -62,7 +63,7 @@ def compare(args, dtype, through=(0, 1, 2), tol=None):
         assert_matches(n.grad, r.grad, dtype, msg=f"grad of {name}", tol=tol)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
 @pytest.mark.parametrize("T,B,I,H", SHAPES)
 def test_matches_reference(T, B, I, H, dtype):
     compare(seq_inputs(T, B, I, H), dtype)
@@ -191,7 +192,7 @@ def test_same_result_on_one_thread_and_on_the_pool(T):
         torch.testing.assert_close(a, r, **tolerances(torch.float32))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
 @pytest.mark.parametrize("T,B,I,H", [(3, 2, 5, 7), (1, 1, 1, 1), (0, 2, 3, 4)])
 def test_opcheck(T, B, I, H, dtype):
     args = [a.requires_grad_() for a in seq_inputs(T, B, I, H, dtype)]
@@ -374,7 +375,8 @@ def good_forward():
 
 @pytest.mark.parametrize("name,bad,pattern", [
     ("input", torch.randn(B0, I0), r"input must be 3-dimensional \[T, B, I\], got shape \[3, 2\]"),
-    ("input", torch.randn(T0, B0, I0, dtype=torch.float16), r"input has dtype float16"),
+    ("input", torch.randn(T0, B0, I0, dtype=torch.complex64),
+     r"input has dtype a non-floating or unsupported dtype; expected float32, float64, float16"),
     ("input", torch.randint(0, 5, (T0, B0, I0)), r"input has dtype a non-floating"),
     ("weights", torch.randn(3 * H0, I0 + H0, dtype=torch.float64),
      r"one dtype: input is float32, weights is float64"),

@@ -26,15 +26,13 @@ void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_
     static const char *const names[5] = {"input", "weights", "bias", "old_h", "old_cell"};
     lltm_owned owned = {.count = 0};
     lltm_error err;
-    AtenTensorHandle handles[5], X, W_t, gates, new_h, new_cell;
+    AtenTensorHandle X, W_t, gates, new_h, new_cell;
     void *X_data, *gates_data, *new_h_data, *new_cell_data;
     lltm_tensor a[5];
     lltm_cell_dims d;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
-        lltm_read_tensors(handles, names, 5, a, &err) ||
-        lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        lltm_make_all_contiguous(a, 5, &owned, &err))
+    if (lltm_open_op(stack, num_args, num_outputs, 5, 3, names, a, &owned, &err) ||
+        lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -74,16 +72,14 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
                                          "input",  "old_h",     "weights"};
     lltm_owned owned = {.count = 0};
     lltm_error err;
-    AtenTensorHandle handles[7], d_gates, d_gates_t, d_input, d_weights, d_bias, d_old_h,
+    AtenTensorHandle d_gates, d_gates_t, d_input, d_weights, d_bias, d_old_h,
         d_old_cell, W_h, W_x, dW_h, dW_x;
     void *d_gates_data, *d_bias_data, *d_old_cell_data;
     lltm_tensor a[7];
     lltm_cell_dims d;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
-        lltm_read_tensors(handles, names, 7, a, &err) ||
-        lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), false, &d, &err) ||
-        lltm_make_all_contiguous(a, 7, &owned, &err))
+    if (lltm_open_op(stack, num_args, num_outputs, 7, 5, names, a, &owned, &err) ||
+        lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
     /* Column blocks of W [3H, H+I] and dW: state columns 0..H-1, input

@@ -64,17 +64,15 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
     lltm_error err;
     CUDAGuardHandle guard = NULL;
     void *stream = NULL;
-    AtenTensorHandle handles[5], gates, new_h, new_cell;
+    AtenTensorHandle gates, new_h, new_cell;
     void *gates_data, *new_h_data, *new_cell_data;
     lltm_tensor a[5];
     lltm_cell_dims d;
     int status;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, 5, 3, &owned, handles, &err) ||
-        lltm_read_tensors(handles, names, 5, a, &err) ||
+    if (lltm_open_op(stack, num_args, num_outputs, 5, 3, names, a, &owned, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
-        lltm_make_all_contiguous(a, 5, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -136,18 +134,16 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     lltm_error err;
     CUDAGuardHandle guard = NULL;
     void *stream = NULL;
-    AtenTensorHandle handles[7], d_gates, d_input, d_weights, d_bias, d_old_h, d_old_cell;
+    AtenTensorHandle d_gates, d_input, d_weights, d_bias, d_old_h, d_old_cell;
     void *d_gates_data, *d_input_data, *d_weights_data, *d_bias_data, *d_old_h_data,
         *d_old_cell_data;
     lltm_tensor a[7];
     lltm_cell_dims d;
     int status;
 
-    if (lltm_take_inputs(stack, num_args, num_outputs, 7, 5, &owned, handles, &err) ||
-        lltm_read_tensors(handles, names, 7, a, &err) ||
+    if (lltm_open_op(stack, num_args, num_outputs, 7, 5, names, a, &owned, &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
-        lltm_make_all_contiguous(a, 7, &owned, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;

@@ -38,8 +38,12 @@ typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
 
 void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-void lltm_sequence_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-void lltm_sequence_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+/* (the core's lltm_sequence_forward_cpu / _backward_cpu run the algorithm;
+ * these are the operators' boxed kernels around them) */
+void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
+                                     uint64_t num_outputs);
+void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
+                                      uint64_t num_outputs);
 
 /* CUDA kernels (liblltm_cuda.so, csrc/binding/cell_cuda.c). */
 void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);

@@ -30,8 +30,8 @@ static const char *const schemas[] = {
 static const kernel_entry cpu_kernels[] = {
     {"cell_forward", lltm_cell_forward_cpu},
     {"cell_backward", lltm_cell_backward_cpu},
-    {"sequence_forward", lltm_sequence_forward_cpu},
-    {"sequence_backward", lltm_sequence_backward_cpu},
+    {"sequence_forward", lltm_sequence_forward_cpu_boxed},
+    {"sequence_backward", lltm_sequence_backward_cpu_boxed},
 };
 
 LLTM_EXPORT int lltm_register(char *err, size_t err_len)

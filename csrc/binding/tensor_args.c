@@ -258,6 +258,16 @@ int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
     return 0;
 }
 
+int lltm_workspace(size_t bytes, const lltm_tensor *like, lltm_owned *owned, void **data,
+                   lltm_error *err)
+{
+    lltm_tensor bytes_like = *like;
+    AtenTensorHandle handle;
+    const int64_t sizes[1] = {bytes > 0 ? (int64_t)bytes : 1};
+    bytes_like.dtype = aoti_torch_dtype_uint8();
+    return lltm_empty(1, sizes, &bytes_like, owned, &handle, data, err);
+}
+
 int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
 {
     AtenTensorHandle copy;
@@ -364,6 +374,57 @@ int lltm_take_inputs(StableIValue *stack, uint64_t num_args,
         return lltm_fail(err, "internal error: called with %llu arguments and %llu outputs, expected %llu and %llu",
                          (unsigned long long)num_args, (unsigned long long)num_outputs,
                          (unsigned long long)want_args, (unsigned long long)want_outputs);
+    return 0;
+}
+
+static int32_t torch_dtype(lltm_dtype dtype)
+{
+    switch (dtype) {
+    case LLTM_FLOAT32: return aoti_torch_dtype_float32();
+    case LLTM_FLOAT64: return aoti_torch_dtype_float64();
+    case LLTM_FLOAT16: return aoti_torch_dtype_float16();
+    case LLTM_BFLOAT16: return aoti_torch_dtype_bfloat16();
+    }
+    return -1;
+}
+
+int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+                    const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
+                    int64_t b_cs, void *c, int64_t ldc)
+{
+    const lltm_torch_gemm_ctx *ctx = (const lltm_torch_gemm_ctx *)vctx;
+    const int64_t sizes[3][2] = {{M, K}, {K, N}, {M, N}};
+    const int64_t strides[3][2] = {{a_rs, a_cs}, {b_rs, b_cs}, {ldc, 1}};
+    void *data[3] = {(void *)a, (void *)b, c}; /* mm reads a and b only */
+    AtenTensorHandle t[3] = {NULL, NULL, NULL};
+    int failed = 0;
+    for (int k = 0; k < 3 && !failed; ++k)
+        if (aoti_torch_create_tensor_from_blob(data[k], 2, sizes[k], strides[k], 0,
+                                               torch_dtype(dtype), ctx->device_type,
+                                               ctx->device_index, &t[k]) != 0) {
+            t[k] = NULL;
+            failed = lltm_shim_failed(ctx->err, "aoti_torch_create_tensor_from_blob");
+        }
+    if (!failed)
+        failed = lltm_mm_out(t[0], t[1], t[2], ctx->err);
+    for (int k = 0; k < 3; ++k)
+        if (t[k] != NULL)
+            aoti_torch_delete_tensor_object(t[k]);
+    return failed;
+}
+
+int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
+                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
+                 lltm_error *err)
+{
+    AtenTensorHandle handles[LLTM_MAX_OWNED];
+    if (n_in < 0 || n_in > LLTM_MAX_OWNED || n_out < 0)
+        return lltm_fail(err, "internal error: %d inputs, %d outputs", n_in, n_out);
+    if (lltm_take_inputs(stack, num_args, num_outputs, (uint64_t)n_in, (uint64_t)n_out, owned,
+                         handles, err) ||
+        lltm_read_tensors(handles, names, n_in, args, err) ||
+        lltm_make_all_contiguous(args, n_in, owned, err))
+        return -1;
     return 0;
 }
 

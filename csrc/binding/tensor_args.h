@@ -113,6 +113,11 @@ int lltm_cuda_enter_device(int32_t device_index, CUDAGuardHandle *guard, void **
 void lltm_cuda_leave_device(CUDAGuardHandle guard);
 #endif
 
+/* New uninitialised byte tensor of `bytes` (at least 1) on the device of
+ * `like`, owned: workspace of a core function. */
+int lltm_workspace(size_t bytes, const lltm_tensor *like, lltm_owned *owned, void **data,
+                   lltm_error *err);
+
 /* New uninitialised contiguous tensor like `like` (dtype, device), owned. */
 int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
                lltm_owned *owned, AtenTensorHandle *out, void **data,
@@ -142,6 +147,28 @@ int lltm_take_inputs(StableIValue *stack, uint64_t num_args,
                      uint64_t num_outputs, uint64_t want_args,
                      uint64_t want_outputs, lltm_owned *owned,
                      AtenTensorHandle *handles, lltm_error *err);
+
+/* The opening of every op's boxed kernel, in one call: check the argument
+ * and output counts and own every input handle (lltm_take_inputs), read the
+ * metadata of the n_in inputs into args[0..n_in), named by names[] for
+ * messages (lltm_read_tensors), and replace the non-contiguous ones by
+ * contiguous copies (lltm_make_all_contiguous; owned). The op's own checks
+ * of shapes, dtype and device follow (e.g. lltm_check_cell_forward). On
+ * failure: nonzero, message in err, every handle in `owned`. */
+int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
+                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
+                 lltm_error *err);
+
+/* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
+ * over the core's pointers, on the device of the context: CPU only (the
+ * pointers must be host memory). The first failure's message goes to err. */
+typedef struct lltm_torch_gemm_ctx {
+    int32_t device_type, device_index;
+    lltm_error *err;
+} lltm_torch_gemm_ctx;
+int lltm_torch_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+                    const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
+                    int64_t b_cs, void *c, int64_t ldc);
 
 /* The core's parallel-for, run on torch's intra-op thread pool. */
 int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,

@@ -41,6 +41,7 @@ int32_t aoti_torch_dtype_float32(void);
 int32_t aoti_torch_dtype_float64(void);
 int32_t aoti_torch_dtype_float16(void);
 int32_t aoti_torch_dtype_bfloat16(void);
+int32_t aoti_torch_dtype_uint8(void);
 int32_t aoti_torch_device_type_cpu(void);
 int32_t aoti_torch_device_type_cuda(void);
 
@@ -75,6 +76,13 @@ AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, int64_t ndi
                                               AtenTensorHandle *ret_new_tensor);
 AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
                                 int32_t non_blocking);
+/* a tensor over memory it does not own (nothing is freed with it) */
+AOTITorchError aoti_torch_create_tensor_from_blob(void *data, int64_t ndim,
+                                                  const int64_t *sizes_ptr,
+                                                  const int64_t *strides_ptr,
+                                                  int64_t storage_offset, int32_t dtype,
+                                                  int32_t device_type, int32_t device_index,
+                                                  AtenTensorHandle *ret);
 
 /* operator registration */
 AOTITorchError aoti_torch_library_init_fragment(const char *ns, const char *file,

@@ -10,18 +10,21 @@
  *     h' = tanh(c') * o
  *
  * Nothing in this directory knows PyTorch: kernels take raw pointers, sizes,
- * a dtype code and (on the CPU) a parallel-for callback; the CUDA launchers
- * take a stream. The binding (csrc/binding) validates tensors, allocates,
- * runs the matrix products and calls these.
+ * a dtype code and (on the CPU) a parallel-for callback and a matrix-product
+ * callback; the CUDA launchers take a stream. The binding (csrc/binding)
+ * validates tensors, allocates, provides the callbacks (torch's thread pool,
+ * aten::mm) and calls these.
  *
  * Shapes (legend): B batch rows, I input features, H state size, G = 3H.
  * Every array is dense and row-major: [B,G] means element (b, k) sits at
  * b*G + k. Gate blocks inside a [.,G] row are ordered i, o, z: column k of
  * block q is at q*H + k.
  *
- * Element types: each array has the kernel's dtype. Float32 and float64
- * compute in their own precision; float16 and bfloat16 (CUDA only) compute
- * and accumulate in float32 and store in their own type.
+ * Element types: each array has the kernel's dtype unless marked "acc"
+ * (the accumulation type: float32 for float16 / bfloat16, else the dtype).
+ * Float32 and float64 compute in their own precision; float16 and bfloat16
+ * compute and accumulate in float32 and store in their own type (rounded to
+ * nearest even).
  *
  * Aliasing: outputs never alias inputs, except where an argument is marked
  * "in/out" (read, then overwritten in place).
@@ -88,7 +91,7 @@ int lltm_serial_for(int64_t begin, int64_t end, int64_t grain,
  *   old_cell  [B,H]
  *   new_h     [B,H]  out
  *   new_cell  [B,H]  out
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype.
  */
 int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                     void *gates, const void *bias,
@@ -105,7 +108,7 @@ int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  *   grad_old_cell [B,H] out: dL/dc
  *   grad_bias   [G]    out: sum over the batch of grad_gates
  * The caller then forms dL/dX = grad_gates W and dL/dW = grad_gates^T X.
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * dtype: any lltm_dtype (grad_bias summed in the accumulation type).
  */
 int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
                                      const void *grad_h, const void *grad_cell,
@@ -119,16 +122,23 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
 /*
  * Shapes: T steps; x [T,B,I]; W = [W_h | W_x] [G,H+I] (W_h = columns 0..H-1,
  * W_x = columns H..H+I-1); h_0, c_0 [B,H]; outputs h_1..h_T, c_1..c_T.
+ * Arrays [T,B,n] are the steps' [B,n] blocks one after another, so they
+ * also read as [T*B,n].
  *
- * Forward (the binding's loop, csrc/binding/sequence_cpu.c):
+ * Forward (lltm_sequence_forward_cpu):
  *   gates[T*B,G] = x[T*B,I] W_x^T             one matrix product, all steps
- *   for t: r[B,G] = h_{t-1} W_h^T             one matrix product per step
- *          lltm_sequence_forward_step_cpu     gates[t] <- activations, h_t, c_t
- * Backward, reverse time, dh = dL/dh_T (from h_n), dc = dL/dc_T (from c_n):
- *   for t = T..1: lltm_sequence_backward_step_cpu   dG[t], dc <- dL/dc_{t-1}
- *                 dh[B,H] = dG[t] W_h                one product per step
+ *   for t = 1..T: r[B,G] = h_{t-1} W_h^T      one matrix product per step
+ *                 one fused pass: gates[t] + r + b -> activations [i | o | z],
+ *                 c_t = c_{t-1} + i z, h_t = tanh(c_t) o
+ * Backward (lltm_sequence_backward_cpu), reverse time, dh = dL/dh_T (from
+ * h_n), dc = dL/dc_T (from c_n):
+ *   for t = T..1: one fused pass: dG[t] [B,G], dc <- dL/dc_{t-1}, bias sums
+ *                 dh[B,H] = dG[t] W_h         one matrix product per step
  *   then dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}], dx = dG W_x: one large
  *   matrix product each over all T*B rows.
+ * float16 / bfloat16 carry c and dL/dc between steps, and sum the bias
+ * gradient, in float32 (the saved cells are c rounded to the dtype); the
+ * matrix products run in the dtype.
  *
  * What training keeps per step for the backward: the gate activations
  * [B,G] and the cell state c_t [B,H], 4*B*H elements (16*B*H bytes in
@@ -137,41 +147,73 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  */
 
 /*
- * Forward step t, pointwise part.
- *   recurrent [B,G]  h_{t-1} W_h^T
- *   gates     [B,G]  in/out: in x_t W_x^T (bias not added); out the
- *                    activations [i | o | z] of step t
- *   bias      [G]
- *   old_cell  [B,H]  c_{t-1}
- *   new_h     [B,H]  out: h_t
- *   new_cell  [B,H]  out: c_t
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * A matrix product, the caller's (the binding runs aten::mm; tests a naive
+ * loop): c [M,N] = a [M,K] b [K,N], every array of `dtype`. Element (m,k)
+ * of a sits at a[m*a_rs + k*a_cs], (k,n) of b at b[k*b_rs + n*b_cs], (m,n)
+ * of c at c[m*ldc + n] (strides in elements; a transposed operand has row
+ * stride 1). c is overwritten and never overlaps a or b. M, N, K >= 1.
+ * Returns 0 on success; the core then reports LLTM_ERR_GEMM.
  */
-int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
-                                   const void *recurrent, void *gates,
-                                   const void *bias, const void *old_cell,
-                                   void *new_h, void *new_cell,
-                                   lltm_parallel_for pfor);
+typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+                         const void *a, int64_t a_rs, int64_t a_cs, const void *b,
+                         int64_t b_rs, int64_t b_cs, void *c, int64_t ldc);
+
+/* Bytes of workspace the two calls need (0 for an unknown dtype or bad
+ * sizes). Forward: W_h^T [H,G] and r [B,G] of the dtype, c [B,H] of the
+ * accumulation type; backward: dG [T,B,G] and [h_0..h_{T-1}] [T,B,H] of the
+ * dtype, dc [B,H] and the bias sums [G] of the accumulation type. */
+size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H);
+size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
+                                            int64_t H);
 
 /*
- * Backward step t, pointwise part; accumulates the bias gradient.
- *   grad_output [B,H]  dL/dh_t arriving from the layer's output at step t
- *   grad_h      [B,H]  dL/dh_t arriving through step t+1 (dG[t+1] W_h), or
- *                      from h_n at the last step
- *   grad_cell   [B,H]  in/out: in dL/dc_t, out dL/dc_{t-1}
- *   cell        [B,H]  c_t of the forward
- *   gates       [B,G]  activations [i | o | z] of step t
- *   grad_gates  [B,G]  out: dL/dg of step t (pre-activation)
- *   grad_bias   [G]    in/out: += the batch sum of grad_gates (the caller
- *                      zeroes it before the first step)
- * grad_output and grad_h may be the same array only if read-only (they are).
- * dtype: LLTM_FLOAT32 or LLTM_FLOAT64.
+ * Forward over T steps. T, B, I >= 0, H >= 1; any lltm_dtype.
+ *   input     [T,B,I]
+ *   weights   [G,H+I]  (columns: state first, then input)
+ *   bias      [G]
+ *   h0, c0    [B,H]
+ *   output    [T,B,H]  out: h_1..h_T
+ *   h_n, c_n  [B,H]    out: h_T, c_T (h0, c0 when T == 0)
+ *   cells     [T,B,H]  out: c_1..c_T (kept for the backward)
+ *   gates     [T,B,G]  out: the activations [i | o | z] of every step
+ *   workspace lltm_sequence_forward_workspace_cpu bytes, 8-byte aligned
+ *             (NULL if that is 0)
+ * Outputs do not overlap the inputs or each other. Arrays with no elements
+ * may be NULL.
  */
-int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
-                                    const void *grad_output, const void *grad_h,
-                                    void *grad_cell, const void *cell,
-                                    const void *gates, void *grad_gates,
-                                    void *grad_bias, lltm_parallel_for pfor);
+int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                              const void *input, const void *weights, const void *bias,
+                              const void *h0, const void *c0, void *output, void *h_n,
+                              void *c_n, void *cells, void *gates, void *workspace,
+                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
+
+/*
+ * Backward over T steps, from the forward's results. Sizes and dtype as for
+ * the forward.
+ *   grad_output   [T,B,H]  dL/dh_t arriving from the layer's output
+ *   grad_h_n      [B,H]    dL/dh_T from h_n
+ *   grad_c_n      [B,H]    dL/dc_T from c_n
+ *   input         [T,B,I]
+ *   weights       [G,H+I]
+ *   h0            [B,H]
+ *   output        [T,B,H]  h_1..h_T of the forward
+ *   cells         [T,B,H]  c_1..c_T of the forward
+ *   gates         [T,B,G]  activations of the forward
+ *   grad_input    [T,B,I]  out
+ *   grad_weights  [G,H+I]  out
+ *   grad_bias     [G]      out
+ *   grad_h0       [B,H]    out
+ *   grad_c0       [B,H]    out
+ *   workspace     lltm_sequence_backward_workspace_cpu bytes, 8-byte aligned
+ */
+int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                               const void *grad_output, const void *grad_h_n,
+                               const void *grad_c_n, const void *input, const void *weights,
+                               const void *h0, const void *output, const void *cells,
+                               const void *gates, void *grad_input, void *grad_weights,
+                               void *grad_bias, void *grad_h0, void *grad_c0,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
+                               lltm_parallel_for pfor);
 
 /* ------------------------------------------------------------------------ */
 /* CUDA, cell (csrc/core/lltm_cuda_cell.cu; liblltm_cuda.so only)            */
@@ -359,10 +401,16 @@ int lltm_sequence_backward_persistent_cuda(lltm_dtype dtype, int plan, int64_t T
                                            void *grad_h0, void *grad_c0,
                                            void *workspace, void *stream);
 
-/* Per-step kernels, as lltm_sequence_forward_step_cpu /
- * lltm_sequence_backward_step_cpu (same arguments), except that the bias
- * gradient accumulates into bias_acc [G] of the accumulation type (float32
- * for float16/bfloat16); lltm_sequence_convert_cuda rounds it at the end. */
+/* Per-step kernels, the fused pointwise pass of one step.
+ * Forward step t: recurrent [B,G] = h_{t-1} W_h^T; gates [B,G] in/out: in
+ *   x_t W_x^T (no bias), out the activations; bias [G]; old_cell [B,H]
+ *   c_{t-1}; new_h, new_cell [B,H] out: h_t, c_t.
+ * Backward step t: grad_output [B,H] dL/dh_t from the output; grad_h [B,H]
+ *   dL/dh_t through step t+1 (or from h_n); grad_cell [B,H] in/out: dL/dc_t
+ *   -> dL/dc_{t-1}; cell [B,H] c_t; gates [B,G] activations; grad_gates
+ *   [B,G] out; the bias gradient accumulates into bias_acc [G] of the
+ *   accumulation type (float32 for float16/bfloat16);
+ *   lltm_sequence_convert_cuda rounds it at the end. */
 int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
                                     const void *recurrent, void *gates,
                                     const void *bias, const void *old_cell,

@@ -71,6 +71,66 @@ static inline float lltm_tanh_f32(float x)
     return ax < 0.625f ? small : large;
 }
 
+/* float16 and bfloat16 are stored as their bit patterns (uint16_t); kernels
+ * load them into float, compute in float and store with round-to-nearest-
+ * even. Branch-free bit arithmetic (no _Float16 or F16C needed), exact for
+ * every value including subnormals, infinities and NaN (tests/c checks all
+ * 65536 patterns); the compiler vectorises it. */
+static inline float lltm_f32_from_bits(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint32_t lltm_bits_from_f32(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
+static inline float lltm_bf16_to_f32(uint16_t h) { return lltm_f32_from_bits((uint32_t)h << 16); }
+
+static inline uint16_t lltm_f32_to_bf16(float f)
+{
+    const uint32_t bits = lltm_bits_from_f32(f);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    /* NaN stays a (quiet) NaN of the same sign instead of rounding to inf */
+    const uint32_t nan = (bits >> 16) | 0x40u;
+    return (uint16_t)((bits & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+/* float16 <-> float: the method of Maratyszcza's FP16 library. The exponent
+ * is rebased by one float multiplication (normal values) or by subtracting
+ * a magic number (subnormals); the rounding of float16 from float is done
+ * by the float adder itself, in the current (nearest-even) rounding mode. */
+static inline float lltm_f16_to_f32(uint16_t h)
+{
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const float normalized = lltm_f32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = lltm_f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t magnitude = two_w < (1u << 27) ? lltm_bits_from_f32(denormalized)
+                                                  : lltm_bits_from_f32(normalized);
+    return lltm_f32_from_bits(sign | magnitude);
+}
+
+static inline uint16_t lltm_f32_to_f16(float f)
+{
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = lltm_bits_from_f32(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    bias = bias < 0x71000000u ? 0x71000000u : bias;
+    base = lltm_f32_from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = lltm_bits_from_f32(base);
+    const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
 static inline float lltm_sigmoid_f32(float x) { return 1.0f / (1.0f + lltm_exp_f32(-x)); }
 static inline float lltm_elu_f32(float x) { return x > 0.0f ? x : lltm_expm1_f32(x); }
 
@@ -116,6 +176,18 @@ static inline double lltm_elu_f64(double x) { return x > 0.0 ? x : expm1(x); }
 
 LLTM_DEFINE_STEP_MATH(float, f32)
 LLTM_DEFINE_STEP_MATH(double, f64)
+
+/* Loading an element of each storage type into its compute type, and
+ * storing back: SUFFIX f32, f64 (identity), f16, bf16 (uint16_t bits,
+ * computed in float). Kernels are generated per SUFFIX around these. */
+static inline float lltm_load_f32(float x) { return x; }
+static inline float lltm_store_f32(float x) { return x; }
+static inline double lltm_load_f64(double x) { return x; }
+static inline double lltm_store_f64(double x) { return x; }
+static inline float lltm_load_f16(uint16_t x) { return lltm_f16_to_f32(x); }
+static inline uint16_t lltm_store_f16(float x) { return lltm_f32_to_f16(x); }
+static inline float lltm_load_bf16(uint16_t x) { return lltm_bf16_to_f32(x); }
+static inline uint16_t lltm_store_bf16(float x) { return lltm_f32_to_bf16(x); }
 
 /* Hot loops are compiled for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and the
  * baseline, and the loader picks one per machine (GNU ifunc). Measured at

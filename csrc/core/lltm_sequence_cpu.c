@@ -1,16 +1,25 @@
 /*
- * lltm_sequence_cpu.c - CPU kernels of one LLTM layer run over a whole
- * sequence: the fused pointwise part of one forward step and of one backward
- * step. The caller (csrc/binding/sequence_cpu.c) runs the time loop and the
- * matrix products; see lltm.h for the algorithm and the shapes.
+ * lltm_sequence_cpu.c - one LLTM layer over a whole sequence on the CPU: the
+ * time loop, forward and backward (lltm_sequence_forward_cpu /
+ * lltm_sequence_backward_cpu). Matrix products go through the caller's
+ * lltm_gemm callback (the binding: aten::mm, MKL / OpenBLAS underneath); the
+ * pointwise part of each step is one fused pass here. lltm.h documents the
+ * algorithm, the shapes and the workspaces.
  *
- * As in lltm_cpu.c, work is split over hidden units k: a range [lo, hi) owns
- * columns k, H+k, 2H+k of every gate row, so it also owns those entries of
- * the bias gradient and accumulates them without atomics, in a fixed order
- * (deterministic for any thread count).
+ * As in lltm_cpu.c, the pointwise work is split over hidden units k: a range
+ * [lo, hi) owns columns k, H+k, 2H+k of every gate row, so it also owns those
+ * entries of the bias gradient and accumulates them without atomics, in a
+ * fixed order (deterministic for any thread count).
+ *
+ * The recurrent cell state c and its running gradient dL/dc are carried in
+ * the accumulation type (float for float16 / bfloat16) between steps; the
+ * saved cells are those values rounded to the dtype.
  */
 #include "lltm.h"
 #include "lltm_cpu_math.h"
+
+#include <stdbool.h>
+#include <string.h>
 
 /* The step bodies are compiled for AVX-512 too (16 floats a vector): on
  * machines that have it they run ~2x faster than the AVX2 clone; the loader
@@ -35,41 +44,52 @@ typedef struct sequence_forward_args {
     int64_t B, H;
     const void *recurrent;
     void *gates;
-    const void *bias, *old_cell;
+    const void *bias;
+    void *cell_state; /* acc, in/out: c_{t-1} -> c_t */
     void *new_h, *new_cell;
 } sequence_forward_args;
 
 typedef struct sequence_backward_args {
     int64_t B, H;
     const void *grad_output, *grad_h;
-    void *grad_cell;
+    void *grad_cell; /* acc, in/out: dL/dc_t -> dL/dc_{t-1} */
     const void *cell, *gates;
-    void *grad_gates, *grad_bias;
+    void *grad_gates, *grad_bias; /* grad_bias: acc */
 } sequence_backward_args;
 
 /* One set of functions per dtype around the shared per-element math of
- * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm). Each
- * row's loop over hidden units is its own function whose arrays are
- * restrict-qualified parameters (the gate blocks of a row are disjoint, and
- * so are the arrays: lltm.h's aliasing rule); GCC needs that to vectorise. */
-#define LLTM_DEFINE_SEQUENCE_BODIES(T, SUFFIX)                                      \
+ * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm;
+ * float16 / bfloat16: loaded into float, the float32 math, stored back): S
+ * the storage type, C the compute and accumulation type, MATH the math's
+ * suffix. Each row's loop over hidden units is its own function whose
+ * arrays are restrict-qualified parameters (the gate blocks of a row are
+ * disjoint, and so are the arrays); GCC needs that to vectorise. Rows take
+ * n units from pointers already offset to the range's first unit. */
+#define LLTM_DEFINE_SEQUENCE_BODIES(S, C, SUFFIX, MATH)                             \
     static inline void seq_forward_row_##SUFFIX(                                    \
-        int64_t lo, int64_t hi, const T *restrict r_i, const T *restrict r_o,       \
-        const T *restrict r_z, T *restrict g_i, T *restrict g_o, T *restrict g_z,   \
-        const T *restrict b_i, const T *restrict b_o, const T *restrict b_z,        \
-        const T *restrict c, T *restrict h_out, T *restrict c_out)                  \
+        int64_t n, const S *restrict r_i, const S *restrict r_o,                    \
+        const S *restrict r_z, S *restrict g_i, S *restrict g_o, S *restrict g_z,   \
+        const S *restrict b_i, const S *restrict b_o, const S *restrict b_z,        \
+        C *restrict c, S *restrict h_out, S *restrict c_out)                        \
     {                                                                               \
-        for (int64_t k = lo; k < hi; ++k) {                                         \
-            T i, o, z, c_new, h_new;                                                \
-            lltm_step_forward_##SUFFIX(g_i[k] + r_i[k] + b_i[k],                    \
-                                       g_o[k] + r_o[k] + b_o[k],                    \
-                                       g_z[k] + r_z[k] + b_z[k], c[k], &i, &o, &z,  \
-                                       &c_new, &h_new);                             \
-            g_i[k] = i;                                                             \
-            g_o[k] = o;                                                             \
-            g_z[k] = z;                                                             \
-            c_out[k] = c_new;                                                       \
-            h_out[k] = h_new;                                                       \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            C i, o, z, c_new, h_new;                                                \
+            lltm_step_forward_##MATH(lltm_load_##SUFFIX(g_i[k]) +                   \
+                                         lltm_load_##SUFFIX(r_i[k]) +               \
+                                         lltm_load_##SUFFIX(b_i[k]),                \
+                                     lltm_load_##SUFFIX(g_o[k]) +                   \
+                                         lltm_load_##SUFFIX(r_o[k]) +               \
+                                         lltm_load_##SUFFIX(b_o[k]),                \
+                                     lltm_load_##SUFFIX(g_z[k]) +                   \
+                                         lltm_load_##SUFFIX(r_z[k]) +               \
+                                         lltm_load_##SUFFIX(b_z[k]),                \
+                                     c[k], &i, &o, &z, &c_new, &h_new);             \
+            g_i[k] = lltm_store_##SUFFIX(i);                                        \
+            g_o[k] = lltm_store_##SUFFIX(o);                                        \
+            g_z[k] = lltm_store_##SUFFIX(z);                                        \
+            c[k] = c_new;                                                           \
+            c_out[k] = lltm_store_##SUFFIX(c_new);                                  \
+            h_out[k] = lltm_store_##SUFFIX(h_new);                                  \
         }                                                                           \
     }                                                                               \
                                                                                     \
@@ -78,34 +98,35 @@ typedef struct sequence_backward_args {
     {                                                                               \
         const sequence_forward_args *a = (const sequence_forward_args *)vctx;       \
         const int64_t H = a->H, G = 3 * a->H;                                       \
-        const T *bias = (const T *)a->bias;                                         \
+        const S *bias = (const S *)a->bias + lo;                                    \
         for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const T *r = (const T *)a->recurrent + b * G;                           \
-            T *g = (T *)a->gates + b * G;                                           \
-            seq_forward_row_##SUFFIX(lo, hi, r, r + H, r + 2 * H, g, g + H,         \
+            const S *r = (const S *)a->recurrent + b * G + lo;                      \
+            S *g = (S *)a->gates + b * G + lo;                                      \
+            seq_forward_row_##SUFFIX(hi - lo, r, r + H, r + 2 * H, g, g + H,        \
                                      g + 2 * H, bias, bias + H, bias + 2 * H,       \
-                                     (const T *)a->old_cell + b * H,                \
-                                     (T *)a->new_h + b * H,                         \
-                                     (T *)a->new_cell + b * H);                     \
+                                     (C *)a->cell_state + b * H + lo,               \
+                                     (S *)a->new_h + b * H + lo,                    \
+                                     (S *)a->new_cell + b * H + lo);                \
         }                                                                           \
     }                                                                               \
                                                                                     \
     static inline void seq_backward_row_##SUFFIX(                                   \
-        int64_t lo, int64_t hi, const T *restrict dy, const T *restrict dh,         \
-        T *restrict dc, const T *restrict c_new, const T *restrict a_i,             \
-        const T *restrict a_o, const T *restrict a_z, T *restrict dg_i,             \
-        T *restrict dg_o, T *restrict dg_z, T *restrict db_i, T *restrict db_o,     \
-        T *restrict db_z)                                                           \
+        int64_t n, const S *restrict dy, const S *restrict dh, C *restrict dc,      \
+        const S *restrict c_new, const S *restrict a_i, const S *restrict a_o,      \
+        const S *restrict a_z, S *restrict dg_i, S *restrict dg_o,                  \
+        S *restrict dg_z, C *restrict db_i, C *restrict db_o, C *restrict db_z)     \
     {                                                                               \
-        for (int64_t k = lo; k < hi; ++k) {                                         \
-            T d_gi, d_go, d_gz, d_cell;                                             \
-            /* dL/dh_t: from the output at t plus through step t+1 */              \
-            lltm_step_backward_##SUFFIX(a_i[k], a_o[k], a_z[k], c_new[k],           \
-                                        dy[k] + dh[k], dc[k], &d_gi, &d_go, &d_gz,  \
-                                        &d_cell);                                   \
-            dg_i[k] = d_gi;                                                         \
-            dg_o[k] = d_go;                                                         \
-            dg_z[k] = d_gz;                                                         \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            C d_gi, d_go, d_gz, d_cell;                                             \
+            /* dL/dh_t: from the output at t plus through step t+1 */               \
+            lltm_step_backward_##MATH(                                              \
+                lltm_load_##SUFFIX(a_i[k]), lltm_load_##SUFFIX(a_o[k]),             \
+                lltm_load_##SUFFIX(a_z[k]), lltm_load_##SUFFIX(c_new[k]),           \
+                lltm_load_##SUFFIX(dy[k]) + lltm_load_##SUFFIX(dh[k]), dc[k],       \
+                &d_gi, &d_go, &d_gz, &d_cell);                                      \
+            dg_i[k] = lltm_store_##SUFFIX(d_gi);                                    \
+            dg_o[k] = lltm_store_##SUFFIX(d_go);                                    \
+            dg_z[k] = lltm_store_##SUFFIX(d_gz);                                    \
             dc[k] = d_cell; /* c_t = c_{t-1} + i z: dL/dc_{t-1} = dL/dc_t */        \
             db_i[k] += d_gi;                                                        \
             db_o[k] += d_go;                                                        \
@@ -118,58 +139,284 @@ typedef struct sequence_backward_args {
     {                                                                               \
         const sequence_backward_args *a = (const sequence_backward_args *)vctx;     \
         const int64_t H = a->H, G = 3 * a->H;                                       \
-        T *db = (T *)a->grad_bias;                                                  \
+        C *db = (C *)a->grad_bias + lo;                                             \
         for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const T *act = (const T *)a->gates + b * G;                             \
-            T *dg = (T *)a->grad_gates + b * G;                                     \
+            const S *act = (const S *)a->gates + b * G + lo;                        \
+            S *dg = (S *)a->grad_gates + b * G + lo;                                \
             seq_backward_row_##SUFFIX(                                              \
-                lo, hi, (const T *)a->grad_output + b * H,                          \
-                (const T *)a->grad_h + b * H, (T *)a->grad_cell + b * H,            \
-                (const T *)a->cell + b * H, act, act + H, act + 2 * H, dg, dg + H,  \
-                dg + 2 * H, db, db + H, db + 2 * H);                                \
+                hi - lo, (const S *)a->grad_output + b * H + lo,                    \
+                (const S *)a->grad_h + b * H + lo, (C *)a->grad_cell + b * H + lo,  \
+                (const S *)a->cell + b * H + lo, act, act + H, act + 2 * H, dg,     \
+                dg + H, dg + 2 * H, db, db + H, db + 2 * H);                        \
         }                                                                           \
+    }                                                                               \
+                                                                                    \
+    /* dst [n] (C) = src [n] (S), and back */                                       \
+    static void seq_load_##SUFFIX(int64_t n, const void *src, void *dst)            \
+    {                                                                               \
+        for (int64_t k = 0; k < n; ++k)                                             \
+            ((C *)dst)[k] = lltm_load_##SUFFIX(((const S *)src)[k]);                \
+    }                                                                               \
+    static void seq_store_##SUFFIX(int64_t n, const void *src, void *dst)           \
+    {                                                                               \
+        for (int64_t k = 0; k < n; ++k)                                             \
+            ((S *)dst)[k] = lltm_store_##SUFFIX(((const C *)src)[k]);               \
     }
 
-LLTM_DEFINE_SEQUENCE_BODIES(float, f32)
-LLTM_DEFINE_SEQUENCE_BODIES(double, f64)
+LLTM_DEFINE_SEQUENCE_BODIES(float, float, f32, f32)
+LLTM_DEFINE_SEQUENCE_BODIES(double, double, f64, f64)
+LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, f16, f32)
+LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, bf16, f32)
 
-int lltm_sequence_forward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
-                                   const void *recurrent, void *gates,
-                                   const void *bias, const void *old_cell,
-                                   void *new_h, void *new_cell,
-                                   lltm_parallel_for pfor)
+/* The functions of one dtype. */
+typedef struct sequence_kernels {
+    size_t elem, acc; /* bytes of an element, of an accumulator */
+    lltm_range_body forward, backward;
+    void (*load)(int64_t n, const void *src, void *dst);  /* dtype -> acc */
+    void (*store)(int64_t n, const void *src, void *dst); /* acc -> dtype */
+} sequence_kernels;
+
+static int kernels_for(lltm_dtype dtype, sequence_kernels *k)
 {
-    if (B < 0 || H < 0 || pfor == NULL)
-        return LLTM_ERR_ARGUMENT;
-    lltm_range_body body;
     switch (dtype) {
-    case LLTM_FLOAT32: body = seq_forward_body_f32; break;
-    case LLTM_FLOAT64: body = seq_forward_body_f64; break;
-    default: return LLTM_ERR_DTYPE;
-    }
-    if (B == 0 || H == 0)
+    case LLTM_FLOAT32:
+        *k = (sequence_kernels){4, 4, seq_forward_body_f32, seq_backward_body_f32,
+                                seq_load_f32, seq_store_f32};
         return LLTM_OK;
-    sequence_forward_args args = {B, H, recurrent, gates, bias, old_cell, new_h, new_cell};
-    return pfor(0, H, sequence_grain(B), body, &args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+    case LLTM_FLOAT64:
+        *k = (sequence_kernels){8, 8, seq_forward_body_f64, seq_backward_body_f64,
+                                seq_load_f64, seq_store_f64};
+        return LLTM_OK;
+    case LLTM_FLOAT16:
+        *k = (sequence_kernels){2, 4, seq_forward_body_f16, seq_backward_body_f16,
+                                seq_load_f16, seq_store_f16};
+        return LLTM_OK;
+    case LLTM_BFLOAT16:
+        *k = (sequence_kernels){2, 4, seq_forward_body_bf16, seq_backward_body_bf16,
+                                seq_load_bf16, seq_store_bf16};
+        return LLTM_OK;
+    }
+    return LLTM_ERR_DTYPE;
 }
 
-int lltm_sequence_backward_step_cpu(lltm_dtype dtype, int64_t B, int64_t H,
-                                    const void *grad_output, const void *grad_h,
-                                    void *grad_cell, const void *cell,
-                                    const void *gates, void *grad_gates,
-                                    void *grad_bias, lltm_parallel_for pfor)
+/* Byte address of element `index` of an array of `elem`-byte items. */
+static inline void *at(const void *base, int64_t index, size_t elem)
 {
-    if (B < 0 || H < 0 || pfor == NULL)
-        return LLTM_ERR_ARGUMENT;
-    lltm_range_body body;
-    switch (dtype) {
-    case LLTM_FLOAT32: body = seq_backward_body_f32; break;
-    case LLTM_FLOAT64: body = seq_backward_body_f64; break;
-    default: return LLTM_ERR_DTYPE;
+    return (char *)base + (size_t)index * elem;
+}
+
+/* dst [cols, rows] = the transpose of the [rows, cols] block of src whose
+ * rows are `ld` elements apart (row r, column c at src[r*ld + c]). */
+#define LLTM_DEFINE_TRANSPOSE(T, SUFFIX)                                              \
+    static void transpose_##SUFFIX(int64_t rows, int64_t cols, const T *src,          \
+                                   int64_t ld, T *dst)                                \
+    {                                                                                 \
+        for (int64_t r = 0; r < rows; ++r)                                            \
+            for (int64_t c = 0; c < cols; ++c)                                        \
+                dst[c * rows + r] = src[r * ld + c];                                  \
     }
+LLTM_DEFINE_TRANSPOSE(uint16_t, 16)
+LLTM_DEFINE_TRANSPOSE(uint32_t, 32)
+LLTM_DEFINE_TRANSPOSE(uint64_t, 64)
+
+/* Elements are moved as bits of their size. */
+static void transpose(size_t elem, int64_t rows, int64_t cols, const void *src, int64_t ld,
+                      void *dst)
+{
+    if (elem == 2)
+        transpose_16(rows, cols, (const uint16_t *)src, ld, (uint16_t *)dst);
+    else if (elem == 4)
+        transpose_32(rows, cols, (const uint32_t *)src, ld, (uint32_t *)dst);
+    else
+        transpose_64(rows, cols, (const uint64_t *)src, ld, (uint64_t *)dst);
+}
+
+/* Workspace pieces start on 64-byte boundaries. */
+static size_t round_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* Carve `bytes` off the workspace cursor. */
+static void *take(char **cursor, size_t bytes)
+{
+    void *p = *cursor;
+    *cursor += round_up(bytes);
+    return p;
+}
+
+/* c [M,N] (row stride ldc) = a [M,K] b [K,N] through the caller's callback;
+ * no call where the product is empty, zeros where K == 0. */
+static int product(lltm_gemm gemm, void *ctx, lltm_dtype dtype, size_t elem, int64_t M,
+                   int64_t N, int64_t K, const void *a, int64_t a_rs, int64_t a_cs,
+                   const void *b, int64_t b_rs, int64_t b_cs, void *c, int64_t ldc)
+{
+    if (M == 0 || N == 0)
+        return LLTM_OK;
+    if (K == 0) {
+        for (int64_t m = 0; m < M; ++m)
+            memset(at(c, m * ldc, elem), 0, (size_t)N * elem); /* 0.0 in every dtype */
+        return LLTM_OK;
+    }
+    return gemm(ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0 ? LLTM_OK
+                                                                                : LLTM_ERR_GEMM;
+}
+
+static int run(lltm_parallel_for pfor, int64_t B, int64_t H, lltm_range_body body, void *args)
+{
     if (B == 0 || H == 0)
         return LLTM_OK;
-    sequence_backward_args args = {B,     H,     grad_output, grad_h,   grad_cell,
-                                   cell,  gates, grad_gates,  grad_bias};
-    return pfor(0, H, sequence_grain(B), body, &args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+    return pfor(0, H, sequence_grain(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+}
+
+static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
+{
+    return T >= 0 && B >= 0 && I >= 0 && H >= 1;
+}
+
+size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H)
+{
+    sequence_kernels k;
+    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(0, B, 0, H))
+        return 0;
+    const size_t G = (size_t)(3 * H);
+    return round_up((size_t)H * G * k.elem) + round_up((size_t)B * G * k.elem) +
+           round_up((size_t)(B * H) * k.acc);
+}
+
+size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
+                                            int64_t H)
+{
+    sequence_kernels k;
+    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, 0, H))
+        return 0;
+    const size_t G = (size_t)(3 * H), TB = (size_t)(T * B);
+    return round_up(TB * G * k.elem) + round_up(TB * (size_t)H * k.elem) +
+           round_up((size_t)(B * H) * k.acc) + round_up(G * k.acc);
+}
+
+int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                              const void *input, const void *weights, const void *bias,
+                              const void *h0, const void *c0, void *output, void *h_n,
+                              void *c_n, void *cells, void *gates, void *workspace,
+                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
+{
+    sequence_kernels k;
+    int status = kernels_for(dtype, &k);
+    if (status != LLTM_OK)
+        return status;
+    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
+        (workspace == NULL && lltm_sequence_forward_workspace_cpu(dtype, B, H) > 0) ||
+        (uintptr_t)workspace % 8 != 0)
+        return LLTM_ERR_ARGUMENT;
+    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const size_t elem = k.elem;
+    char *cursor = (char *)workspace;
+    void *W_h_t = take(&cursor, (size_t)(H * G) * elem);      /* [H,G] */
+    void *recurrent = take(&cursor, (size_t)(B * G) * elem);  /* [B,G] */
+    void *cell_state = take(&cursor, (size_t)(B * H) * k.acc); /* [B,H] acc */
+
+    /* W_h^T [H,G] as a dense copy: BLAS multiplies by it ~1.7x faster than
+     * by the strided view of W (9 vs 16 us at B=16, H=128). */
+    transpose(elem, G, H, weights, K, W_h_t);
+    k.load(B * H, c0, cell_state);
+
+    /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step;
+     * W_x^T (i, g) = W[g, H + i]. */
+    status = product(gemm, gemm_ctx, dtype, elem, TB, G, I, input, I, 1,
+                     at(weights, H, elem), 1, K, gates, G);
+    for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
+        /* h_{t-1}: h0, or the previous step's row block of the output. */
+        const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
+        status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
+                         recurrent, G);
+        if (status != LLTM_OK)
+            break;
+        sequence_forward_args args = {B, H, recurrent, at(gates, t * B * G, elem), bias,
+                                      cell_state, at(output, t * B * H, elem),
+                                      at(cells, t * B * H, elem)};
+        status = run(pfor, B, H, k.forward, &args);
+    }
+    if (status != LLTM_OK)
+        return status;
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence). */
+    if (B * H > 0) {
+        memcpy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0, (size_t)(B * H) * elem);
+        k.store(B * H, cell_state, c_n);
+    }
+    return LLTM_OK;
+}
+
+int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                               const void *grad_output, const void *grad_h_n,
+                               const void *grad_c_n, const void *input, const void *weights,
+                               const void *h0, const void *output, const void *cells,
+                               const void *gates, void *grad_input, void *grad_weights,
+                               void *grad_bias, void *grad_h0, void *grad_c0,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
+                               lltm_parallel_for pfor)
+{
+    sequence_kernels k;
+    int status = kernels_for(dtype, &k);
+    if (status != LLTM_OK)
+        return status;
+    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
+        (workspace == NULL && lltm_sequence_backward_workspace_cpu(dtype, T, B, H) > 0) ||
+        (uintptr_t)workspace % 8 != 0)
+        return LLTM_ERR_ARGUMENT;
+    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const size_t elem = k.elem;
+    char *cursor = (char *)workspace;
+    void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
+    void *h_prev = take(&cursor, (size_t)(TB * H) * elem);  /* [T,B,H] */
+    void *dc = take(&cursor, (size_t)(B * H) * k.acc);      /* [B,H] acc */
+    void *bias_acc = take(&cursor, (size_t)G * k.acc);      /* [G] acc */
+
+    /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in
+     * grad_h0 (each step's product overwrites it), except at the last step,
+     * where it is grad_h_n. */
+    memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
+    k.load(B * H, grad_c_n, dc);
+    const void *dh_next = grad_h_n;
+    for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
+        sequence_backward_args args = {B,
+                                       H,
+                                       at(grad_output, t * B * H, elem),
+                                       dh_next,
+                                       dc,
+                                       at(cells, t * B * H, elem),
+                                       at(gates, t * B * G, elem),
+                                       at(d_gates, t * B * G, elem),
+                                       bias_acc};
+        status = run(pfor, B, H, k.backward, &args);
+        if (status != LLTM_OK)
+            return status;
+        /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H] */
+        status = product(gemm, gemm_ctx, dtype, elem, B, H, G, at(d_gates, t * B * G, elem),
+                         G, 1, weights, K, 1, grad_h0, H);
+        if (status != LLTM_OK)
+            return status;
+        dh_next = grad_h0;
+    }
+    if ((T == 0 || B == 0) && B * H > 0)
+        memcpy(grad_h0, grad_h_n, (size_t)(B * H) * elem);
+    k.store(B * H, dc, grad_c0);
+    k.store(G, bias_acc, grad_bias);
+
+    if (TB == 0) {
+        memset(grad_weights, 0, (size_t)(G * K) * elem);
+        return LLTM_OK;
+    }
+    /* h_prev [T*B,H] = [h0; h_1 .. h_{T-1}] = h0 then output[0 .. T-2]. */
+    memcpy(h_prev, h0, (size_t)(B * H) * elem);
+    memcpy(at(h_prev, B * H, elem), output, (size_t)((T - 1) * B * H) * elem);
+    /* All steps at once, dG^T (g, r) = dG[r, g]:
+     *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
+     *   dx [T*B,I] = dG W_x        W_x (g, i) = W[g, H + i] */
+    status = product(gemm, gemm_ctx, dtype, elem, G, H, TB, d_gates, 1, G, h_prev, H, 1,
+                     grad_weights, K);
+    if (status == LLTM_OK)
+        status = product(gemm, gemm_ctx, dtype, elem, G, I, TB, d_gates, 1, G, input, I, 1,
+                         at(grad_weights, H, elem), K);
+    if (status == LLTM_OK)
+        status = product(gemm, gemm_ctx, dtype, elem, TB, I, G, d_gates, G, 1,
+                         at(weights, H, elem), K, 1, grad_input, I);
+    return status;
 }

@@ -8,49 +8,9 @@
  * through a parallel-for that cuts the range into small uneven chunks.
  * Prints "N passed, N failed" last; exits nonzero on any failure.
  */
-#include "../../csrc/core/lltm.h"
-#include "../../csrc/core/lltm_cpu_math.h"
+#include "test_util.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
-static int passed, failed;
-
-static void check(int ok, const char *what, long long B, long long H, const char *dtype)
-{
-    if (ok) {
-        ++passed;
-    } else {
-        ++failed;
-        printf("FAIL %s (B=%lld H=%lld %s)\n", what, B, H, dtype);
-    }
-}
-
-/* A parallel-for that splits [begin, end) into chunks of 1, 2, 3, ... to
- * exercise range boundaries the way a thread pool would. */
-static int chunked_for(int64_t begin, int64_t end, int64_t grain, lltm_range_body body,
-                       void *ctx)
-{
-    (void)grain;
-    int64_t step = 1;
-    for (int64_t lo = begin; lo < end; lo += step++)
-        body(lo, lo + step < end ? lo + step : end, ctx);
-    return 0;
-}
-
-static int failing_for(int64_t begin, int64_t end, int64_t grain, lltm_range_body body,
-                       void *ctx)
-{
-    (void)begin, (void)end, (void)grain, (void)body, (void)ctx;
-    return 1;
-}
-
-static double uniform(void) { return 2.0 * rand() / (double)RAND_MAX - 1.0; }
-
-typedef long double real;
 
 /* Naive reference of one step's pointwise parts (bias included). */
 static void reference_forward(long long B, long long H, const double *pre, const double *bias,
@@ -97,56 +57,9 @@ static void reference_backward(long long B, long long H, const double *gh, const
         }
 }
 
-/* Arrays of doubles converted to the kernel's dtype and back. */
-static void *to_dtype(const double *x, size_t n, lltm_dtype dt)
-{
-    void *out = malloc(n * lltm_dtype_size(dt) + 1);
-    if (!out) { perror("malloc"); exit(2); }
-    for (size_t k = 0; k < n; ++k) {
-        if (dt == LLTM_FLOAT32) ((float *)out)[k] = (float)x[k];
-        else ((double *)out)[k] = x[k];
-    }
-    return out;
-}
-
-static void *poisoned(size_t n, lltm_dtype dt)
-{
-    double *nan_values = malloc(n * sizeof(double) + 1);
-    if (!nan_values) { perror("malloc"); exit(2); }
-    for (size_t k = 0; k < n; ++k) nan_values[k] = NAN;
-    void *out = to_dtype(nan_values, n, dt);
-    free(nan_values);
-    return out;
-}
-
-static double at(const void *p, size_t k, lltm_dtype dt)
-{
-    return dt == LLTM_FLOAT32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
-}
-
-/* max |x - ref| / (atol + rtol |ref|) <= 1, and every element finite */
-static int close_to(const void *x, const double *ref, size_t n, lltm_dtype dt)
-{
-    const double rtol = dt == LLTM_FLOAT32 ? 1e-5 : 1e-12, atol = dt == LLTM_FLOAT32 ? 1e-5 : 1e-13;
-    for (size_t k = 0; k < n; ++k) {
-        double v = at(x, k, dt);
-        if (!isfinite(v) || fabs(v - ref[k]) > atol + rtol * fabs(ref[k]))
-            return 0;
-    }
-    return 1;
-}
-
-static double *random_array(size_t n, double scale)
-{
-    double *x = malloc(n * sizeof(double) + 1);
-    if (!x) { perror("malloc"); exit(2); }
-    for (size_t k = 0; k < n; ++k) x[k] = scale * uniform();
-    return x;
-}
-
 static void test_case(long long B, long long H, lltm_dtype dt, lltm_parallel_for pfor)
 {
-    const char *name = dt == LLTM_FLOAT32 ? "float32" : "float64";
+    const char *name = dtype_name(dt);
     const size_t nG = (size_t)(B * 3 * H), nH = (size_t)(B * H);
     double *pre = random_array(nG, 3.0), *bias = random_array((size_t)(3 * H), 1.0);
     double *c = random_array(nH, 2.0), *gh = random_array(nH, 1.0), *gc = random_array(nH, 1.0);
@@ -192,8 +105,8 @@ static void test_case(long long B, long long H, lltm_dtype dt, lltm_parallel_for
 static void test_errors(void)
 {
     float x[3] = {0};
-    check(lltm_cell_forward_pointwise_cpu(LLTM_FLOAT16, 1, 1, x, x, x, x, x, lltm_serial_for) ==
-              LLTM_ERR_DTYPE, "float16 rejected on CPU", 1, 1, "float16");
+    check(lltm_cell_forward_pointwise_cpu((lltm_dtype)7, 1, 1, x, x, x, x, x, lltm_serial_for) ==
+              LLTM_ERR_DTYPE, "unknown dtype rejected", 1, 1, "7");
     check(lltm_cell_forward_pointwise_cpu(LLTM_FLOAT32, -1, 1, x, x, x, x, x, lltm_serial_for) ==
               LLTM_ERR_ARGUMENT, "negative batch rejected", -1, 1, "float32");
     check(lltm_cell_backward_pointwise_cpu(LLTM_FLOAT32, 1, 1, x, x, x, x, x, x, x, NULL) ==
@@ -252,20 +165,118 @@ static void test_fast_math(void)
           "infinities and zero", 0, 0, "float32 fast math");
 }
 
+/* The value of float16 bits h, straight from the format's definition. */
+static double f16_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 31)
+        return m ? NAN : sign * INFINITY;
+    return sign * (e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25));
+}
+
+/* r is a correct round-to-nearest-even of x among the finite neighbours of
+ * r (same sign): no neighbour is nearer, and on a tie r is even. */
+static int nearest_even(float x, uint16_t r, float (*value)(uint16_t))
+{
+    const double v = value(r), d = fabs((double)x - v);
+    for (int step = -1; step <= 1; step += 2) {
+        const uint16_t n = (uint16_t)(r + step);
+        if ((n & 0x7FFF) == 0x7FFF || ((r & 0x7FFF) == 0 && step < 0))
+            continue; /* no neighbour below zero magnitude / past NaN patterns */
+        const double vn = value(n);
+        if (isnan(vn) || isinf(vn))
+            continue;
+        const double dn = fabs((double)x - vn);
+        if (dn < d || (dn == d && (r & 1)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The half conversions of lltm_cpu_math.h: every bit pattern exactly, round
+ * trips, ties to even, overflow, NaN, and random floats against the
+ * definition of round-to-nearest-even. */
+static void test_conversions(void)
+{
+    int ok_f16 = 1, ok_bf16 = 1, ok_trip = 1, ok_ties = 1, ok_random = 1;
+    for (uint32_t u = 0; u < 65536; ++u) {
+        const uint16_t h = (uint16_t)u;
+        const double want = f16_value(h);
+        const float got = lltm_f16_to_f32(h);
+        if (isnan(want) ? !isnan(got) : (double)got != want || !signbit(got) != !signbit(want))
+            ok_f16 = 0;
+        uint32_t bits;
+        const float b = lltm_bf16_to_f32(h);
+        memcpy(&bits, &b, sizeof bits);
+        if (bits != u << 16)
+            ok_bf16 = 0;
+        /* float -> half -> the same bits (NaN: still a NaN) */
+        const uint16_t back16 = lltm_f32_to_f16(got), back_b = lltm_f32_to_bf16(b);
+        if (isnan(want) ? !isnan(lltm_f16_to_f32(back16)) : back16 != h)
+            ok_trip = 0;
+        if (isnan(b) ? !isnan(lltm_bf16_to_f32(back_b)) : back_b != h)
+            ok_trip = 0;
+        /* the midpoint to the next pattern of larger magnitude rounds to the
+         * even one of the two; just off it, to the nearer */
+        const uint16_t n = (uint16_t)(h + 1);
+        if ((h & 0x7FFF) < 0x7BFF) { /* float16: both finite */
+            const float lo = lltm_f16_to_f32(h), hi = lltm_f16_to_f32(n);
+            const float mid = (float)(((double)lo + (double)hi) / 2);
+            if (lltm_f32_to_f16(mid) != ((h & 1) ? n : h) ||
+                lltm_f32_to_f16(nextafterf(mid, hi)) != n ||
+                lltm_f32_to_f16(nextafterf(mid, lo)) != h)
+                ok_ties = 0;
+        }
+        if ((h & 0x7FFF) < 0x7F7F) { /* bfloat16: both finite */
+            const float lo = lltm_bf16_to_f32(h), hi = lltm_bf16_to_f32(n);
+            const float mid = (float)(((double)lo + (double)hi) / 2);
+            if (lltm_f32_to_bf16(mid) != ((h & 1) ? n : h) ||
+                lltm_f32_to_bf16(nextafterf(mid, hi)) != n ||
+                lltm_f32_to_bf16(nextafterf(mid, lo)) != h)
+                ok_ties = 0;
+        }
+    }
+    /* float16 overflow: 65504 is the largest finite; ties from 65520 up go to inf */
+    ok_ties &= lltm_f32_to_f16(65519.99f) == 0x7BFF && lltm_f32_to_f16(65520.0f) == 0x7C00 &&
+               lltm_f32_to_f16(-1e10f) == 0xFC00 && lltm_f32_to_f16(INFINITY) == 0x7C00;
+    ok_ties &= lltm_f32_to_bf16(INFINITY) == 0x7F80 && lltm_f32_to_bf16(3.4028235e38f) == 0x7F80;
+    ok_ties &= isnan(lltm_bf16_to_f32(lltm_f32_to_bf16(NAN))) &&
+               isnan(lltm_f16_to_f32(lltm_f32_to_f16(NAN)));
+    for (int k = 0; k < 1000000; ++k) {
+        /* random float bit patterns within the finite range of each type */
+        const uint32_t bits = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
+        float x;
+        memcpy(&x, &bits, sizeof x);
+        if (!isfinite(x))
+            continue;
+        if (fabsf(x) < 65504.0f && !nearest_even(x, lltm_f32_to_f16(x), lltm_f16_to_f32))
+            ok_random = 0;
+        if (fabsf(x) < 3.38e38f && !nearest_even(x, lltm_f32_to_bf16(x), lltm_bf16_to_f32))
+            ok_random = 0;
+    }
+    check(ok_f16, "float16 -> float32 of every pattern", 0, 0, "float16");
+    check(ok_bf16, "bfloat16 -> float32 of every pattern", 0, 0, "bfloat16");
+    check(ok_trip, "half -> float32 -> half round trips", 0, 0, "half");
+    check(ok_ties, "ties to even, overflow, NaN", 0, 0, "half");
+    check(ok_random, "random floats round to nearest even", 0, 0, "half");
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
     printf("seed %u\n", seed);
     const long long shapes[][2] = {{1, 1}, {1, 7}, {3, 5}, {2, 33}, {16, 128}, {5, 257}, {64, 65}};
-    const lltm_dtype dtypes[] = {LLTM_FLOAT32, LLTM_FLOAT64};
+    const lltm_dtype dtypes[] = {LLTM_FLOAT32, LLTM_FLOAT64, LLTM_FLOAT16, LLTM_BFLOAT16};
     const lltm_parallel_for runners[] = {lltm_serial_for, chunked_for};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
-        for (size_t d = 0; d < 2; ++d)
+        for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; ++d)
             for (size_t r = 0; r < 2; ++r)
                 test_case(shapes[s][0], shapes[s][1], dtypes[d], runners[r]);
     test_errors();
     test_fast_math();
+    test_conversions();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,0 +1,345 @@
+/*
+ * test_sequence.c - unit tests of the CPU sequence core
+ * (lltm_sequence_forward_cpu / lltm_sequence_backward_cpu) against a naive C
+ * reference of the whole layer over T steps, forward and backward, written
+ * straight from the formulas in long double; the matrix products through a
+ * naive gemm callback. Built with AddressSanitizer and UndefinedBehavior-
+ * Sanitizer by `make test-c`.
+ *
+ * Each case draws fresh random inputs, poisons every output and the
+ * workspace with NaN (so an unwritten or uninitialised element fails), and
+ * runs serially and through a parallel-for of small uneven chunks. Prints
+ * "N passed, N failed" last; exits nonzero on any failure.
+ */
+#include "test_util.h"
+
+#include <time.h>
+
+/* The naive gemm: each sum in long double, stored in the dtype. */
+typedef struct gemm_log {
+    int calls;
+    int fail_at; /* fail the call with this index (0-based); -1: never */
+} gemm_log;
+
+static void put(void *p, size_t k, lltm_dtype dt, double v)
+{
+    switch (dt) {
+    case LLTM_FLOAT32: ((float *)p)[k] = (float)v; break;
+    case LLTM_FLOAT64: ((double *)p)[k] = v; break;
+    case LLTM_FLOAT16: ((uint16_t *)p)[k] = lltm_f32_to_f16((float)v); break;
+    case LLTM_BFLOAT16: ((uint16_t *)p)[k] = lltm_f32_to_bf16((float)v); break;
+    }
+}
+
+static int naive_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+                      const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
+                      int64_t b_cs, void *c, int64_t ldc)
+{
+    gemm_log *log = (gemm_log *)ctx;
+    if (log->calls++ == log->fail_at)
+        return 1;
+    if (M < 1 || N < 1 || K < 1 || ldc < N)
+        return 2; /* the contract: the core never asks for an empty product */
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            real sum = 0;
+            for (int64_t k = 0; k < K; ++k)
+                sum += (real)at(a, (size_t)(m * a_rs + k * a_cs), dtype) *
+                       at(b, (size_t)(k * b_rs + n * b_cs), dtype);
+            put(c, (size_t)(m * ldc + n), dtype, (double)sum);
+        }
+    return 0;
+}
+
+/* The whole layer in long double: forward, then backward from the
+ * reference's own forward. Arrays as in lltm.h, in double. */
+typedef struct layer {
+    long long T, B, I, H;
+    double *x, *W, *b, *h0, *c0;                 /* inputs */
+    double *out, *h_n, *c_n, *cells, *gates;     /* forward */
+    double *g_out, *g_hn, *g_cn;                 /* upstream gradients */
+    double *d_x, *d_W, *d_b, *d_h0, *d_c0;       /* backward */
+} layer;
+
+static void reference_layer(layer *L)
+{
+    const long long T = L->T, B = L->B, I = L->I, H = L->H, G = 3 * H, K = I + H;
+    real *h = calloc((size_t)(B * H) + 1, sizeof(real)), *c = calloc((size_t)(B * H) + 1, sizeof(real));
+    real *dh = calloc((size_t)(B * H) + 1, sizeof(real)), *dc = calloc((size_t)(B * H) + 1, sizeof(real));
+    real *dg = calloc((size_t)(B * G) + 1, sizeof(real));
+    real *dW = calloc((size_t)(G * K) + 1, sizeof(real)), *db = calloc((size_t)G + 1, sizeof(real));
+    if (!h || !c || !dh || !dc || !dg || !dW || !db) { perror("calloc"); exit(2); }
+    for (long long k = 0; k < B * H; ++k) h[k] = L->h0[k], c[k] = L->c0[k];
+    for (long long t = 0; t < T; ++t) {
+        for (long long r = 0; r < B; ++r) {
+            real pre[3];
+            for (long long u = 0; u < H; ++u) {
+                for (int q = 0; q < 3; ++q) {
+                    const long long g = q * H + u;
+                    real s = L->b[g];
+                    for (long long j = 0; j < H; ++j) s += (real)L->W[g * K + j] * h[r * H + j];
+                    for (long long j = 0; j < I; ++j)
+                        s += (real)L->W[g * K + H + j] * L->x[(t * B + r) * I + j];
+                    pre[q] = s;
+                }
+                const real i = 1 / (1 + expl(-pre[0])), o = 1 / (1 + expl(-pre[1]));
+                const real z = pre[2] > 0 ? pre[2] : expm1l(pre[2]);
+                const long long s = (t * B + r) * H + u;
+                c[r * H + u] += i * z;
+                L->cells[s] = (double)c[r * H + u];
+                L->gates[(t * B + r) * G + u] = (double)i;
+                L->gates[(t * B + r) * G + H + u] = (double)o;
+                L->gates[(t * B + r) * G + 2 * H + u] = (double)z;
+                L->out[s] = (double)(tanhl(c[r * H + u]) * o);
+            }
+        }
+        /* the step's h only after every row used h_{t-1} */
+        for (long long k = 0; k < B * H; ++k) h[k] = L->out[t * B * H + k];
+    }
+    for (long long k = 0; k < B * H; ++k) {
+        L->h_n[k] = (double)h[k];
+        L->c_n[k] = (double)c[k];
+        dh[k] = L->g_hn[k];
+        dc[k] = L->g_cn[k];
+    }
+    for (long long t = T - 1; t >= 0; --t) {
+        for (long long r = 0; r < B; ++r)
+            for (long long u = 0; u < H; ++u) {
+                const long long s = (t * B + r) * H + u, a = (t * B + r) * G;
+                const real i = L->gates[a + u], o = L->gates[a + H + u], z = L->gates[a + 2 * H + u];
+                const real th = tanhl((real)L->cells[s]), gh = L->g_out[s] + dh[r * H + u];
+                const real dcell = dc[r * H + u] + gh * o * (1 - th * th);
+                dg[r * G + u] = dcell * z * i * (1 - i);
+                dg[r * G + H + u] = gh * th * o * (1 - o);
+                dg[r * G + 2 * H + u] = dcell * i * (z > 0 ? 1 : z + 1);
+                dc[r * H + u] = dcell;
+            }
+        for (long long r = 0; r < B; ++r) {
+            const double *h_prev = t == 0 ? L->h0 + r * H : L->out + ((t - 1) * B + r) * H;
+            for (long long g = 0; g < G; ++g) {
+                db[g] += dg[r * G + g];
+                for (long long j = 0; j < H; ++j) dW[g * K + j] += dg[r * G + g] * h_prev[j];
+                for (long long j = 0; j < I; ++j)
+                    dW[g * K + H + j] += dg[r * G + g] * L->x[(t * B + r) * I + j];
+            }
+            for (long long j = 0; j < H; ++j) {
+                real s = 0;
+                for (long long g = 0; g < G; ++g) s += dg[r * G + g] * L->W[g * K + j];
+                dh[r * H + j] = s;
+            }
+            for (long long j = 0; j < I; ++j) {
+                real s = 0;
+                for (long long g = 0; g < G; ++g) s += dg[r * G + g] * L->W[g * K + H + j];
+                L->d_x[(t * B + r) * I + j] = (double)s;
+            }
+        }
+    }
+    for (long long k = 0; k < B * H; ++k) L->d_h0[k] = (double)dh[k], L->d_c0[k] = (double)dc[k];
+    for (long long k = 0; k < G * K; ++k) L->d_W[k] = (double)dW[k];
+    for (long long k = 0; k < G; ++k) L->d_b[k] = (double)db[k];
+    free(h), free(c), free(dh), free(dc), free(dg), free(dW), free(db);
+}
+
+/* got within the dtype's tolerance of want: relative, plus absolute scaled
+ * by max(1, max|want|) (sums over many rows round with their terms), and
+ * every element finite. */
+static int matches(const void *got, const double *want, size_t n, lltm_dtype dt)
+{
+    double tol = 1e-10;
+    switch (dt) {
+    case LLTM_FLOAT64: tol = 1e-10; break;
+    case LLTM_FLOAT32: tol = 1e-4; break;
+    case LLTM_FLOAT16: tol = 1e-2; break;
+    case LLTM_BFLOAT16: tol = 4e-2; break;
+    }
+    double scale = 1;
+    for (size_t k = 0; k < n; ++k) scale = fmax(scale, fabs(want[k]));
+    for (size_t k = 0; k < n; ++k) {
+        const double v = at(got, k, dt);
+        if (!isfinite(v) || fabs(v - want[k]) > tol * fabs(want[k]) + tol * scale)
+            return 0;
+    }
+    return 1;
+}
+
+static double *array_of(size_t n)
+{
+    double *p = malloc(n * sizeof(double) + 1);
+    if (!p) { perror("malloc"); exit(2); }
+    return p;
+}
+
+/* Round the double inputs to the dtype, in place: both sides then see the
+ * same values. */
+static void *rounded(double *x, size_t n, lltm_dtype dt)
+{
+    void *p = to_dtype(x, n, dt);
+    for (size_t k = 0; k < n; ++k) x[k] = at(p, k, dt);
+    return p;
+}
+
+/* Workspace poisoned with all-ones bytes: NaN in every dtype. */
+static void *poisoned_bytes(size_t n)
+{
+    void *p = malloc(n + 1);
+    if (!p) { perror("malloc"); exit(2); }
+    memset(p, 0xFF, n + 1);
+    return p;
+}
+
+static void test_case(long long T, long long B, long long I, long long H, lltm_dtype dt,
+                      lltm_parallel_for pfor)
+{
+    const char *name = dtype_name(dt);
+    const long long G = 3 * H, K = I + H;
+    const size_t nx = (size_t)(T * B * I), nW = (size_t)(G * K), nS = (size_t)(B * H);
+    const size_t nTH = (size_t)(T * B * H), nTG = (size_t)(T * B * G);
+    layer L = {T, B, I, H,
+               random_array(nx, 1.0), random_array(nW, 2.0 / sqrt((double)K)),
+               random_array((size_t)G, 1.0), random_array(nS, 1.0), random_array(nS, 1.0),
+               array_of(nTH), array_of(nS), array_of(nS), array_of(nTH), array_of(nTG),
+               random_array(nTH, 1.0), random_array(nS, 1.0), random_array(nS, 1.0),
+               array_of(nx), array_of(nW), array_of((size_t)G), array_of(nS), array_of(nS)};
+    void *x = rounded(L.x, nx, dt), *W = rounded(L.W, nW, dt), *b = rounded(L.b, (size_t)G, dt);
+    void *h0 = rounded(L.h0, nS, dt), *c0 = rounded(L.c0, nS, dt);
+    void *g_out = rounded(L.g_out, nTH, dt), *g_hn = rounded(L.g_hn, nS, dt);
+    void *g_cn = rounded(L.g_cn, nS, dt);
+    reference_layer(&L);
+
+    void *out = poisoned(nTH, dt), *h_n = poisoned(nS, dt), *c_n = poisoned(nS, dt);
+    void *cells = poisoned(nTH, dt), *gates = poisoned(nTG, dt);
+    const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, B, H);
+    void *work_f = poisoned_bytes(ws_f);
+    gemm_log log = {0, -1};
+    int status = lltm_sequence_forward_cpu(dt, T, B, I, H, x, W, b, h0, c0, out, h_n, c_n, cells,
+                                           gates, work_f, naive_gemm, &log, pfor);
+    check(status == LLTM_OK && ws_f > 0, "forward status", B, H, name);
+    check(matches(out, L.out, nTH, dt), "forward output", B, H, name);
+    check(matches(h_n, L.h_n, nS, dt), "forward h_n", B, H, name);
+    check(matches(c_n, L.c_n, nS, dt), "forward c_n", B, H, name);
+    check(matches(cells, L.cells, nTH, dt), "forward cells", B, H, name);
+    check(matches(gates, L.gates, nTG, dt), "forward gates", B, H, name);
+    /* h_n / c_n are the last step's state (h0, c0 when T == 0) */
+    if (nS > 0) {
+        const size_t e = lltm_dtype_size(dt);
+        check(memcmp(h_n, T > 0 ? (char *)out + (size_t)(T - 1) * nS * e : h0, nS * e) == 0,
+              "h_n is h_T", B, H, name);
+        check(memcmp(c_n, T > 0 ? (char *)cells + (size_t)(T - 1) * nS * e : c0, nS * e) == 0,
+              "c_n is c_T", B, H, name);
+    }
+
+    void *d_x = poisoned(nx, dt), *d_W = poisoned(nW, dt), *d_b = poisoned((size_t)G, dt);
+    void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
+    const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
+    void *work_b = poisoned_bytes(ws_b);
+    status = lltm_sequence_backward_cpu(dt, T, B, I, H, g_out, g_hn, g_cn, x, W, h0, out, cells,
+                                        gates, d_x, d_W, d_b, d_h0, d_c0, work_b, naive_gemm,
+                                        &log, pfor);
+    check(status == LLTM_OK && ws_b > 0, "backward status", B, H, name);
+    check(matches(d_x, L.d_x, nx, dt), "backward grad_input", B, H, name);
+    check(matches(d_W, L.d_W, nW, dt), "backward grad_weights", B, H, name);
+    check(matches(d_b, L.d_b, (size_t)G, dt), "backward grad_bias", B, H, name);
+    check(matches(d_h0, L.d_h0, nS, dt), "backward grad_h0", B, H, name);
+    check(matches(d_c0, L.d_c0, nS, dt), "backward grad_c0", B, H, name);
+    /* products, when T*B > 0: x W_x^T (if I > 0) and T recurrent ones
+     * forward; T recurrent ones, dW_h, and dW_x and dx (if I > 0) backward */
+    const long long want_calls = T * B == 0 ? 0 : (I > 0) + T + T + 1 + 2 * (I > 0);
+    check(log.calls == want_calls, "number of matrix products", B, H, name);
+
+    double *owned[] = {L.x, L.W, L.b, L.h0, L.c0, L.out, L.h_n, L.c_n, L.cells, L.gates,
+                       L.g_out, L.g_hn, L.g_cn, L.d_x, L.d_W, L.d_b, L.d_h0, L.d_c0};
+    for (size_t k = 0; k < sizeof owned / sizeof owned[0]; ++k) free(owned[k]);
+    void *more[] = {x, W, b, h0, c0, g_out, g_hn, g_cn, out, h_n, c_n, cells, gates, work_f,
+                    d_x, d_W, d_b, d_h0, d_c0, work_b};
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; ++k) free(more[k]);
+}
+
+/* Failures are reported, never ignored: the callbacks', bad sizes, dtypes
+ * and workspaces. */
+static void test_errors(void)
+{
+    const long long T = 3, B = 2, I = 4, H = 5, G = 15, K = 9;
+    double *buf = calloc(1024, sizeof(double));
+    if (!buf) { perror("calloc"); exit(2); }
+    for (int k = 0; k < 1024; ++k) buf[k] = 0.25 * (k % 7) - 0.5;
+    const size_t ws_f = lltm_sequence_forward_workspace_cpu(LLTM_FLOAT64, B, H);
+    const size_t ws_b = lltm_sequence_backward_workspace_cpu(LLTM_FLOAT64, T, B, H);
+    void *work = calloc(ws_f > ws_b ? ws_f : ws_b, 1);
+    if (!work) { perror("calloc"); exit(2); }
+    (void)G, (void)K;
+    /* every product of both directions fails in turn: the failure comes back */
+    for (int fail_at = 0; fail_at < 1 + (int)T; ++fail_at) {
+        gemm_log log = {0, fail_at};
+        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf,
+                                        buf + 100, buf + 200, buf + 220, buf + 240, buf + 300,
+                                        work, naive_gemm, &log, lltm_serial_for) == LLTM_ERR_GEMM,
+              "forward reports a failed product", B, H, "float64");
+    }
+    for (int fail_at = 0; fail_at < (int)T + 3; ++fail_at) {
+        gemm_log log = {0, fail_at};
+        check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf,
+                                         buf, buf, buf, buf + 400, buf + 500, buf + 700,
+                                         buf + 720, buf + 740, work, naive_gemm, &log,
+                                         lltm_serial_for) == LLTM_ERR_GEMM,
+              "backward reports a failed product", B, H, "float64");
+    }
+    gemm_log log = {0, -1};
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf + 100,
+                                    buf + 200, buf + 220, buf + 240, buf + 300, work, naive_gemm,
+                                    &log, failing_for) == LLTM_ERR_PARALLEL,
+          "forward reports a failed parallel-for", B, H, "float64");
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                     buf, buf, buf + 400, buf + 500, buf + 700, buf + 720,
+                                     buf + 740, work, naive_gemm, &log,
+                                     failing_for) == LLTM_ERR_PARALLEL,
+          "backward reports a failed parallel-for", B, H, "float64");
+    check(lltm_sequence_forward_cpu((lltm_dtype)9, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                    buf, buf, buf, work, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_DTYPE,
+          "unknown dtype rejected", B, H, "9");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, 0, buf, buf, buf, buf, buf, buf, buf,
+                                    buf, buf, buf, work, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "H = 0 rejected", B, 0, "float64");
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, -1, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                     buf, buf, buf, buf, buf, buf, buf, work, naive_gemm, &log,
+                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "negative T rejected", B, H, "float64");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                    buf, buf, buf, NULL, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "missing workspace rejected", B, H, "float64");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                    buf, buf, buf, (char *)work + 4, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "misaligned workspace rejected", B, H, "float64");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
+                                    buf, buf, buf, work, NULL, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "missing gemm rejected", B, H, "float64");
+    check(lltm_sequence_forward_workspace_cpu((lltm_dtype)9, B, H) == 0 &&
+              lltm_sequence_backward_workspace_cpu(LLTM_FLOAT32, -1, B, H) == 0,
+          "workspace of bad arguments is 0", B, H, "-");
+    free(work);
+    free(buf);
+}
+
+int main(void)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    printf("seed %u\n", seed);
+    /* T, B, I, H: T = 1, batch 1, odd sizes, I > H, I < H, I = 0, T = 0, B = 0 */
+    const long long shapes[][4] = {{1, 1, 1, 1}, {3, 2, 5, 7}, {5, 3, 0, 4}, {0, 3, 4, 5},
+                                   {4, 0, 3, 5}, {4, 5, 40, 17}, {2, 16, 32, 33}, {7, 3, 2, 9}};
+    const lltm_dtype dtypes[] = {LLTM_FLOAT32, LLTM_FLOAT64, LLTM_FLOAT16, LLTM_BFLOAT16};
+    const lltm_parallel_for runners[] = {lltm_serial_for, chunked_for};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; ++d)
+            for (size_t r = 0; r < 2; ++r)
+                test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], dtypes[d],
+                          runners[r]);
+    test_errors();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
