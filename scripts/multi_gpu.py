@@ -306,29 +306,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(checks, world: int = 2, timeout_s: float = 240, seed: int | None = None,
-          compile_backend: str = "inductor") -> None:
-    """Run the checks in ``world`` fresh processes (gloo, CPU); a check's
-    failure is raised here (torch.multiprocessing.ProcessRaisedException, with
-    the process's traceback); processes still running after ``timeout_s`` are
-    killed and TimeoutError raised. The processes fork from a server that has
-    imported torch, its compiler (which DDP imports) and lltm once
-    (multiprocessing's forkserver), so they need not import them again."""
+def start(fn, args, world: int = 2, timeout_s: float = 240) -> None:
+    """fn(rank, *args) in ``world`` fresh processes; a process's exception is
+    raised here (torch.multiprocessing.ProcessRaisedException, with its
+    traceback); processes still running after ``timeout_s`` are killed and
+    TimeoutError raised. The processes fork from a server that has imported
+    torch, its compiler (which DDP imports), lltm and scikit-learn's datasets
+    (the training example's) once (multiprocessing's forkserver), so they need
+    not import them again."""
     import multiprocessing
     import torch.multiprocessing as mp
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         ["torch", "torch._dynamo", "torch.distributed.fsdp", "torch.nn.parallel", "lltm",
-         "torch._inductor.compile_fx", __name__])
-    context = mp.start_processes(run_spawned, args=(world, free_port(), list(checks), seed,
-                                                    compile_backend),
-                                 nprocs=world, join=False, start_method="forkserver")
+         "torch._inductor.compile_fx", "sklearn.datasets", "sklearn.model_selection",
+         __name__])  # (a module that fails to import is left out)
+    context = mp.start_processes(fn, args=args, nprocs=world, join=False,
+                                 start_method="forkserver")
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=0.5):
         if time.monotonic() > deadline:
             for process in context.processes:
                 if process.is_alive():
                     process.kill()
-            raise TimeoutError(f"checks {list(checks)} still running after {timeout_s} s")
+            raise TimeoutError(f"{fn.__name__}{args} still running after {timeout_s} s")
+
+
+def spawn(checks, world: int = 2, timeout_s: float = 240, seed: int | None = None,
+          compile_backend: str = "inductor") -> None:
+    """Run the checks in ``world`` fresh processes (gloo, CPU); see start."""
+    start(run_spawned, (world, free_port(), list(checks), seed, compile_backend), world,
+          timeout_s)
 
 
 def main(argv=None) -> int:

@@ -5,23 +5,20 @@ DDP; gradient accumulation under no_sync() and DDP under torch.compile
 (scripts/multi_gpu.py's checks, gloo on CPU), and that script under torchrun."""
 import datetime
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 pytest.importorskip("sklearn")
 from lltm.examples import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import multi_gpu  # noqa: E402
+import multi_gpu  # noqa: E402  (the checks, and a process starter)
 
 WORLD = 2
 UNION_BATCH = 16
@@ -29,21 +26,15 @@ TIMEOUT_S = 240
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return multi_gpu.free_port()
 
 
 def _run(fn, args):
-    """Spawn WORLD processes of fn(rank, *args); fail (and kill them) past TIMEOUT_S."""
-    context = mp.spawn(fn, args=args, nprocs=WORLD, join=False)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            pytest.fail(f"DDP processes still running after {TIMEOUT_S} s")
+    """WORLD processes of fn(rank, *args); fail (and kill them) past TIMEOUT_S."""
+    try:
+        multi_gpu.start(fn, args, WORLD, TIMEOUT_S)
+    except TimeoutError as e:
+        pytest.fail(str(e))
 
 
 BACKENDS = [
