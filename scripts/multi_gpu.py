@@ -9,7 +9,7 @@ Checks (every process runs each one; the single-process results it compares
 against are computed in the same process over the union of all processes'
 batches):
   ddp         DistributedDataParallel of the training example's LLTM classifier
-              (lltm.examples.train): gradients of each of 3 Adam steps and the
+              (lltm.examples.train): gradients of each of 3 SGD steps and the
               parameters after them
   no_sync     DDP with gradient accumulation: micro-batches under no_sync(),
               the last one synchronised; gradients equal one process over the
@@ -147,8 +147,10 @@ def check_ddp(ctx: Context) -> None:
                                             "--models", "lltm", "--seed", str(ctx.seed % 1000)])
     single = train.build_model("lltm", data, args, ctx.device)
     model = DDP(train.build_model("lltm", data, args, ctx.device))
-    opt_single = torch.optim.Adam(single.parameters(), lr=args.lr)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    # SGD: Adam's division by sqrt(v) would turn rounding-level differences
+    # of near-zero gradients into whole steps.
+    opt_single = torch.optim.SGD(single.parameters(), lr=0.5, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     x_all, y_all = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
     for step in range(3):
         rows = slice(step * BATCH, (step + 1) * BATCH)
@@ -310,18 +312,11 @@ def start(fn, args, world: int = 2, timeout_s: float = 240) -> None:
     """fn(rank, *args) in ``world`` fresh processes; a process's exception is
     raised here (torch.multiprocessing.ProcessRaisedException, with its
     traceback); processes still running after ``timeout_s`` are killed and
-    TimeoutError raised. The processes fork from a server that has imported
-    torch, its compiler (which DDP imports), lltm and scikit-learn's datasets
-    (the training example's) once (multiprocessing's forkserver), so they need
-    not import them again."""
-    import multiprocessing
+    TimeoutError raised. The processes are started with the "spawn" method
+    (each imports torch afresh: a process forked from one that has imported
+    torch's compiler was seen to hang)."""
     import torch.multiprocessing as mp
-    multiprocessing.get_context("forkserver").set_forkserver_preload(
-        ["torch", "torch._dynamo", "torch.distributed.fsdp", "torch.nn.parallel", "lltm",
-         "torch._inductor.compile_fx", "sklearn.datasets", "sklearn.model_selection",
-         __name__])  # (a module that fails to import is left out)
-    context = mp.start_processes(fn, args=args, nprocs=world, join=False,
-                                 start_method="forkserver")
+    context = mp.start_processes(fn, args=args, nprocs=world, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=0.5):
         if time.monotonic() > deadline:
