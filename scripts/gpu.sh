@@ -13,8 +13,13 @@
 #                                  bfloat16, the sequence at T=1000; then what an
 #                                  autograd step costs on this host
 #                                  (dev/timing/host_floor.py)
-#   bash scripts/gpu.sh multi      what needs 2 GPUs: cuda:1 tests, DDP over NCCL,
-#                                  torchrun of the training example
+#   bash scripts/gpu.sh multi      what needs 2 GPUs: every op and module on cuda:1
+#                                  (tests/multi_gpu and the second_device tests);
+#                                  over NCCL with torchrun (scripts/multi_gpu.py):
+#                                  DDP of the example, no_sync, DDP under
+#                                  torch.compile, FSDP2 in float32 and bfloat16
+#                                  mixed precision, each against one process; the
+#                                  training example under torchrun
 #   bash scripts/gpu.sh lab [WHAT] the timing tools of dev/timing (dev/README.md),
 #                                  WHAT one of
 #                                    sequence  (default) kernel-level timings against
@@ -158,11 +163,13 @@ for MODE in "${MODES[@]}"; do
             --sizes 16,32,128 --single-thread
         ;;
     multi)
-        stage second-device 200 second_device.log $PYTEST \
+        stage second-device 150 second_device.log $PYTEST tests/multi_gpu \
             tests/test_cuda_cell.py tests/test_cuda_sequence.py -k second_device
-        stage ddp-nccl 240 ddp.log $PYTEST tests/test_ddp.py
-        stage torchrun-nccl 180 torchrun.log torchrun --standalone --nproc_per_node=2 \
-            -m lltm.examples.train --quick --device cuda --no-progress --plot ""
+        stage ddp-fsdp-tests 150 ddp.log $PYTEST tests/test_ddp.py tests/test_fsdp.py
+        stage multi-gpu-nccl 180 multi_gpu.log $PY -m torch.distributed.run --standalone \
+            --nproc_per_node=2 scripts/multi_gpu.py --backend nccl --device cuda
+        stage torchrun-example 110 torchrun.log $PY -m torch.distributed.run --standalone \
+            --nproc_per_node=2 -m lltm.examples.train --quick --device cuda --no-progress --plot ""
         ;;
     lab)
         case "$LAB" in
@@ -211,6 +218,7 @@ show "^loaded on torch" load.log
 for log in tests.log second_device.log ddp.log; do
     show "passed|failed" "$log" | tail -1
 done
+show "^[0-9]+ processes|: ok \(|checks passed|Error" multi_gpu.log
 show "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" memcheck_cuda.log racecheck_cuda.log \
     memcheck_sequence.log racecheck_sequence.log
 show "^launches" launches.log

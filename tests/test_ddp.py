@@ -1,19 +1,24 @@
 """DistributedDataParallel with 2 processes (gloo on CPU; NCCL with one GPU
 per process where 2 GPUs exist; 127.0.0.1 only): one step's gradients equal a
 single process's over the union batch, and the training example runs under
-DDP."""
+DDP; gradient accumulation under no_sync() and DDP under torch.compile
+(scripts/multi_gpu.py's checks, gloo on CPU), and that script under torchrun."""
 import datetime
 import os
-import socket
-import time
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 pytest.importorskip("sklearn")
 from lltm.examples import train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import multi_gpu  # noqa: E402  (the checks, and a process starter)
 
 WORLD = 2
 UNION_BATCH = 16
@@ -21,21 +26,15 @@ TIMEOUT_S = 240
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return multi_gpu.free_port()
 
 
 def _run(fn, args):
-    """Spawn WORLD processes of fn(rank, *args); fail (and kill them) past TIMEOUT_S."""
-    context = mp.spawn(fn, args=args, nprocs=WORLD, join=False)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            pytest.fail(f"DDP processes still running after {TIMEOUT_S} s")
+    """WORLD processes of fn(rank, *args); fail (and kill them) past TIMEOUT_S."""
+    try:
+        multi_gpu.start(fn, args, WORLD, TIMEOUT_S)
+    except TimeoutError as e:
+        pytest.fail(str(e))
 
 
 BACKENDS = [
@@ -127,3 +126,31 @@ def test_example_trains_under_ddp(tmp_path):
             torch.testing.assert_close(results[1]["state"][kind][name], value)
     checkpoint = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert checkpoint["epoch"] == 3
+
+
+def test_no_sync_accumulation_equals_single_process():
+    """Micro-batches under no_sync() (gradients stay local: checked), the last
+    one synchronised: gradients and parameters after 2 SGD steps equal one
+    process over the whole batch. Model: Linear -> LLTM (2 layers) -> LLTMCell
+    loop -> Linear."""
+    multi_gpu.spawn(["no_sync"], timeout_s=TIMEOUT_S)
+
+
+def test_ddp_under_torch_compile():
+    """torch.compile of the DDP model (inductor; the DDP optimizer splits the
+    graph at bucket boundaries): gradients and parameters after 2 steps equal
+    one process's eager ones."""
+    multi_gpu.spawn(["compile"], timeout_s=TIMEOUT_S)
+
+
+def test_multi_gpu_script_under_torchrun():
+    """The two-GPU script's entry point, run here as torchrun runs it (gloo, CPU)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node=2", str(ROOT / "scripts" / "multi_gpu.py"),
+                          "--device", "cpu", "--checks", "no_sync,fsdp"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 processes, gloo, cpu" in run.stdout, run.stdout
+    assert "all 2 checks passed" in run.stdout, run.stdout
