@@ -9,7 +9,7 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
 from . import functional, reference
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
@@ -365,12 +365,15 @@ class LLTM(torch.nn.Module):
         sizes = batch_sizes.tolist()
         T, B = len(sizes), sizes[0]
         lens = [sum(1 for n in sizes if n > b) for b in range(B)]  # decreasing
-        x, _ = pad_packed_sequence(PackedSequence(data, batch_sizes))  # [T, B, I], packed order
+        # [T, B, I] in the packed order: step t holds the first sizes[t] rows
+        # (plain indexing on Python sizes: traceable, unlike the unpacking op)
+        x = torch.stack([torch.nn.functional.pad(step, (0, 0, 0, B - n))
+                         for step, n in zip(data.split(sizes), sizes)])
         h0, c0 = self._initial_state(state, x, B, True)
         if sorted_indices is not None:  # nn.LSTM: hx comes in the original batch order
             h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
         out, (h_n, c_n) = self._run(x, h0, c0, None if lens[-1] == T else lens)
-        out_data = pack_padded_sequence(out, batch_sizes.new_tensor(lens)).data
+        out_data = torch.cat([out[t, :n] for t, n in enumerate(sizes)])
         if unsorted_indices is not None:
             h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
