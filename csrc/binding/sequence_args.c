@@ -110,3 +110,38 @@ int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
     aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
     return 0;
 }
+
+int lltm_sequence_results_new(bool backward, const lltm_sequence_dims *d,
+                              const lltm_tensor *like, lltm_owned *owned,
+                              lltm_sequence_results *results, lltm_error *err)
+{
+    const int64_t G = 3 * d->H;
+    const int64_t forward_sizes[5][3] = {{d->T, d->B, d->H}, {d->B, d->H}, {d->B, d->H},
+                                         {d->T, d->B, d->H}, {d->T, d->B, G}};
+    const int64_t backward_sizes[5][3] = {{d->T, d->B, d->I}, {G, d->I + d->H}, {G},
+                                          {d->B, d->H}, {d->B, d->H}};
+    const int forward_dims[5] = {3, 2, 2, 3, 3}, backward_dims[5] = {3, 2, 1, 2, 2};
+    for (int k = 0; k < 5; ++k)
+        if (lltm_empty(backward ? backward_dims[k] : forward_dims[k],
+                       backward ? backward_sizes[k] : forward_sizes[k], like, owned,
+                       &results->tensors[k], &results->data[k], err))
+            return -1;
+    return 0;
+}
+
+void lltm_sequence_results_return(lltm_owned *owned, const lltm_sequence_results *results,
+                                  StableIValue *stack)
+{
+    for (int k = 0; k < 5; ++k)
+        lltm_return(owned, results->tensors[k], &stack[k]);
+    lltm_free_owned(owned);
+}
+
+void lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err,
+                               const char *what, int status)
+{
+    if (status == LLTM_ERR_GEMM && gemm_err->msg[0] != '\0')
+        lltm_fail(err, "%s: %s", what, gemm_err->msg);
+    else
+        lltm_core_failed(err, what, status);
+}

@@ -40,6 +40,28 @@ int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
                                  int32_t device_type, bool half_types_ok,
                                  lltm_sequence_dims *dims, lltm_error *err);
 
+/* The five results of either operator, new and uninitialised, like the first
+ * argument: sequence_forward's output [T,B,H], h_n [B,H], c_n [B,H], cells
+ * [T,B,H], gates [T,B,3H]; sequence_backward's grad_input [T,B,I],
+ * grad_weights [3H,I+H], grad_bias [3H], grad_h0 [B,H], grad_c0 [B,H]. */
+typedef struct lltm_sequence_results {
+    AtenTensorHandle tensors[5];
+    void *data[5];
+} lltm_sequence_results;
+
+int lltm_sequence_results_new(bool backward, const lltm_sequence_dims *d,
+                              const lltm_tensor *like, lltm_owned *owned,
+                              lltm_sequence_results *results, lltm_error *err);
+
+/* Hand the results out as the op's outputs, then free what the op owns. */
+void lltm_sequence_results_return(lltm_owned *owned, const lltm_sequence_results *results,
+                                  StableIValue *stack);
+
+/* A core call returned `status`: with the matrix-product callback's own
+ * message where that failed, else the core's status. */
+void lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err,
+                               const char *what, int status);
+
 /* A matrix inside a tensor's storage: element (r, c) at
  * offset + r*row_stride + c*col_stride elements from the tensor's start. */
 typedef struct lltm_matrix {
