@@ -20,7 +20,7 @@ BENCH_ARGS ?=
 # --print-nvcc-flags, warnings as errors) for these architectures, one object
 # per .cu in build/cuda-check, rebuilt only when its source, a header it
 # includes or the flags change, JOBS files at a time.
-CUDA_CHECK_ARCHS ?= 9.0
+CUDA_CHECK_ARCHS ?= 8.0;9.0
 CUDA_CHECK_DIR   := build/cuda-check
 JOBS             ?= $(shell nproc 2>/dev/null || echo 2)
 # (computed once, when first used)
@@ -72,7 +72,9 @@ abi-check: setup
 	@echo "abi-check: our stable-ABI prototypes match torch $$($(PY) -c 'import torch; print(torch.__version__)')"
 
 # Every .cu compiles with the build's nvcc flags (CUDA_CHECK_ARCHS, default
-# Hopper) with the local nvcc; no GPU needed.
+# sm_80, the code before Hopper without clusters, and sm_90) with the local
+# nvcc; no GPU needed. Every architecture of the default fat build:
+#   make cuda-compile-check CUDA_CHECK_ARCHS="7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"
 cuda-compile-check:
 	@if [ -z "$(NVCC)" ]; then echo "cuda-compile-check: nvcc not found, skipped"; \
 	else $(MAKE) --no-print-directory -j$(JOBS) cuda-check-objects; fi
