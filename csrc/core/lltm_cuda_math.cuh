@@ -64,14 +64,16 @@ __device__ __forceinline__ void backward_math(A i, A o, A z, A c, A dh, A dc_in,
 } // namespace
 
 /* One switch per C launcher: the lltm_dtype picks the element type T for
- * CALL (both .cu files; needs lltm.h). */
-#define LLTM_DISPATCH(dtype, CALL)                                                           \
+ * CALL (needs lltm.h); an unknown dtype returns `otherwise`
+ * (LLTM_DISPATCH: LLTM_ERR_DTYPE). */
+#define LLTM_DISPATCH_OR(dtype, CALL, otherwise)                                             \
     switch (dtype) {                                                                         \
     case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
     case LLTM_FLOAT64: { typedef double T; return CALL; }                                    \
     case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
     case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
     }                                                                                        \
-    return LLTM_ERR_DTYPE
+    return otherwise
+#define LLTM_DISPATCH(dtype, CALL) LLTM_DISPATCH_OR(dtype, CALL, LLTM_ERR_DTYPE)
 
 #endif /* LLTM_CORE_CUDA_MATH_CUH */

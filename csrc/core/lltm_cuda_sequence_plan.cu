@@ -11,6 +11,7 @@
  * may be made from several threads).
  */
 #include "lltm_cuda_launch.cuh"
+#include "lltm_cuda_math.cuh"
 #include "lltm_cuda_sequence.cuh"
 
 #include <string.h>
@@ -29,23 +30,14 @@ bool known_dtype(lltm_dtype dtype)
 
 bool cached_device(const lltm_cuda_device &dev) { return dev.device >= 0 && dev.device < MAX_DEVICES; }
 
-#define LLTM_SEQ_BY_DTYPE(dtype, CALL, otherwise)                                            \
-    switch (dtype) {                                                                         \
-    case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
-    case LLTM_FLOAT64: { typedef double T; return CALL; }                                    \
-    case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
-    case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
-    }                                                                                        \
-    return otherwise
-
 const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values)
 {
-    LLTM_SEQ_BY_DTYPE(dtype, grid_kernel<T>(forward, lanes, values), nullptr);
+    LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values), nullptr);
 }
 const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l)
 {
-    LLTM_SEQ_BY_DTYPE(dtype, forward ? cluster_forward_kernel<T>(l) : cluster_backward_kernel<T>(l),
-                      nullptr);
+    LLTM_DISPATCH_OR(dtype, forward ? cluster_forward_kernel<T>(l) : cluster_backward_kernel<T>(l),
+                     nullptr);
 }
 
 /* ---------------------------------------------------------------- grid -- */
