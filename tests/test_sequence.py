@@ -55,18 +55,43 @@ def compare(args, dtype, through=(0, 1, 2), tol=None):
     nat = [a.detach().clone().to(dtype).requires_grad_() for a in args]
     ref = [a.detach().to(dtype).double().requires_grad_() for a in args]
     out_n, out_r = native_sequence(*nat), reference_sequence(*ref)
-    for name, n, r in zip(["output", "h_n", "c_n"], out_n, out_r):
+    # In float16 / bfloat16 a tensor also passes when it is as accurate as the
+    # reference loop run in that dtype (twice its error): plain PyTorch's own
+    # rounding sets the bar there, as in the benchmark.
+    low = None
+    if dtype in HALF_DTYPES and T_of(args) > 0:
+        low = [a.detach().to(dtype).requires_grad_() for a in args]
+        out_l = reference_sequence(*low)
+    for k, (name, n, r) in enumerate(zip(["output", "h_n", "c_n"], out_n, out_r)):
         assert n.dtype == dtype and n.shape == r.shape, name
-        assert_matches(n, r, dtype, msg=name, tol=tol)
+        check(n, r, out_l[k] if low else None, dtype, name, tol)
     ups = [torch.randn_like(out_r[k]) for k in through]
     torch.autograd.backward([out_n[k] for k in through], [u.to(dtype) for u in ups])
     torch.autograd.backward([out_r[k] for k in through], ups)
-    for name, n, r in zip(["input", "weights", "bias", "h0", "c0"], nat, ref):
+    if low:
+        torch.autograd.backward([out_l[k] for k in through], [u.to(dtype) for u in ups])
+    for k, (name, n, r) in enumerate(zip(["input", "weights", "bias", "h0", "c0"], nat, ref)):
         # an argument the reference's graph never reached (T = 0: x, W, b) has
         # a zero gradient
         want = r.grad if r.grad is not None else torch.zeros_like(r)
         assert n.grad is not None and n.grad.dtype == dtype and n.grad.shape == r.shape, name
-        assert_matches(n.grad, want, dtype, msg=f"grad of {name}", tol=tol)
+        lo = low[k].grad if low and low[k].grad is not None else None
+        check(n.grad, want, lo, dtype, f"grad of {name}", tol)
+
+
+def T_of(args):
+    return args[0].shape[0]
+
+
+def check(got, want, low, dtype, name, tol):
+    """assert_matches, or for the half types within twice the error of the
+    same computation in plain PyTorch in that dtype (`low`)."""
+    if low is not None and want.numel():
+        err = (got.double() - want).abs().max().item()
+        bar = 2 * (low.double() - want).abs().max().item()
+        if err <= bar:
+            return
+    assert_matches(got, want, dtype, msg=name, tol=tol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
