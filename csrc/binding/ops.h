@@ -33,6 +33,20 @@
     "Tensor gates) -> (Tensor grad_input, Tensor grad_weights, "                  \
     "Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
 
+/* The same with variable lengths: lengths [B] int64 on the input's device,
+ * each in [1, T]; row b stops after its first lengths[b] steps (output 0
+ * beyond them, h_n/c_n its state after them; lltm.h). The overloads share
+ * the kernels of the operators above (the argument count tells them apart). */
+#define LLTM_SCHEMA_SEQUENCE_FORWARD_LENGTHS                                       \
+    "sequence_forward.lengths(Tensor input, Tensor weights, Tensor bias, "        \
+    "Tensor h0, Tensor c0, Tensor lengths) -> (Tensor output, Tensor h_n, "       \
+    "Tensor c_n, Tensor cells, Tensor gates)"
+#define LLTM_SCHEMA_SEQUENCE_BACKWARD_LENGTHS                                      \
+    "sequence_backward.lengths(Tensor grad_output, Tensor grad_h_n, "             \
+    "Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, Tensor output, "   \
+    "Tensor cells, Tensor gates, Tensor lengths) -> (Tensor grad_input, "         \
+    "Tensor grad_weights, Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
+
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
                                   uint64_t num_outputs);
 

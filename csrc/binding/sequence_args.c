@@ -1,11 +1,39 @@
 /* sequence_args.c - see sequence_args.h. */
 #include "sequence_args.h"
 
-const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS] = {
-    "input", "weights", "bias", "h0", "c0"};
-const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS] = {
+const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS + 1] = {
+    "input", "weights", "bias", "h0", "c0", "lengths"};
+const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS + 1] = {
     "grad_output", "grad_h_n", "grad_c_n", "input", "weights",
-    "h0",          "output",   "cells",    "gates"};
+    "h0",          "output",   "cells",    "gates", "lengths"};
+
+int lltm_check_lengths(const lltm_tensor *lengths, const lltm_tensor *like,
+                       const lltm_sequence_dims *d, bool check_values, lltm_error *err)
+{
+    if (lengths->dtype != aoti_torch_dtype_int64() || lengths->dim != 1 ||
+        lengths->sizes[0] != d->B)
+        return lltm_fail(err,
+                         "lengths must be an int64 tensor of shape [%lld] (one length per "
+                         "batch row B of input), got %s of %lld dimensions, first size %lld",
+                         (long long)d->B,
+                         lengths->dtype == aoti_torch_dtype_int64() ? "int64"
+                                                                    : "another dtype",
+                         (long long)lengths->dim,
+                         (long long)(lengths->dim > 0 ? lengths->sizes[0] : 0));
+    if (lengths->device_type != like->device_type ||
+        lengths->device_index != like->device_index)
+        return lltm_fail(err, "lengths must be on the device of %s", like->name);
+    if (!check_values)
+        return 0;
+    const int64_t *values = (const int64_t *)lengths->data;
+    for (int64_t b = 0; b < d->B; ++b)
+        if (values[b] < 1 || values[b] > d->T)
+            return lltm_fail(err,
+                             "lengths[%lld] = %lld; every length must be in [1, T] with T = "
+                             "%lld steps in input",
+                             (long long)b, (long long)values[b], (long long)d->T);
+    return 0;
+}
 
 /* t is [B, H] */
 static int check_state(const lltm_tensor *t, const lltm_sequence_dims *d, lltm_error *err)

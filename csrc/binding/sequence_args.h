@@ -26,8 +26,14 @@ enum {
     LLTM_SEQ_BWD_CELLS, LLTM_SEQ_BWD_GATES, LLTM_SEQ_BWD_NARGS
 };
 
-extern const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS];
-extern const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS];
+/* The lengths overloads take one argument more, lengths [B], last. */
+extern const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS + 1];
+extern const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS + 1];
+
+/* lengths (the overloads' last argument): int64 [B] on `like`'s device;
+ * with check_values (host memory) each in [1, T]. */
+int lltm_check_lengths(const lltm_tensor *lengths, const lltm_tensor *like,
+                       const lltm_sequence_dims *d, bool check_values, lltm_error *err);
 
 /* input [T,B,I], weights [3H,I+H], bias [3H] or [1,3H], h0 [B,H], c0 [B,H] */
 int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],

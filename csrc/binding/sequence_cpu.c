@@ -19,12 +19,14 @@ void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
     lltm_error err, gemm_err = {.msg = ""};
     lltm_sequence_results r;
     void *workspace;
-    lltm_tensor a[LLTM_SEQ_FWD_NARGS];
+    lltm_tensor a[LLTM_SEQ_FWD_NARGS + 1]; /* the lengths overload: lengths last */
+    const int n_in = num_args == LLTM_SEQ_FWD_NARGS + 1 ? LLTM_SEQ_FWD_NARGS + 1 : LLTM_SEQ_FWD_NARGS;
     lltm_sequence_dims d;
 
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5,
+    if (lltm_open_op(stack, num_args, num_outputs, n_in, 5,
                      lltm_sequence_forward_names, a, &owned, &err) ||
-        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err))
+        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
+        (n_in > LLTM_SEQ_FWD_NARGS && lltm_check_lengths(&a[LLTM_SEQ_FWD_NARGS], &a[0], &d, true, &err)))
         goto fail;
 
     if (lltm_sequence_results_new(false, &d, &a[0], &owned, &r, &err) ||
@@ -36,8 +38,9 @@ void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
     int status = lltm_sequence_forward_cpu(
         d.dtype, d.T, d.B, d.I, d.H, a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data,
         a[LLTM_SEQ_FWD_BIAS].data, a[LLTM_SEQ_FWD_H0].data, a[LLTM_SEQ_FWD_C0].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace, lltm_torch_gemm,
-        &gemm, lltm_torch_parallel_for);
+        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4],
+        n_in > LLTM_SEQ_FWD_NARGS ? (const int64_t *)a[LLTM_SEQ_FWD_NARGS].data : NULL,
+        workspace, lltm_torch_gemm, &gemm, lltm_torch_parallel_for);
     if (status != LLTM_OK) {
         lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_forward_cpu", status);
         goto fail;
@@ -59,12 +62,14 @@ void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
     lltm_error err, gemm_err = {.msg = ""};
     lltm_sequence_results r;
     void *workspace;
-    lltm_tensor a[LLTM_SEQ_BWD_NARGS];
+    lltm_tensor a[LLTM_SEQ_BWD_NARGS + 1]; /* the lengths overload: lengths last */
+    const int n_in = num_args == LLTM_SEQ_BWD_NARGS + 1 ? LLTM_SEQ_BWD_NARGS + 1 : LLTM_SEQ_BWD_NARGS;
     lltm_sequence_dims d;
 
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5,
+    if (lltm_open_op(stack, num_args, num_outputs, n_in, 5,
                      lltm_sequence_backward_names, a, &owned, &err) ||
-        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
+        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err) ||
+        (n_in > LLTM_SEQ_BWD_NARGS && lltm_check_lengths(&a[LLTM_SEQ_BWD_NARGS], &a[0], &d, true, &err)))
         goto fail;
 
     if (lltm_sequence_results_new(true, &d, &a[0], &owned, &r, &err) ||
@@ -78,8 +83,9 @@ void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
         a[LLTM_SEQ_BWD_GRAD_H_N].data, a[LLTM_SEQ_BWD_GRAD_C_N].data,
         a[LLTM_SEQ_BWD_INPUT].data, a[LLTM_SEQ_BWD_WEIGHTS].data, a[LLTM_SEQ_BWD_H0].data,
         a[LLTM_SEQ_BWD_OUTPUT].data, a[LLTM_SEQ_BWD_CELLS].data, a[LLTM_SEQ_BWD_GATES].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace,
-        lltm_torch_gemm, &gemm, lltm_torch_parallel_for);
+        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4],
+        n_in > LLTM_SEQ_BWD_NARGS ? (const int64_t *)a[LLTM_SEQ_BWD_NARGS].data : NULL,
+        workspace, lltm_torch_gemm, &gemm, lltm_torch_parallel_for);
     if (status != LLTM_OK) {
         lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_backward_cpu", status);
         goto fail;

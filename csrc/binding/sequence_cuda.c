@@ -78,13 +78,15 @@ void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
     void *stream = NULL;
     lltm_sequence_results r;
     void *workspace = NULL;
-    lltm_tensor a[LLTM_SEQ_FWD_NARGS];
+    lltm_tensor a[LLTM_SEQ_FWD_NARGS + 1]; /* the lengths overload: lengths last */
+    const int n_in = num_args == LLTM_SEQ_FWD_NARGS + 1 ? LLTM_SEQ_FWD_NARGS + 1 : LLTM_SEQ_FWD_NARGS;
     lltm_sequence_dims d;
     lltm_sequence_plan plan;
 
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5,
+    if (lltm_open_op(stack, num_args, num_outputs, n_in, 5,
                      lltm_sequence_forward_names, a, &owned, &err) ||
         lltm_check_sequence_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
+        (n_in > LLTM_SEQ_FWD_NARGS && lltm_check_lengths(&a[LLTM_SEQ_FWD_NARGS], &a[0], &d, false, &err)) ||
         lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
         goto fail;
 
@@ -98,8 +100,9 @@ void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
     int status = lltm_sequence_forward_cuda(
         &plan, d.T, d.B, d.I, d.H, a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data,
         a[LLTM_SEQ_FWD_BIAS].data, a[LLTM_SEQ_FWD_H0].data, a[LLTM_SEQ_FWD_C0].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace, lltm_torch_gemm,
-        &gemm, stream);
+        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4],
+        n_in > LLTM_SEQ_FWD_NARGS ? (const int64_t *)a[LLTM_SEQ_FWD_NARGS].data : NULL,
+        workspace, lltm_torch_gemm, &gemm, stream);
     if (status != LLTM_OK) {
         lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_forward_cuda", status);
         goto fail;
@@ -125,13 +128,15 @@ void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
     void *stream = NULL;
     lltm_sequence_results r;
     void *workspace = NULL;
-    lltm_tensor a[LLTM_SEQ_BWD_NARGS];
+    lltm_tensor a[LLTM_SEQ_BWD_NARGS + 1]; /* the lengths overload: lengths last */
+    const int n_in = num_args == LLTM_SEQ_BWD_NARGS + 1 ? LLTM_SEQ_BWD_NARGS + 1 : LLTM_SEQ_BWD_NARGS;
     lltm_sequence_dims d;
     lltm_sequence_plan plan;
 
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5,
+    if (lltm_open_op(stack, num_args, num_outputs, n_in, 5,
                      lltm_sequence_backward_names, a, &owned, &err) ||
         lltm_check_sequence_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
+        (n_in > LLTM_SEQ_BWD_NARGS && lltm_check_lengths(&a[LLTM_SEQ_BWD_NARGS], &a[0], &d, false, &err)) ||
         lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
         goto fail;
 
@@ -147,8 +152,9 @@ void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
         a[LLTM_SEQ_BWD_GRAD_H_N].data, a[LLTM_SEQ_BWD_GRAD_C_N].data,
         a[LLTM_SEQ_BWD_INPUT].data, a[LLTM_SEQ_BWD_WEIGHTS].data, a[LLTM_SEQ_BWD_H0].data,
         a[LLTM_SEQ_BWD_OUTPUT].data, a[LLTM_SEQ_BWD_CELLS].data, a[LLTM_SEQ_BWD_GATES].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace,
-        lltm_torch_gemm, &gemm, stream);
+        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4],
+        n_in > LLTM_SEQ_BWD_NARGS ? (const int64_t *)a[LLTM_SEQ_BWD_NARGS].data : NULL,
+        workspace, lltm_torch_gemm, &gemm, stream);
     if (status != LLTM_OK) {
         lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_backward_cuda", status);
         goto fail;

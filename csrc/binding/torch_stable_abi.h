@@ -42,6 +42,7 @@ int32_t aoti_torch_dtype_float64(void);
 int32_t aoti_torch_dtype_float16(void);
 int32_t aoti_torch_dtype_bfloat16(void);
 int32_t aoti_torch_dtype_uint8(void);
+int32_t aoti_torch_dtype_int64(void);
 int32_t aoti_torch_device_type_cpu(void);
 int32_t aoti_torch_device_type_cuda(void);
 

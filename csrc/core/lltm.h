@@ -140,6 +140,19 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * gradient, in float32 (the saved cells are c rounded to the dtype); the
  * matrix products run in the dtype.
  *
+ * Variable lengths: lengths [B] int64, each in [1, T] (NULL: every row runs
+ * all T steps). Row b runs its first lengths[b] steps and then stops: at a
+ * step t >= lengths[b] its state stays (c_t = c_{t-1}, so h_n and c_n are
+ * its state after step lengths[b] - 1), its output h_t and gates are 0;
+ * in the backward such a step passes dL/dh and dL/dc through unchanged and
+ * has no gate gradient (so no share of dW, db or dx), dL/dh_n enters at
+ * step lengths[b] - 1, and grad_output past the row's end is not read. The
+ * CPU calls take lengths in host memory, check them (LLTM_ERR_ARGUMENT)
+ * and run max(lengths) steps; the CUDA calls take them in device memory,
+ * which the host does not read: they run all T steps (a caller cuts T to
+ * the longest row), and values out of range give undefined results but
+ * no access outside the arrays.
+ *
  * What training keeps per step for the backward: the gate activations
  * [B,G] and the cell state c_t [B,H], 4*B*H elements (16*B*H bytes in
  * float32), beyond the layer's input x_t and output h_t, which the caller
@@ -184,8 +197,9 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
                               const void *input, const void *weights, const void *bias,
                               const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, void *workspace,
-                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
+                              void *c_n, void *cells, void *gates, const int64_t *lengths,
+                              void *workspace, lltm_gemm gemm, void *gemm_ctx,
+                              lltm_parallel_for pfor);
 
 /*
  * Backward over T steps, from the forward's results. Sizes and dtype as for
@@ -212,8 +226,8 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
                                const void *h0, const void *output, const void *cells,
                                const void *gates, void *grad_input, void *grad_weights,
                                void *grad_bias, void *grad_h0, void *grad_c0,
-                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                               lltm_parallel_for pfor);
+                               const int64_t *lengths, void *workspace, lltm_gemm gemm,
+                               void *gemm_ctx, lltm_parallel_for pfor);
 
 /* ------------------------------------------------------------------------ */
 /* CUDA, cell (csrc/core/lltm_cuda_cell_*.cu; liblltm_cuda.so only)         */
@@ -445,14 +459,16 @@ size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
                                int64_t H, const void *input, const void *weights,
                                const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
+                               void *h_n, void *c_n, void *cells, void *gates,
+                               const int64_t *lengths, void *workspace,
                                lltm_gemm gemm, void *gemm_ctx, void *stream);
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
                                 int64_t H, const void *grad_output, const void *grad_h_n,
                                 const void *grad_c_n, const void *input, const void *weights,
                                 const void *h0, const void *output, const void *cells,
                                 const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
+                                void *grad_bias, void *grad_h0, void *grad_c0,
+                                const int64_t *lengths, void *workspace,
                                 lltm_gemm gemm, void *gemm_ctx, void *stream);
 
 /* The pieces the layer calls, for tests:
@@ -465,13 +481,16 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
  *   output     [T,B,H]  out: h_1..h_T
  *   cells      [T,B,H]  out: c_1..c_T
  *   workspace  plan->workspace_bytes, or NULL if that is 0
+ *   lengths    [B] int64 (device) or NULL: row b stops after lengths[b]
+ *              steps, each in [1, T] (the layer's rule, see above)
  */
 int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                           int64_t B, int64_t I, int64_t H,
                                           const void *h0, const void *c0,
                                           const void *weights, const void *bias,
                                           void *gates, void *output, void *cells,
-                                          void *workspace, void *stream);
+                                          void *workspace, const int64_t *lengths,
+                                          void *stream);
 
 /*
  * Backward recurrence in one launch, T >= 1, B >= 1.
@@ -479,7 +498,7 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
  *   weights [G,I+H], cells [T,B,H], gates [T,B,G] (from the forward)
  *   grad_gates [T,B,G] out: dL/dg of every step
  *   grad_bias [G] out, grad_h0 [B,H] out, grad_c0 [B,H] out
- *   workspace as for the forward
+ *   workspace, lengths as for the forward
  */
 int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                            int64_t B, int64_t I, int64_t H,
@@ -489,27 +508,38 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
                                            const void *cells, const void *gates,
                                            void *grad_gates, void *grad_bias,
                                            void *grad_h0, void *grad_c0,
-                                           void *workspace, void *stream);
+                                           void *workspace, const int64_t *lengths,
+                                           void *stream);
 
-/* Per-step kernels, the fused pointwise pass of one step.
+/* Per-step kernels, the fused pointwise pass of step t (lengths [B] int64
+ * on the device, or NULL: every row runs all T steps).
  * Forward step t: recurrent [B,G] = h_{t-1} W_h^T; gates [B,G] in/out: in
  *   x_t W_x^T (no bias), out the activations; bias [G]; old_cell [B,H]
- *   c_{t-1}; new_h, new_cell [B,H] out: h_t, c_t.
- * Backward step t: grad_output [B,H] dL/dh_t from the output; grad_h [B,H]
- *   dL/dh_t through step t+1 (or from h_n); grad_cell [B,H] in/out: dL/dc_t
- *   -> dL/dc_{t-1}; cell [B,H] c_t; gates [B,G] activations; grad_gates
- *   [B,G] out; the bias gradient accumulates into bias_acc [G] of the
- *   accumulation type (float32 for float16/bfloat16);
+ *   c_{t-1}; new_h, new_cell [B,H] out: h_t, c_t (rows past their length:
+ *   gates 0, h_t 0, c_t = c_{t-1}).
+ * Backward step t of T: grad_output [B,H] dL/dh_t from the output; grad_h
+ *   [B,H] dL/dh_t through step t+1, grad_h_n [B,H] from h_n (used at each
+ *   row's last step, lengths[b] - 1 or T - 1); grad_cell [B,H] in/out:
+ *   dL/dc_t -> dL/dc_{t-1} (unchanged for rows past their length, whose
+ *   gate gradients are 0); cell [B,H] c_t; gates [B,G] activations;
+ *   grad_gates [B,G] out; the bias gradient accumulates into bias_acc [G]
+ *   of the accumulation type (float32 for float16/bfloat16);
  *   lltm_sequence_convert_cuda rounds it at the end. */
-int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
-                                    const void *recurrent, void *gates,
-                                    const void *bias, const void *old_cell,
+int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
+                                    const int64_t *lengths, const void *recurrent,
+                                    void *gates, const void *bias, const void *old_cell,
                                     void *new_h, void *new_cell, void *stream);
-int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
+int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
+                                     int64_t T, const int64_t *lengths,
                                      const void *grad_output, const void *grad_h,
-                                     void *grad_cell, const void *cell,
-                                     const void *gates, void *grad_gates,
-                                     void *bias_acc, void *stream);
+                                     const void *grad_h_n, void *grad_cell,
+                                     const void *cell, const void *gates,
+                                     void *grad_gates, void *bias_acc, void *stream);
+/* h_n [B,H] = row b of output [T,B,H] at step lengths[b] - 1 (lengths [B]
+ * int64 on the device, each in [1, T]; others are clamped into [1, T]) */
+int lltm_sequence_last_state_cuda(lltm_dtype dtype, int64_t T, int64_t B, int64_t H,
+                                  const int64_t *lengths, const void *output, void *h_n,
+                                  void *stream);
 /* dst [n] (dtype) = src [n] (its accumulation type) */
 int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src,
                                void *dst, void *stream);

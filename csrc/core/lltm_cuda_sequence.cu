@@ -54,14 +54,16 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
                                           int64_t B, int64_t I, int64_t H, const void *h0,
                                           const void *c0, const void *weights,
                                           const void *bias, void *gates, void *output,
-                                          void *cells, void *workspace, void *stream)
+                                          void *cells, void *workspace,
+                                          const int64_t *lengths, void *stream)
 {
     if (lltm_seq::bad_sizes(steps, B, I, H) || !plan_matches(plan, B, H))
         return LLTM_ERR_ARGUMENT;
     if (steps == 0 || B == 0 || H == 0)
         return LLTM_OK;
-    const lltm_seq::forward_args a = {steps, B, I, H, h0, c0, weights, bias,
-                                      gates, output, cells, workspace};
+    const lltm_seq::forward_args a = {steps,  B,     I,     H,         h0,     c0,
+                                      weights, bias, gates, output, cells, workspace,
+                                      lengths};
     LLTM_DISPATCH(plan->dtype, forward_dispatch<T>(*plan, a, (cudaStream_t)stream));
 }
 
@@ -71,7 +73,8 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
                                            const void *grad_c_n, const void *weights,
                                            const void *cells, const void *gates,
                                            void *grad_gates, void *grad_bias, void *grad_h0,
-                                           void *grad_c0, void *workspace, void *stream)
+                                           void *grad_c0, void *workspace,
+                                           const int64_t *lengths, void *stream)
 {
     if (lltm_seq::bad_sizes(steps, B, I, H) || steps == 0 || B == 0 ||
         !plan_matches(plan, B, H))
@@ -80,7 +83,8 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
         return LLTM_OK;
     const lltm_seq::backward_args a = {steps,    B,     I,          H,         grad_output,
                                        grad_h_n, grad_c_n, weights, cells,     gates,
-                                       grad_gates, grad_bias, grad_h0, grad_c0, workspace};
+                                       grad_gates, grad_bias, grad_h0, grad_c0, workspace,
+                                       lengths};
     LLTM_DISPATCH(plan->dtype, backward_dispatch<T>(*plan, a, (cudaStream_t)stream));
 }
 
@@ -179,7 +183,8 @@ size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
                                int64_t H, const void *input, const void *weights,
                                const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
+                               void *h_n, void *c_n, void *cells, void *gates,
+                               const int64_t *lengths, void *workspace,
                                lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
     if (!layer_args_ok(plan, T, B, I, H) || !gemm)
@@ -198,7 +203,7 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
         if (persistent(plan)) {
             status = lltm_sequence_forward_persistent_cuda(plan, T, B, I, H, h0, c0, weights,
                                                            bias, gates, output, cells, workspace,
-                                                           stream);
+                                                           lengths, stream);
         } else {
             /* per step: r = h_{t-1} W_h^T (the caller's gemm), then one
              * pointwise kernel */
@@ -210,16 +215,21 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
                                    r, G);
                 if (status == LLTM_OK)
                     status = lltm_sequence_forward_step_cuda(
-                        dtype, B, H, r, at(gates, t * B * G, elem), bias, c_prev,
+                        dtype, B, H, t, lengths, r, at(gates, t * B * G, elem), bias, c_prev,
                         at(output, t * B * H, elem), at(cells, t * B * H, elem), stream);
             }
         }
         if (status != LLTM_OK)
             return status;
     }
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence) */
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
+     * lengths h_n is each row's h at its own last step, and c_T is each
+     * row's c already (kept past the row's end) */
     if (T > 0 && B * H > 0) {
-        status = lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes, stream);
+        status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
+                                                         stream)
+                         : lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes,
+                                          stream);
         if (status == LLTM_OK)
             status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
     } else if (B * H > 0) {
@@ -235,7 +245,8 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
                                 const void *grad_c_n, const void *input, const void *weights,
                                 const void *h0, const void *output, const void *cells,
                                 const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
+                                void *grad_bias, void *grad_h0, void *grad_c0,
+                                const int64_t *lengths, void *workspace,
                                 lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
     if (!layer_args_ok(plan, T, B, I, H) || !gemm)
@@ -265,7 +276,7 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
     if (persistent(plan)) {
         status = lltm_sequence_backward_persistent_cuda(
             plan, T, B, I, H, grad_output, grad_h_n, grad_c_n, weights, cells, gates, dG,
-            grad_bias, grad_h0, grad_c0, first ? workspace : NULL, stream);
+            grad_bias, grad_h0, grad_c0, first ? workspace : NULL, lengths, stream);
     } else {
         /* per step, reverse time: the pointwise kernel (dG_t, dc in place in
          * grad_c0, bias sums), then dh = dG_t W_h (the caller's gemm) into
@@ -278,9 +289,9 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
         const void *dh_next = grad_h_n;
         for (int64_t t = T - 1; t >= 0 && status == LLTM_OK; --t) {
             status = lltm_sequence_backward_step_cuda(
-                dtype, B, H, at(grad_output, t * B * H, elem), dh_next, grad_c0,
-                at(cells, t * B * H, elem), at(gates, t * B * G, elem), at(dG, t * B * G, elem),
-                bias_acc, stream);
+                dtype, B, H, t, T, lengths, at(grad_output, t * B * H, elem), dh_next, grad_h_n,
+                grad_c0, at(cells, t * B * H, elem), at(gates, t * B * G, elem),
+                at(dG, t * B * G, elem), bias_acc, stream);
             if (status == LLTM_OK)
                 status = call_gemm(gemm, gemm_ctx, dtype, B, H, G, at(dG, t * B * G, elem), G, 1,
                                    weights, K, 1, grad_h0, H);

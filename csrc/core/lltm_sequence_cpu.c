@@ -40,8 +40,12 @@ static int64_t sequence_grain(int64_t B)
     return g > 0 ? g : 1;
 }
 
+/* Rows past their length at step t (t >= lengths[b]; lengths NULL: none)
+ * keep their state: gates 0, c unchanged, h_t 0; the recurrent product is
+ * not read for them. */
 typedef struct sequence_forward_args {
-    int64_t B, H;
+    int64_t B, H, t;
+    const int64_t *lengths;
     const void *recurrent;
     void *gates;
     const void *bias;
@@ -49,9 +53,14 @@ typedef struct sequence_forward_args {
     void *new_h, *new_cell;
 } sequence_forward_args;
 
+/* Row b at step t: past its length (t >= lengths[b]): dG 0, dL/dc passes
+ * through, no bias share; at its last step (t == lengths[b] - 1, or T - 1
+ * without lengths) dL/dh_t is grad_output + grad_h_n, before it
+ * grad_output + grad_h (dG_{t+1} W_h). */
 typedef struct sequence_backward_args {
-    int64_t B, H;
-    const void *grad_output, *grad_h;
+    int64_t B, H, t, T;
+    const int64_t *lengths;
+    const void *grad_output, *grad_h, *grad_h_n;
     void *grad_cell; /* acc, in/out: dL/dc_t -> dL/dc_{t-1} */
     const void *cell, *gates;
     void *grad_gates, *grad_bias; /* grad_bias: acc */
@@ -93,6 +102,17 @@ typedef struct sequence_backward_args {
         }                                                                           \
     }                                                                               \
                                                                                     \
+    /* a row past its length: gates 0, h 0, the cell state kept */              \
+    static inline void seq_stopped_row_##SUFFIX(                                    \
+        int64_t n, S *restrict g_i, S *restrict g_o, S *restrict g_z,               \
+        const C *restrict c, S *restrict h_out, S *restrict c_out)                  \
+    {                                                                               \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            g_i[k] = g_o[k] = g_z[k] = h_out[k] = lltm_store_##SUFFIX(0);           \
+            c_out[k] = lltm_store_##SUFFIX(c[k]);                                   \
+        }                                                                           \
+    }                                                                               \
+                                                                                    \
     LLTM_SEQUENCE_CLONES                                                            \
     static void seq_forward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)       \
     {                                                                               \
@@ -102,6 +122,13 @@ typedef struct sequence_backward_args {
         for (int64_t b = 0; b < a->B; ++b) {                                        \
             const S *r = (const S *)a->recurrent + b * G + lo;                      \
             S *g = (S *)a->gates + b * G + lo;                                      \
+            if (a->lengths && a->t >= a->lengths[b]) {                              \
+                seq_stopped_row_##SUFFIX(hi - lo, g, g + H, g + 2 * H,              \
+                                         (const C *)a->cell_state + b * H + lo,     \
+                                         (S *)a->new_h + b * H + lo,                \
+                                         (S *)a->new_cell + b * H + lo);            \
+                continue;                                                           \
+            }                                                                       \
             seq_forward_row_##SUFFIX(hi - lo, r, r + H, r + 2 * H, g, g + H,        \
                                      g + 2 * H, bias, bias + H, bias + 2 * H,       \
                                      (C *)a->cell_state + b * H + lo,               \
@@ -143,9 +170,17 @@ typedef struct sequence_backward_args {
         for (int64_t b = 0; b < a->B; ++b) {                                        \
             const S *act = (const S *)a->gates + b * G + lo;                        \
             S *dg = (S *)a->grad_gates + b * G + lo;                                \
+            const int64_t steps = a->lengths ? a->lengths[b] : a->T;                \
+            if (a->t >= steps) { /* past the row's end */                           \
+                memset(dg, 0, (size_t)(hi - lo) * sizeof(S));                       \
+                memset(dg + H, 0, (size_t)(hi - lo) * sizeof(S));                   \
+                memset(dg + 2 * H, 0, (size_t)(hi - lo) * sizeof(S));               \
+                continue;                                                           \
+            }                                                                       \
+            const S *dh = a->t == steps - 1 ? a->grad_h_n : a->grad_h;              \
             seq_backward_row_##SUFFIX(                                              \
                 hi - lo, (const S *)a->grad_output + b * H + lo,                    \
-                (const S *)a->grad_h + b * H + lo, (C *)a->grad_cell + b * H + lo,  \
+                dh + b * H + lo, (C *)a->grad_cell + b * H + lo,                    \
                 (const S *)a->cell + b * H + lo, act, act + H, act + 2 * H, dg,     \
                 dg + H, dg + 2 * H, db, db + H, db + 2 * H);                        \
         }                                                                           \
@@ -271,6 +306,21 @@ static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
     return T >= 0 && B >= 0 && I >= 0 && H >= 1;
 }
 
+/* The steps to run: T, or the longest row's length (each in [1, T]; -1 if
+ * one is not). */
+static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
+{
+    if (lengths == NULL)
+        return T;
+    int64_t steps = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        if (lengths[b] < 1 || lengths[b] > T)
+            return -1;
+        steps = lengths[b] > steps ? lengths[b] : steps;
+    }
+    return steps;
+}
+
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H)
 {
     sequence_kernels k;
@@ -295,18 +345,20 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
                               const void *input, const void *weights, const void *bias,
                               const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, void *workspace,
-                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
+                              void *c_n, void *cells, void *gates, const int64_t *lengths,
+                              void *workspace, lltm_gemm gemm, void *gemm_ctx,
+                              lltm_parallel_for pfor)
 {
     sequence_kernels k;
     int status = kernels_for(dtype, &k);
     if (status != LLTM_OK)
         return status;
-    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
+    const int64_t steps = run_steps(T, B, lengths);
+    if (!sizes_ok(T, B, I, H) || steps < 0 || gemm == NULL || pfor == NULL ||
         (workspace == NULL && lltm_sequence_forward_workspace_cpu(dtype, B, H) > 0) ||
         (uintptr_t)workspace % 8 != 0)
         return LLTM_ERR_ARGUMENT;
-    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const int64_t G = 3 * H, K = I + H;
     const size_t elem = k.elem;
     char *cursor = (char *)workspace;
     void *W_h_t = take(&cursor, (size_t)(H * G) * elem);      /* [H,G] */
@@ -318,27 +370,45 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     transpose(elem, G, H, weights, K, W_h_t);
     k.load(B * H, c0, cell_state);
 
-    /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step;
-     * W_x^T (i, g) = W[g, H + i]. */
-    status = product(gemm, gemm_ctx, dtype, elem, TB, G, I, input, I, 1,
+    /* gates [steps*B,G] = x [steps*B,I] W_x^T: the input projection of every
+     * step that runs; W_x^T (i, g) = W[g, H + i]. */
+    status = product(gemm, gemm_ctx, dtype, elem, steps * B, G, I, input, I, 1,
                      at(weights, H, elem), 1, K, gates, G);
     for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
-        /* h_{t-1}: h0, or the previous step's row block of the output. */
+        /* h_{t-1}: h0, or the previous step's row block of the output. No
+         * product past the longest row (every row has stopped: nothing
+         * reads it). */
         const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
-        status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
-                         recurrent, G);
+        if (t < steps)
+            status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
+                             recurrent, G);
         if (status != LLTM_OK)
             break;
-        sequence_forward_args args = {B, H, recurrent, at(gates, t * B * G, elem), bias,
-                                      cell_state, at(output, t * B * H, elem),
-                                      at(cells, t * B * H, elem)};
+        sequence_forward_args args = {.B = B,
+                                      .H = H,
+                                      .t = t,
+                                      .lengths = lengths,
+                                      .recurrent = recurrent,
+                                      .gates = at(gates, t * B * G, elem),
+                                      .bias = bias,
+                                      .cell_state = cell_state,
+                                      .new_h = at(output, t * B * H, elem),
+                                      .new_cell = at(cells, t * B * H, elem)};
         status = run(pfor, B, H, k.forward, &args);
     }
     if (status != LLTM_OK)
         return status;
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence). */
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
+     * lengths, each row's h at its own last step (its c stayed there). */
     if (B * H > 0) {
-        memcpy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0, (size_t)(B * H) * elem);
+        if (lengths) {
+            for (int64_t b = 0; b < B; ++b)
+                memcpy(at(h_n, b * H, elem), at(output, ((lengths[b] - 1) * B + b) * H, elem),
+                       (size_t)H * elem);
+        } else {
+            memcpy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0,
+                   (size_t)(B * H) * elem);
+        }
         k.store(B * H, cell_state, c_n);
     }
     return LLTM_OK;
@@ -350,14 +420,15 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
                                const void *h0, const void *output, const void *cells,
                                const void *gates, void *grad_input, void *grad_weights,
                                void *grad_bias, void *grad_h0, void *grad_c0,
-                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                               lltm_parallel_for pfor)
+                               const int64_t *lengths, void *workspace, lltm_gemm gemm,
+                               void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
     int status = kernels_for(dtype, &k);
     if (status != LLTM_OK)
         return status;
-    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
+    const int64_t steps = run_steps(T, B, lengths);
+    if (!sizes_ok(T, B, I, H) || steps < 0 || gemm == NULL || pfor == NULL ||
         (workspace == NULL && lltm_sequence_backward_workspace_cpu(dtype, T, B, H) > 0) ||
         (uintptr_t)workspace % 8 != 0)
         return LLTM_ERR_ARGUMENT;
@@ -370,24 +441,30 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     void *bias_acc = take(&cursor, (size_t)G * k.acc);      /* [G] acc */
 
     /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in
-     * grad_h0 (each step's product overwrites it), except at the last step,
-     * where it is grad_h_n. */
+     * grad_h0 (each step's product overwrites it), except at each row's
+     * last step, where it is grad_h_n. */
     memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
     k.load(B * H, grad_c_n, dc);
     const void *dh_next = grad_h_n;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
-        sequence_backward_args args = {B,
-                                       H,
-                                       at(grad_output, t * B * H, elem),
-                                       dh_next,
-                                       dc,
-                                       at(cells, t * B * H, elem),
-                                       at(gates, t * B * G, elem),
-                                       at(d_gates, t * B * G, elem),
-                                       bias_acc};
+        sequence_backward_args args = {.B = B,
+                                       .H = H,
+                                       .t = t,
+                                       .T = T,
+                                       .lengths = lengths,
+                                       .grad_output = at(grad_output, t * B * H, elem),
+                                       .grad_h = dh_next,
+                                       .grad_h_n = grad_h_n,
+                                       .grad_cell = dc,
+                                       .cell = at(cells, t * B * H, elem),
+                                       .gates = at(gates, t * B * G, elem),
+                                       .grad_gates = at(d_gates, t * B * G, elem),
+                                       .grad_bias = bias_acc};
         status = run(pfor, B, H, k.backward, &args);
         if (status != LLTM_OK)
             return status;
+        if (t >= steps) /* every row has stopped: dG[t] is 0 */
+            continue;
         /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H] */
         status = product(gemm, gemm_ctx, dtype, elem, B, H, G, at(d_gates, t * B * G, elem),
                          G, 1, weights, K, 1, grad_h0, H);
@@ -404,19 +481,23 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         memset(grad_weights, 0, (size_t)(G * K) * elem);
         return LLTM_OK;
     }
-    /* h_prev [T*B,H] = [h0; h_1 .. h_{T-1}] = h0 then output[0 .. T-2]. */
+    /* Over the steps that ran (SB = steps*B rows; dG is 0 past them):
+     * h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0 then output[0 .. steps-2]. */
+    const int64_t SB = steps * B;
     memcpy(h_prev, h0, (size_t)(B * H) * elem);
-    memcpy(at(h_prev, B * H, elem), output, (size_t)((T - 1) * B * H) * elem);
+    memcpy(at(h_prev, B * H, elem), output, (size_t)((steps - 1) * B * H) * elem);
     /* All steps at once, dG^T (g, r) = dG[r, g]:
      *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
-     *   dx [T*B,I] = dG W_x        W_x (g, i) = W[g, H + i] */
-    status = product(gemm, gemm_ctx, dtype, elem, G, H, TB, d_gates, 1, G, h_prev, H, 1,
+     *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB */
+    status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
                      grad_weights, K);
     if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, G, I, TB, d_gates, 1, G, input, I, 1,
+        status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, input, I, 1,
                          at(grad_weights, H, elem), K);
     if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, TB, I, G, d_gates, G, 1,
+        status = product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
                          at(weights, H, elem), K, 1, grad_input, I);
+    if (status == LLTM_OK && SB < TB)
+        memset(at(grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
     return status;
 }

@@ -232,7 +232,7 @@ def _parse_keys(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import sweep
+    from . import rows, sweep
     parser = argparse.ArgumentParser(
         prog="python -m lltm.bench", description=sys.modules[__package__].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (none is drawn where stderr is not a terminal)")
     sweep.add_arguments(parser)
+    rows.add_arguments(parser)
     return parser
 
 
@@ -291,6 +292,9 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
         torch.set_num_threads(args.threads)
     if args.sweep or args.sweep_quick:
         return sweep.run(args, parser, argv, extra_impls)
+    if args.rows:
+        from . import rows
+        return rows.run(args, parser)
     misused = sweep.misused(args)
     if misused:
         parser.error(f"{', '.join(misused)}: only with --sweep")
