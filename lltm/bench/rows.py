@@ -70,8 +70,7 @@ def _lengths(B: int, T: int, seed: int) -> list[int]:
     return torch.randint(T // 2, T + 1, (B,), generator=g).tolist()
 
 
-def _data(row: str, seed: int) -> dict:
-    s = ROWS[row]
+def _data(row: str, seed: int, s: dict) -> dict:
     B, I, H, T = s["B"], s["I"], s["H"], s["T"]
     g = torch.Generator().manual_seed(seed + 7919 * len(row))
     D = 2 if row == "bidirectional" else 1
@@ -138,24 +137,26 @@ def _oracle(forward, leaves, grad_outputs):
     return tuple(o.detach() for o in outputs), tuple(g.detach() for g in grads)
 
 
-def cases(row: str, device: torch.device, dtype: torch.dtype, seed: int) -> dict:
-    """key -> (label, Case, family) of one row; each Case's expected is its
-    float64 CPU oracle; family "lltm" / "lstm"."""
-    s = ROWS[row]
+def cases(row: str, device: torch.device, dtype: torch.dtype, seed: int,
+          sizes: dict | None = None) -> dict:
+    """key -> (label, Case, the same oracle computed in dtype on device) of
+    one row; each Case's expected is its float64 CPU oracle. sizes: B, I, H,
+    T instead of the row's (tests)."""
+    s = sizes or ROWS[row]
     I, H = s["I"], s["H"]
-    data = _data(row, seed)
+    data = _data(row, seed, s)
     cpu, f64 = torch.device("cpu"), torch.float64
     result = {}
     if row == "bidirectional":
         lltm2, lstm2 = _modules(I, H, True, seed)
         lltm1, _ = _modules(I, H, False, seed)
         specs = [("lltm_bidirectional", "lltm.LLTM bidirectional", lltm2, False, 2),
-                 ("lstm_bidirectional", "nn.LSTM bidirectional (cuDNN)", lstm2, False, 2),
+                 ("lstm_bidirectional", "nn.LSTM bidirectional", lstm2, False, 2),
                  ("lltm_one_direction", "lltm.LLTM one direction", lltm1, False, 1)]
     else:
         lltm1, lstm1 = _modules(I, H, False, seed)
         specs = [("lltm_packed", "lltm.LLTM on the PackedSequence", lltm1, True, 1),
-                 ("lstm_packed", "nn.LSTM on the PackedSequence (cuDNN)", lstm1, True, 1),
+                 ("lstm_packed", "nn.LSTM on the PackedSequence", lstm1, True, 1),
                  ("lltm_padded", "lltm.LLTM padded to T (all rows T steps)", lltm1, False, 1)]
     for key, label, module, packed, D in specs:
         is_lltm = isinstance(module, lltm.LLTM)
@@ -211,16 +212,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[dict]
 
 
 def run_row(row: str, device: torch.device, dtype: torch.dtype, seed: int, passes: int,
-            graphs: bool) -> list[dict]:
-    built = cases(row, device, dtype, seed)
+            graphs: bool, sizes: dict | None = None) -> list[dict]:
+    """Check, then time, the implementations of one row: one record each."""
+    built = cases(row, device, dtype, seed, sizes)
     records, timers = [], {}
     for key, (label, case, bar_case) in built.items():
-        s = ROWS[row]
+        s = sizes or ROWS[row]
         rec = {"row": row, "impl": key, "label": label, "device": str(device),
                "dtype": str(dtype).replace("torch.", ""), **s, "status": "ok", "error": None,
                "bar": None, "step_us": None, "graph_step_us": None, "note": ""}
         if row == "packed":
             rec["lengths_mean"] = statistics.mean(_lengths(s["B"], s["T"], seed))
+        if key.startswith("lstm") and device.type == "cuda":
+            rec["label"] += " (cuDNN)"
         records.append(rec)
         try:
             err, where = check(case)
@@ -262,7 +266,7 @@ def format_rows(records: list[dict], machine: dict) -> str:
     lines = [f"# python -m lltm.bench --rows: {where}, torch {machine.get('torch')}, "
              f"lltm {machine.get('lltm_git')}, {machine.get('date')}",
              "| row | implementation | error / bar | eager step us | GPU step us (graph) "
-             "| cuDNN / this (eager) | cuDNN / this (graph) | note |",
+             "| nn.LSTM / this (eager) | nn.LSTM / this (graph) | note |",
              "|---|---|---|---|---|---|---|---|"]
     for row in dict.fromkeys(r["row"] for r in records):
         group = [r for r in records if r["row"] == row]
