@@ -211,8 +211,8 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, B, H);
     void *work_f = poisoned_bytes(ws_f);
     gemm_log log = {0, -1};
-    int status = lltm_sequence_forward_cpu(dt, T, B, I, H, x, W, b, h0, c0, out, h_n, c_n, cells,
-                                           gates, work_f, naive_gemm, &log, pfor);
+    const lltm_sequence_forward_tensors fwd = {x, W, b, h0, c0, out, h_n, c_n, cells, gates};
+    int status = lltm_sequence_forward_cpu(dt, T, B, I, H, &fwd, work_f, naive_gemm, &log, pfor);
     check(status == LLTM_OK && ws_f > 0, "forward status", B, H, name);
     check(matches(out, L.out, nTH, dt), "forward output", B, H, name);
     check(matches(h_n, L.h_n, nS, dt), "forward h_n", B, H, name);
@@ -232,9 +232,9 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
     void *work_b = poisoned_bytes(ws_b);
-    status = lltm_sequence_backward_cpu(dt, T, B, I, H, g_out, g_hn, g_cn, x, W, h0, out, cells,
-                                        gates, d_x, d_W, d_b, d_h0, d_c0, work_b, naive_gemm,
-                                        &log, pfor);
+    const lltm_sequence_backward_tensors bwd = {g_out, g_hn, g_cn, x,   W,    h0,  out,
+                                                cells, gates, d_x, d_W, d_b, d_h0, d_c0};
+    status = lltm_sequence_backward_cpu(dt, T, B, I, H, &bwd, work_b, naive_gemm, &log, pfor);
     check(status == LLTM_OK && ws_b > 0, "backward status", B, H, name);
     check(matches(d_x, L.d_x, nx, dt), "backward grad_input", B, H, name);
     check(matches(d_W, L.d_W, nW, dt), "backward grad_weights", B, H, name);
@@ -258,7 +258,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
  * and workspaces. */
 static void test_errors(void)
 {
-    const long long T = 3, B = 2, I = 4, H = 5, G = 15, K = 9;
+    const long long T = 3, B = 2, I = 4, H = 5;
     double *buf = calloc(1024, sizeof(double));
     if (!buf) { perror("calloc"); exit(2); }
     for (int k = 0; k < 1024; ++k) buf[k] = 0.25 * (k % 7) - 0.5;
@@ -266,55 +266,53 @@ static void test_errors(void)
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(LLTM_FLOAT64, T, B, H);
     void *work = calloc(ws_f > ws_b ? ws_f : ws_b, 1);
     if (!work) { perror("calloc"); exit(2); }
-    (void)G, (void)K;
+    /* inputs read from buf, outputs written after it, apart */
+    const lltm_sequence_forward_tensors fwd = {buf, buf, buf, buf, buf, buf + 100, buf + 200,
+                                               buf + 220, buf + 240, buf + 300};
+    const lltm_sequence_backward_tensors bwd = {buf, buf, buf, buf, buf, buf, buf, buf, buf,
+                                                buf + 400, buf + 500, buf + 700, buf + 720,
+                                                buf + 740};
     /* every product of both directions fails in turn: the failure comes back */
     for (int fail_at = 0; fail_at < 1 + (int)T; ++fail_at) {
         gemm_log log = {0, fail_at};
-        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf,
-                                        buf + 100, buf + 200, buf + 220, buf + 240, buf + 300,
-                                        work, naive_gemm, &log, lltm_serial_for) == LLTM_ERR_GEMM,
+        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
+                                        lltm_serial_for) == LLTM_ERR_GEMM,
               "forward reports a failed product", B, H, "float64");
     }
     for (int fail_at = 0; fail_at < (int)T + 3; ++fail_at) {
         gemm_log log = {0, fail_at};
-        check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf,
-                                         buf, buf, buf, buf + 400, buf + 500, buf + 700,
-                                         buf + 720, buf + 740, work, naive_gemm, &log,
+        check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &bwd, work, naive_gemm, &log,
                                          lltm_serial_for) == LLTM_ERR_GEMM,
               "backward reports a failed product", B, H, "float64");
     }
     gemm_log log = {0, -1};
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf + 100,
-                                    buf + 200, buf + 220, buf + 240, buf + 300, work, naive_gemm,
-                                    &log, failing_for) == LLTM_ERR_PARALLEL,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
+                                    failing_for) == LLTM_ERR_PARALLEL,
           "forward reports a failed parallel-for", B, H, "float64");
-    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                     buf, buf, buf + 400, buf + 500, buf + 700, buf + 720,
-                                     buf + 740, work, naive_gemm, &log,
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &bwd, work, naive_gemm, &log,
                                      failing_for) == LLTM_ERR_PARALLEL,
           "backward reports a failed parallel-for", B, H, "float64");
-    check(lltm_sequence_forward_cpu((lltm_dtype)9, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu((lltm_dtype)9, T, B, I, H, &fwd, work, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_DTYPE,
           "unknown dtype rejected", B, H, "9");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, 0, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, 0, &fwd, work, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "H = 0 rejected", B, 0, "float64");
-    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, -1, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                     buf, buf, buf, buf, buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, -1, B, I, H, &bwd, work, naive_gemm, &log,
                                      lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "negative T rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, NULL, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, NULL, work, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT &&
+              lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, NULL, work, naive_gemm,
+                                         &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "missing tensors rejected", B, H, "float64");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, NULL, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "missing workspace rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, (char *)work + 4, naive_gemm, &log,
-                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, (char *)work + 4,
+                                    naive_gemm, &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "misaligned workspace rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, NULL, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, NULL, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "missing gemm rejected", B, H, "float64");
     check(lltm_sequence_forward_workspace_cpu((lltm_dtype)9, B, H) == 0 &&
