@@ -519,14 +519,28 @@ def _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
     return 0
 
 
+class ForwardTensors(ctypes.Structure):
+    """lltm_sequence_forward_tensors"""
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "input", "weights", "bias", "h0", "c0", "output", "h_n", "c_n", "cells", "gates",
+        "lengths")]
+
+
+class BackwardTensors(ctypes.Structure):
+    """lltm_sequence_backward_tensors"""
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "grad_output", "grad_h_n", "grad_c_n", "input", "weights", "h0", "output", "cells",
+        "gates", "grad_input", "grad_weights", "grad_bias", "grad_h0", "grad_c0", "lengths")]
+
+
 def _declare_layer(lib):
     i64, p = ctypes.c_int64, ctypes.c_void_p
     lib.lltm_sequence_forward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
     lib.lltm_sequence_forward_workspace_cuda.restype = ctypes.c_size_t
     lib.lltm_sequence_backward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
     lib.lltm_sequence_backward_workspace_cuda.restype = ctypes.c_size_t
-    lib.lltm_sequence_forward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 11 + [GEMM, p, p]
-    lib.lltm_sequence_backward_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 15 + [GEMM, p, p]
+    lib.lltm_sequence_forward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, GEMM, p, p]
+    lib.lltm_sequence_backward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, GEMM, p, p]
     lib.lltm_sequence_forward_cuda.restype = ctypes.c_int
     lib.lltm_sequence_backward_cuda.restype = ctypes.c_int
 
@@ -535,11 +549,12 @@ def _declare_layer(lib):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
                          ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("T,B,I,H", [(3, 5, 4, 9), (2, 3, 0, 6), (1, 40, 3, 12)])
-def test_layer(emu, family, dtype, T, B, I, H):
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
+def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
     """lltm_sequence_forward_cuda / _backward_cuda: the whole layer (input
     projection, recurrence, h_n / c_n, weight-gradient and input-gradient
     products) with a torch matmul as the gemm callback, every output
-    against the reference."""
+    against the reference; with lengths, rows stopping at their own."""
     _declare_layer(emu)
     status, plan = make_plan(emu, dtype, T, B, I, H, family=family)
     if family == CLUSTER and dtype == torch.float64 and B > 32:
@@ -547,15 +562,17 @@ def test_layer(emu, family, dtype, T, B, I, H):
         return
     assert status == 0 and plan.family == family
     (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
-    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args)
+    lengths = _lengths(T, B) if with_lengths else None
+    lengths_ptr = None if lengths is None else as_ptr(lengths)
+    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args, lengths)
     ws = emu.lltm_sequence_forward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
     workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
     output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
     h_n, c_n, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((T, B, 3 * H), dtype)
-    status = emu.lltm_sequence_forward_cuda(
-        ctypes.byref(plan), T, B, I, H, as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
-        output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, as_ptr(workspace), _torch_gemm, None,
-        None)
+    tensors = ForwardTensors(as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
+                             output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, lengths_ptr)
+    status = emu.lltm_sequence_forward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
+                                            as_ptr(workspace), _torch_gemm, None, None)
     assert status == 0
     _close("output", output.check("output"), out_r, dtype)
     _close("h_n", h_n.check("h_n"), h_r, dtype)
@@ -571,10 +588,11 @@ def test_layer(emu, family, dtype, T, B, I, H):
     outs = {"grad_input": Guarded((T, B, I), dtype), "grad_weights": Guarded((3 * H, I + H), dtype),
             "grad_bias": Guarded((3 * H,), dtype), "grad_h0": Guarded((B, H), dtype),
             "grad_c0": Guarded((B, H), dtype)}
-    status = emu.lltm_sequence_backward_cuda(
-        ctypes.byref(plan), T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-        as_ptr(h0), as_ptr(output.value), as_ptr(cells.value), as_ptr(gates.value),
-        *[o.ptr for o in outs.values()], as_ptr(workspace), _torch_gemm, None, None)
+    tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+                              as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
+                              as_ptr(gates.value), *[o.ptr for o in outs.values()], lengths_ptr)
+    status = emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
+                                             as_ptr(workspace), _torch_gemm, None, None)
     assert status == 0
     for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
         _close(name, guarded.check(name), want, dtype)

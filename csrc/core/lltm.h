@@ -180,7 +180,7 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
                                             int64_t H);
 
 /*
- * Forward over T steps. T, B, I >= 0, H >= 1; any lltm_dtype.
+ * The arrays of one layer's forward, shared by the CPU and CUDA calls:
  *   input     [T,B,I]
  *   weights   [G,H+I]  (columns: state first, then input)
  *   bias      [G]
@@ -189,25 +189,22 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
  *   h_n, c_n  [B,H]    out: h_T, c_T (h0, c0 when T == 0)
  *   cells     [T,B,H]  out: c_1..c_T (kept for the backward)
  *   gates     [T,B,G]  out: the activations [i | o | z] of every step
- *   workspace lltm_sequence_forward_workspace_cpu bytes, 8-byte aligned
- *             (NULL if that is 0)
+ *   lengths   [B]      int64, each in [1, T], or NULL (every row T steps)
  * Outputs do not overlap the inputs or each other. Arrays with no elements
  * may be NULL.
  */
-int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                              const void *input, const void *weights, const void *bias,
-                              const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, const int64_t *lengths,
-                              void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                              lltm_parallel_for pfor);
+typedef struct lltm_sequence_forward_tensors {
+    const void *input, *weights, *bias, *h0, *c0;
+    void *output, *h_n, *c_n, *cells, *gates;
+    const int64_t *lengths; /* [B] or NULL: see "Variable lengths" above */
+} lltm_sequence_forward_tensors;
 
 /*
- * Backward over T steps, from the forward's results. Sizes and dtype as for
- * the forward.
+ * The arrays of one layer's backward, from the forward's results:
  *   grad_output   [T,B,H]  dL/dh_t arriving from the layer's output
  *   grad_h_n      [B,H]    dL/dh_T from h_n
  *   grad_c_n      [B,H]    dL/dc_T from c_n
- *   input         [T,B,I]
+ *   input         [T,B,I]  as for the forward
  *   weights       [G,H+I]
  *   h0            [B,H]
  *   output        [T,B,H]  h_1..h_T of the forward
@@ -218,16 +215,28 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
  *   grad_bias     [G]      out
  *   grad_h0       [B,H]    out
  *   grad_c0       [B,H]    out
- *   workspace     lltm_sequence_backward_workspace_cpu bytes, 8-byte aligned
+ *   lengths       [B]      int64 or NULL, as for the forward
+ * Outputs do not overlap the inputs or each other.
  */
+typedef struct lltm_sequence_backward_tensors {
+    const void *grad_output, *grad_h_n, *grad_c_n;
+    const void *input, *weights, *h0, *output, *cells, *gates;
+    void *grad_input, *grad_weights, *grad_bias, *grad_h0, *grad_c0;
+    const int64_t *lengths; /* [B] or NULL, the forward's */
+} lltm_sequence_backward_tensors;
+
+/*
+ * Forward and backward over T steps on the CPU. T, B, I >= 0, H >= 1; any
+ * lltm_dtype.
+ *   workspace  lltm_sequence_forward_workspace_cpu /
+ *              _backward_workspace_cpu bytes, 8-byte aligned (NULL if 0)
+ */
+int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                              const lltm_sequence_forward_tensors *tensors, void *workspace,
+                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
 int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                               const void *grad_output, const void *grad_h_n,
-                               const void *grad_c_n, const void *input, const void *weights,
-                               const void *h0, const void *output, const void *cells,
-                               const void *gates, void *grad_input, void *grad_weights,
-                               void *grad_bias, void *grad_h0, void *grad_c0,
-                               const int64_t *lengths, void *workspace, lltm_gemm gemm,
-                               void *gemm_ctx, lltm_parallel_for pfor);
+                               const lltm_sequence_backward_tensors *tensors, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
 
 /* ------------------------------------------------------------------------ */
 /* CUDA, cell (csrc/core/lltm_cuda_cell_*.cu; liblltm_cuda.so only)         */
@@ -436,8 +445,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
 
 /*
  * One layer over T steps on the device, forward and backward, as
- * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (same arguments;
- * T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
+ * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (the same tensors,
+ * device pointers; T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
  * these sizes and `stream` a cudaStream_t of the current device:
  *   forward   gates = x W_x^T for all steps (one product), then the
  *             recurrence: the plan's persistent kernel, or per step
@@ -457,19 +466,11 @@ size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int6
 size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
                                              int64_t B, int64_t I, int64_t H);
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                               int64_t H, const void *input, const void *weights,
-                               const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates,
-                               const int64_t *lengths, void *workspace,
-                               lltm_gemm gemm, void *gemm_ctx, void *stream);
+                               int64_t H, const lltm_sequence_forward_tensors *tensors,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                                int64_t H, const void *grad_output, const void *grad_h_n,
-                                const void *grad_c_n, const void *input, const void *weights,
-                                const void *h0, const void *output, const void *cells,
-                                const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0,
-                                const int64_t *lengths, void *workspace,
-                                lltm_gemm gemm, void *gemm_ctx, void *stream);
+                                int64_t H, const lltm_sequence_backward_tensors *tensors,
+                                void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 
 /* The pieces the layer calls, for tests:
  * Forward recurrence in one launch (plan->family GRID or CLUSTER, made for

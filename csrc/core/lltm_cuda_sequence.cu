@@ -181,14 +181,16 @@ size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int
 }
 
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                               int64_t H, const void *input, const void *weights,
-                               const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates,
-                               const int64_t *lengths, void *workspace,
-                               lltm_gemm gemm, void *gemm_ctx, void *stream)
+                               int64_t H, const lltm_sequence_forward_tensors *tensors,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+    if (!layer_args_ok(plan, T, B, I, H) || !tensors || !gemm)
         return LLTM_ERR_ARGUMENT;
+    const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
+    const void *h0 = tensors->h0, *c0 = tensors->c0;
+    void *output = tensors->output, *h_n = tensors->h_n, *c_n = tensors->c_n;
+    void *cells = tensors->cells, *gates = tensors->gates;
+    const int64_t *lengths = tensors->lengths;
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
@@ -241,16 +243,19 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
 }
 
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                                int64_t H, const void *grad_output, const void *grad_h_n,
-                                const void *grad_c_n, const void *input, const void *weights,
-                                const void *h0, const void *output, const void *cells,
-                                const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0,
-                                const int64_t *lengths, void *workspace,
-                                lltm_gemm gemm, void *gemm_ctx, void *stream)
+                                int64_t H, const lltm_sequence_backward_tensors *tensors,
+                                void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+    if (!layer_args_ok(plan, T, B, I, H) || !tensors || !gemm)
         return LLTM_ERR_ARGUMENT;
+    const void *grad_output = tensors->grad_output, *grad_h_n = tensors->grad_h_n;
+    const void *grad_c_n = tensors->grad_c_n, *input = tensors->input;
+    const void *weights = tensors->weights, *h0 = tensors->h0, *output = tensors->output;
+    const void *cells = tensors->cells, *gates = tensors->gates;
+    void *grad_input = tensors->grad_input, *grad_weights = tensors->grad_weights;
+    void *grad_bias = tensors->grad_bias, *grad_h0 = tensors->grad_h0;
+    void *grad_c0 = tensors->grad_c0;
+    const int64_t *lengths = tensors->lengths;
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;

@@ -306,6 +306,20 @@ static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
     return T >= 0 && B >= 0 && I >= 0 && H >= 1;
 }
 
+/* The checks both directions start with; k: the dtype's functions. */
+static int check_call(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                      const void *tensors, void *workspace, size_t workspace_bytes,
+                      lltm_gemm gemm, lltm_parallel_for pfor, sequence_kernels *k)
+{
+    const int status = kernels_for(dtype, k);
+    if (status != LLTM_OK)
+        return status;
+    if (!sizes_ok(T, B, I, H) || tensors == NULL || gemm == NULL || pfor == NULL ||
+        (workspace == NULL && workspace_bytes > 0) || (uintptr_t)workspace % 8 != 0)
+        return LLTM_ERR_ARGUMENT;
+    return LLTM_OK;
+}
+
 /* The steps to run: T, or the longest row's length (each in [1, T]; -1 if
  * one is not). */
 static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
@@ -343,20 +357,20 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
 }
 
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                              const void *input, const void *weights, const void *bias,
-                              const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, const int64_t *lengths,
-                              void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                              lltm_parallel_for pfor)
+                              const lltm_sequence_forward_tensors *tensors, void *workspace,
+                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
-    int status = kernels_for(dtype, &k);
+    int status = check_call(dtype, T, B, I, H, tensors, workspace,
+                            lltm_sequence_forward_workspace_cpu(dtype, B, H), gemm, pfor, &k);
     if (status != LLTM_OK)
         return status;
+    const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
+    const void *h0 = tensors->h0;
+    void *output = tensors->output, *gates = tensors->gates;
+    const int64_t *lengths = tensors->lengths;
     const int64_t steps = run_steps(T, B, lengths);
-    if (!sizes_ok(T, B, I, H) || steps < 0 || gemm == NULL || pfor == NULL ||
-        (workspace == NULL && lltm_sequence_forward_workspace_cpu(dtype, B, H) > 0) ||
-        (uintptr_t)workspace % 8 != 0)
+    if (steps < 0)
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H;
     const size_t elem = k.elem;
@@ -368,7 +382,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     /* W_h^T [H,G] as a dense copy: BLAS multiplies by it ~1.7x faster than
      * by the strided view of W (9 vs 16 us at B=16, H=128). */
     transpose(elem, G, H, weights, K, W_h_t);
-    k.load(B * H, c0, cell_state);
+    k.load(B * H, tensors->c0, cell_state);
 
     /* gates [steps*B,G] = x [steps*B,I] W_x^T: the input projection of every
      * step that runs; W_x^T (i, g) = W[g, H + i]. */
@@ -393,7 +407,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                       .bias = bias,
                                       .cell_state = cell_state,
                                       .new_h = at(output, t * B * H, elem),
-                                      .new_cell = at(cells, t * B * H, elem)};
+                                      .new_cell = at(tensors->cells, t * B * H, elem)};
         status = run(pfor, B, H, k.forward, &args);
     }
     if (status != LLTM_OK)
@@ -403,34 +417,32 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     if (B * H > 0) {
         if (lengths) {
             for (int64_t b = 0; b < B; ++b)
-                memcpy(at(h_n, b * H, elem), at(output, ((lengths[b] - 1) * B + b) * H, elem),
-                       (size_t)H * elem);
+                memcpy(at(tensors->h_n, b * H, elem),
+                       at(output, ((lengths[b] - 1) * B + b) * H, elem), (size_t)H * elem);
         } else {
-            memcpy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0,
+            memcpy(tensors->h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0,
                    (size_t)(B * H) * elem);
         }
-        k.store(B * H, cell_state, c_n);
+        k.store(B * H, cell_state, tensors->c_n);
     }
     return LLTM_OK;
 }
 
 int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                               const void *grad_output, const void *grad_h_n,
-                               const void *grad_c_n, const void *input, const void *weights,
-                               const void *h0, const void *output, const void *cells,
-                               const void *gates, void *grad_input, void *grad_weights,
-                               void *grad_bias, void *grad_h0, void *grad_c0,
-                               const int64_t *lengths, void *workspace, lltm_gemm gemm,
-                               void *gemm_ctx, lltm_parallel_for pfor)
+                               const lltm_sequence_backward_tensors *tensors, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
-    int status = kernels_for(dtype, &k);
+    int status = check_call(dtype, T, B, I, H, tensors, workspace,
+                            lltm_sequence_backward_workspace_cpu(dtype, T, B, H), gemm, pfor,
+                            &k);
     if (status != LLTM_OK)
         return status;
-    const int64_t steps = run_steps(T, B, lengths);
-    if (!sizes_ok(T, B, I, H) || steps < 0 || gemm == NULL || pfor == NULL ||
-        (workspace == NULL && lltm_sequence_backward_workspace_cpu(dtype, T, B, H) > 0) ||
-        (uintptr_t)workspace % 8 != 0)
+    const lltm_sequence_backward_tensors *a = tensors;
+    const void *weights = a->weights;
+    void *grad_h0 = a->grad_h0, *grad_weights = a->grad_weights;
+    const int64_t steps = run_steps(T, B, a->lengths);
+    if (steps < 0)
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = k.elem;
@@ -444,20 +456,20 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
      * grad_h0 (each step's product overwrites it), except at each row's
      * last step, where it is grad_h_n. */
     memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
-    k.load(B * H, grad_c_n, dc);
-    const void *dh_next = grad_h_n;
+    k.load(B * H, a->grad_c_n, dc);
+    const void *dh_next = a->grad_h_n;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
         sequence_backward_args args = {.B = B,
                                        .H = H,
                                        .t = t,
                                        .T = T,
-                                       .lengths = lengths,
-                                       .grad_output = at(grad_output, t * B * H, elem),
+                                       .lengths = a->lengths,
+                                       .grad_output = at(a->grad_output, t * B * H, elem),
                                        .grad_h = dh_next,
-                                       .grad_h_n = grad_h_n,
+                                       .grad_h_n = a->grad_h_n,
                                        .grad_cell = dc,
-                                       .cell = at(cells, t * B * H, elem),
-                                       .gates = at(gates, t * B * G, elem),
+                                       .cell = at(a->cells, t * B * H, elem),
+                                       .gates = at(a->gates, t * B * G, elem),
                                        .grad_gates = at(d_gates, t * B * G, elem),
                                        .grad_bias = bias_acc};
         status = run(pfor, B, H, k.backward, &args);
@@ -473,9 +485,9 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         dh_next = grad_h0;
     }
     if ((T == 0 || B == 0) && B * H > 0)
-        memcpy(grad_h0, grad_h_n, (size_t)(B * H) * elem);
-    k.store(B * H, dc, grad_c0);
-    k.store(G, bias_acc, grad_bias);
+        memcpy(grad_h0, a->grad_h_n, (size_t)(B * H) * elem);
+    k.store(B * H, dc, a->grad_c0);
+    k.store(G, bias_acc, a->grad_bias);
 
     if (TB == 0) {
         memset(grad_weights, 0, (size_t)(G * K) * elem);
@@ -484,20 +496,20 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     /* Over the steps that ran (SB = steps*B rows; dG is 0 past them):
      * h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0 then output[0 .. steps-2]. */
     const int64_t SB = steps * B;
-    memcpy(h_prev, h0, (size_t)(B * H) * elem);
-    memcpy(at(h_prev, B * H, elem), output, (size_t)((steps - 1) * B * H) * elem);
+    memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
+    memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
     /* All steps at once, dG^T (g, r) = dG[r, g]:
      *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
      *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB */
     status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
                      grad_weights, K);
     if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, input, I, 1,
+        status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input, I, 1,
                          at(grad_weights, H, elem), K);
     if (status == LLTM_OK)
         status = product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
-                         at(weights, H, elem), K, 1, grad_input, I);
+                         at(weights, H, elem), K, 1, a->grad_input, I);
     if (status == LLTM_OK && SB < TB)
-        memset(at(grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
+        memset(at(a->grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
     return status;
 }
