@@ -62,8 +62,22 @@ def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
 
 
+def _masked(op: str, results: tuple, output_mask) -> tuple:
+    """``results`` with None where ``output_mask`` (the backward operators'
+    last argument: which gradients to compute) is False, as the kernels
+    return them."""
+    if len(output_mask) != len(results):
+        raise RuntimeError(f"{op}: output_mask has {len(output_mask)} entries, expected "
+                           f"{len(results)} (one per gradient)")
+    return tuple(r if m else None for r, m in zip(results, output_mask))
+
+
+_ALL = (True,) * 5  # every gradient: the backward operators' default output_mask
+
+
 @torch.library.register_fake("lltm::cell_backward")
-def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights):
+def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
+                        output_mask=_ALL):
     op = "lltm::cell_backward"
     _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
                        gates=gates, input=input, old_h=old_h, weights=weights)
@@ -73,8 +87,9 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
         _expect(op, name, t, (B, H))
     _expect(op, "gates", gates, (B, 3 * H))
     _expect(op, "weights", weights, (3 * H, I + H))
-    return (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
-            weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H))
+    return _masked(op, (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
+                        weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H)),
+                   output_mask)
 
 
 def _cell_setup_context(ctx, inputs, output):
@@ -104,11 +119,13 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
         d_input, d_weights, d_bias, d_old_h, d_old_cell = _differentiable.cell_backward(
             grad_h, grad_cell, input, weights, bias, old_h, old_cell)
     else:
+        # Only the gradients autograd asks for (the products of the others
+        # are not run; they come back None).
         with torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_old_h, d_old_cell = (
                 torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
-                                                     old_h, weights))
-    if d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
+                                                     old_h, weights, ctx.needs_input_grad))
+    if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
@@ -144,7 +161,7 @@ def _sequence_forward_fake(input, weights, bias, h0, c0):
 
 @torch.library.register_fake("lltm::sequence_backward")
 def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                            cells, gates):
+                            cells, gates, output_mask=_ALL):
     op = "lltm::sequence_backward"
     _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
                        input=input, weights=weights, h0=h0, output=output, cells=cells,
@@ -156,8 +173,9 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
         _expect(op, name, t, (T, B, H))
     _expect(op, "gates", gates, (T, B, 3 * H))
     _expect(op, "weights", weights, (3 * H, I + H))
-    return (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
-            weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H))
+    return _masked(op, (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
+                        weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H)),
+                   output_mask)
 
 
 def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) -> None:
@@ -178,9 +196,9 @@ def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
 
 @torch.library.register_fake("lltm::sequence_backward.lengths")
 def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates, lengths):
+                                    cells, gates, lengths, output_mask=_ALL):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates)
+                                    cells, gates, output_mask)
     _check_lengths("lltm::sequence_backward", lengths, input, input.shape[1])
     return grads
 
@@ -214,14 +232,17 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
     if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
-    else:
+    else:  # only the gradients autograd asks for, as in _cell_backward
         op = (torch.ops.lltm.sequence_backward.lengths if lengths
               else torch.ops.lltm.sequence_backward.default)
         with torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_h0, d_c0 = op(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths)
+                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+                ctx.needs_input_grad[:5])
+    if d_bias is not None:
+        d_bias = d_bias.view(bias.shape)
     # lengths (an integer tensor) has no gradient
-    return (d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0) + (None,) * len(lengths)
+    return (d_input, d_weights, d_bias, d_h0, d_c0) + (None,) * len(lengths)
 
 
 def _not_differentiable(name: str):

@@ -18,10 +18,11 @@ def _front(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
 
 def _loop(op, info, in_dims, args):
     n = info.batch_size
-    results = [op(*(a if d is None else a.select(d, k) for a, d in zip(args, in_dims)))
+    results = [op(*(a.select(d, k) if isinstance(d, int) else a for a, d in zip(args, in_dims)))
                for k in range(n)]
-    outputs = tuple(torch.stack(parts) for parts in zip(*results))
-    return outputs, (0,) * len(outputs)
+    # (a backward operator's output_mask may leave results out: None)
+    outputs = tuple(None if parts[0] is None else torch.stack(parts) for parts in zip(*results))
+    return outputs, tuple(None if o is None else 0 for o in outputs)
 
 
 def _cell_forward_vmap(info, in_dims, input, weights, bias, old_h, old_cell):

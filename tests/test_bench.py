@@ -401,6 +401,20 @@ def test_multi_layer_sequences_are_checked_against_the_stacked_oracle():
         assert r["error"] < 1e-5
 
 
+def test_no_input_grad_checks_and_times_the_parameters_gradients(capsys):
+    """--no-input-grad: the input and the initial state need no gradient; each
+    implementation is checked on the parameters' gradients alone."""
+    records = bench.main(["--quick", "--device", "cpu", "--sizes", "3,4,5", "--seq-len", "3",
+                          "--no-progress", "--no-input-grad", "--only",
+                          "reference,native,lltm,lstm,reference_loop"])
+    assert {r["impl"] for r in records} == {"reference", "native", "lltm", "lstm",
+                                            "reference_loop"}
+    for r in records:
+        assert r["input_grad"] is False and r["status"] == "ok", r
+        assert r["error"] < 1e-5 and r["step"] is not None
+    assert "input and state need no grad" in capsys.readouterr().out
+
+
 class _FakeTimer:
     """A timer whose step costs ``us``; records the sample sizes asked for."""
 

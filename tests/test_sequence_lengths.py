@@ -4,6 +4,8 @@ row stops at its own length in the kernels. Against a loop of reference
 cells run row by row over each row's own length, on the CPU (the CUDA
 families: tests/test_cuda_sequence_emulated.py without a GPU,
 tests/test_cuda_sequence.py on one)."""
+import itertools
+
 import pytest
 import torch
 
@@ -225,3 +227,19 @@ def test_module_makes_one_call_per_layer_and_direction(monkeypatch):
     x = torch.randn(T, B, I, dtype=F64)
     m(x, lengths=list(range(T, T - B, -1)))
     assert calls == [True] * 4
+
+
+def test_output_mask_with_lengths():
+    """The lengths overload's backward computes only the gradients asked
+    for; each one bitwise equal to the full backward's."""
+    args = inputs(5, 4, 3, 6)
+    lengths = torch.tensor([5, 2, 1, 3])
+    out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward.lengths(*args, lengths)
+    grads = [torch.randn_like(t) for t in (out, h_n, c_n)]
+    x, W, _, h0, _ = args
+    saved = (x, W, h0, out, cells, gates, lengths)
+    full = torch.ops.lltm.sequence_backward.lengths(*grads, *saved)
+    for mask in itertools.product([False, True], repeat=5):
+        got = torch.ops.lltm.sequence_backward.lengths(*grads, *saved, list(mask))
+        for g, f, wanted in zip(got, full, mask):
+            assert (g is None) if not wanted else torch.equal(g, f), mask

@@ -139,8 +139,9 @@ int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
     return 0;
 }
 
-static int results_new(bool backward, const lltm_sequence_dims *d, const lltm_tensor *like,
-                       lltm_owned *owned, lltm_sequence_results *results, lltm_error *err)
+static int results_new(bool backward, const bool *mask, const lltm_sequence_dims *d,
+                       const lltm_tensor *like, lltm_owned *owned,
+                       lltm_sequence_results *results, lltm_error *err)
 {
     const int64_t G = 3 * d->H;
     const int64_t forward_sizes[5][3] = {{d->T, d->B, d->H}, {d->B, d->H}, {d->B, d->H},
@@ -148,11 +149,14 @@ static int results_new(bool backward, const lltm_sequence_dims *d, const lltm_te
     const int64_t backward_sizes[5][3] = {{d->T, d->B, d->I}, {G, d->I + d->H}, {G},
                                           {d->B, d->H}, {d->B, d->H}};
     const int forward_dims[5] = {3, 2, 2, 3, 3}, backward_dims[5] = {3, 2, 1, 2, 2};
-    for (int k = 0; k < 5; ++k)
-        if (lltm_empty(backward ? backward_dims[k] : forward_dims[k],
+    for (int k = 0; k < 5; ++k) {
+        results->tensors[k] = NULL;
+        results->data[k] = NULL;
+        if (mask[k] && lltm_empty(backward ? backward_dims[k] : forward_dims[k],
                        backward ? backward_sizes[k] : forward_sizes[k], like, owned,
                        &results->tensors[k], &results->data[k], err))
             return -1;
+    }
     return 0;
 }
 
@@ -164,11 +168,16 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
     c->owned.count = 0;
     c->err.msg[0] = '\0';
     c->gemm_err.msg[0] = '\0';
+    for (int k = 0; k < 5; ++k)
+        c->mask[k] = true;
+    /* the tensors: nargs, and lengths after them in the lengths overloads
+     * (the backward's output_mask is last, after the tensors) */
     const int nargs = backward ? LLTM_SEQ_BWD_NARGS : LLTM_SEQ_FWD_NARGS;
-    const bool with_lengths = num_args == (uint64_t)nargs + 1;
+    const bool with_lengths = num_args == (uint64_t)nargs + 1 + backward;
     if (backward) {
-        if (lltm_open_op(stack, num_args, num_outputs, nargs + with_lengths, 5,
-                         lltm_sequence_backward_names, a, &c->owned, &c->err) ||
+        if (lltm_open_backward_op(stack, num_args, num_outputs, nargs + with_lengths, 5,
+                                  lltm_sequence_backward_names, a, c->mask, &c->owned,
+                                  &c->err) ||
             lltm_check_sequence_backward(a, device_type, true, &c->d, &c->err))
             return -1;
     } else if (lltm_open_op(stack, num_args, num_outputs, nargs + with_lengths, 5,
@@ -183,7 +192,7 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
             return -1;
         lengths = (const int64_t *)a[nargs].data;
     }
-    if (results_new(backward, &c->d, &a[0], &c->owned, &c->results, &c->err))
+    if (results_new(backward, c->mask, &c->d, &a[0], &c->owned, &c->results, &c->err))
         return -1;
     void *const *r = c->results.data;
     if (backward)
@@ -210,8 +219,5 @@ int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,
             return lltm_fail(&c->err, "%s: %s", core_fn, c->gemm_err.msg);
         return lltm_core_failed(&c->err, core_fn, status);
     }
-    for (int k = 0; k < 5; ++k)
-        lltm_return(&c->owned, c->results.tensors[k], &stack[k]);
-    lltm_free_owned(&c->owned);
-    return 0;
+    return lltm_return_masked(&c->owned, c->results.tensors, c->mask, 5, stack, &c->err);
 }

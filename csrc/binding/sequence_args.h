@@ -49,7 +49,8 @@ int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
 /* The five results of either operator, new and uninitialised, like the first
  * argument: sequence_forward's output [T,B,H], h_n [B,H], c_n [B,H], cells
  * [T,B,H], gates [T,B,3H]; sequence_backward's grad_input [T,B,I],
- * grad_weights [3H,I+H], grad_bias [3H], grad_h0 [B,H], grad_c0 [B,H]. */
+ * grad_weights [3H,I+H], grad_bias [3H], grad_h0 [B,H], grad_c0 [B,H], those
+ * its output_mask leaves out not made (data NULL). */
 typedef struct lltm_sequence_results {
     AtenTensorHandle tensors[5];
     void *data[5];
@@ -61,6 +62,7 @@ typedef struct lltm_sequence_results {
  * on the kernel's stack (the callback context points into it). */
 typedef struct lltm_sequence_call {
     bool backward;
+    bool mask[5]; /* the results wanted: the backward's output_mask (forward: all) */
     lltm_owned owned;
     lltm_error err, gemm_err;
     lltm_tensor args[LLTM_SEQ_BWD_NARGS + 1]; /* the forward's: the first five;
@@ -82,7 +84,8 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
                        uint64_t num_args, uint64_t num_outputs, int32_t device_type);
 
 /* The close after the core call `core_fn` returned `status`: on LLTM_OK hand
- * the results out as the op's outputs, free what the op owns and return 0;
+ * the results out as the op's outputs (None where not wanted), free what the
+ * op owns and return 0;
  * otherwise nonzero with the failure in c->err (the matrix-product
  * callback's own message where that failed). */
 int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,

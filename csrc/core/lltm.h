@@ -173,8 +173,9 @@ typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int6
 
 /* Bytes of workspace the two calls need (0 for an unknown dtype or bad
  * sizes). Forward: W_h^T [H,G] and r [B,G] of the dtype, c [B,H] of the
- * accumulation type; backward: dG [T,B,G] and [h_0..h_{T-1}] [T,B,H] of the
- * dtype, dc [B,H] and the bias sums [G] of the accumulation type. */
+ * accumulation type; backward: dG [T,B,G], [h_0..h_{T-1}] [T,B,H] and dh
+ * [B,H] of the dtype, dc [B,H] and the bias sums [G] of the accumulation
+ * type. */
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H);
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
                                             int64_t H);
@@ -216,7 +217,10 @@ typedef struct lltm_sequence_forward_tensors {
  *   grad_h0       [B,H]    out
  *   grad_c0       [B,H]    out
  *   lengths       [B]      int64 or NULL, as for the forward
- * Outputs do not overlap the inputs or each other.
+ * Outputs do not overlap the inputs or each other. An output may be NULL:
+ * that gradient is not wanted, and its work is not done (grad_input: no
+ * dx = dG W_x product; grad_weights: no dW products; grad_h0: no dh product
+ * at the first step). The others come out the same, bit for bit.
  */
 typedef struct lltm_sequence_backward_tensors {
     const void *grad_output, *grad_h_n, *grad_c_n;
@@ -280,10 +284,12 @@ int lltm_cell_forward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,
  *   old_h         [B,H]
  *   weights       [G,I+H]
  *   grad_gates    [B,G]    out (workspace): dL/dg
- *   grad_input    [B,I]    out
- *   grad_weights  [G,I+H]  out
+ *   grad_input    [B,I]    out, or NULL: not wanted
+ *   grad_weights  [G,I+H]  out, or NULL: not wanted (kernel 1 then runs for
+ *                          dG, grad_bias and grad_old_cell alone)
  *   grad_bias     [G]      out
- *   grad_old_h    [B,H]    out
+ *   grad_old_h    [B,H]    out, or NULL: not wanted (kernel 2 does not run
+ *                          when grad_input is NULL too)
  *   grad_old_cell [B,H]    out
  */
 int lltm_cell_backward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,

@@ -353,7 +353,8 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
         return 0;
     const size_t G = (size_t)(3 * H), TB = (size_t)(T * B);
     return round_up(TB * G * k.elem) + round_up(TB * (size_t)H * k.elem) +
-           round_up((size_t)(B * H) * k.acc) + round_up(G * k.acc);
+           round_up((size_t)(B * H) * k.elem) + round_up((size_t)(B * H) * k.acc) +
+           round_up(G * k.acc);
 }
 
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
@@ -449,12 +450,14 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     char *cursor = (char *)workspace;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     void *h_prev = take(&cursor, (size_t)(TB * H) * elem);  /* [T,B,H] */
+    void *dh = take(&cursor, (size_t)(B * H) * elem);       /* [B,H] */
     void *dc = take(&cursor, (size_t)(B * H) * k.acc);      /* [B,H] acc */
     void *bias_acc = take(&cursor, (size_t)G * k.acc);      /* [G] acc */
 
-    /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in
-     * grad_h0 (each step's product overwrites it), except at each row's
-     * last step, where it is grad_h_n. */
+    /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in dh
+     * (each step's product overwrites it), except at each row's last step,
+     * where it is grad_h_n; the first step's product goes to grad_h0, and is
+     * not run where grad_h0 is not wanted. */
     memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
     k.load(B * H, a->grad_c_n, dc);
     const void *dh_next = a->grad_h_n;
@@ -478,38 +481,45 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         if (t >= steps) /* every row has stopped: dG[t] is 0 */
             continue;
         /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H] */
+        void *dh_prev = t > 0 ? dh : grad_h0;
+        if (dh_prev == NULL)
+            break;
         status = product(gemm, gemm_ctx, dtype, elem, B, H, G, at(d_gates, t * B * G, elem),
-                         G, 1, weights, K, 1, grad_h0, H);
+                         G, 1, weights, K, 1, dh_prev, H);
         if (status != LLTM_OK)
             return status;
-        dh_next = grad_h0;
+        dh_next = dh;
     }
-    if ((T == 0 || B == 0) && B * H > 0)
+    if ((T == 0 || B == 0) && B * H > 0 && grad_h0 != NULL)
         memcpy(grad_h0, a->grad_h_n, (size_t)(B * H) * elem);
-    k.store(B * H, dc, a->grad_c0);
-    k.store(G, bias_acc, a->grad_bias);
+    if (a->grad_c0 != NULL)
+        k.store(B * H, dc, a->grad_c0);
+    if (a->grad_bias != NULL)
+        k.store(G, bias_acc, a->grad_bias);
 
-    if (TB == 0) {
+    if (grad_weights != NULL && TB == 0)
         memset(grad_weights, 0, (size_t)(G * K) * elem);
+    if (TB == 0)
         return LLTM_OK;
-    }
-    /* Over the steps that ran (SB = steps*B rows; dG is 0 past them):
-     * h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0 then output[0 .. steps-2]. */
-    const int64_t SB = steps * B;
-    memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
-    memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
-    /* All steps at once, dG^T (g, r) = dG[r, g]:
+    /* Over the steps that ran (SB = steps*B rows; dG is 0 past them), all at
+     * once, dG^T (g, r) = dG[r, g]:
      *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
      *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB */
-    status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
-                     grad_weights, K);
-    if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input, I, 1,
-                         at(grad_weights, H, elem), K);
-    if (status == LLTM_OK)
+    const int64_t SB = steps * B;
+    if (grad_weights != NULL) {
+        /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
+        memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
+        memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
+        status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
+                         grad_weights, K);
+        if (status == LLTM_OK)
+            status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input,
+                             I, 1, at(grad_weights, H, elem), K);
+    }
+    if (status == LLTM_OK && a->grad_input != NULL)
         status = product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
                          at(weights, H, elem), K, 1, a->grad_input, I);
-    if (status == LLTM_OK && SB < TB)
+    if (status == LLTM_OK && a->grad_input != NULL && SB < TB)
         memset(at(a->grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
     return status;
 }

@@ -201,6 +201,52 @@ static void *poisoned_bytes(size_t n)
     return p;
 }
 
+/* The backward with only some gradients wanted (the others NULL), for all
+ * 32 choices: each wanted one bitwise equal to the full backward's `full`
+ * (grad_input, grad_weights, grad_bias, grad_h0, grad_c0), the products of
+ * the others not run. */
+static void test_wanted_subsets(long long T, long long B, long long I, long long H,
+                                long long steps, lltm_dtype dt, lltm_parallel_for pfor,
+                                const lltm_sequence_backward_tensors *all, void *const full[5])
+{
+    const char *name = dtype_name(dt);
+    const size_t e = lltm_dtype_size(dt);
+    const size_t n[5] = {(size_t)(T * B * I), (size_t)(3 * H * (I + H)), (size_t)(3 * H),
+                         (size_t)(B * H), (size_t)(B * H)};
+    const size_t ws = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
+    for (int mask = 0; mask < 32; ++mask) {
+        void *got[5];
+        for (int k = 0; k < 5; ++k)
+            got[k] = mask & (1 << k) ? poisoned(n[k], dt) : NULL;
+        lltm_sequence_backward_tensors t = *all;
+        t.grad_input = got[0], t.grad_weights = got[1], t.grad_bias = got[2];
+        t.grad_h0 = got[3], t.grad_c0 = got[4];
+        void *work = poisoned_bytes(ws);
+        gemm_log log = {0, -1};
+        const int status = lltm_sequence_backward_cpu(dt, T, B, I, H, &t, work, naive_gemm, &log,
+                                                      pfor);
+        check(status == LLTM_OK, "backward status, some gradients", B, H, name);
+        int same = 1;
+        for (int k = 0; k < 5; ++k)
+            if (got[k] != NULL && n[k] > 0 && memcmp(got[k], full[k], n[k] * e) != 0)
+                same = 0;
+        check(same, "wanted gradients bitwise equal to the full backward's", B, H, name);
+        /* products: one recurrent one a step that runs (the first step's only
+         * for grad_h0; steps: T, or up to the longest row),
+         * dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
+         * grad_input */
+        const long long want_calls =
+            T * B == 0 ? 0
+                       : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
+                             (mask & 1 ? (I > 0) : 0);
+        check(log.calls == want_calls, "products run for some gradients", B, H, name);
+        for (int k = 0; k < 5; ++k)
+            free(got[k]);
+        free(work);
+    }
+}
+
+
 /* with_lengths: rows of random lengths in [1, T] (needs T >= 1) */
 static void test_case(long long T, long long B, long long I, long long H, lltm_dtype dt,
                       lltm_parallel_for pfor, int with_lengths)
@@ -271,6 +317,9 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
      * the steps: T, or up to the longest row */
     const long long want_calls = T * B == 0 ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
+    void *const full[5] = {d_x, d_W, d_b, d_h0, d_c0};
+    if (pfor == lltm_serial_for)
+        test_wanted_subsets(T, B, I, H, steps, dt, pfor, &bwd, full);
 
     double *owned[] = {L.x, L.W, L.b, L.h0, L.c0, L.out, L.h_n, L.c_n, L.cells, L.gates,
                        L.g_out, L.g_hn, L.g_cn, L.d_x, L.d_W, L.d_b, L.d_h0, L.d_c0};
