@@ -608,7 +608,8 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
         tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
                                   as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
                                   as_ptr(gates.value),
-                                  *[None if o is None else o.ptr for o in some.values()])
+                                  *[None if o is None else o.ptr for o in some.values()],
+                                  lengths_ptr)
         assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
                                                ctypes.byref(tensors), as_ptr(workspace),
                                                _torch_gemm, None, None) == 0
