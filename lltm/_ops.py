@@ -287,28 +287,31 @@ SequenceForward = _op_function("SequenceForward", torch.ops.lltm.sequence_forwar
                                _differentiable.sequence_jvp, 5)
 
 
+# Bound once: an eager step reads each of these on every call.
+_is_compiling = torch.compiler.is_compiling
+_transforms_active = torch._C._are_functorch_transforms_active
+_autocast_enabled = torch._C._is_any_autocast_enabled
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad  # what torch.library's autograd asks too
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def eager_call(function, op, *args):
     """``op(*args)`` with autograd, through ``function`` (CellForward or
     SequenceForward, whose forward is op) when eager and some input needs a
     gradient or a tangent; under torch.autocast in the autocast dtype."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return op(*args)
-    if torch._C._are_functorch_transforms_active():
+    if _transforms_active():
         if _under_functorch_jvp():
             # The Function's jvp is exact once, but functorch does not track a
             # second derivative through it (jvp of jvp, jacfwd of jacrev):
             # under forward-mode transforms the step runs in plain operations.
             return _FORWARD_MATH[function](*args)
         return function.apply(*args)
-    if torch._C._is_any_autocast_enabled():
+    if _autocast_enabled():
         return _autocast.eager_call(lambda a: _eager(function, op, a), args)
-    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
-            _forward_ad._current_level >= 0):
-        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
-            return function.apply(*args)
-        return function.c_apply(*args)
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
+    return _eager(function, op, args)
 
 
 def _under_functorch_jvp() -> bool:
@@ -320,9 +323,12 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
 
 
 def _eager(function, op, args):
-    """eager_call's last steps, for the autocast route."""
-    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
-            _forward_ad._current_level >= 0):
+    """eager_call outside transforms and autocast: through the Function's C
+    apply where a gradient or a tangent is needed, else the op alone."""
+    if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
+        for a in args:
+            if _is_wrapped(a):  # left over from a finished transform: apply unwraps it
+                return function.apply(*args)
         return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
