@@ -243,3 +243,27 @@ def test_output_mask_with_lengths():
         got = torch.ops.lltm.sequence_backward.lengths(*grads, *saved, list(mask))
         for g, f, wanted in zip(got, full, mask):
             assert (g is None) if not wanted else torch.equal(g, f), mask
+
+
+def test_forward_mode_jvp():
+    """Tangents through the lengths overload (dual tensors: the Function's
+    jvp; torch.func.jvp: the forward in plain operations) against the
+    per-row reference's."""
+    import torch.autograd.forward_ad as fwAD
+    T, B, I, H = 4, 3, 2, 5
+    args = inputs(T, B, I, H)
+    tangents = inputs(T, B, I, H, seed=1)
+    lengths = torch.tensor([4, 1, 3])
+
+    def fn(*a):
+        out, (h_n, c_n) = functional.lltm_sequence(*a, lengths=lengths)
+        return out, h_n, c_n
+    _, want = torch.func.jvp(lambda *a: per_row_reference(*a, lengths), args, tangents)
+    _, got = torch.func.jvp(fn, args, tangents)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(a, t) for a, t in zip(args, tangents)]
+        got = [fwAD.unpack_dual(o).tangent for o in fn(*duals)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
