@@ -46,14 +46,20 @@ def test_every_variant_is_checked_timed_and_summarized(tmp_path):
         ours = {k: t for k, t in e["times_us"].items() if k.startswith(auto)}
         assert e["times_us"][e["fastest"]] == min(ours.values())
         assert e["auto_over_fastest"] == pytest.approx(e["times_us"][auto] / min(ours.values()))
+    assert not (out / "variants.json.partial").exists()  # the whole run replaced it
     saved = json.loads((out / "variants.json").read_text())
     assert saved["config"]["variants"] is True and len(saved["summary"]) == 2
     assert {r["impl"] for r in saved["results"]} == set(seq) | set(cell)
 
 
-def test_forced_plans_that_cannot_hold_the_shape_are_not_run():
+def test_forced_plans_that_cannot_hold_the_shape_are_not_run(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(variants, "_save", lambda args, result: None)  # a run cut short
+    monkeypatch.setattr(variants, "_save_partial",
+                        lambda args, argv, records: saved.append(len(records)))
     result = bench.main(TINY[:-6] + ["--sweep-batches", "65", "--sweep-hidden", "200",
                                      "--sweep-kind", "sequence", "--seq-len", "2"])
+    assert saved == [len(result["results"])]  # the partial JSON after every shape
     seq = _by_impl(result, "sequence")
     for key in ("lltm[cluster 16]", "lltm[cluster 8]", "lltm[grid 16x8]"):
         assert seq[key]["status"] == "unfit" and seq[key]["step"] is None, key

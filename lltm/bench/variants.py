@@ -375,7 +375,8 @@ def run(args, parser, argv, extra_impls: Sequence[Impl] = ()) -> dict:
                                  max_bytes=_max_bytes(device, args.sweep_max_gib),
                                  graphs=not args.no_graphs)
             options[str(device)] = dataclasses.asdict(sopts)
-            records += _run_device(device, dtypes, plan, impls, sopts, progress, start)
+            records += _run_device(device, dtypes, plan, impls, sopts, progress, start,
+                                   lambda recs: _save_partial(args, argv, records + recs))
     finally:
         progress.close()
     machine["load_average_end"] = load_average()
@@ -394,7 +395,10 @@ def run(args, parser, argv, extra_impls: Sequence[Impl] = ()) -> dict:
     return result
 
 
-def _run_device(device, dtypes, plan, impls, sopts, progress, start) -> list[dict]:
+def _run_device(device, dtypes, plan, impls, sopts, progress, start,
+                checkpoint=lambda records: None) -> list[dict]:
+    """Every shape on one device; ``checkpoint(records so far)`` after each
+    shape (the partial JSON: a run cut short keeps what it measured)."""
     history, records, last = History(), [], {}
     for shape in plan:
         first = None
@@ -423,17 +427,36 @@ def _run_device(device, dtypes, plan, impls, sopts, progress, start) -> list[dic
                     rec.update(status="ERROR", note=f"out of memory: {reason(error)}")
                     records.append(rec)
             last[(shape.kind, dtype)] = (shape.cost(), time.perf_counter() - began)
+            print(f"[{time.perf_counter() - start:6.1f} s] {w.name}: "
+                  f"{time.perf_counter() - began:.1f} s", flush=True)
+            checkpoint(records)
     return records
 
 
-def _save(args, result: dict) -> None:
-    path = args.json or (os.path.join(args.sweep_out, "variants.json") if args.sweep_out
+def _json_path(args) -> str | None:
+    return args.json or (os.path.join(args.sweep_out, "variants.json") if args.sweep_out
                          else None)
+
+
+def _save_partial(args, argv, records: list[dict]) -> None:
+    path = _json_path(args)
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".partial", "w") as f:
+            json.dump(finite({"argv": list(argv) if argv is not None else sys.argv[1:],
+                              "results": records, "summary": summary(records)}), f,
+                      default=str)
+
+
+def _save(args, result: dict) -> None:
+    path = _json_path(args)
     if not path:
         return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(finite(result), f, indent=1, default=str)
+    if os.path.exists(path + ".partial"):
+        os.remove(path + ".partial")
     print(f"saved {path}")
 
 
