@@ -33,14 +33,36 @@ __attribute__((visibility("default"))) int lltm_cuda_set_matmul_policy(int polic
     return atomic_exchange(&matmul_policy, policy);
 }
 
-static bool use_cublas(const lltm_cell_dims *d)
+/* The route (LLTM_MATMUL_FUSED or LLTM_MATMUL_CUBLAS) of a step of these
+ * sizes under the policy in force. */
+static int cell_route(lltm_dtype dtype, int64_t B, int64_t I, int64_t H)
 {
     const int policy = atomic_load_explicit(&matmul_policy, memory_order_relaxed);
     if (policy != LLTM_MATMUL_AUTO)
-        return policy == LLTM_MATMUL_CUBLAS;
-    const int64_t macs = d->B * 3 * d->H * (d->I + d->H);
-    const bool half = d->dtype == LLTM_FLOAT16 || d->dtype == LLTM_BFLOAT16;
-    return macs >= (half ? LLTM_CUBLAS_MIN_MACS_HALF : LLTM_CUBLAS_MIN_MACS_FLOAT);
+        return policy;
+    const int64_t macs = B * 3 * H * (I + H);
+    const bool half = dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16;
+    return macs >= (half ? LLTM_CUBLAS_MIN_MACS_HALF : LLTM_CUBLAS_MIN_MACS_FLOAT)
+               ? LLTM_MATMUL_CUBLAS
+               : LLTM_MATMUL_FUSED;
+}
+
+static bool use_cublas(const lltm_cell_dims *d)
+{
+    return cell_route(d->dtype, d->B, d->I, d->H) == LLTM_MATMUL_CUBLAS;
+}
+
+/* The route the cell operators would take now for a step of these sizes on
+ * device `device` (lltm.overrides' policy in force); for measurements that
+ * record what they timed. < 0: an unknown dtype or negative sizes. */
+__attribute__((visibility("default"))) int lltm_cuda_cell_route_in_force(int device, int dtype,
+                                                                         int64_t B, int64_t I,
+                                                                         int64_t H)
+{
+    (void)device;
+    if (dtype < LLTM_FLOAT32 || dtype > LLTM_BFLOAT16 || B < 0 || I < 0 || H < 0)
+        return LLTM_ERR_ARGUMENT;
+    return cell_route((lltm_dtype)dtype, B, I, H);
 }
 
 
