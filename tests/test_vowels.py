@@ -12,8 +12,19 @@ from lltm.examples import train, vowels
 QUICK_TEST_ACCURACY = 0.90
 
 
+@pytest.fixture
+def one_thread():
+    """Batches of 32 short sequences: a second intra-op thread only adds
+    synchronisation, and on a busy 2-core machine it makes an epoch ten times
+    slower (threads waiting on each other). One thread, restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["forward", "bidirectional"])
-def test_quick_run_reaches_the_stated_accuracy(bidirectional, tmp_path):
+def test_quick_run_reaches_the_stated_accuracy(bidirectional, tmp_path, one_thread):
     require_sktime()
     plot = tmp_path / "vowels.png"
     argv = ["--device", "cpu", "--quick", "--plot", str(plot), "--no-progress"]
@@ -21,7 +32,7 @@ def test_quick_run_reaches_the_stated_accuracy(bidirectional, tmp_path):
     for kind in ("lltm", "lstm"):
         r = result["models"][kind]
         assert r["test_acc"] >= QUICK_TEST_ACCURACY, (kind, r["history"]["test_acc"])
-        assert len(r["history"]["epoch"]) == 15
+        assert len(r["history"]["epoch"]) == 10
         assert r["seconds_per_epoch"] > 0
     assert ("bidirectional" in result["title"]) == bidirectional
     assert plot.read_bytes()[:4] == b"\x89PNG"
@@ -44,7 +55,9 @@ def test_data_standardised_by_the_training_set_and_zero_padded():
     assert (test_steps.mean(0).abs() > 1e-3).any()
     # A batch is cut to its longest case.
     (x, lengths), y = data.train_batch(torch.tensor([3, 100, 7]))
-    assert x.shape == (3, int(lengths.max()), 12) and y.tolist() == data.y_train[[3, 100, 7]].tolist()
+    assert x.shape == (3, int(lengths.max()), 12)
+    assert lengths.tolist() == data.len_train[[3, 100, 7]].tolist()
+    assert y.tolist() == data.y_train[[3, 100, 7]].tolist()
 
 
 def test_standardise_leaves_missing_values_out():
@@ -74,7 +87,7 @@ def test_packed_classifier_gives_each_case_its_own_result(kind, bidirectional):
         torch.testing.assert_close(batch[b:b + 1], alone, rtol=1e-10, atol=1e-12)
 
 
-def test_resume_refuses_another_direction_setting(tmp_path):
+def test_resume_refuses_another_direction_setting(tmp_path, one_thread):
     require_sktime()
     path = str(tmp_path / "v.pt")
     small = ["--device", "cpu", "--hidden", "8", "--plot", "", "--no-progress", "--models",
