@@ -12,7 +12,9 @@ from conftest import require_sktime
 from lltm.examples import tsfile
 
 MULTI = """\
-# A comment, then a blank line
+# A comment, then a blank line, then another kind of comment
+
+% as in ARFF
 
 @problemName Toy
 @TimeStamps false
@@ -51,6 +53,12 @@ def test_univariate_equal_length():
     torch.testing.assert_close(data.series[1][:, 0], torch.tensor([4.0, 3.0, 2.0, 1.0]))
 
 
+def test_a_tag_given_twice_takes_its_last_value():
+    text = ["@problemName First", "@problemName Second", "@timeStamps false",
+            "@univariate true", "@classLabel true a", "@data", "1:a"]
+    assert tsfile.parse_ts(text).name == "Second"
+
+
 def test_load_ts_reads_a_file_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "toy.ts"
     path.write_bytes(b"\xef\xbb\xbf" + MULTI.encode())
@@ -81,7 +89,6 @@ BAD = {
     "header incomplete": (["@problemName P", "@data"], 2, "@timeStamps is missing"),
     "bad boolean": (["@problemName P", "@univariate maybe"], 2, "true or false"),
     "bad count": (["@problemName P", "@dimensions zero"], 2, "positive integer"),
-    "tag twice": (["@problemName P", "@problemName Q"], 2, "given twice"),
     "series length": (["@problemName P", "@timeStamps false", "@univariate true",
                        "@equalLength true", "@seriesLength 3", "@classLabel true a", "@data",
                        "1,2:a"], 8, "@seriesLength is 3"),
@@ -92,6 +99,7 @@ BAD = {
                          "@classLabel true a", "@data", "1:2:a", "1:a"], 7,
                         "1 dimensions, the first case has 2"),
     "text before header": (["1,2:a"], 1, "expected a @tag line"),
+    "value before data": (["@problemName P", "1,2:a"], 2, "expected a @tag line"),
 }
 
 
@@ -143,3 +151,28 @@ def test_missing_dataset_names_the_shipped_ones():
     require_sktime()
     with pytest.raises(FileNotFoundError, match="JapaneseVowels"):
         tsfile.load_sktime_dataset("NoSuchSet", "TRAIN")
+
+
+def test_every_dataset_shipped_reads_or_is_refused_as_regression():
+    """Every TRAIN / TEST pair in sktime's wheel: the classification ones read
+    (one class list for both files), the regression ones (@targetLabel)
+    refused with that reason."""
+    require_sktime()
+    names = tsfile.sktime_datasets()
+    assert {"JapaneseVowels", "PLAID", "BasicMotions"} <= set(names)
+    classification = 0
+    for name in names:
+        try:
+            train = tsfile.load_sktime_dataset(name, "TRAIN")
+        except tsfile.TSFormatError as e:
+            assert "regression" in str(e), (name, str(e))
+            continue
+        test = tsfile.load_sktime_dataset(name, "TEST")
+        assert train.class_names == test.class_names, name
+        assert train.dimensions == test.dimensions, name
+        assert set(train.labels) == set(range(len(train.class_names))), name
+        classification += 1
+    assert classification >= 8
+    motions = tsfile.load_sktime_dataset("BasicMotions", "TRAIN")
+    assert motions.class_names == ["Standing", "Running", "Walking", "Badminton"]
+    assert (len(motions.series), motions.dimensions, set(motions.lengths)) == (40, 6, {100})

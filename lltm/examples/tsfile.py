@@ -3,7 +3,7 @@ archive's, as sktime writes it), and the datasets shipped inside sktime's wheel.
 
 A ``.ts`` file is a header, then one case a line::
 
-    # comments start with '#'
+    # comments start with '#' (or '%', as in ARFF)
     @problemName JapaneseVowels
     @timeStamps false
     @missing false
@@ -17,7 +17,8 @@ A ``.ts`` file is a header, then one case a line::
 A case holds its dimensions (channels) separated by ``:``, each a ``,``-separated
 list of values (``?`` for a missing one, read as NaN where ``@missing true``),
 and, where ``@classLabel true``, its class label last. Tags are
-case-insensitive; blank lines are ignored. Read here: cases whose dimensions
+case-insensitive; a tag given twice takes its last value (one of sktime's own
+files names its problem twice); blank lines are ignored. Read here: cases whose dimensions
 all have one length (a case's length may differ from the next one's), with
 class labels; files with ``@timeStamps true`` or a regression target
 (``@targetLabel``) are refused with an error saying so.
@@ -90,8 +91,6 @@ def _parse_header(tag: str, rest: str, header: dict, where: str) -> None:
     """One ``@tag value`` line into ``header`` (tag lower case)."""
     if tag not in _KNOWN_TAGS:
         raise TSFormatError(f"{where}: unknown tag @{tag}")
-    if tag in header:
-        raise TSFormatError(f"{where}: @{tag} given twice")
     if tag == "data":
         if rest:
             raise TSFormatError(f"{where}: @data takes no value, got {rest!r}")
@@ -190,7 +189,7 @@ def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TSDataset:
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         where = f"{source}:{number}"
-        if not line or line.startswith("#"):
+        if not line or line.startswith(("#", "%")):
             continue
         if "data" not in header:
             if not line.startswith("@"):
