@@ -17,7 +17,7 @@ MULTI = """\
 % as in ARFF
 
 @problemName Toy
-@TimeStamps false
+@TimeStamps	false
 @missing true
 @univariate false
 @dimensions 2
@@ -85,6 +85,7 @@ BAD = {
                            "@classLabel false", "@data"], 5, "classification"),
     "labels absent": (["@problemName P", "@classLabel true"], 2, "must list the class labels"),
     "unknown tag": (["@problemName P", "@colour red"], 2, "unknown tag @colour"),
+    "bare at sign": (["@problemName P", "@"], 2, "unknown tag @"),
     "tag after data": (HEADER + ["@data", "1:2:a", "@missing true"], 8, "after @data"),
     "header incomplete": (["@problemName P", "@data"], 2, "@timeStamps is missing"),
     "bad boolean": (["@problemName P", "@univariate maybe"], 2, "true or false"),

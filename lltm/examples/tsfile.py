@@ -156,7 +156,7 @@ def _parse_case(line: str, header: dict, where: str) -> tuple[torch.Tensor, int]
     fields = line.split(":")
     if len(fields) < 2:
         raise TSFormatError(f"{where}: a case must be its dimensions then ':' and its class "
-                            f"label, got no ':'")
+                            "label, got no ':'")
     label = fields[-1].strip()
     classes = header["classlabel"]
     if label not in classes:
@@ -195,8 +195,8 @@ def parse_ts(lines: Iterable[str], source: str = "<ts>") -> TSDataset:
             if not line.startswith("@"):
                 raise TSFormatError(f"{where}: expected a @tag line before @data, got "
                                     f"{line[:40]!r}")
-            tag, _, rest = line[1:].partition(" ")
-            _parse_header(tag.lower(), rest.strip(), header, where)
+            tag, *rest = line[1:].split(None, 1) or [""]
+            _parse_header(tag.lower(), rest[0].strip() if rest else "", header, where)
             if "data" in header:
                 _check_header(header, where)
             continue
