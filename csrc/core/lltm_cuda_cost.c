@@ -29,7 +29,7 @@
  * Every term is a smooth function of the sizes (products, ceilings of
  * chunk counts): neighbouring shapes get neighbouring costs, and the choice
  * changes where two routes' predictions cross. The coefficients and where
- * they come from: COEFFICIENTS below.
+ * they come from: "The coefficients" below.
  */
 #include "lltm.h"
 
@@ -40,7 +40,6 @@
 /* ------------------------------------------------------------------------ */
 
 #define COST_SMS 132.0 /* the SM count of the device they were fitted on */
-#define NT 256         /* threads per block of the persistent kernels */
 
 /*
  * Fitted by dev/timing/fit_routes.py (non-negative least squares on
