@@ -1,8 +1,9 @@
 """Measurement overrides of what the CUDA library would choose by itself.
 
-The library picks its own routes: the cell's matrix-product route (its fused
-kernels or cuBLAS, by size) and the sequence's plan (per-step kernels, a
-cooperative grid, or thread-block clusters, with their shapes). Tests and
+The library picks its own routes, the cheapest by its cost model
+(csrc/core/lltm_cuda_cost.c): the cell's matrix-product route (its fused
+kernels or cuBLAS) and the sequence's plan (per-step kernels, a cooperative
+grid, or thread-block clusters, with their shapes). Tests and
 timing tools force one through this module, never through the C core (which
 reads no environment): from environment variables read once, when ``lltm`` is
 imported, or with the context managers below. ``docs/cuda-plans.md`` lists

@@ -33,8 +33,13 @@ def ceil_div(a, b):
 # ----------------------------------------------------------------------------
 # Sequence: features of one record (one layer, forward + backward, T steps).
 
-SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "byte", "steps_step", "grid_step",
-             "grid_work", "grid_stage", "cluster_step", "cluster_work", "cluster_stage")
+SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "byte", "steps_step", "steps_rows",
+             "grid_step", "grid_work", "grid_stage", "cluster_step", "cluster_work",
+             "cluster_stage")
+PRODUCT_TERMS = ("flop_ffma", "flop_tensor", "byte")
+# the rows one thread of the per-step backward kernel walks: the measured
+# kernel ran one slice (the whole batch); the library's now runs 8
+MEASURED_STEP_SLICES = 1
 
 
 def gemm_features(M, N, K, dtype, f):
@@ -63,6 +68,7 @@ def sequence_features(rec):
     family = plan["family"]
     if family == "steps":
         f["steps_step"] = T
+        f["steps_rows"] = T * ceil_div(B, MEASURED_STEP_SLICES)
         sub = dict.fromkeys(SEQ_TERMS, 0.0)
         gemm_features(B, 3 * H, H, dtype, sub)   # h W_h^T
         gemm_features(B, H, 3 * H, dtype, sub)   # dG W_h
@@ -83,8 +89,19 @@ def sequence_features(rec):
 # ----------------------------------------------------------------------------
 # Cell: features of one step (forward + backward) on each route.
 
-CELL_TERMS = ("fused_call", "fused_flop", "fused_serial", "cublas_call", "cublas_flop_ffma",
-              "cublas_flop_tensor", "cublas_byte")
+CELL_TERMS = ("fused_call", "fused_flop_small", "fused_flop_large", "fused_flop_small_half",
+              "fused_flop_large_half", "fused_rows", "fused_k", "cublas_call",
+              "cublas_call_ffma", "flop_ffma", "flop_tensor", "byte")
+LARGE_TILE_MIN_BLOCKS = 120  # csrc/core/lltm_cuda_cell.cuh: where a fused kernel takes large tiles
+
+
+def fused_large_tiles(B, I, H):
+    """Which of the fused kernels (forward, weight gradient, input gradient)
+    run their large tiles (the tile rules of lltm_cuda_cell_*.cu)."""
+    K = I + H
+    return (ceil_div(B, 64) * ceil_div(H, 32) >= LARGE_TILE_MIN_BLOCKS,
+            ceil_div(H, 32) * ceil_div(K, 128) >= LARGE_TILE_MIN_BLOCKS,
+            ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS)
 
 
 def cell_features(rec):
@@ -95,32 +112,38 @@ def cell_features(rec):
     flops = 3 * 2.0 * B * 3 * H * K  # the three products: gates, dW, dX
     if route == "fused":
         f["fused_call"] = 1.0
-        f["fused_flop"] = flops
-        # the multiply-adds of one thread where the tiles are few: the serial
-        # part (a block's K loop) grows with K and the rows of a block's tile
-        f["fused_serial"] = float(K) * (1 + B / 64.0)
+        half = "_half" if dtype in HALF else ""  # the half types convert every load
+        for large in fused_large_tiles(B, I, H):  # each kernel a third of the flops
+            f[("fused_flop_large" if large else "fused_flop_small") + half] += flops / 3
+        # the reductions one thread runs alone: over the B rows (the weight
+        # gradient's sums) and over K = I + H (a gate's sum, dX's sums)
+        f["fused_rows"] = float(B)
+        f["fused_k"] = float(K)
     else:
         f["cublas_call"] = 1.0
-        g = {"flop_ffma": 0.0, "flop_tensor": 0.0, "byte": 0.0}
+        f["cublas_call_ffma"] = 0.0 if dtype in HALF else 1.0  # FFMA products' own latency
         for M, N, KK in ((B, 3 * H, K), (3 * H, K, B), (B, H, 3 * H), (B, I, 3 * H)):
-            gemm_features(M, N, KK, dtype, g)
-        f["cublas_flop_ffma"], f["cublas_flop_tensor"], f["cublas_byte"] = \
-            g["flop_ffma"], g["flop_tensor"], g["byte"]
+            gemm_features(M, N, KK, dtype, f)
     return f
 
 
 # ----------------------------------------------------------------------------
 # Fitting.
 
-def fit(rows, terms):
-    """Non-negative least squares on relative errors: coefficients per term."""
-    X = np.array([[r["features"][t] for t in terms] for r in rows], dtype=float)
+def fit(rows, terms, fixed=None):
+    """Non-negative least squares on relative errors: coefficients per term;
+    ``fixed``: terms whose coefficients are given (their part is taken off
+    the times first)."""
+    fixed = fixed or {}
+    free = [t for t in terms if t not in fixed]
+    X = np.array([[r["features"][t] for t in free] for r in rows], dtype=float)
     y = np.array([r["us"] for r in rows], dtype=float)
-    Xw, yw = X / y[:, None], np.ones_like(y)
-    used = [j for j in range(len(terms)) if X[:, j].any()]
-    coef = np.zeros(len(terms))
+    known = np.array([sum(fixed[t] * r["features"][t] for t in fixed) for r in rows])
+    Xw, yw = X / y[:, None], (y - known) / y
+    used = [j for j in range(len(free)) if X[:, j].any()]
+    coef = np.zeros(len(free))
     coef[used] = _nnls(Xw[:, used], yw)
-    return dict(zip(terms, coef))
+    return {t: fixed[t] if t in fixed else coef[free.index(t)] for t in terms}
 
 
 def _nnls(A, b, iters=20000):
@@ -155,11 +178,21 @@ def timed(rec):
 
 
 def sequence_rows(results):
+    """The forced plans' times, and the library's choice where it ran a plan
+    no forced one was timed in (H = 2048: the per-step kernels, the only
+    plan there)."""
+    forced = {(r["dtype"], r["T"], r["B"], r["H"], r["plan"]["family"]) for r in results
+              if r["kind"] == "sequence" and r["impl"].startswith("lltm[")
+              and r["status"] == "ok" and isinstance(r.get("plan"), dict)
+              and "family" in r["plan"] and timed(r)}
     rows = []
     for rec in results:
         if rec["kind"] != "sequence" or not rec["impl"].startswith("lltm") \
                 or rec["status"] != "ok" or not isinstance(rec.get("plan"), dict) \
                 or "family" not in rec["plan"]:
+            continue
+        if rec["impl"] == "lltm" and (rec["dtype"], rec["T"], rec["B"], rec["H"],
+                                      rec["plan"]["family"]) in forced:
             continue
         us = timed(rec)
         if us:
@@ -170,7 +203,7 @@ def sequence_rows(results):
 def cell_rows(results):
     rows = []
     for rec in results:
-        if rec["kind"] != "cell" or not rec["impl"].startswith("native") \
+        if rec["kind"] != "cell" or not rec["impl"].startswith("native[") \
                 or rec["status"] != "ok" or rec.get("plan") not in ("fused", "cublas"):
             continue
         us = timed(rec)
@@ -205,6 +238,37 @@ def report(rows, coef, name, tolerance):
           "fastest")
 
 
+C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_TENSOR",
+           "byte": "C_BYTE", "steps_step": "C_STEPS_STEP", "grid_step": "C_GRID_STEP",
+           "grid_work": "C_GRID_WORK", "grid_stage": "C_GRID_STAGE",
+           "cluster_step": "C_CLUSTER_STEP", "cluster_work": "C_CLUSTER_WORK",
+           "cluster_stage": "C_CLUSTER_STAGE", "fused_call": "C_FUSED_CALL",
+           "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
+           "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
+           "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
+           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K",
+           "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
+           "steps_rows": "C_STEPS_ROW"}
+
+
+def compact_plan(plan) -> str:
+    """A plan as one short string: the family, and a persistent plan's layout
+    and batch groups (as the GPU ran it)."""
+    if isinstance(plan, str):
+        return plan
+    family = plan["family"]
+    if family == "steps":
+        return family
+    f = plan["forward"]
+    return f"{family} {f['lanes']}x{f['values']} r{f['rows']}/{f['chunk']} g{f['groups']} " \
+           f"b{f['blocks']}; bwd {plan['backward']['exchange']} g{plan['backward']['groups']}"
+
+
+def print_c(coef):
+    for term, value in coef.items():
+        print(f"#define {C_NAMES[term]} {value:.4g}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json")
@@ -216,22 +280,30 @@ def main(argv=None):
     seq, cell = sequence_rows(results), cell_rows(results)
     if not seq and not cell:
         sys.exit("no CUDA times with plans in " + args.json)
-    if seq:
-        coef = fit(seq, SEQ_TERMS)
-        report(seq, coef, "sequence", args.tolerance)
+    # the cell first: its cuBLAS route is products and launches only, which
+    # sets the product rates that the sequence's products then share
+    products = {}
     if cell:
         coef = fit(cell, CELL_TERMS)
         report(cell, coef, "cell", args.tolerance)
+        print_c(coef)
+        products = {t: coef[t] for t in PRODUCT_TERMS}
+    if seq:
+        coef = fit(seq, SEQ_TERMS, fixed=products)
+        report(seq, coef, "sequence", args.tolerance)
+        print_c({t: c for t, c in coef.items() if t not in products})
     if args.write_data:
         keep = []
         for r in seq + cell:
             rec = r["rec"]
-            keep.append({k: rec[k] for k in ("kind", "dtype", "T", "B", "I", "H", "impl", "plan")}
-                        | {"us": round(r["us"], 2)})
+            keep.append({k: rec[k] for k in ("kind", "dtype", "T", "B", "I", "H", "impl")}
+                        | {"plan": compact_plan(rec["plan"]), "us": round(r["us"], 2)})
         with open(args.write_data, "w") as f:
-            json.dump({"machine": {k: data["machine"].get(k) for k in ("date", "gpus", "torch",
-                                                                        "git")},
-                       "times": keep}, f, indent=0)
+            f.write('{"machine": ' + json.dumps({k: data["machine"].get(k) for k in
+                                                  ("date", "gpus", "torch", "git")}))
+            f.write(',\n "source": "python -m lltm.bench --sweep --sweep-variants; '
+                    'dev/timing/fit_routes.py --write-data",\n "times": [\n')
+            f.write(",\n".join(json.dumps(t) for t in keep) + "]}\n")
         print(f"saved {args.write_data}")
 
 
