@@ -18,7 +18,7 @@ import torch
 _DEVICE_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
 _AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
                   | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
-FORWARD_OPS = ("cell_forward", "sequence_forward")
+FORWARD_OPS = ("cell_forward", "sequence_forward", "sequence_forward.lengths")
 
 
 def cast(args, device_type: str):
@@ -42,7 +42,8 @@ def _kernel(op, device_type: str):
 
 _library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
 for _name in FORWARD_OPS:
-    _op = getattr(torch.ops.lltm, _name).default
+    _packet, _, _overload = _name.partition(".")
+    _op = getattr(getattr(torch.ops.lltm, _packet), _overload or "default")
     for _device_type, _key in _DEVICE_KEYS.items():
         _library.impl(_name, _kernel(_op, _device_type), _key)
 

@@ -57,12 +57,26 @@ def cell_forward(input, weights, bias, old_h, old_cell):
     return torch.tanh(new_cell) * o, new_cell, torch.cat([i, o, z], dim=1)
 
 
-def sequence_forward(input, weights, bias, h0, c0):
-    """(output, h_n, c_n, cells, gates) as lltm::sequence_forward returns them."""
+def _live(lengths, t: int):
+    """[B, 1]: True where step t lies within the row's length (None: all)."""
+    return None if lengths is None else (lengths > t).unsqueeze(1)
+
+
+def sequence_forward(input, weights, bias, h0, c0, lengths=None):
+    """(output, h_n, c_n, cells, gates) as lltm::sequence_forward returns them
+    (with ``lengths``: as its ``lengths`` overload, rows stopping after
+    lengths[b] steps)."""
     h, c, outs, cells, gates = h0, c0, [], [], []
-    for x in input.unbind(0):
-        h, c, g = cell_forward(x, weights, bias, h, c)
-        outs.append(h)
+    for t, x in enumerate(input.unbind(0)):
+        h_t, c_t, g = cell_forward(x, weights, bias, h, c)
+        live = _live(lengths, t)
+        if live is None:
+            h, c = h_t, c_t
+            outs.append(h)
+        else:  # rows past their length keep their state; output and gates 0
+            h, c = torch.where(live, h_t, h), torch.where(live, c_t, c)
+            outs.append(torch.where(live, h_t, 0))
+            g = torch.where(live, g, 0)
         cells.append(c)
         gates.append(g)
     if not outs:
@@ -71,22 +85,36 @@ def sequence_forward(input, weights, bias, h0, c0):
     return torch.stack(outs), h, c, torch.stack(cells), torch.stack(gates)
 
 
-def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0):
+def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0,
+                      lengths=None):
     """(d_input, d_weights, d_bias [3H], d_h0, d_c0) of one layer over a
     sequence: the states are recomputed step by step from the inputs, then
-    the gradient runs back through time with :func:`cell_backward`."""
+    the gradient runs back through time with :func:`cell_backward`. With
+    ``lengths``, steps past a row's length pass the state's gradient through
+    and contribute nothing else."""
     bias = bias.reshape(-1)
     states = [(h0, c0)]
-    for x in input.unbind(0)[:-1] if input.shape[0] else ():
-        states.append(_step(x, weights, bias, *states[-1]))
+    for t, x in enumerate(input.unbind(0)[:-1] if input.shape[0] else ()):
+        h, c = _step(x, weights, bias, *states[-1])
+        live = _live(lengths, t)
+        if live is not None:
+            h, c = torch.where(live, h, states[-1][0]), torch.where(live, c, states[-1][1])
+        states.append((h, c))
     d_h, d_c = grad_h_n, grad_c_n
     d_weights = torch.zeros_like(weights)
     d_bias = torch.zeros_like(bias)
     d_inputs = []
     for t in range(input.shape[0] - 1, -1, -1):
         h, c = states[t]
-        d_x, d_w, d_b, d_h, d_c = cell_backward(d_h + grad_output[t], d_c, input[t], weights,
-                                                bias, h, c)
+        live = _live(lengths, t)
+        if live is None:
+            d_x, d_w, d_b, d_h, d_c = cell_backward(d_h + grad_output[t], d_c, input[t],
+                                                    weights, bias, h, c)
+        else:  # zero gradients into the stopped rows' steps: no share of d_w, d_b, d_x
+            d_x, d_w, d_b, d_h_t, d_c_t = cell_backward(
+                torch.where(live, d_h + grad_output[t], 0), torch.where(live, d_c, 0),
+                input[t], weights, bias, h, c)
+            d_h, d_c = torch.where(live, d_h_t, d_h), torch.where(live, d_c_t, d_c)
         d_inputs.append(d_x)
         d_weights = d_weights + d_w
         d_bias = d_bias + d_b
@@ -124,17 +152,25 @@ def cell_jvp(input, weights, bias, old_h, old_cell,
     return tanh_c * o, new_cell, t_h, t_cell
 
 
-def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0, t_c0):
+def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0, t_c0,
+                 lengths=None):
     """Tangents (output, h_n, c_n) of one layer over a sequence, the states
-    recomputed step by step with :func:`cell_jvp`."""
+    recomputed step by step with :func:`cell_jvp` (rows stopping after
+    ``lengths``[b] steps, if given)."""
     h, c = h0, c0
     t_h, t_c = _or_zeros(t_h0, h0), _or_zeros(t_c0, c0)
     t_out = []
     for t in range(input.shape[0]):
-        h, c, t_h, t_c = cell_jvp(input[t], weights, bias, h, c,
-                                  None if t_input is None else t_input[t], t_weights, t_bias,
-                                  t_h, t_c)
-        t_out.append(t_h)
+        step = cell_jvp(input[t], weights, bias, h, c,
+                        None if t_input is None else t_input[t], t_weights, t_bias, t_h, t_c)
+        live = _live(lengths, t)
+        if live is None:
+            h, c, t_h, t_c = step
+            t_out.append(t_h)
+        else:
+            h, c, t_h, t_c = (torch.where(live, new, old)
+                              for new, old in zip(step, (h, c, t_h, t_c)))
+            t_out.append(torch.where(live, step[2], 0))
     t_output = torch.stack(t_out) if t_out else torch.zeros_like(input[..., :0]).expand(
         0, *h0.shape)
     return t_output, t_h, t_c

@@ -62,8 +62,22 @@ def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
 
 
+def _masked(op: str, results: tuple, output_mask) -> tuple:
+    """``results`` with None where ``output_mask`` (the backward operators'
+    last argument: which gradients to compute) is False, as the kernels
+    return them."""
+    if len(output_mask) != len(results):
+        raise RuntimeError(f"{op}: output_mask has {len(output_mask)} entries, expected "
+                           f"{len(results)} (one per gradient)")
+    return tuple(r if m else None for r, m in zip(results, output_mask))
+
+
+_ALL = (True,) * 5  # every gradient: the backward operators' default output_mask
+
+
 @torch.library.register_fake("lltm::cell_backward")
-def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights):
+def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
+                        output_mask=_ALL):
     op = "lltm::cell_backward"
     _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
                        gates=gates, input=input, old_h=old_h, weights=weights)
@@ -73,8 +87,9 @@ def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weight
         _expect(op, name, t, (B, H))
     _expect(op, "gates", gates, (B, 3 * H))
     _expect(op, "weights", weights, (3 * H, I + H))
-    return (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
-            weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H))
+    return _masked(op, (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
+                        weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H)),
+                   output_mask)
 
 
 def _cell_setup_context(ctx, inputs, output):
@@ -104,11 +119,13 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
         d_input, d_weights, d_bias, d_old_h, d_old_cell = _differentiable.cell_backward(
             grad_h, grad_cell, input, weights, bias, old_h, old_cell)
     else:
+        # Only the gradients autograd asks for (the products of the others
+        # are not run; they come back None).
         with torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_old_h, d_old_cell = (
                 torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
-                                                     old_h, weights))
-    if d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
+                                                     old_h, weights, ctx.needs_input_grad))
+    if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
@@ -144,7 +161,7 @@ def _sequence_forward_fake(input, weights, bias, h0, c0):
 
 @torch.library.register_fake("lltm::sequence_backward")
 def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                            cells, gates):
+                            cells, gates, output_mask=_ALL):
     op = "lltm::sequence_backward"
     _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
                        input=input, weights=weights, h0=h0, output=output, cells=cells,
@@ -156,17 +173,44 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
         _expect(op, name, t, (T, B, H))
     _expect(op, "gates", gates, (T, B, 3 * H))
     _expect(op, "weights", weights, (3 * H, I + H))
-    return (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
-            weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H))
+    return _masked(op, (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
+                        weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H)),
+                   output_mask)
+
+
+def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) -> None:
+    if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
+        raise RuntimeError(f"{op}: lengths must be an int64 tensor of shape [{B}] (one length "
+                           f"per batch row), got {lengths.dtype} of shape {list(lengths.shape)}")
+    if lengths.device != input.device:
+        raise RuntimeError(f"{op}: lengths must be on the input's device {input.device}, got "
+                           f"{lengths.device}")
+
+
+@torch.library.register_fake("lltm::sequence_forward.lengths")
+def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
+    outputs = _sequence_forward_fake(input, weights, bias, h0, c0)
+    _check_lengths("lltm::sequence_forward", lengths, input, input.shape[1])
+    return outputs
+
+
+@torch.library.register_fake("lltm::sequence_backward.lengths")
+def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                    cells, gates, lengths, output_mask=_ALL):
+    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                    cells, gates, output_mask)
+    _check_lengths("lltm::sequence_backward", lengths, input, input.shape[1])
+    return grads
 
 
 def _sequence_setup_context(ctx, inputs, output):
-    input, weights, bias, h0, c0 = inputs
+    # inputs: sequence_forward's, and the lengths [B] of its lengths overload
+    input, weights, bias, h0, c0, *lengths = inputs
     out, _h_n, _c_n, cells, gates = output
     # New memory kept per step: cells and gates (4*B*H); out is the layer's
     # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
     # c0 serve the differentiable backward).
-    ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates)
+    ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates, *lengths)
     if _forward_ad._current_level >= 0:  # dual tensors: SequenceForward.jvp reads them
         ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(cells, gates)
@@ -177,7 +221,7 @@ def _sequence_setup_context(ctx, inputs, output):
 
 
 def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
-    input, weights, bias, h0, c0, out, cells, gates = ctx.saved_tensors
+    input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
     # Gradients may arrive through output, h_n and c_n in any combination.
     if grad_output is None:
         grad_output = torch.zeros_like(out)
@@ -187,12 +231,18 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         grad_c_n = torch.zeros_like(h0)
     if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
-            grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0)
-    else:
+            grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
+    else:  # only the gradients autograd asks for, as in _cell_backward
+        op = (torch.ops.lltm.sequence_backward.lengths if lengths
+              else torch.ops.lltm.sequence_backward.default)
         with torch._C._AutoDispatchBelowAutograd():
-            d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.lltm.sequence_backward.default(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates)
-    return d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0
+            d_input, d_weights, d_bias, d_h0, d_c0 = op(
+                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+                ctx.needs_input_grad[:5])
+    if d_bias is not None:
+        d_bias = d_bias.view(bias.shape)
+    # lengths (an integer tensor) has no gradient
+    return (d_input, d_weights, d_bias, d_h0, d_c0) + (None,) * len(lengths)
 
 
 def _not_differentiable(name: str):
@@ -210,7 +260,8 @@ def _no_context(ctx, inputs, output):
 
 # The backward operators have no derivative of their own: a clear error
 # instead of autograd's silent zeros if someone differentiates through them.
-for _name in ("lltm::cell_backward", "lltm::sequence_backward"):
+for _name in ("lltm::cell_backward", "lltm::sequence_backward",
+              "lltm::sequence_backward.lengths"):
     torch.library.register_autograd(_name, _not_differentiable(_name),
                                     setup_context=_no_context)
 
@@ -267,11 +318,27 @@ class SequenceForward(torch.autograd.Function):
         return t_out, t_h_n, t_c_n, None, None
 
 
+class SequenceLengthsForward(SequenceForward):
+    """SequenceForward over rows of their own lengths (the lengths overload)."""
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0, lengths):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.lltm.sequence_forward.lengths(input, weights, bias, h0, c0, lengths)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0, _t_lengths):
+        *inputs, lengths = ctx.saved_tensors
+        t_out, t_h_n, t_c_n = _differentiable.sequence_jvp(*inputs, t_input, t_weights, t_bias,
+                                                           t_h0, t_c0, lengths)
+        return t_out, t_h_n, t_c_n, None, None
+
+
 # Function.apply's Python wrapper exists for functorch transforms (and default
 # arguments, which forward has none of); outside transforms eager_call goes
 # straight to the C apply it ends in: ~2 us less host time per call, a tenth
 # of a small CUDA step's forward.
-for _function in (CellForward, SequenceForward):
+for _function in (CellForward, SequenceForward, SequenceLengthsForward):
     _function.c_apply = super(torch.autograd.Function, _function).apply
 
 
@@ -304,7 +371,8 @@ def _under_functorch_jvp() -> bool:
 
 
 _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
-                 SequenceForward: _differentiable.sequence_forward}
+                 SequenceForward: _differentiable.sequence_forward,
+                 SequenceLengthsForward: _differentiable.sequence_forward}
 
 
 def _eager(function, op, args):
@@ -340,11 +408,12 @@ def _transform_error(name: str) -> RuntimeError:
         "torch.vmap alone works on the operator.")
 
 
-def _register_autograd(name: str, function, backward, setup_context) -> None:
-    qualname = f"lltm::{name}"
+def _register_autograd(name: str, function, backward, setup_context,
+                       overload: str = "default") -> None:
+    qualname = f"lltm::{name}" if overload == "default" else f"lltm::{name}.{overload}"
     try:  # torch's private builder of register_autograd's kernel (torch 2.4 - 2.13)
         generated = torch._library.autograd.make_autograd_impl(
-            getattr(torch.ops.lltm, name).default,
+            getattr(getattr(torch.ops.lltm, name), overload),
             torch._library.autograd.Info(backward, setup_context))
     except (AttributeError, TypeError):  # laid out otherwise: no forward mode via torch.ops
         torch.library.register_autograd(qualname, backward, setup_context=setup_context)
@@ -360,10 +429,13 @@ def _register_autograd(name: str, function, backward, setup_context) -> None:
             raise _transform_error(name)
         return generated(keyset, *args)
 
-    _autograd_library.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+    _autograd_library.impl(qualname.split("::")[1], autograd_kernel, "Autograd",
+                           with_keyset=True)
 
 
 _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
 _register_autograd("cell_forward", CellForward, _cell_backward, _cell_setup_context)
 _register_autograd("sequence_forward", SequenceForward, _sequence_backward,
                    _sequence_setup_context)
+_register_autograd("sequence_forward", SequenceLengthsForward, _sequence_backward,
+                   _sequence_setup_context, overload="lengths")

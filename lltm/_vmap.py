@@ -18,10 +18,11 @@ def _front(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
 
 def _loop(op, info, in_dims, args):
     n = info.batch_size
-    results = [op(*(a if d is None else a.select(d, k) for a, d in zip(args, in_dims)))
+    results = [op(*(a.select(d, k) if isinstance(d, int) else a for a, d in zip(args, in_dims)))
                for k in range(n)]
-    outputs = tuple(torch.stack(parts) for parts in zip(*results))
-    return outputs, (0,) * len(outputs)
+    # (a backward operator's output_mask may leave results out: None)
+    outputs = tuple(None if parts[0] is None else torch.stack(parts) for parts in zip(*results))
+    return outputs, tuple(None if o is None else 0 for o in outputs)
 
 
 def _cell_forward_vmap(info, in_dims, input, weights, bias, old_h, old_cell):
@@ -36,16 +37,19 @@ def _cell_forward_vmap(info, in_dims, input, weights, bias, old_h, old_cell):
     return tuple(o.view(n, B, -1) for o in outs), (0, 0, 0)
 
 
-def _sequence_forward_vmap(info, in_dims, input, weights, bias, h0, c0):
-    op = torch.ops.lltm.sequence_forward.default
+def _sequence_forward_vmap(info, in_dims, input, weights, bias, h0, c0, *lengths):
+    # lengths: the lengths overload's [B] (folded into the batch like the state)
+    op = (torch.ops.lltm.sequence_forward.lengths if lengths
+          else torch.ops.lltm.sequence_forward.default)
     if in_dims[1] is not None or in_dims[2] is not None:
-        return _loop(op, info, in_dims, (input, weights, bias, h0, c0))
+        return _loop(op, info, in_dims, (input, weights, bias, h0, c0, *lengths))
     n = info.batch_size
     x = _front(input, in_dims[0], n).movedim(0, 1)  # [T, N, B, I]
     h, c = _front(h0, in_dims[3], n), _front(c0, in_dims[4], n)
     T, _, B, I = x.shape
+    folded = [_front(lengths[0], in_dims[5], n).reshape(n * B)] if lengths else []
     out, h_n, c_n, cells, gates = op(x.reshape(T, n * B, I), weights, bias,
-                                     h.reshape(n * B, -1), c.reshape(n * B, -1))
+                                     h.reshape(n * B, -1), c.reshape(n * B, -1), *folded)
     return ((out.view(T, n, B, -1), h_n.view(n, B, -1), c_n.view(n, B, -1),
              cells.view(T, n, B, -1), gates.view(T, n, B, -1)), (1, 0, 0, 1, 1))
 
@@ -62,3 +66,6 @@ torch.library.register_vmap("lltm::cell_backward",
                             _backward_vmap(torch.ops.lltm.cell_backward.default))
 torch.library.register_vmap("lltm::sequence_backward",
                             _backward_vmap(torch.ops.lltm.sequence_backward.default))
+torch.library.register_vmap("lltm::sequence_forward.lengths", _sequence_forward_vmap)
+torch.library.register_vmap("lltm::sequence_backward.lengths",
+                            _backward_vmap(torch.ops.lltm.sequence_backward.lengths))

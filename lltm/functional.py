@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import CellForward, SequenceForward, eager_call
+from ._ops import CellForward, SequenceForward, SequenceLengthsForward, eager_call
 
 _CELL_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
 _SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
@@ -35,8 +35,24 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     return new_h, new_cell
 
 
+def _host_lengths(lengths, input: torch.Tensor) -> torch.Tensor:
+    """lengths as an int64 CPU tensor, its values checked against input's T
+    (before they move to another device, where the operator cannot check them
+    without a synchronization)."""
+    host = torch.as_tensor(lengths, dtype=torch.int64, device="cpu")
+    if host.dim() == 1 and input.dim() == 3 and host.numel() > 0:
+        T = input.shape[0]
+        bad = ((host < 1) | (host > T)).nonzero()
+        if bad.numel():
+            b = bad[0, 0].item()
+            raise RuntimeError(f"lltm.functional.lltm_sequence: lengths[{b}] = "
+                               f"{host[b].item()}; every length must be in [1, T] with T = {T} "
+                               "steps in input")
+    return host
+
+
 def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor | None,
-                  h0: torch.Tensor, c0: torch.Tensor
+                  h0: torch.Tensor, c0: torch.Tensor, lengths=None
                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One LLTM layer over a whole sequence through the native kernels: the
     time loop runs in C (CPU) or on the GPU, not in Python.
@@ -45,12 +61,27 @@ def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor
     for no bias), h0 [B, H], c0 [B, H]. Returns (output [T, B, H], (h_n, c_n)),
     h_n and c_n [B, H] (h0 and c0 when T == 0). Differentiable in every
     argument, through output, h_n and c_n.
+
+    lengths: None (every row runs T steps), or B lengths, each in [1, T] (an
+    int64 tensor, best on input's device; or a list of ints): row b stops
+    after its first lengths[b] steps, inside the kernels: its output is 0
+    beyond them and its h_n, c_n are its state after them. Checked on the
+    CPU; on CUDA the values of a tensor already there are not read back (that
+    would synchronize): out of range, they give undefined results.
     """
     try:
         if bias is None:
             bias = weights.new_zeros(weights.shape[0])
-        output, h_n, c_n, _cells, _gates = eager_call(
-            SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias, h0, c0)
+        if lengths is None:
+            output, h_n, c_n, _cells, _gates = eager_call(
+                SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias,
+                h0, c0)
+        else:
+            if not isinstance(lengths, torch.Tensor) or lengths.device != input.device:
+                lengths = _host_lengths(lengths, input).to(input.device)
+            output, h_n, c_n, _cells, _gates = eager_call(
+                SequenceLengthsForward, torch.ops.lltm.sequence_forward.lengths, input, weights,
+                bias, h0, c0, lengths)
     except (AttributeError, TypeError, RuntimeError):
         _check_tensors("lltm_sequence", _SEQUENCE_ARGS, (input, weights, bias, h0, c0),
                        optional=("bias",))

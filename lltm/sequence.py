@@ -17,29 +17,36 @@ from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
 
 
-def _loop_of_cells(cell, input, weights, bias, h0, c0):
-    """One layer as a Python loop of cells, one call per step (the baselines)."""
+def _loop_of_cells(cell, input, weights, bias, h0, c0, lengths=None):
+    """One layer as a Python loop of cells, one call per step (the baselines);
+    rows stop after lengths[b] steps (a [B] tensor on input's device, or None)."""
     if bias is None:
         bias = weights.new_zeros(weights.shape[0])
     h, c = h0, c0
     outputs = []
-    for x_t in input.unbind(0):
-        h, c = cell(x_t, weights, bias, h, c)
-        outputs.append(h)
+    for t, x_t in enumerate(input.unbind(0)):
+        h_t, c_t = cell(x_t, weights, bias, h, c)
+        if lengths is None:
+            h, c = h_t, c_t
+            outputs.append(h)
+        else:  # rows past their length keep their state and output 0
+            live = (lengths > t).unsqueeze(1)
+            h, c = torch.where(live, h_t, h), torch.where(live, c_t, c)
+            outputs.append(torch.where(live, h_t, 0))
     output = torch.stack(outputs) if outputs else input.new_empty(0, *h0.shape)
     return output, (h, c)
 
 
-def _layer_native(input, weights, bias, h0, c0):
-    return functional.lltm_sequence(input, weights, bias, h0, c0)
+def _layer_native(input, weights, bias, h0, c0, lengths=None):
+    return functional.lltm_sequence(input, weights, bias, h0, c0, lengths=lengths)
 
 
-def _layer_native_cells(input, weights, bias, h0, c0):
-    return _loop_of_cells(functional.lltm_cell, input, weights, bias, h0, c0)
+def _layer_native_cells(input, weights, bias, h0, c0, lengths=None):
+    return _loop_of_cells(functional.lltm_cell, input, weights, bias, h0, c0, lengths)
 
 
-def _layer_reference(input, weights, bias, h0, c0):
-    return _loop_of_cells(reference.lltm_cell, input, weights, bias, h0, c0)
+def _layer_reference(input, weights, bias, h0, c0, lengths=None):
+    return _loop_of_cells(reference.lltm_cell, input, weights, bias, h0, c0, lengths)
 
 
 _LAYERS = {
@@ -49,45 +56,32 @@ _LAYERS = {
 }
 
 
-# --- variable lengths: rows sorted by decreasing length ---------------------------------
+# --- variable lengths ---------------------------------------------------------------------
 
-def _run_rows(run_layer, x, weights, bias, h0, c0, lens):
-    """One direction of one layer over x [T, B, I] whose rows are sorted by
-    decreasing length ``lens`` (None: every row runs all T steps).
-
-    The kernels run every row of a call for the call's whole span, so the
-    time axis is cut at each distinct length: one call per distinct length,
-    over the rows still running (a prefix of the batch), each call starting
-    from the state the previous one ended in. Output rows are zero beyond
-    their length; (h_n, c_n) are each row's state after its last step."""
-    if lens is None:
-        return run_layer(x, weights, bias, h0, c0)
-    T, B = x.shape[0], x.shape[1]
-    outputs, h_done, c_done = [], [], []
-    h, c = h0, c0
-    start, n = 0, B
-    for end in sorted(set(lens)):
-        out, (h, c) = run_layer(x[start:end, :n], weights, bias, h, c)
-        outputs.append(out if n == B else F.pad(out, (0, 0, 0, B - n)))
-        still = sum(1 for length in lens if length > end)  # a prefix: lens decreases
-        h_done.append(h[still:])
-        c_done.append(c[still:])
-        h, c = h[:still], c[:still]
-        start, n = end, still
-    if start < T:
-        outputs.append(outputs[0].new_zeros(T - start, B, outputs[0].shape[2]))
-    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
-    if len(h_done) == 1:
-        return output, (h_done[0], c_done[0])
-    return output, (torch.cat(h_done[::-1]), torch.cat(c_done[::-1]))
+_INDEX_CACHE: dict = {}
+_INDEX_CACHE_SIZE = 32
 
 
-def _reverse_index(lens, T: int, device) -> torch.Tensor:
-    """[T, B] time index reversing each row's first lens[b] steps (the
+def _on_device(key: tuple, device: torch.device, build):
+    """The tensors build() makes on the CPU, on ``device``: made once per key
+    and device, then reused (no host-to-device copy per call, which a CUDA
+    graph capture would refuse; the most recent keys are kept)."""
+    if torch.compiler.is_compiling() or device.type == "cpu":
+        return tuple(t.to(device) for t in build())
+    key = (key, device)
+    found = _INDEX_CACHE.get(key)
+    if found is None:
+        if len(_INDEX_CACHE) >= _INDEX_CACHE_SIZE:
+            del _INDEX_CACHE[next(iter(_INDEX_CACHE))]
+        found = _INDEX_CACHE[key] = tuple(t.to(device) for t in build())
+    return found
+
+
+def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    """[T, B] time index reversing each row's first lengths[b] steps (the
     later, padded steps stay where they are). Its own inverse."""
-    t = torch.arange(T, device=device).unsqueeze(1)
-    length = torch.tensor(lens, device=device).unsqueeze(0)
-    return torch.where(t < length, length - 1 - t, t)
+    t = torch.arange(T, device=lengths.device).unsqueeze(1)
+    return torch.where(t < lengths, lengths - 1 - t, t)
 
 
 def _reverse_time(x: torch.Tensor, index) -> torch.Tensor:
@@ -193,11 +187,10 @@ class LLTM(torch.nn.Module):
     nn.LSTM), or padded input with ``lengths`` (B ints, 1 <= length <= T, in
     any order). Row b then runs its first lengths[b] steps: output is zero
     beyond them, h_n and c_n are the state after the last of them, and the
-    reverse direction starts at that last step. Cost: the kernels run whole
-    batches for a call's whole span and do not stop rows one by one, so the
-    time axis is cut at each distinct length: one operator call per distinct
-    length and direction (rows sorted by length, each call over the rows
-    still running), instead of one.
+    reverse direction starts at that last step (each row reversed within its
+    own length, by an index gather on the input and the output). Each row
+    stops at its own length inside the kernels: one operator call per layer
+    and direction over the longest row's steps, whatever the lengths.
     The lengths are read on the host: a list of ints compiles
     (torch.compile(fullgraph=True)) into one graph per set of lengths; a
     lengths tensor or a PackedSequence's batch_sizes make torch.compile break
@@ -341,20 +334,19 @@ class LLTM(torch.nn.Module):
         return x, (h_n, c_n)
 
     def _run_lengths(self, x, h0, c0, lens):
-        """_run on rows of the given lengths, in any order."""
+        """_run on rows of the given lengths (a list of B ints, any order):
+        over the longest row's steps only, each row stopping at its own
+        length inside the kernels; output zero-padded back to T steps."""
         T, B = x.shape[0], x.shape[1]
         if B == 0 or all(length == T for length in lens):
             return self._run(x, h0, c0, None)
-        order = sorted(range(B), key=lambda b: -lens[b])  # stable
-        if order == list(range(B)):
-            return self._run(x, h0, c0, lens)
-        perm = torch.tensor(order, device=x.device)
-        inverse = torch.empty_like(perm)
-        inverse[perm] = torch.arange(B, device=x.device)
-        out, (h_n, c_n) = self._run(x.index_select(1, perm), h0.index_select(1, perm),
-                                    c0.index_select(1, perm), [lens[b] for b in order])
-        return out.index_select(1, inverse), (h_n.index_select(1, inverse),
-                                              c_n.index_select(1, inverse))
+        steps = max(lens)
+        lengths, = _on_device(("lengths", tuple(lens)), x.device,
+                              lambda: (torch.tensor(lens, dtype=torch.int64),))
+        out, state = self._run(x[:steps], h0, c0, lengths)
+        if steps < T:
+            out = F.pad(out, (0, 0, 0, 0, 0, T - steps))
+        return out, state
 
     def _forward_packed(self, packed: PackedSequence, state):
         data, batch_sizes, sorted_indices, unsorted_indices = packed
@@ -362,34 +354,41 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: a PackedSequence's data must be [N, I], got "
                              f"{list(data.shape)}")
         self._check_features(data.shape[1])
-        sizes = batch_sizes.tolist()
-        T, B = len(sizes), sizes[0]
-        lens = [sum(1 for n in sizes if n > b) for b in range(B)]  # decreasing
-        # [T, B, I] in the packed order: step t holds the first sizes[t] rows
-        # (plain indexing on Python sizes: traceable, unlike the unpacking op)
-        x = torch.stack([torch.nn.functional.pad(step, (0, 0, 0, B - n))
-                         for step, n in zip(data.split(sizes), sizes)])
+        # Padded [T, B, I] in the packed (sorted) order: step t holds the
+        # first batch_sizes[t] rows. Element k of data sits at t*B + b there:
+        # one scatter in, one gather out, positions computed on the host.
+        T, B = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
+
+        def build():
+            live = torch.arange(B).unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B]
+            return live.flatten().nonzero().squeeze(1), live.sum(0)
+        positions, lengths = _on_device(("packed", tuple(batch_sizes.tolist())), data.device,
+                                        build)
+        x = data.new_zeros(T * B, data.shape[1]).index_copy(0, positions, data).view(T, B, -1)
         h0, c0 = self._initial_state(state, x, B, True)
         if sorted_indices is not None:  # nn.LSTM: hx comes in the original batch order
             h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
-        out, (h_n, c_n) = self._run(x, h0, c0, None if lens[-1] == T else lens)
-        out_data = torch.cat([out[t, :n] for t, n in enumerate(sizes)])
+        if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
+            lengths = None
+        out, (h_n, c_n) = self._run(x, h0, c0, lengths)
+        out_data = out.reshape(T * B, -1).index_select(0, positions)
         if unsorted_indices is not None:
             h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
                 (h_n, c_n))
 
-    def _run(self, x, h0, c0, lens):
-        """All layers over x [T, B, I]; rows sorted by decreasing ``lens``
-        (or None: all of length T). Returns (output [T, B, D*H], (h_n, c_n))."""
+    def _run(self, x, h0, c0, lengths):
+        """All layers over x [T, B, I]; row b stops after lengths[b] steps
+        (an int64 [B] tensor on x's device, each in [1, T]; or None: all T).
+        Returns (output [T, B, D*H], (h_n, c_n))."""
         run_layer = _LAYERS[self.impl]
         D = self.num_directions
         reverse_index = None
-        if D == 2 and lens is not None:
-            reverse_index = _reverse_index(lens, x.shape[0], x.device)
+        if D == 2 and lengths is not None:
+            reverse_index = _reverse_index(lengths, x.shape[0])
         h_n, c_n = [], []
         for k in range(self.num_layers):
-            results = self._layer(run_layer, k, x, h0, c0, lens, reverse_index)
+            results = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index)
             for _out, h, c in results:
                 h_n.append(h)
                 c_n.append(c)
@@ -400,22 +399,25 @@ class LLTM(torch.nn.Module):
             return x, (h_n[0].unsqueeze(0), c_n[0].unsqueeze(0))
         return x, (torch.stack(h_n), torch.stack(c_n))
 
-    def _direction(self, run_layer, k, reverse, x, h0, c0, lens, reverse_index):
+    def _direction(self, run_layer, k, reverse, x, h0, c0, lengths, reverse_index):
         weights, bias = self.layer_parameters(k, reverse)
-        if reverse:
+        if reverse:  # each row reversed within its own length
             x = _reverse_time(x, reverse_index)
-        out, (h, c) = _run_rows(run_layer, x, weights, bias, h0, c0, lens)
+        if lengths is None:
+            out, (h, c) = run_layer(x, weights, bias, h0, c0)
+        else:
+            out, (h, c) = run_layer(x, weights, bias, h0, c0, lengths)
         if reverse:
             out = _reverse_time(out, reverse_index)
         return out, h, c
 
-    def _layer(self, run_layer, k, x, h0, c0, lens, reverse_index):
+    def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index):
         """[(output, h, c)] of layer k, one entry per direction."""
         i = self.num_directions * k
-        forward = (run_layer, k, False, x, h0[i], c0[i], lens, reverse_index)
+        forward = (run_layer, k, False, x, h0[i], c0[i], lengths, reverse_index)
         if not self.bidirectional:
             return [self._direction(*forward)]
-        backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lens, reverse_index)
+        backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths, reverse_index)
         if not _concurrent(x):
             return [self._direction(*forward), self._direction(*backward)]
         # The reverse direction on a side stream, after the work queued so far

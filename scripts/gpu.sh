@@ -13,6 +13,10 @@
 #                                  bfloat16, the sequence at T=1000; then what an
 #                                  autograd step costs on this host
 #                                  (dev/timing/host_floor.py)
+#   bash scripts/gpu.sh rows       variable lengths and both directions: the CUDA
+#                                  tests of per-row lengths, then the benchmark's
+#                                  bidirectional and packed rows against cuDNN
+#                                  (python -m lltm.bench --rows all)
 #   bash scripts/gpu.sh multi      what needs 2 GPUs: every op and module on cuda:1
 #                                  (tests/multi_gpu and the second_device tests);
 #                                  over NCCL with torchrun (scripts/multi_gpu.py):
@@ -62,12 +66,12 @@ MODES=()
 LAB=sequence
 while [ $# -gt 0 ]; do
     case "$1" in
-    tests | sanitize | bench | multi) MODES+=("$1") ;;
+    tests | sanitize | bench | rows | multi) MODES+=("$1") ;;
     lab)
         MODES+=(lab)
         case "${2:-}" in sequence | cell | exchange | profile) LAB=$2; shift ;; esac ;;
     -h | --help) usage ;;
-    *) echo "unknown mode '$1' (tests, sanitize, bench, multi, lab [sequence|cell|exchange|profile])"
+    *) echo "unknown mode '$1' (tests, sanitize, bench, rows, multi, lab [sequence|cell|exchange|profile])"
        exit 2 ;;
     esac
     shift
@@ -164,6 +168,12 @@ for MODE in "${MODES[@]}"; do
             --sizes 16,32,128 --seq-len 1000 --only lltm,lstm --json "$OUT/bench_t1000.json"
         stage host-floor 120 host_floor.log $PY dev/timing/host_floor.py --device cuda \
             --sizes 16,32,128 --single-thread
+        ;;
+    rows)
+        stage rows-tests 420 rows_tests.log $PYTEST tests/test_cuda_sequence_lengths.py \
+            tests/test_sequence_lengths.py tests/test_lstm_lengths.py
+        stage rows-bench 300 rows_bench.log $PY -m lltm.bench --rows all --device cuda \
+            --json "$OUT/rows.json"
         ;;
     multi)
         stage second-device 150 second_device.log $PYTEST tests/multi_gpu \

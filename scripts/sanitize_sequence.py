@@ -2,7 +2,7 @@
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
 grid, B split over batch groups; per-step), float32 and bfloat16, sizes with
 padded units, two to four 16-row chunks, the 16-block shape's batch split
-(B <= 16) and I = 0. Run by
+(B <= 16) and I = 0; each also with rows of their own lengths. Run by
 scripts/gpu_check.sh (mode tests) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
@@ -63,6 +63,18 @@ def main() -> int:
                 torch.cuda.synchronize()
                 assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
                     (route, dtype, T, B, I, H)
+                runs += 1
+                # rows stopping at their own lengths (1 .. T, the first row T)
+                lengths = torch.randint(1, T + 1, (B,), device="cuda")
+                lengths[0] = T
+                out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward.lengths(
+                    x, W, b, h, c, lengths)
+                grads = torch.ops.lltm.sequence_backward.lengths(
+                    torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n), x, W,
+                    h, out, cells, gates, lengths)
+                torch.cuda.synchronize()
+                assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
+                    (route, dtype, T, B, I, H, "lengths")
                 runs += 1
     print(f"sanitize driver: {runs} runs ok", flush=True)
     return 0

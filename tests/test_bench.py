@@ -401,6 +401,20 @@ def test_multi_layer_sequences_are_checked_against_the_stacked_oracle():
         assert r["error"] < 1e-5
 
 
+def test_no_input_grad_checks_and_times_the_parameters_gradients(capsys):
+    """--no-input-grad: the input and the initial state need no gradient; each
+    implementation is checked on the parameters' gradients alone."""
+    records = bench.main(["--quick", "--device", "cpu", "--sizes", "3,4,5", "--seq-len", "3",
+                          "--no-progress", "--no-input-grad", "--only",
+                          "reference,native,lltm,lstm,reference_loop"])
+    assert {r["impl"] for r in records} == {"reference", "native", "lltm", "lstm",
+                                            "reference_loop"}
+    for r in records:
+        assert r["input_grad"] is False and r["status"] == "ok", r
+        assert r["error"] < 1e-5 and r["step"] is not None
+    assert "input and state need no grad" in capsys.readouterr().out
+
+
 class _FakeTimer:
     """A timer whose step costs ``us``; records the sample sizes asked for."""
 
@@ -433,3 +447,26 @@ def test_sweep_sampling_fills_the_budget_in_passes_that_take_turns():
     assert broken.sizes == [] and "lost the device" in failed["broken"]
     few = sweep._timed_passes({"fast": _FakeTimer(10.0)}, sopts, {})
     assert few == {"fast": 20}                         # 1000 // 10: 5 passes at most
+
+
+@pytest.mark.parametrize("row", ["bidirectional", "packed"])
+def test_rows_check_then_time_small(row):
+    """--rows at small sizes: every implementation passes its float64 check
+    and gets an eager step time; lltm's packed and padded runs give
+    different outputs (rows stop), both checked."""
+    from lltm.bench import rows
+    records = rows.run_row(row, torch.device("cpu"), torch.float32, 0, passes=1, graphs=False,
+                           sizes=dict(B=5, I=3, H=6, T=8))
+    assert len(records) == 3
+    for r in records:
+        assert r["status"] == "ok" and r["error"] <= r["bar"] and r["step_us"] > 0, r
+    table = rows.format_rows(records, {"cpu": "test"})
+    assert table.count(f"\n| {row} ") == 3
+
+
+def test_rows_flag_is_parsed():
+    from lltm.bench.runner import build_parser
+    args = build_parser().parse_args(["--rows", "all"])
+    assert args.rows == ["bidirectional", "packed"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--rows", "sideways"])

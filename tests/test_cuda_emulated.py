@@ -158,6 +158,40 @@ def test_fused_forward_backward(emu_libs, variant, dtype, B, I, H):
     _close("grad_old_cell", got["grad_old_cell"], d_c, dtype)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("B,I,H", [(3, 7, 5), (17, 9, 7), (40, 3, 70)])
+def test_fused_backward_without_some_gradients(emu_libs, variant, dtype, B, I, H):
+    """grad_input, grad_weights and grad_old_h may be NULL (not wanted): the
+    others come out bitwise equal to the full backward's."""
+    lib = emu_libs[variant]
+    code = DTYPE_CODES[dtype]
+    (x, W, b, h, c), _ = _inputs(B, I, H, dtype)
+    new_h, new_cell, gates = (torch.empty(B, H, dtype=dtype), torch.empty(B, H, dtype=dtype),
+                              torch.empty(B, 3 * H, dtype=dtype))
+    assert lib.lltm_cell_forward_fused_cuda(code, B, I, H, as_ptr(x), as_ptr(h), as_ptr(W),
+                                            as_ptr(b), as_ptr(c), as_ptr(new_h),
+                                            as_ptr(new_cell), as_ptr(gates), None) == 0
+    grad_h, grad_cell = (torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2))
+    shapes = {"grad_gates": (B, 3 * H), "grad_input": (B, I), "grad_weights": (3 * H, I + H),
+              "grad_bias": (3 * H,), "grad_old_h": (B, H), "grad_old_cell": (B, H)}
+
+    def run(skip):
+        outs = {n: None if n in skip else Guarded(shape, dtype) for n, shape in shapes.items()}
+        assert lib.lltm_cell_backward_fused_cuda(
+            code, B, I, H, as_ptr(grad_h), as_ptr(grad_cell), as_ptr(new_cell), as_ptr(gates),
+            as_ptr(x), as_ptr(h), as_ptr(W), *[None if o is None else o.ptr
+                                               for o in outs.values()], None) == 0
+        return {n: o.check(n) for n, o in outs.items() if o is not None}
+
+    full = run(())
+    optional = ("grad_input", "grad_weights", "grad_old_h")
+    for k in range(1, 8):
+        skip = {n for j, n in enumerate(optional) if k & (1 << j)}
+        for name, got in run(skip).items():
+            assert torch.equal(got, full[name]), f"{name} without {sorted(skip)}"
+
+
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES))
 @pytest.mark.parametrize("B,I,H", [(1, 1, 1), (3, 7, 5), (40, 3, 70), (2, 0, 4)])
 def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):

@@ -64,43 +64,56 @@ fail:
     lltm_raise("lltm::cell_forward", &owned, &err);
 }
 
-/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights)
- *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell) */
+/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
+ *               output_mask)
+ *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell);
+ * the products of the results output_mask leaves out are not run. */
 void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
 {
     static const char *const names[7] = {"grad_h", "grad_cell", "new_cell", "gates",
                                          "input",  "old_h",     "weights"};
+    enum { D_INPUT, D_WEIGHTS, D_BIAS, D_OLD_H, D_OLD_CELL };
     lltm_owned owned = {.count = 0};
     lltm_error err;
-    AtenTensorHandle d_gates, d_gates_t, d_input, d_weights, d_bias, d_old_h,
-        d_old_cell, W_h, W_x, dW_h, dW_x;
+    AtenTensorHandle d_gates, d_gates_t = NULL, W_h = NULL, W_x = NULL, dW_h = NULL, dW_x = NULL;
+    AtenTensorHandle out[5] = {NULL, NULL, NULL, NULL, NULL};
     void *d_gates_data, *d_bias_data, *d_old_cell_data;
+    bool mask[5];
     lltm_tensor a[7];
     lltm_cell_dims d;
 
-    if (lltm_open_op(stack, num_args, num_outputs, 7, 5, names, a, &owned, &err) ||
+    if (lltm_open_backward_op(stack, num_args, num_outputs, 7, 5, names, a, mask, &owned,
+                              &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
     /* Column blocks of W [3H, H+I] and dW: state columns 0..H-1, input
      * columns H..H+I-1, each a [3H, n] view with row stride H+I. The matrix
-     * products read and write them in place: no concatenated X, no split dX. */
+     * products read and write them in place: no concatenated X, no split dX.
+     * The pointwise pass writes the bias and old_cell gradients whether or
+     * not they are wanted (no product to save there). */
     const int64_t G = 3 * d.H, K = d.I + d.H;
     const int64_t G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H}, I_sizes[2] = {d.B, d.I};
     const int64_t W_sizes[2] = {G, K}, bias_size[1] = {G};
     const int64_t Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
     const int64_t block_h[2] = {G, d.H}, block_x[2] = {G, d.I}, block_strides[2] = {K, 1};
     if (lltm_empty(2, G_sizes, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
-        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_cell, &d_old_cell_data, &err) ||
-        lltm_empty(1, bias_size, &a[0], &owned, &d_bias, &d_bias_data, &err) ||
-        lltm_empty(2, W_sizes, &a[0], &owned, &d_weights, NULL, &err) ||
-        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, NULL, &err) ||
-        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, NULL, &err) ||
-        lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err) ||
-        lltm_view_at(a[6].handle, 2, block_h, block_strides, 0, &owned, &W_h, &err) ||
-        lltm_view_at(a[6].handle, 2, block_x, block_strides, d.H, &owned, &W_x, &err) ||
-        lltm_view_at(d_weights, 2, block_h, block_strides, 0, &owned, &dW_h, &err) ||
-        lltm_view_at(d_weights, 2, block_x, block_strides, d.H, &owned, &dW_x, &err))
+        lltm_empty(2, H_sizes, &a[0], &owned, &out[D_OLD_CELL], &d_old_cell_data, &err) ||
+        lltm_empty(1, bias_size, &a[0], &owned, &out[D_BIAS], &d_bias_data, &err))
+        goto fail;
+    if (mask[D_WEIGHTS] &&
+        (lltm_empty(2, W_sizes, &a[0], &owned, &out[D_WEIGHTS], NULL, &err) ||
+         lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err) ||
+         lltm_view_at(out[D_WEIGHTS], 2, block_h, block_strides, 0, &owned, &dW_h, &err) ||
+         lltm_view_at(out[D_WEIGHTS], 2, block_x, block_strides, d.H, &owned, &dW_x, &err)))
+        goto fail;
+    if (mask[D_OLD_H] &&
+        (lltm_empty(2, H_sizes, &a[0], &owned, &out[D_OLD_H], NULL, &err) ||
+         lltm_view_at(a[6].handle, 2, block_h, block_strides, 0, &owned, &W_h, &err)))
+        goto fail;
+    if (mask[D_INPUT] &&
+        (lltm_empty(2, I_sizes, &a[0], &owned, &out[D_INPUT], NULL, &err) ||
+         lltm_view_at(a[6].handle, 2, block_x, block_strides, d.H, &owned, &W_x, &err)))
         goto fail;
 
     int status = lltm_cell_backward_pointwise_cpu(
@@ -111,18 +124,13 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
         goto fail;
     }
     /* [d_old_h | d_input] = dG W;  [dW_h | dW_x] = dG^T [old_h | input] */
-    if (lltm_mm_out(d_gates, W_h, d_old_h, &err) ||
-        lltm_mm_out(d_gates, W_x, d_input, &err) ||
-        lltm_mm_out(d_gates_t, a[5].handle, dW_h, &err) ||
-        lltm_mm_out(d_gates_t, a[4].handle, dW_x, &err))
+    if ((mask[D_OLD_H] && lltm_mm_out(d_gates, W_h, out[D_OLD_H], &err)) ||
+        (mask[D_INPUT] && lltm_mm_out(d_gates, W_x, out[D_INPUT], &err)) ||
+        (mask[D_WEIGHTS] && (lltm_mm_out(d_gates_t, a[5].handle, dW_h, &err) ||
+                             lltm_mm_out(d_gates_t, a[4].handle, dW_x, &err))))
         goto fail;
-
-    lltm_return(&owned, d_input, &stack[0]);
-    lltm_return(&owned, d_weights, &stack[1]);
-    lltm_return(&owned, d_bias, &stack[2]);
-    lltm_return(&owned, d_old_h, &stack[3]);
-    lltm_return(&owned, d_old_cell, &stack[4]);
-    lltm_free_owned(&owned);
+    if (lltm_return_masked(&owned, out, mask, 5, stack, &err))
+        goto fail;
     return;
 fail:
     lltm_raise("lltm::cell_backward", &owned, &err);

@@ -173,25 +173,30 @@ fail:
     lltm_raise("lltm::cell_forward", &owned, &err);
 }
 
-/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights)
- *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell) */
+/* cell_backward(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
+ *               output_mask)
+ *   -> (grad_input, grad_weights, grad_bias, grad_old_h, grad_old_cell);
+ * what output_mask leaves out is not computed (the bias and old_cell
+ * gradients excepted: the gate-gradient pass writes them anyway). */
 void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs)
 {
     static const char *const names[7] = {"grad_h", "grad_cell", "new_cell", "gates",
                                          "input",  "old_h",     "weights"};
+    enum { D_INPUT, D_WEIGHTS, D_BIAS, D_OLD_H, D_OLD_CELL };
     lltm_owned owned = {.count = 0};
     lltm_error err;
     CUDAGuardHandle guard = NULL;
     void *stream = NULL;
-    AtenTensorHandle d_gates, d_input, d_weights, d_bias, d_old_h, d_old_cell;
-    void *d_gates_data, *d_input_data, *d_weights_data, *d_bias_data, *d_old_h_data,
-        *d_old_cell_data;
+    AtenTensorHandle d_gates, out[5] = {NULL, NULL, NULL, NULL, NULL};
+    void *d_gates_data, *data[5] = {NULL, NULL, NULL, NULL, NULL};
+    bool mask[5];
     lltm_tensor a[7];
     lltm_cell_dims d;
     bool cublas = false;
     int status;
 
-    if (lltm_open_op(stack, num_args, num_outputs, 7, 5, names, a, &owned, &err) ||
+    if (lltm_open_backward_op(stack, num_args, num_outputs, 7, 5, names, a, mask, &owned,
+                              &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
         lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
         choose_route(a[0].device_index, &d, &cublas, &err))
@@ -201,52 +206,52 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     const int64_t G_sizes[2] = {d.B, G}, H_sizes[2] = {d.B, d.H}, I_sizes[2] = {d.B, d.I};
     const int64_t W_sizes[2] = {G, K}, bias_size[1] = {G};
     if (lltm_empty(2, G_sizes, &a[0], &owned, &d_gates, &d_gates_data, &err) ||
-        lltm_empty(2, I_sizes, &a[0], &owned, &d_input, &d_input_data, &err) ||
-        lltm_empty(2, W_sizes, &a[0], &owned, &d_weights, &d_weights_data, &err) ||
-        lltm_empty(1, bias_size, &a[0], &owned, &d_bias, &d_bias_data, &err) ||
-        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_h, &d_old_h_data, &err) ||
-        lltm_empty(2, H_sizes, &a[0], &owned, &d_old_cell, &d_old_cell_data, &err))
+        lltm_empty(1, bias_size, &a[0], &owned, &out[D_BIAS], &data[D_BIAS], &err) ||
+        lltm_empty(2, H_sizes, &a[0], &owned, &out[D_OLD_CELL], &data[D_OLD_CELL], &err) ||
+        (mask[D_INPUT] &&
+         lltm_empty(2, I_sizes, &a[0], &owned, &out[D_INPUT], &data[D_INPUT], &err)) ||
+        (mask[D_WEIGHTS] &&
+         lltm_empty(2, W_sizes, &a[0], &owned, &out[D_WEIGHTS], &data[D_WEIGHTS], &err)) ||
+        (mask[D_OLD_H] &&
+         lltm_empty(2, H_sizes, &a[0], &owned, &out[D_OLD_H], &data[D_OLD_H], &err)))
         goto fail;
 
     if (!cublas) {
         status = lltm_cell_backward_fused_cuda(
             d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
-            a[5].data, a[6].data, d_gates_data, d_input_data, d_weights_data, d_bias_data,
-            d_old_h_data, d_old_cell_data, stream);
+            a[5].data, a[6].data, d_gates_data, data[D_INPUT], data[D_WEIGHTS], data[D_BIAS],
+            data[D_OLD_H], data[D_OLD_CELL], stream);
         if (status != LLTM_OK) {
             lltm_core_failed(&err, "lltm_cell_backward_fused_cuda", status);
             goto fail;
         }
     } else {
-        /* Pointwise (+ X = [h, x]), then dW = dG^T X, and dX = dG W as two
-         * products on column slices of W, straight into grad_old_h and
-         * grad_input. */
-        AtenTensorHandle X, d_gates_t, W_h, W_x;
-        void *X_data;
+        /* Pointwise (+ X = [h, x] where dW is wanted), then dW = dG^T X, and
+         * dX = dG W as two products on column slices of W, straight into
+         * grad_old_h and grad_input. */
+        AtenTensorHandle X = NULL, d_gates_t = NULL, W_h = NULL, W_x = NULL;
+        void *X_data = NULL;
         const int64_t X_sizes[2] = {d.B, K}, Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
-        if (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
-            lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err) ||
-            column_slice(a[6].handle, G, K, 0, d.H, &owned, &W_h, &err) ||
-            column_slice(a[6].handle, G, K, d.H, d.I, &owned, &W_x, &err))
+        if ((mask[D_WEIGHTS] &&
+             (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
+              lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err))) ||
+            (mask[D_OLD_H] && column_slice(a[6].handle, G, K, 0, d.H, &owned, &W_h, &err)) ||
+            (mask[D_INPUT] && column_slice(a[6].handle, G, K, d.H, d.I, &owned, &W_x, &err)))
             goto fail;
         status = lltm_cell_backward_pointwise_cuda(
             d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[5].data,
-            a[4].data, d_gates_data, d_old_cell_data, d_bias_data, X_data, stream);
+            a[4].data, d_gates_data, data[D_OLD_CELL], data[D_BIAS], X_data, stream);
         if (status != LLTM_OK) {
             lltm_core_failed(&err, "lltm_cell_backward_pointwise_cuda", status);
             goto fail;
         }
-        if (lltm_mm_out(d_gates_t, X, d_weights, &err) ||
-            lltm_mm_out(d_gates, W_h, d_old_h, &err) ||
-            lltm_mm_out(d_gates, W_x, d_input, &err))
+        if ((mask[D_WEIGHTS] && lltm_mm_out(d_gates_t, X, out[D_WEIGHTS], &err)) ||
+            (mask[D_OLD_H] && lltm_mm_out(d_gates, W_h, out[D_OLD_H], &err)) ||
+            (mask[D_INPUT] && lltm_mm_out(d_gates, W_x, out[D_INPUT], &err)))
             goto fail;
     }
-    lltm_return(&owned, d_input, &stack[0]);
-    lltm_return(&owned, d_weights, &stack[1]);
-    lltm_return(&owned, d_bias, &stack[2]);
-    lltm_return(&owned, d_old_h, &stack[3]);
-    lltm_return(&owned, d_old_cell, &stack[4]);
-    lltm_free_owned(&owned);
+    if (lltm_return_masked(&owned, out, mask, 5, stack, &err))
+        goto fail;
     lltm_cuda_leave_device(guard);
     return;
 fail:

@@ -15,9 +15,14 @@
 #define LLTM_SCHEMA_CELL_FORWARD                                                   \
     "cell_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "      \
     "Tensor old_cell) -> (Tensor new_h, Tensor new_cell, Tensor gates)"
+/* The backward operators' output_mask (ATen's convention, as in
+ * aten::convolution_backward): which of the five gradients to compute; the
+ * others are not computed and come back undefined (None in Python). */
+#define LLTM_SCHEMA_OUTPUT_MASK "bool[5] output_mask=[True, True, True, True, True]"
 #define LLTM_SCHEMA_CELL_BACKWARD                                                  \
     "cell_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, "            \
-    "Tensor gates, Tensor input, Tensor old_h, Tensor weights) -> "               \
+    "Tensor gates, Tensor input, Tensor old_h, Tensor weights, "                  \
+    LLTM_SCHEMA_OUTPUT_MASK ") -> "                                              \
     "(Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "                 \
     "Tensor grad_old_h, Tensor grad_old_cell)"
 /* One layer over a whole sequence: input [T,B,I], h0/c0 [B,H]; output
@@ -30,8 +35,23 @@
 #define LLTM_SCHEMA_SEQUENCE_BACKWARD                                              \
     "sequence_backward(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, "    \
     "Tensor input, Tensor weights, Tensor h0, Tensor output, Tensor cells, "      \
-    "Tensor gates) -> (Tensor grad_input, Tensor grad_weights, "                  \
-    "Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
+    "Tensor gates, " LLTM_SCHEMA_OUTPUT_MASK ") -> (Tensor grad_input, "         \
+    "Tensor grad_weights, Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
+
+/* The same with variable lengths: lengths [B] int64 on the input's device,
+ * each in [1, T]; row b stops after its first lengths[b] steps (output 0
+ * beyond them, h_n/c_n its state after them; lltm.h). The overloads share
+ * the kernels of the operators above (the argument count tells them apart). */
+#define LLTM_SCHEMA_SEQUENCE_FORWARD_LENGTHS                                       \
+    "sequence_forward.lengths(Tensor input, Tensor weights, Tensor bias, "        \
+    "Tensor h0, Tensor c0, Tensor lengths) -> (Tensor output, Tensor h_n, "       \
+    "Tensor c_n, Tensor cells, Tensor gates)"
+#define LLTM_SCHEMA_SEQUENCE_BACKWARD_LENGTHS                                      \
+    "sequence_backward.lengths(Tensor grad_output, Tensor grad_h_n, "             \
+    "Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, Tensor output, "   \
+    "Tensor cells, Tensor gates, Tensor lengths, " LLTM_SCHEMA_OUTPUT_MASK        \
+    ") -> (Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "            \
+    "Tensor grad_h0, Tensor grad_c0)"
 
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
                                   uint64_t num_outputs);

@@ -25,6 +25,8 @@ static const char *const schemas[] = {
     LLTM_SCHEMA_CELL_BACKWARD,
     LLTM_SCHEMA_SEQUENCE_FORWARD,
     LLTM_SCHEMA_SEQUENCE_BACKWARD,
+    LLTM_SCHEMA_SEQUENCE_FORWARD_LENGTHS,
+    LLTM_SCHEMA_SEQUENCE_BACKWARD_LENGTHS,
 };
 
 static const kernel_entry cpu_kernels[] = {
@@ -32,6 +34,8 @@ static const kernel_entry cpu_kernels[] = {
     {"cell_backward", lltm_cell_backward_cpu},
     {"sequence_forward", lltm_sequence_forward_cpu_boxed},
     {"sequence_backward", lltm_sequence_backward_cpu_boxed},
+    {"sequence_forward.lengths", lltm_sequence_forward_cpu_boxed},
+    {"sequence_backward.lengths", lltm_sequence_backward_cpu_boxed},
 };
 
 LLTM_EXPORT int lltm_register(char *err, size_t err_len)

@@ -27,6 +27,8 @@ static const kernel_entry cuda_kernels[] = {
     {"cell_backward", lltm_cell_backward_cuda},
     {"sequence_forward", lltm_sequence_forward_cuda_boxed},
     {"sequence_backward", lltm_sequence_backward_cuda_boxed},
+    {"sequence_forward.lengths", lltm_sequence_forward_cuda_boxed},
+    {"sequence_backward.lengths", lltm_sequence_backward_cuda_boxed},
 };
 
 LLTM_EXPORT int lltm_cuda_register(char *err, size_t err_len)

@@ -1,11 +1,39 @@
 /* sequence_args.c - see sequence_args.h. */
 #include "sequence_args.h"
 
-const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS] = {
-    "input", "weights", "bias", "h0", "c0"};
-const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS] = {
+const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS + 1] = {
+    "input", "weights", "bias", "h0", "c0", "lengths"};
+const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS + 1] = {
     "grad_output", "grad_h_n", "grad_c_n", "input", "weights",
-    "h0",          "output",   "cells",    "gates"};
+    "h0",          "output",   "cells",    "gates", "lengths"};
+
+int lltm_check_lengths(const lltm_tensor *lengths, const lltm_tensor *like,
+                       const lltm_sequence_dims *d, bool check_values, lltm_error *err)
+{
+    if (lengths->dtype != aoti_torch_dtype_int64() || lengths->dim != 1 ||
+        lengths->sizes[0] != d->B)
+        return lltm_fail(err,
+                         "lengths must be an int64 tensor of shape [%lld] (one length per "
+                         "batch row B of input), got %s of %lld dimensions, first size %lld",
+                         (long long)d->B,
+                         lengths->dtype == aoti_torch_dtype_int64() ? "int64"
+                                                                    : "another dtype",
+                         (long long)lengths->dim,
+                         (long long)(lengths->dim > 0 ? lengths->sizes[0] : 0));
+    if (lengths->device_type != like->device_type ||
+        lengths->device_index != like->device_index)
+        return lltm_fail(err, "lengths must be on the device of %s", like->name);
+    if (!check_values)
+        return 0;
+    const int64_t *values = (const int64_t *)lengths->data;
+    for (int64_t b = 0; b < d->B; ++b)
+        if (values[b] < 1 || values[b] > d->T)
+            return lltm_fail(err,
+                             "lengths[%lld] = %lld; every length must be in [1, T] with T = "
+                             "%lld steps in input",
+                             (long long)b, (long long)values[b], (long long)d->T);
+    return 0;
+}
 
 /* t is [B, H] */
 static int check_state(const lltm_tensor *t, const lltm_sequence_dims *d, lltm_error *err)
@@ -111,9 +139,9 @@ int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
     return 0;
 }
 
-int lltm_sequence_results_new(bool backward, const lltm_sequence_dims *d,
-                              const lltm_tensor *like, lltm_owned *owned,
-                              lltm_sequence_results *results, lltm_error *err)
+static int results_new(bool backward, const bool *mask, const lltm_sequence_dims *d,
+                       const lltm_tensor *like, lltm_owned *owned,
+                       lltm_sequence_results *results, lltm_error *err)
 {
     const int64_t G = 3 * d->H;
     const int64_t forward_sizes[5][3] = {{d->T, d->B, d->H}, {d->B, d->H}, {d->B, d->H},
@@ -121,27 +149,75 @@ int lltm_sequence_results_new(bool backward, const lltm_sequence_dims *d,
     const int64_t backward_sizes[5][3] = {{d->T, d->B, d->I}, {G, d->I + d->H}, {G},
                                           {d->B, d->H}, {d->B, d->H}};
     const int forward_dims[5] = {3, 2, 2, 3, 3}, backward_dims[5] = {3, 2, 1, 2, 2};
-    for (int k = 0; k < 5; ++k)
-        if (lltm_empty(backward ? backward_dims[k] : forward_dims[k],
+    for (int k = 0; k < 5; ++k) {
+        results->tensors[k] = NULL;
+        results->data[k] = NULL;
+        if (mask[k] && lltm_empty(backward ? backward_dims[k] : forward_dims[k],
                        backward ? backward_sizes[k] : forward_sizes[k], like, owned,
                        &results->tensors[k], &results->data[k], err))
             return -1;
+    }
     return 0;
 }
 
-void lltm_sequence_results_return(lltm_owned *owned, const lltm_sequence_results *results,
-                                  StableIValue *stack)
+int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack,
+                       uint64_t num_args, uint64_t num_outputs, int32_t device_type)
 {
+    lltm_tensor *a = c->args;
+    c->backward = backward;
+    c->owned.count = 0;
+    c->err.msg[0] = '\0';
+    c->gemm_err.msg[0] = '\0';
     for (int k = 0; k < 5; ++k)
-        lltm_return(owned, results->tensors[k], &stack[k]);
-    lltm_free_owned(owned);
+        c->mask[k] = true;
+    /* the tensors: nargs, and lengths after them in the lengths overloads
+     * (the backward's output_mask is last, after the tensors) */
+    const int nargs = backward ? LLTM_SEQ_BWD_NARGS : LLTM_SEQ_FWD_NARGS;
+    const bool with_lengths = num_args == (uint64_t)nargs + 1 + backward;
+    if (backward) {
+        if (lltm_open_backward_op(stack, num_args, num_outputs, nargs + with_lengths, 5,
+                                  lltm_sequence_backward_names, a, c->mask, &c->owned,
+                                  &c->err) ||
+            lltm_check_sequence_backward(a, device_type, true, &c->d, &c->err))
+            return -1;
+    } else if (lltm_open_op(stack, num_args, num_outputs, nargs + with_lengths, 5,
+                            lltm_sequence_forward_names, a, &c->owned, &c->err) ||
+               lltm_check_sequence_forward(a, device_type, true, &c->d, &c->err)) {
+        return -1;
+    }
+    const int64_t *lengths = NULL;
+    if (with_lengths) {
+        if (lltm_check_lengths(&a[nargs], &a[0], &c->d,
+                               device_type == aoti_torch_device_type_cpu(), &c->err))
+            return -1;
+        lengths = (const int64_t *)a[nargs].data;
+    }
+    if (results_new(backward, c->mask, &c->d, &a[0], &c->owned, &c->results, &c->err))
+        return -1;
+    void *const *r = c->results.data;
+    if (backward)
+        c->backward_tensors = (lltm_sequence_backward_tensors){
+            a[LLTM_SEQ_BWD_GRAD_OUTPUT].data, a[LLTM_SEQ_BWD_GRAD_H_N].data,
+            a[LLTM_SEQ_BWD_GRAD_C_N].data,    a[LLTM_SEQ_BWD_INPUT].data,
+            a[LLTM_SEQ_BWD_WEIGHTS].data,     a[LLTM_SEQ_BWD_H0].data,
+            a[LLTM_SEQ_BWD_OUTPUT].data,      a[LLTM_SEQ_BWD_CELLS].data,
+            a[LLTM_SEQ_BWD_GATES].data,       r[0], r[1], r[2], r[3], r[4], lengths};
+    else
+        c->forward_tensors = (lltm_sequence_forward_tensors){
+            a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data, a[LLTM_SEQ_FWD_BIAS].data,
+            a[LLTM_SEQ_FWD_H0].data,    a[LLTM_SEQ_FWD_C0].data,      r[0], r[1], r[2], r[3],
+            r[4],                       lengths};
+    c->gemm = (lltm_torch_gemm_ctx){a[0].device_type, a[0].device_index, &c->gemm_err};
+    return 0;
 }
 
-void lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err,
-                               const char *what, int status)
+int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,
+                        StableIValue *stack)
 {
-    if (status == LLTM_ERR_GEMM && gemm_err->msg[0] != '\0')
-        lltm_fail(err, "%s: %s", what, gemm_err->msg);
-    else
-        lltm_core_failed(err, what, status);
+    if (status != LLTM_OK) {
+        if (status == LLTM_ERR_GEMM && c->gemm_err.msg[0] != '\0')
+            return lltm_fail(&c->err, "%s: %s", core_fn, c->gemm_err.msg);
+        return lltm_core_failed(&c->err, core_fn, status);
+    }
+    return lltm_return_masked(&c->owned, c->results.tensors, c->mask, 5, stack, &c->err);
 }

@@ -26,8 +26,14 @@ enum {
     LLTM_SEQ_BWD_CELLS, LLTM_SEQ_BWD_GATES, LLTM_SEQ_BWD_NARGS
 };
 
-extern const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS];
-extern const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS];
+/* The lengths overloads take one argument more, lengths [B], last. */
+extern const char *const lltm_sequence_forward_names[LLTM_SEQ_FWD_NARGS + 1];
+extern const char *const lltm_sequence_backward_names[LLTM_SEQ_BWD_NARGS + 1];
+
+/* lengths (the overloads' last argument): int64 [B] on `like`'s device;
+ * with check_values (host memory) each in [1, T]. */
+int lltm_check_lengths(const lltm_tensor *lengths, const lltm_tensor *like,
+                       const lltm_sequence_dims *d, bool check_values, lltm_error *err);
 
 /* input [T,B,I], weights [3H,I+H], bias [3H] or [1,3H], h0 [B,H], c0 [B,H] */
 int lltm_check_sequence_forward(const lltm_tensor in[LLTM_SEQ_FWD_NARGS],
@@ -43,24 +49,53 @@ int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
 /* The five results of either operator, new and uninitialised, like the first
  * argument: sequence_forward's output [T,B,H], h_n [B,H], c_n [B,H], cells
  * [T,B,H], gates [T,B,3H]; sequence_backward's grad_input [T,B,I],
- * grad_weights [3H,I+H], grad_bias [3H], grad_h0 [B,H], grad_c0 [B,H]. */
+ * grad_weights [3H,I+H], grad_bias [3H], grad_h0 [B,H], grad_c0 [B,H], those
+ * its output_mask leaves out not made (data NULL). */
 typedef struct lltm_sequence_results {
     AtenTensorHandle tensors[5];
     void *data[5];
 } lltm_sequence_results;
 
-int lltm_sequence_results_new(bool backward, const lltm_sequence_dims *d,
-                              const lltm_tensor *like, lltm_owned *owned,
-                              lltm_sequence_results *results, lltm_error *err);
+/* What a kernel of either operator holds from its opening to its return, on
+ * either device: the inputs, the sizes, the results, the core's tensor
+ * struct pointing at both, and the matrix-product callback's context. Lives
+ * on the kernel's stack (the callback context points into it). */
+typedef struct lltm_sequence_call {
+    bool backward;
+    bool mask[5]; /* the results wanted: the backward's output_mask (forward: all) */
+    lltm_owned owned;
+    lltm_error err, gemm_err;
+    lltm_tensor args[LLTM_SEQ_BWD_NARGS + 1]; /* the forward's: the first five;
+                                              * the lengths overloads': lengths last */
+    lltm_sequence_dims d;
+    lltm_sequence_results results;
+    lltm_sequence_forward_tensors forward_tensors;   /* filled for sequence_forward */
+    lltm_sequence_backward_tensors backward_tensors; /* for sequence_backward */
+    lltm_torch_gemm_ctx gemm;
+} lltm_sequence_call;
 
-/* Hand the results out as the op's outputs, then free what the op owns. */
-void lltm_sequence_results_return(lltm_owned *owned, const lltm_sequence_results *results,
-                                  StableIValue *stack);
+/* The opening of either operator's kernel (or its lengths overload, told
+ * apart by num_args): take the arguments off the stack and check them for
+ * `device_type` (lengths: their values on the CPU only, where they are in
+ * host memory), allocate the five results and point the core's tensor
+ * struct at the arguments and results. On failure: nonzero,
+ * message in c->err, every handle in c->owned (lltm_raise frees them). */
+int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack,
+                       uint64_t num_args, uint64_t num_outputs, int32_t device_type);
 
-/* A core call returned `status`: with the matrix-product callback's own
- * message where that failed, else the core's status. */
-void lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err,
-                               const char *what, int status);
+/* The close after the core call `core_fn` returned `status`: on LLTM_OK hand
+ * the results out as the op's outputs (None where not wanted), free what the
+ * op owns and return 0;
+ * otherwise nonzero with the failure in c->err (the matrix-product
+ * callback's own message where that failed). */
+int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,
+                        StableIValue *stack);
+
+/* The operator's name, for lltm_raise. */
+static inline const char *lltm_sequence_op_name(const lltm_sequence_call *c)
+{
+    return c->backward ? "lltm::sequence_backward" : "lltm::sequence_forward";
+}
 
 /* A matrix inside a tensor's storage: element (r, c) at
  * offset + r*row_stride + c*col_stride elements from the tensor's start. */

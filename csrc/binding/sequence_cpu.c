@@ -1,8 +1,8 @@
 /*
  * sequence_cpu.c - the CPU kernels of lltm::sequence_forward and
- * lltm::sequence_backward: validate, allocate the results and the core's
- * workspace, and run one LLTM layer over the whole sequence in the core
- * (lltm_sequence_forward_cpu / lltm_sequence_backward_cpu, csrc/core/
+ * lltm::sequence_backward: validate and allocate (lltm_sequence_open), add
+ * the core's workspace, and run one LLTM layer over the whole sequence in the
+ * core (lltm_sequence_forward_cpu / lltm_sequence_backward_cpu, csrc/core/
  * lltm_sequence_cpu.c), which calls back for the matrix products (aten::mm
  * through lltm_torch_gemm, MKL / OpenBLAS underneath) and the thread pool.
  * lltm.h documents the algorithm and what is kept for the backward.
@@ -10,82 +10,44 @@
 #include "ops.h"
 #include "sequence_args.h"
 
-/* sequence_forward(input, weights, bias, h0, c0)
- *   -> (output [T,B,H], h_n [B,H], c_n [B,H], cells [T,B,H], gates [T,B,3H]) */
-void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                     uint64_t num_outputs)
-{
-    lltm_owned owned = {.count = 0};
-    lltm_error err, gemm_err = {.msg = ""};
-    lltm_sequence_results r;
-    void *workspace;
-    lltm_tensor a[LLTM_SEQ_FWD_NARGS];
-    lltm_sequence_dims d;
-
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5,
-                     lltm_sequence_forward_names, a, &owned, &err) ||
-        lltm_check_sequence_forward(a, aoti_torch_device_type_cpu(), true, &d, &err))
-        goto fail;
-
-    if (lltm_sequence_results_new(false, &d, &a[0], &owned, &r, &err) ||
-        lltm_workspace(lltm_sequence_forward_workspace_cpu(d.dtype, d.B, d.H), &a[0],
-                       &owned, &workspace, &err))
-        goto fail;
-
-    lltm_torch_gemm_ctx gemm = {a[0].device_type, a[0].device_index, &gemm_err};
-    int status = lltm_sequence_forward_cpu(
-        d.dtype, d.T, d.B, d.I, d.H, a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data,
-        a[LLTM_SEQ_FWD_BIAS].data, a[LLTM_SEQ_FWD_H0].data, a[LLTM_SEQ_FWD_C0].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace, lltm_torch_gemm,
-        &gemm, lltm_torch_parallel_for);
-    if (status != LLTM_OK) {
-        lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_forward_cpu", status);
-        goto fail;
-    }
-    lltm_sequence_results_return(&owned, &r, stack);
-    return;
-fail:
-    lltm_raise("lltm::sequence_forward", &owned, &err);
-}
-
-/* sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0,
+/* Either operator: sequence_forward(input, weights, bias, h0, c0)
+ *   -> (output [T,B,H], h_n [B,H], c_n [B,H], cells [T,B,H], gates [T,B,3H]);
+ * sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0,
  *                   output, cells, gates)
  *   -> (grad_input [T,B,I], grad_weights [3H,I+H], grad_bias [3H],
  *       grad_h0 [B,H], grad_c0 [B,H]) */
-void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                      uint64_t num_outputs)
+static void sequence_cpu(bool backward, StableIValue *stack, uint64_t num_args,
+                         uint64_t num_outputs)
 {
-    lltm_owned owned = {.count = 0};
-    lltm_error err, gemm_err = {.msg = ""};
-    lltm_sequence_results r;
+    lltm_sequence_call c;
     void *workspace;
-    lltm_tensor a[LLTM_SEQ_BWD_NARGS];
-    lltm_sequence_dims d;
-
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5,
-                     lltm_sequence_backward_names, a, &owned, &err) ||
-        lltm_check_sequence_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
+    if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
+                           aoti_torch_device_type_cpu()))
         goto fail;
-
-    if (lltm_sequence_results_new(true, &d, &a[0], &owned, &r, &err) ||
-        lltm_workspace(lltm_sequence_backward_workspace_cpu(d.dtype, d.T, d.B, d.H), &a[0],
-                       &owned, &workspace, &err))
+    const lltm_sequence_dims *d = &c.d;
+    const size_t bytes = backward
+                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->H)
+                             : lltm_sequence_forward_workspace_cpu(d->dtype, d->B, d->H);
+    if (lltm_workspace(bytes, &c.args[0], &c.owned, &workspace, &c.err))
         goto fail;
-
-    lltm_torch_gemm_ctx gemm = {a[0].device_type, a[0].device_index, &gemm_err};
-    int status = lltm_sequence_backward_cpu(
-        d.dtype, d.T, d.B, d.I, d.H, a[LLTM_SEQ_BWD_GRAD_OUTPUT].data,
-        a[LLTM_SEQ_BWD_GRAD_H_N].data, a[LLTM_SEQ_BWD_GRAD_C_N].data,
-        a[LLTM_SEQ_BWD_INPUT].data, a[LLTM_SEQ_BWD_WEIGHTS].data, a[LLTM_SEQ_BWD_H0].data,
-        a[LLTM_SEQ_BWD_OUTPUT].data, a[LLTM_SEQ_BWD_CELLS].data, a[LLTM_SEQ_BWD_GATES].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace,
-        lltm_torch_gemm, &gemm, lltm_torch_parallel_for);
-    if (status != LLTM_OK) {
-        lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_backward_cpu", status);
+    const int status =
+        backward ? lltm_sequence_backward_cpu(d->dtype, d->T, d->B, d->I, d->H,
+                                              &c.backward_tensors, workspace, lltm_torch_gemm,
+                                              &c.gemm, lltm_torch_parallel_for)
+                 : lltm_sequence_forward_cpu(d->dtype, d->T, d->B, d->I, d->H,
+                                             &c.forward_tensors, workspace, lltm_torch_gemm,
+                                             &c.gemm, lltm_torch_parallel_for);
+    if (lltm_sequence_close(&c, status,
+                            backward ? "lltm_sequence_backward_cpu" : "lltm_sequence_forward_cpu",
+                            stack))
         goto fail;
-    }
-    lltm_sequence_results_return(&owned, &r, stack);
     return;
 fail:
-    lltm_raise("lltm::sequence_backward", &owned, &err);
+    lltm_raise(lltm_sequence_op_name(&c), &c.owned, &c.err);
 }
+
+/* the two operators' boxed kernels (ops.h) */
+void lltm_sequence_forward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cpu(false, s, n_args, n_out); }
+void lltm_sequence_backward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cpu(true, s, n_args, n_out); }

@@ -17,12 +17,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static inline void *at(const void *base, int64_t index, size_t elem)
-{
-    return (char *)base + (size_t)index * elem;
-}
-
-
 /* Constraints on the plan, for tests and measurements: none by default.
  * lltm/overrides.py sets them (from its environment variables, read once,
  * or its context managers; docs/cuda-plans.md lists them). */
@@ -87,96 +81,45 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, in
     return lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
 }
 
-/* sequence_forward(input, weights, bias, h0, c0)
- *   -> (output [T,B,H], h_n [B,H], c_n [B,H], cells [T,B,H], gates [T,B,3H]) */
-void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                      uint64_t num_outputs)
+/* Either operator (the signatures: sequence_cpu.c). */
+static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
+                          uint64_t num_outputs)
 {
-    lltm_owned owned = {.count = 0};
-    lltm_error err, gemm_err = {.msg = ""};
+    lltm_sequence_call c;
     CUDAGuardHandle guard = NULL;
-    void *stream = NULL;
-    lltm_sequence_results r;
-    void *workspace = NULL;
-    lltm_tensor a[LLTM_SEQ_FWD_NARGS];
-    lltm_sequence_dims d;
+    void *stream = NULL, *workspace = NULL;
     lltm_sequence_plan plan;
-
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_FWD_NARGS, 5,
-                     lltm_sequence_forward_names, a, &owned, &err) ||
-        lltm_check_sequence_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
+    if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
+                           aoti_torch_device_type_cuda()) ||
+        lltm_cuda_enter_device(c.args[0].device_index, &guard, &stream, &c.err) ||
+        choose_plan(&c.d, c.args[0].device_index, &plan, &c.err))
         goto fail;
-
-    if (lltm_sequence_results_new(false, &d, &a[0], &owned, &r, &err) ||
-        choose_plan(&d, a[0].device_index, &plan, &err) ||
-        lltm_workspace(lltm_sequence_forward_workspace_cuda(&plan, d.T, d.B, d.I, d.H), &a[0],
-                       &owned, &workspace, &err))
+    const lltm_sequence_dims *d = &c.d;
+    const size_t bytes =
+        backward ? lltm_sequence_backward_workspace_cuda(&plan, d->T, d->B, d->I, d->H)
+                 : lltm_sequence_forward_workspace_cuda(&plan, d->T, d->B, d->I, d->H);
+    if (lltm_workspace(bytes, &c.args[0], &c.owned, &workspace, &c.err))
         goto fail;
-
-    lltm_torch_gemm_ctx gemm = {a[0].device_type, a[0].device_index, &gemm_err};
-    int status = lltm_sequence_forward_cuda(
-        &plan, d.T, d.B, d.I, d.H, a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data,
-        a[LLTM_SEQ_FWD_BIAS].data, a[LLTM_SEQ_FWD_H0].data, a[LLTM_SEQ_FWD_C0].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace, lltm_torch_gemm,
-        &gemm, stream);
-    if (status != LLTM_OK) {
-        lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_forward_cuda", status);
+    const int status =
+        backward ? lltm_sequence_backward_cuda(&plan, d->T, d->B, d->I, d->H,
+                                               &c.backward_tensors, workspace, lltm_torch_gemm,
+                                               &c.gemm, stream)
+                 : lltm_sequence_forward_cuda(&plan, d->T, d->B, d->I, d->H, &c.forward_tensors,
+                                              workspace, lltm_torch_gemm, &c.gemm, stream);
+    if (lltm_sequence_close(&c, status,
+                            backward ? "lltm_sequence_backward_cuda"
+                                     : "lltm_sequence_forward_cuda",
+                            stack))
         goto fail;
-    }
-    lltm_sequence_results_return(&owned, &r, stack);
     lltm_cuda_leave_device(guard);
     return;
 fail:
     lltm_cuda_leave_device(guard);
-    lltm_raise("lltm::sequence_forward", &owned, &err);
+    lltm_raise(lltm_sequence_op_name(&c), &c.owned, &c.err);
 }
 
-/* sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0,
- *                   output, cells, gates)
- *   -> (grad_input [T,B,I], grad_weights [3H,I+H], grad_bias [3H],
- *       grad_h0 [B,H], grad_c0 [B,H]) */
-void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                       uint64_t num_outputs)
-{
-    lltm_owned owned = {.count = 0};
-    lltm_error err, gemm_err = {.msg = ""};
-    CUDAGuardHandle guard = NULL;
-    void *stream = NULL;
-    lltm_sequence_results r;
-    void *workspace = NULL;
-    lltm_tensor a[LLTM_SEQ_BWD_NARGS];
-    lltm_sequence_dims d;
-    lltm_sequence_plan plan;
-
-    if (lltm_open_op(stack, num_args, num_outputs, LLTM_SEQ_BWD_NARGS, 5,
-                     lltm_sequence_backward_names, a, &owned, &err) ||
-        lltm_check_sequence_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
-        goto fail;
-
-    if (lltm_sequence_results_new(true, &d, &a[0], &owned, &r, &err) ||
-        choose_plan(&d, a[0].device_index, &plan, &err) ||
-        lltm_workspace(lltm_sequence_backward_workspace_cuda(&plan, d.T, d.B, d.I, d.H), &a[0],
-                       &owned, &workspace, &err))
-        goto fail;
-
-    lltm_torch_gemm_ctx gemm = {a[0].device_type, a[0].device_index, &gemm_err};
-    int status = lltm_sequence_backward_cuda(
-        &plan, d.T, d.B, d.I, d.H, a[LLTM_SEQ_BWD_GRAD_OUTPUT].data,
-        a[LLTM_SEQ_BWD_GRAD_H_N].data, a[LLTM_SEQ_BWD_GRAD_C_N].data,
-        a[LLTM_SEQ_BWD_INPUT].data, a[LLTM_SEQ_BWD_WEIGHTS].data, a[LLTM_SEQ_BWD_H0].data,
-        a[LLTM_SEQ_BWD_OUTPUT].data, a[LLTM_SEQ_BWD_CELLS].data, a[LLTM_SEQ_BWD_GATES].data,
-        r.data[0], r.data[1], r.data[2], r.data[3], r.data[4], workspace,
-        lltm_torch_gemm, &gemm, stream);
-    if (status != LLTM_OK) {
-        lltm_sequence_core_failed(&err, &gemm_err, "lltm_sequence_backward_cuda", status);
-        goto fail;
-    }
-    lltm_sequence_results_return(&owned, &r, stack);
-    lltm_cuda_leave_device(guard);
-    return;
-fail:
-    lltm_cuda_leave_device(guard);
-    lltm_raise("lltm::sequence_backward", &owned, &err);
-}
+/* the two operators' boxed kernels (ops.h) */
+void lltm_sequence_forward_cuda_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cuda(false, s, n_args, n_out); }
+void lltm_sequence_backward_cuda_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cuda(true, s, n_args, n_out); }

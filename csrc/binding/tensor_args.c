@@ -446,6 +446,66 @@ int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, i
     return 0;
 }
 
+/* The list of a `bool[n] output_mask` argument into mask[0..n); the kernel
+ * owns the list: it is deleted on every path. */
+static int read_output_mask(StableIValue item, int n, bool *mask, lltm_error *err)
+{
+    StableListHandle list = (StableListHandle)(uintptr_t)item;
+    size_t size = 0;
+    int failed = 0;
+    if (torch_list_size(list, &size) != 0)
+        failed = lltm_shim_failed(err, "torch_list_size");
+    else if (size != (size_t)n)
+        failed = lltm_fail(err, "output_mask has %zu entries, expected %d (one per gradient)",
+                           size, n);
+    for (size_t k = 0; !failed && k < size; ++k) {
+        StableIValue value;
+        if (torch_list_get_item(list, k, &value) != 0)
+            failed = lltm_shim_failed(err, "torch_list_get_item");
+        else
+            mask[k] = value != 0;
+    }
+    if (torch_delete_list(list) != 0 && !failed)
+        failed = lltm_shim_failed(err, "torch_delete_list");
+    return failed;
+}
+
+int lltm_open_backward_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs,
+                          int n_in, int n_out, const char *const *names, lltm_tensor *args,
+                          bool *mask, lltm_owned *owned, lltm_error *err)
+{
+    lltm_error mask_err;
+    const int bad_mask = num_args == 0
+                             ? lltm_fail(&mask_err, "internal error: no output_mask")
+                             : read_output_mask(stack[num_args - 1], n_out, mask, &mask_err);
+    if (lltm_open_op(stack, num_args == 0 ? 0 : num_args - 1, num_outputs, n_in, n_out, names,
+                     args, owned, err))
+        return -1;
+    if (bad_mask) {
+        *err = mask_err;
+        return -1;
+    }
+    return 0;
+}
+
+int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool *mask, int n,
+                       StableIValue *stack, lltm_error *err)
+{
+    /* Every undefined tensor first: a failure then hands nothing out. */
+    for (int k = 0; k < n; ++k) {
+        if (mask[k])
+            continue;
+        if (aoti_torch_new_uninitialized_tensor(&results[k]) != 0)
+            return lltm_shim_failed(err, "aoti_torch_new_uninitialized_tensor");
+        if (lltm_own(owned, results[k], err))
+            return -1;
+    }
+    for (int k = 0; k < n; ++k)
+        lltm_return(owned, results[k], &stack[k]);
+    lltm_free_owned(owned);
+    return 0;
+}
+
 int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
                             lltm_range_body body, void *ctx)
 {

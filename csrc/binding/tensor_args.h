@@ -164,6 +164,21 @@ int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, i
                  int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
                  lltm_error *err);
 
+/* The opening of a backward operator's kernel: lltm_open_op for its n_in
+ * tensors, then its last argument, `bool[n_out] output_mask` (ATen's
+ * convention, as in aten::convolution_backward: which results to compute),
+ * into mask[0..n_out). */
+int lltm_open_backward_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs,
+                          int n_in, int n_out, const char *const *names, lltm_tensor *args,
+                          bool *mask, lltm_owned *owned, lltm_error *err);
+
+/* The close of a backward operator's kernel: results[k] where mask[k], an
+ * undefined tensor (None in Python) elsewhere (results[k] is not read), out
+ * as the op's n outputs, then free what the op owns. Nonzero (nothing handed
+ * out) if an undefined tensor could not be made. */
+int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool *mask, int n,
+                       StableIValue *stack, lltm_error *err);
+
 /* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
  * over the core's pointers, on the device of the context: CPU only (the
  * pointers must be host memory). The first failure's message goes to err. */

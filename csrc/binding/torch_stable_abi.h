@@ -35,6 +35,7 @@ typedef struct AtenTensorOpaque *AtenTensorHandle;
 typedef uint64_t StableIValue;
 typedef struct TorchLibraryOpaque *TorchLibraryHandle;
 typedef void (*ParallelFunc)(int64_t begin, int64_t end, void *ctx);
+typedef struct StableListOpaque *StableListHandle;
 
 /* dtype and device codes */
 int32_t aoti_torch_dtype_float32(void);
@@ -42,6 +43,7 @@ int32_t aoti_torch_dtype_float64(void);
 int32_t aoti_torch_dtype_float16(void);
 int32_t aoti_torch_dtype_bfloat16(void);
 int32_t aoti_torch_dtype_uint8(void);
+int32_t aoti_torch_dtype_int64(void);
 int32_t aoti_torch_device_type_cpu(void);
 int32_t aoti_torch_device_type_cuda(void);
 
@@ -49,6 +51,8 @@ int32_t aoti_torch_device_type_cuda(void);
 AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
 AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle,
                                             AtenTensorHandle *new_handle);
+/* an undefined tensor: returned for a Tensor result, None in Python */
+AOTITorchError aoti_torch_new_uninitialized_tensor(AtenTensorHandle *ret);
 
 /* tensor metadata; sizes, strides and data are borrowed from the handle */
 AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void **ret_data_ptr);
@@ -86,6 +90,12 @@ AOTITorchError aoti_torch_create_tensor_from_blob(void *data, int64_t ndim,
                                                   int64_t storage_offset, int32_t dtype,
                                                   int32_t device_type, int32_t device_index,
                                                   AtenTensorHandle *ret);
+
+/* list arguments (e.g. bool[]): the kernel owns the list and deletes it */
+AOTITorchError torch_list_size(StableListHandle list_handle, size_t *size);
+AOTITorchError torch_list_get_item(StableListHandle list_handle, size_t index,
+                                   StableIValue *element);
+AOTITorchError torch_delete_list(StableListHandle list_handle);
 
 /* operator registration */
 AOTITorchError aoti_torch_library_init_fragment(const char *ns, const char *file,

@@ -140,6 +140,19 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * gradient, in float32 (the saved cells are c rounded to the dtype); the
  * matrix products run in the dtype.
  *
+ * Variable lengths: lengths [B] int64, each in [1, T] (NULL: every row runs
+ * all T steps). Row b runs its first lengths[b] steps and then stops: at a
+ * step t >= lengths[b] its state stays (c_t = c_{t-1}, so h_n and c_n are
+ * its state after step lengths[b] - 1), its output h_t and gates are 0;
+ * in the backward such a step passes dL/dh and dL/dc through unchanged and
+ * has no gate gradient (so no share of dW, db or dx), dL/dh_n enters at
+ * step lengths[b] - 1, and grad_output past the row's end is not read. The
+ * CPU calls take lengths in host memory, check them (LLTM_ERR_ARGUMENT)
+ * and run max(lengths) steps; the CUDA calls take them in device memory,
+ * which the host does not read: they run all T steps (a caller cuts T to
+ * the longest row), and values out of range give undefined results but
+ * no access outside the arrays.
+ *
  * What training keeps per step for the backward: the gate activations
  * [B,G] and the cell state c_t [B,H], 4*B*H elements (16*B*H bytes in
  * float32), beyond the layer's input x_t and output h_t, which the caller
@@ -160,14 +173,15 @@ typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int6
 
 /* Bytes of workspace the two calls need (0 for an unknown dtype or bad
  * sizes). Forward: W_h^T [H,G] and r [B,G] of the dtype, c [B,H] of the
- * accumulation type; backward: dG [T,B,G] and [h_0..h_{T-1}] [T,B,H] of the
- * dtype, dc [B,H] and the bias sums [G] of the accumulation type. */
+ * accumulation type; backward: dG [T,B,G], [h_0..h_{T-1}] [T,B,H] and dh
+ * [B,H] of the dtype, dc [B,H] and the bias sums [G] of the accumulation
+ * type. */
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H);
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
                                             int64_t H);
 
 /*
- * Forward over T steps. T, B, I >= 0, H >= 1; any lltm_dtype.
+ * The arrays of one layer's forward, shared by the CPU and CUDA calls:
  *   input     [T,B,I]
  *   weights   [G,H+I]  (columns: state first, then input)
  *   bias      [G]
@@ -176,24 +190,22 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
  *   h_n, c_n  [B,H]    out: h_T, c_T (h0, c0 when T == 0)
  *   cells     [T,B,H]  out: c_1..c_T (kept for the backward)
  *   gates     [T,B,G]  out: the activations [i | o | z] of every step
- *   workspace lltm_sequence_forward_workspace_cpu bytes, 8-byte aligned
- *             (NULL if that is 0)
+ *   lengths   [B]      int64, each in [1, T], or NULL (every row T steps)
  * Outputs do not overlap the inputs or each other. Arrays with no elements
  * may be NULL.
  */
-int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                              const void *input, const void *weights, const void *bias,
-                              const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, void *workspace,
-                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
+typedef struct lltm_sequence_forward_tensors {
+    const void *input, *weights, *bias, *h0, *c0;
+    void *output, *h_n, *c_n, *cells, *gates;
+    const int64_t *lengths; /* [B] or NULL: see "Variable lengths" above */
+} lltm_sequence_forward_tensors;
 
 /*
- * Backward over T steps, from the forward's results. Sizes and dtype as for
- * the forward.
+ * The arrays of one layer's backward, from the forward's results:
  *   grad_output   [T,B,H]  dL/dh_t arriving from the layer's output
  *   grad_h_n      [B,H]    dL/dh_T from h_n
  *   grad_c_n      [B,H]    dL/dc_T from c_n
- *   input         [T,B,I]
+ *   input         [T,B,I]  as for the forward
  *   weights       [G,H+I]
  *   h0            [B,H]
  *   output        [T,B,H]  h_1..h_T of the forward
@@ -204,16 +216,31 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
  *   grad_bias     [G]      out
  *   grad_h0       [B,H]    out
  *   grad_c0       [B,H]    out
- *   workspace     lltm_sequence_backward_workspace_cpu bytes, 8-byte aligned
+ *   lengths       [B]      int64 or NULL, as for the forward
+ * Outputs do not overlap the inputs or each other. An output may be NULL:
+ * that gradient is not wanted, and its work is not done (grad_input: no
+ * dx = dG W_x product; grad_weights: no dW products; grad_h0: no dh product
+ * at the first step). The others come out the same, bit for bit.
  */
+typedef struct lltm_sequence_backward_tensors {
+    const void *grad_output, *grad_h_n, *grad_c_n;
+    const void *input, *weights, *h0, *output, *cells, *gates;
+    void *grad_input, *grad_weights, *grad_bias, *grad_h0, *grad_c0;
+    const int64_t *lengths; /* [B] or NULL, the forward's */
+} lltm_sequence_backward_tensors;
+
+/*
+ * Forward and backward over T steps on the CPU. T, B, I >= 0, H >= 1; any
+ * lltm_dtype.
+ *   workspace  lltm_sequence_forward_workspace_cpu /
+ *              _backward_workspace_cpu bytes, 8-byte aligned (NULL if 0)
+ */
+int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                              const lltm_sequence_forward_tensors *tensors, void *workspace,
+                              lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
 int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                               const void *grad_output, const void *grad_h_n,
-                               const void *grad_c_n, const void *input, const void *weights,
-                               const void *h0, const void *output, const void *cells,
-                               const void *gates, void *grad_input, void *grad_weights,
-                               void *grad_bias, void *grad_h0, void *grad_c0,
-                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                               lltm_parallel_for pfor);
+                               const lltm_sequence_backward_tensors *tensors, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor);
 
 /* ------------------------------------------------------------------------ */
 /* CUDA, cell (csrc/core/lltm_cuda_cell_*.cu; liblltm_cuda.so only)         */
@@ -257,10 +284,12 @@ int lltm_cell_forward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,
  *   old_h         [B,H]
  *   weights       [G,I+H]
  *   grad_gates    [B,G]    out (workspace): dL/dg
- *   grad_input    [B,I]    out
- *   grad_weights  [G,I+H]  out
+ *   grad_input    [B,I]    out, or NULL: not wanted
+ *   grad_weights  [G,I+H]  out, or NULL: not wanted (kernel 1 then runs for
+ *                          dG, grad_bias and grad_old_cell alone)
  *   grad_bias     [G]      out
- *   grad_old_h    [B,H]    out
+ *   grad_old_h    [B,H]    out, or NULL: not wanted (kernel 2 does not run
+ *                          when grad_input is NULL too)
  *   grad_old_cell [B,H]    out
  */
 int lltm_cell_backward_fused_cuda(lltm_dtype dtype, int64_t B, int64_t I,
@@ -447,8 +476,8 @@ int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t 
 
 /*
  * One layer over T steps on the device, forward and backward, as
- * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (same arguments;
- * T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
+ * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (the same tensors,
+ * device pointers; T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
  * these sizes and `stream` a cudaStream_t of the current device:
  *   forward   gates = x W_x^T for all steps (one product), then the
  *             recurrence: the plan's persistent kernel, or per step
@@ -468,17 +497,11 @@ size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int6
 size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
                                              int64_t B, int64_t I, int64_t H);
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                               int64_t H, const void *input, const void *weights,
-                               const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
-                               lltm_gemm gemm, void *gemm_ctx, void *stream);
+                               int64_t H, const lltm_sequence_forward_tensors *tensors,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                                int64_t H, const void *grad_output, const void *grad_h_n,
-                                const void *grad_c_n, const void *input, const void *weights,
-                                const void *h0, const void *output, const void *cells,
-                                const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
-                                lltm_gemm gemm, void *gemm_ctx, void *stream);
+                                int64_t H, const lltm_sequence_backward_tensors *tensors,
+                                void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 
 /* The pieces the layer calls, for tests:
  * Forward recurrence in one launch (plan->family GRID or CLUSTER, made for
@@ -490,13 +513,16 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
  *   output     [T,B,H]  out: h_1..h_T
  *   cells      [T,B,H]  out: c_1..c_T
  *   workspace  plan->workspace_bytes, or NULL if that is 0
+ *   lengths    [B] int64 (device) or NULL: row b stops after lengths[b]
+ *              steps, each in [1, T] (the layer's rule, see above)
  */
 int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                           int64_t B, int64_t I, int64_t H,
                                           const void *h0, const void *c0,
                                           const void *weights, const void *bias,
                                           void *gates, void *output, void *cells,
-                                          void *workspace, void *stream);
+                                          void *workspace, const int64_t *lengths,
+                                          void *stream);
 
 /*
  * Backward recurrence in one launch, T >= 1, B >= 1.
@@ -504,7 +530,7 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
  *   weights [G,I+H], cells [T,B,H], gates [T,B,G] (from the forward)
  *   grad_gates [T,B,G] out: dL/dg of every step
  *   grad_bias [G] out, grad_h0 [B,H] out, grad_c0 [B,H] out
- *   workspace as for the forward
+ *   workspace, lengths as for the forward
  */
 int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                            int64_t B, int64_t I, int64_t H,
@@ -514,27 +540,38 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
                                            const void *cells, const void *gates,
                                            void *grad_gates, void *grad_bias,
                                            void *grad_h0, void *grad_c0,
-                                           void *workspace, void *stream);
+                                           void *workspace, const int64_t *lengths,
+                                           void *stream);
 
-/* Per-step kernels, the fused pointwise pass of one step.
+/* Per-step kernels, the fused pointwise pass of step t (lengths [B] int64
+ * on the device, or NULL: every row runs all T steps).
  * Forward step t: recurrent [B,G] = h_{t-1} W_h^T; gates [B,G] in/out: in
  *   x_t W_x^T (no bias), out the activations; bias [G]; old_cell [B,H]
- *   c_{t-1}; new_h, new_cell [B,H] out: h_t, c_t.
- * Backward step t: grad_output [B,H] dL/dh_t from the output; grad_h [B,H]
- *   dL/dh_t through step t+1 (or from h_n); grad_cell [B,H] in/out: dL/dc_t
- *   -> dL/dc_{t-1}; cell [B,H] c_t; gates [B,G] activations; grad_gates
- *   [B,G] out; the bias gradient accumulates into bias_acc [G] of the
- *   accumulation type (float32 for float16/bfloat16);
+ *   c_{t-1}; new_h, new_cell [B,H] out: h_t, c_t (rows past their length:
+ *   gates 0, h_t 0, c_t = c_{t-1}).
+ * Backward step t of T: grad_output [B,H] dL/dh_t from the output; grad_h
+ *   [B,H] dL/dh_t through step t+1, grad_h_n [B,H] from h_n (used at each
+ *   row's last step, lengths[b] - 1 or T - 1); grad_cell [B,H] in/out:
+ *   dL/dc_t -> dL/dc_{t-1} (unchanged for rows past their length, whose
+ *   gate gradients are 0); cell [B,H] c_t; gates [B,G] activations;
+ *   grad_gates [B,G] out; the bias gradient accumulates into bias_acc [G]
+ *   of the accumulation type (float32 for float16/bfloat16);
  *   lltm_sequence_convert_cuda rounds it at the end. */
-int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
-                                    const void *recurrent, void *gates,
-                                    const void *bias, const void *old_cell,
+int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
+                                    const int64_t *lengths, const void *recurrent,
+                                    void *gates, const void *bias, const void *old_cell,
                                     void *new_h, void *new_cell, void *stream);
-int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H,
+int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
+                                     int64_t T, const int64_t *lengths,
                                      const void *grad_output, const void *grad_h,
-                                     void *grad_cell, const void *cell,
-                                     const void *gates, void *grad_gates,
-                                     void *bias_acc, void *stream);
+                                     const void *grad_h_n, void *grad_cell,
+                                     const void *cell, const void *gates,
+                                     void *grad_gates, void *bias_acc, void *stream);
+/* h_n [B,H] = row b of output [T,B,H] at step lengths[b] - 1 (lengths [B]
+ * int64 on the device, each in [1, T]; others are clamped into [1, T]) */
+int lltm_sequence_last_state_cuda(lltm_dtype dtype, int64_t T, int64_t B, int64_t H,
+                                  const int64_t *lengths, const void *output, void *h_n,
+                                  void *stream);
 /* dst [n] (dtype) = src [n] (its accumulation type) */
 int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src,
                                void *dst, void *stream);

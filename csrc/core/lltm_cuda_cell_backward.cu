@@ -14,7 +14,8 @@ namespace {
  * stages X (xs[BC][TK]); thread (tr, tc) owns dW rows tr + i*TR and columns
  * tc + j*TC. Blocks of the first column tile also write dG, d_old_cell and
  * the bias gradient of their units (every column tile needs dG, but only one
- * writes it).
+ * writes it). With grad_weights NULL only the first column tile runs (the
+ * caller launches one), for dG, d_old_cell and the bias gradient.
  */
 template <typename T, int TU, int TK, int RR, int RC, int BC>
 __global__ void __launch_bounds__((3 * TU / RR) * (TK / RC))
@@ -95,6 +96,8 @@ backward_weights_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ g
         if (u < H)
             grad_bias[(tid / TU) * H + u] = from_acc<T>(bias_sum);
     }
+    if (grad_weights == nullptr)
+        return;
 #pragma unroll
     for (int i = 0; i < RR; ++i) {
         const int r = tr + i * TR;
@@ -115,7 +118,7 @@ backward_weights_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ g
  * dX = dG W: [B, K] = [B, G] x [G, K]. Block: TB rows x TK columns, KS thread
  * groups splitting each chunk of GC gate rows. Thread (tc, tb) owns rows
  * tb + i*TY, columns tc + j*TX. Column k < H goes to grad_old_h, the rest to
- * grad_input (no [B, K] intermediate).
+ * grad_input (no [B, K] intermediate); either may be NULL (not written).
  */
 template <typename T, int TB, int TK, int RB, int RC, int GC, int KS>
 __global__ void __launch_bounds__((TB / RB) * (TK / RC) * KS)
@@ -224,10 +227,12 @@ backward_inputs_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ gr
 #pragma unroll
         for (int j = 0; j < RC; ++j) {
             const int64_t k = k0 + tx + j * TX;
-            if (k < H)
-                grad_old_h[b * H + k] = from_acc<T>(acc[i][j]);
-            else if (k < K)
+            if (k < H) {
+                if (grad_old_h != nullptr)
+                    grad_old_h[b * H + k] = from_acc<T>(acc[i][j]);
+            } else if (k < K && grad_input != nullptr) {
                 grad_input[b * I + (k - H)] = from_acc<T>(acc[i][j]);
+            }
         }
     }
 }
@@ -252,7 +257,7 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
         int status;
         if (ceil_div(H, 32) * ceil_div(K, 128) >= LARGE_TILE_MIN_BLOCKS) {
             constexpr int TU = 32, TK = 128, RR = 6, RC = 8, BC = 16;
-            const dim3 grid((unsigned)ceil_div(K, TK), (unsigned)ceil_div(H, TU));
+            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
             if (ceil_div(H, TU) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
             LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream, backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
@@ -261,7 +266,7 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
             /* timed by scripts/cell_tiles.cu on the H100 at B16/I32/H128:
              * 2.78 us per launch against 3.12 for 32-column tiles */
             constexpr int TU = 8, TK = 16, RR = 3, RC = 1, BC = 16;
-            const dim3 grid((unsigned)ceil_div(K, TK), (unsigned)ceil_div(H, TU));
+            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
             if (ceil_div(H, TU) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
             LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream, backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
@@ -271,7 +276,7 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
             return status;
     }
     /* dX = dG W; with H == 0 this writes zeros into grad_input. */
-    if (B > 0 && K > 0) {
+    if (B > 0 && K > 0 && (dx != nullptr || dh != nullptr)) {
         constexpr int SMALL_TK = 4; /* the small tiles' columns (grid y: K / 4) */
         if (ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS ||
             ceil_div(K, SMALL_TK) > MAX_GRID_Y) {

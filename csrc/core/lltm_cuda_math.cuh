@@ -61,6 +61,47 @@ __device__ __forceinline__ void backward_math(A i, A o, A z, A c, A dh, A dc_in,
     *dc_out = dc;
 }
 
+/* The same for a (row, unit) at a step that may lie past its row's length
+ * (live false): no gate gradient, dL/dc passes through unchanged. */
+template <typename A>
+__device__ __forceinline__ void backward_step_math(bool live, A i, A o, A z, A c, A dh, A dc_in,
+                                                   A d[3], A *dc_out)
+{
+    if (live) {
+        backward_math<A>(i, o, z, c, dh, dc_in, d, dc_out);
+    } else {
+        d[0] = d[1] = d[2] = A(0);
+        *dc_out = dc_in;
+    }
+}
+
+/* Forward of one (row, unit) from its pre-activations and c_{t-1}: the
+ * activations, c_t and h_t; past the row's length (live false) gates 0,
+ * c_t = c_{t-1} and h_t = 0 (the state stays where the row ended). */
+template <typename A>
+__device__ __forceinline__ void forward_step_math(bool live, A g_i, A g_o, A g_z, A c_prev,
+                                                  A *i, A *o, A *z, A *c, A *h)
+{
+    if (live) {
+        *i = sigmoid_(g_i);
+        *o = sigmoid_(g_o);
+        *z = elu_(g_z);
+        *c = c_prev + *i * *z;
+        *h = tanh_(*c) * *o;
+    } else {
+        *i = *o = *z = *h = A(0);
+        *c = c_prev;
+    }
+}
+
+/* Steps of batch row b: lengths[b] (device memory), or `steps` without
+ * lengths (NULL). */
+__device__ __forceinline__ int64_t row_steps(const int64_t *__restrict__ lengths, int64_t b,
+                                             int64_t steps)
+{
+    return lengths ? __ldg(lengths + b) : steps;
+}
+
 } // namespace
 
 /* One switch per C launcher: the lltm_dtype picks the element type T for

@@ -54,14 +54,16 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
                                           int64_t B, int64_t I, int64_t H, const void *h0,
                                           const void *c0, const void *weights,
                                           const void *bias, void *gates, void *output,
-                                          void *cells, void *workspace, void *stream)
+                                          void *cells, void *workspace,
+                                          const int64_t *lengths, void *stream)
 {
     if (lltm_seq::bad_sizes(steps, B, I, H) || !plan_matches(plan, B, H))
         return LLTM_ERR_ARGUMENT;
     if (steps == 0 || B == 0 || H == 0)
         return LLTM_OK;
-    const lltm_seq::forward_args a = {steps, B, I, H, h0, c0, weights, bias,
-                                      gates, output, cells, workspace};
+    const lltm_seq::forward_args a = {steps,  B,     I,     H,         h0,     c0,
+                                      weights, bias, gates, output, cells, workspace,
+                                      lengths};
     LLTM_DISPATCH(plan->dtype, forward_dispatch<T>(*plan, a, (cudaStream_t)stream));
 }
 
@@ -71,7 +73,8 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
                                            const void *grad_c_n, const void *weights,
                                            const void *cells, const void *gates,
                                            void *grad_gates, void *grad_bias, void *grad_h0,
-                                           void *grad_c0, void *workspace, void *stream)
+                                           void *grad_c0, void *workspace,
+                                           const int64_t *lengths, void *stream)
 {
     if (lltm_seq::bad_sizes(steps, B, I, H) || steps == 0 || B == 0 ||
         !plan_matches(plan, B, H))
@@ -80,7 +83,8 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
         return LLTM_OK;
     const lltm_seq::backward_args a = {steps,    B,     I,          H,         grad_output,
                                        grad_h_n, grad_c_n, weights, cells,     gates,
-                                       grad_gates, grad_bias, grad_h0, grad_c0, workspace};
+                                       grad_gates, grad_bias, grad_h0, grad_c0, workspace,
+                                       lengths};
     LLTM_DISPATCH(plan->dtype, backward_dispatch<T>(*plan, a, (cudaStream_t)stream));
 }
 
@@ -171,19 +175,25 @@ size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int
     const size_t first = persistent(plan) ? plan->workspace_bytes
                          : half_type(plan->dtype) ? (size_t)(3 * H) * sizeof(float)
                                                   : 0;
-    /* then dG [T,B,G] and [h_prev | x] [T*B, H+I] */
+    /* then dG [T,B,G], [h_prev | x] [T*B, H+I], and where the caller wants
+     * no gradient of h0, c0 or the bias, the kernels' places for them:
+     * [B,H], [B,H], [G] */
     return round_up(first) + round_up((size_t)(T * B * 3 * H) * elem) +
-           (size_t)(T * B * (H + I)) * elem;
+           round_up((size_t)(T * B * (H + I)) * elem) + 2 * round_up((size_t)(B * H) * elem) +
+           (size_t)(3 * H) * elem;
 }
 
 int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                               int64_t H, const void *input, const void *weights,
-                               const void *bias, const void *h0, const void *c0, void *output,
-                               void *h_n, void *c_n, void *cells, void *gates, void *workspace,
-                               lltm_gemm gemm, void *gemm_ctx, void *stream)
+                               int64_t H, const lltm_sequence_forward_tensors *tensors,
+                               void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+    if (!layer_args_ok(plan, T, B, I, H) || !tensors || !gemm)
         return LLTM_ERR_ARGUMENT;
+    const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
+    const void *h0 = tensors->h0, *c0 = tensors->c0;
+    void *output = tensors->output, *h_n = tensors->h_n, *c_n = tensors->c_n;
+    void *cells = tensors->cells, *gates = tensors->gates;
+    const int64_t *lengths = tensors->lengths;
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
@@ -198,7 +208,7 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
         if (persistent(plan)) {
             status = lltm_sequence_forward_persistent_cuda(plan, T, B, I, H, h0, c0, weights,
                                                            bias, gates, output, cells, workspace,
-                                                           stream);
+                                                           lengths, stream);
         } else {
             /* per step: r = h_{t-1} W_h^T (the caller's gemm), then one
              * pointwise kernel */
@@ -210,16 +220,21 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
                                    r, G);
                 if (status == LLTM_OK)
                     status = lltm_sequence_forward_step_cuda(
-                        dtype, B, H, r, at(gates, t * B * G, elem), bias, c_prev,
+                        dtype, B, H, t, lengths, r, at(gates, t * B * G, elem), bias, c_prev,
                         at(output, t * B * H, elem), at(cells, t * B * H, elem), stream);
             }
         }
         if (status != LLTM_OK)
             return status;
     }
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence) */
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
+     * lengths h_n is each row's h at its own last step, and c_T is each
+     * row's c already (kept past the row's end) */
     if (T > 0 && B * H > 0) {
-        status = lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes, stream);
+        status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
+                                                         stream)
+                         : lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes,
+                                          stream);
         if (status == LLTM_OK)
             status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
     } else if (B * H > 0) {
@@ -231,83 +246,100 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
 }
 
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
-                                int64_t H, const void *grad_output, const void *grad_h_n,
-                                const void *grad_c_n, const void *input, const void *weights,
-                                const void *h0, const void *output, const void *cells,
-                                const void *gates, void *grad_input, void *grad_weights,
-                                void *grad_bias, void *grad_h0, void *grad_c0, void *workspace,
-                                lltm_gemm gemm, void *gemm_ctx, void *stream)
+                                int64_t H, const lltm_sequence_backward_tensors *tensors,
+                                void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (!layer_args_ok(plan, T, B, I, H) || !gemm)
+    if (!layer_args_ok(plan, T, B, I, H) || !tensors || !gemm)
         return LLTM_ERR_ARGUMENT;
+    const void *grad_output = tensors->grad_output, *grad_h_n = tensors->grad_h_n;
+    const void *grad_c_n = tensors->grad_c_n, *input = tensors->input;
+    const void *weights = tensors->weights, *h0 = tensors->h0, *output = tensors->output;
+    const void *cells = tensors->cells, *gates = tensors->gates;
+    void *grad_input = tensors->grad_input, *grad_weights = tensors->grad_weights;
+    void *grad_bias = tensors->grad_bias, *grad_h0 = tensors->grad_h0;
+    void *grad_c0 = tensors->grad_c0;
+    const int64_t *lengths = tensors->lengths;
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
     int status;
+    status = LLTM_OK;
     if (TB == 0 || H == 0) { /* nothing ran: the state's gradients pass through */
-        status = lltm_cuda_copy(grad_h0, grad_h_n, state_bytes, stream);
-        if (status == LLTM_OK)
+        if (grad_h0)
+            status = lltm_cuda_copy(grad_h0, grad_h_n, state_bytes, stream);
+        if (status == LLTM_OK && grad_c0)
             status = lltm_cuda_copy(grad_c0, grad_c_n, state_bytes, stream);
-        if (status == LLTM_OK)
+        if (status == LLTM_OK && grad_weights)
             status = lltm_cuda_zero(grad_weights, (size_t)(G * K) * elem, stream);
-        if (status == LLTM_OK)
+        if (status == LLTM_OK && grad_bias)
             status = lltm_cuda_zero(grad_bias, (size_t)G * elem, stream);
-        if (status == LLTM_OK && TB > 0)
+        if (status == LLTM_OK && TB > 0 && grad_input)
             status = lltm_cuda_zero(grad_input, (size_t)(TB * I) * elem, stream);
         return status;
     }
-    /* workspace: the plan's (or the bias sums of the half types), dG, hx */
+    /* workspace: the plan's (or the bias sums of the half types), dG, hx,
+     * then where the kernels put the gradients of h0, c0 and the bias that
+     * the caller does not want */
     const size_t first = persistent(plan) ? plan->workspace_bytes
                          : half_type(dtype) ? (size_t)G * sizeof(float)
                                             : 0;
     void *dG = (char *)workspace + round_up(first);
     void *hx = (char *)dG + round_up((size_t)(TB * G) * elem);
+    void *spare_h0 = (char *)hx + round_up((size_t)(TB * K) * elem);
+    void *spare_c0 = (char *)spare_h0 + round_up(state_bytes);
+    void *spare_bias = (char *)spare_c0 + round_up(state_bytes);
+    void *d_h0 = grad_h0 ? grad_h0 : spare_h0, *d_c0 = grad_c0 ? grad_c0 : spare_c0;
+    void *d_bias = grad_bias ? grad_bias : spare_bias;
     if (persistent(plan)) {
         status = lltm_sequence_backward_persistent_cuda(
             plan, T, B, I, H, grad_output, grad_h_n, grad_c_n, weights, cells, gates, dG,
-            grad_bias, grad_h0, grad_c0, first ? workspace : NULL, stream);
+            d_bias, d_h0, d_c0, first ? workspace : NULL, lengths, stream);
     } else {
         /* per step, reverse time: the pointwise kernel (dG_t, dc in place in
-         * grad_c0, bias sums), then dh = dG_t W_h (the caller's gemm) into
-         * grad_h0 */
-        void *bias_acc = half_type(dtype) ? workspace : grad_bias;
+         * d_c0, bias sums), then dh = dG_t W_h (the caller's gemm) into d_h0;
+         * the first step's product only where grad_h0 is wanted */
+        void *bias_acc = half_type(dtype) ? workspace : d_bias;
         const size_t acc_bytes = (size_t)G * (half_type(dtype) ? sizeof(float) : elem);
         status = lltm_cuda_zero(bias_acc, acc_bytes, stream);
         if (status == LLTM_OK)
-            status = lltm_cuda_copy(grad_c0, grad_c_n, state_bytes, stream);
+            status = lltm_cuda_copy(d_c0, grad_c_n, state_bytes, stream);
         const void *dh_next = grad_h_n;
         for (int64_t t = T - 1; t >= 0 && status == LLTM_OK; --t) {
             status = lltm_sequence_backward_step_cuda(
-                dtype, B, H, at(grad_output, t * B * H, elem), dh_next, grad_c0,
-                at(cells, t * B * H, elem), at(gates, t * B * G, elem), at(dG, t * B * G, elem),
-                bias_acc, stream);
-            if (status == LLTM_OK)
+                dtype, B, H, t, T, lengths, at(grad_output, t * B * H, elem), dh_next, grad_h_n,
+                d_c0, at(cells, t * B * H, elem), at(gates, t * B * G, elem),
+                at(dG, t * B * G, elem), bias_acc, stream);
+            if (status == LLTM_OK && (t > 0 || grad_h0))
                 status = call_gemm(gemm, gemm_ctx, dtype, B, H, G, at(dG, t * B * G, elem), G, 1,
-                                   weights, K, 1, grad_h0, H);
-            dh_next = grad_h0;
+                                   weights, K, 1, d_h0, H);
+            dh_next = d_h0;
         }
         if (status == LLTM_OK && half_type(dtype))
-            status = lltm_sequence_convert_cuda(dtype, G, bias_acc, grad_bias, stream);
+            status = lltm_sequence_convert_cuda(dtype, G, bias_acc, d_bias, stream);
     }
     if (status != LLTM_OK)
         return status;
 
-    /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns: h_prev =
-     * [h0; h_1 .. h_{T-1}] (one product for all of dW instead of two: one
-     * library call less) */
-    const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem, row_I = (size_t)I * elem;
-    status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
-    if (status == LLTM_OK)
-        status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
-                                   (size_t)((T - 1) * B), stream);
-    if (status == LLTM_OK)
-        status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I, (size_t)TB,
-                                   stream);
-    /* dW = dG^T [h_prev | x], dx = dG W_x: all steps at once */
-    if (status == LLTM_OK)
-        status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm, gemm_ctx,
-                         stream);
-    if (status == LLTM_OK && I > 0)
+    if (grad_weights) {
+        /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns:
+         * h_prev = [h0; h_1 .. h_{T-1}] (one product for all of dW instead
+         * of two: one library call less) */
+        const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem;
+        const size_t row_I = (size_t)I * elem;
+        status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
+                                       (size_t)((T - 1) * B), stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I,
+                                       (size_t)TB, stream);
+        /* dW = dG^T [h_prev | x]: all steps at once */
+        if (status == LLTM_OK)
+            status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm,
+                             gemm_ctx, stream);
+    }
+    /* dx = dG W_x: all steps at once */
+    if (status == LLTM_OK && I > 0 && grad_input)
         status = product(dtype, TB, I, G, dG, G, 1, at(weights, H, elem), K, 1, grad_input, I,
                          gemm, gemm_ctx, stream);
     return status;

@@ -36,16 +36,20 @@ constexpr int BC = 16;    /* batch rows per chunk of the grid kernels */
 constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
 constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H */
 
+/* lengths [B] (device memory) or NULL: row b stops after lengths[b] of the
+ * `steps` steps (lltm.h) */
 struct forward_args {
     int64_t steps, B, I, H;
     const void *h0, *c0, *weights, *bias;
     void *gates, *output, *cells, *workspace;
+    const int64_t *lengths;
 };
 
 struct backward_args {
     int64_t steps, B, I, H;
     const void *grad_output, *grad_h_n, *grad_c_n, *weights, *cells, *gates;
     void *grad_gates, *grad_bias, *grad_h0, *grad_c0, *workspace;
+    const int64_t *lengths;
 };
 
 /* Bytes of the float32 recurrent state of the half types (forward: h [2,B,H]

@@ -30,7 +30,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                  const T *__restrict__ weights, const T *__restrict__ cells,
                                  const T *__restrict__ gates, T *__restrict__ grad_gates,
                                  T *__restrict__ grad_bias, T *__restrict__ grad_h0,
-                                 T *__restrict__ grad_c0)
+                                 T *__restrict__ grad_c0, const int64_t *__restrict__ lengths)
 {
 #if LLTM_CUDA_HAS_CLUSTERS
     typedef typename acc_of<T>::type A;
@@ -101,9 +101,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
         reduce_rows<KS, BC, 1>(acc, s);
     };
-    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
-        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, steps, B, H, t, b, u,
-                             in);
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[8]) {
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
+                             t, b, u, in);
     };
     auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
         T *drow = grad_gates + (t * B + b) * G;
@@ -112,7 +112,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         drow[2 * H + u] = from_acc<T>(d[2]);
     };
     const bool first_row_ok = owner && unit_ok && s < B;
-    A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    A next[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
     if (first_row_ok)
         load_inputs(steps - 1, s, next);
     cluster.sync(); /* every block running, its barriers armed, before any send */
@@ -133,9 +133,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 store_grad_gates(t, b, d);
             b = b0 + (s & (BC - 1));
             row_ok = owner && unit_ok && b < B;
-            A in[7];
+            A in[8];
 #pragma unroll
-            for (int q = 0; q < 7; ++q)
+            for (int q = 0; q < 8; ++q)
                 in[q] = next[q];
             if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
                 load_inputs(t - 1, s, next);
@@ -152,8 +152,8 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             d[0] = d[1] = d[2] = 0;
             if (row_ok) {
                 A dc;
-                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + acc[0], in[5], d,
-                                 &dc);
+                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
+                                      in[4] + in[6] + acc[0], in[5], d, &dc);
                 dcs[b * U + j] = dc;
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
@@ -251,7 +251,8 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                                     const T *__restrict__ gates, T *__restrict__ grad_gates,
                                     T *__restrict__ grad_bias, T *__restrict__ grad_h0,
                                     T *__restrict__ grad_c0,
-                                    typename acc_of<T>::type *__restrict__ bias_work)
+                                    typename acc_of<T>::type *__restrict__ bias_work,
+                                    const int64_t *__restrict__ lengths)
 {
 #if LLTM_CUDA_HAS_CLUSTERS
     typedef typename acc_of<T>::type A;
@@ -328,9 +329,9 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                 chain[m % 4] += src[(int64_t)m * BPL * U];
         return (chain[0] + chain[1]) + (chain[2] + chain[3]);
     };
-    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[7]) {
-        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, steps, B, H, t, b, u,
-                             in);
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[8]) {
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
+                             t, b, u, in);
     };
     auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
         T *drow = grad_gates + (t * B + b) * G;
@@ -340,7 +341,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     };
     const int64_t first_row = (int64_t)group * CH + pb; /* local chunk 0: row pb */
     const bool first_row_ok = unit_ok && first_row < B;
-    A next[7] = {0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    A next[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
     if (first_row_ok)
         load_inputs(steps - 1, first_row, next);
     cluster.sync(); /* every block running, its barriers armed, before any send */
@@ -362,9 +363,9 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
                 store_grad_gates(t, b, d);
             b = global_row(lb0) + pb;
             row_ok = unit_ok && b < B;
-            A in[7];
+            A in[8];
 #pragma unroll
-            for (int q = 0; q < 7; ++q)
+            for (int q = 0; q < 8; ++q)
                 in[q] = next[q];
             if (lb0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
                 load_inputs(t - 1, first_row, next);
@@ -380,8 +381,8 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
             d[0] = d[1] = d[2] = 0;
             if (row_ok) {
                 A dc;
-                backward_math<A>(in[0], in[1], in[2], in[3], in[4] + in[6] + dh_rec, in[5], d,
-                                 &dc);
+                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
+                                      in[4] + in[6] + dh_rec, in[5], d, &dc);
                 dcs[(lb0 + pb) * U + j] = dc;
                 bias_sum[0] += d[0];
                 bias_sum[1] += d[1];
@@ -477,7 +478,7 @@ int run_cluster_backward_broadcast(const lltm_sequence_launch &l,
         sequence_backward_cluster_kernel<T, KS, KR>, l.blocks, 1, smem, stream, a.steps, a.B,
         a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
         (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
-        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0));
+        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, a.lengths));
 }
 
 /* The reduce-scatter backward in l.groups clusters of chunks of CH rows;
@@ -505,7 +506,8 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
         sequence_backward_cluster_rs_kernel<T, U, CH>, l.blocks, l.groups, smem, stream,
         a.steps, a.B, a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n,
         (const T *)a.grad_c_n, (const T *)a.weights, (const T *)a.cells, (const T *)a.gates,
-        (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work));
+        (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work,
+        a.lengths));
     if (status != LLTM_OK || l.groups == 1)
         return status;
     LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(

@@ -87,7 +87,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                 const T *__restrict__ h0, const T *__restrict__ c0,
                                 const T *__restrict__ weights, const T *__restrict__ bias,
                                 T *__restrict__ gates, T *__restrict__ output,
-                                T *__restrict__ cells)
+                                T *__restrict__ cells, const int64_t *__restrict__ lengths)
 {
 #if LLTM_CUDA_HAS_CLUSTERS
     typedef typename acc_of<T>::type A;
@@ -179,7 +179,9 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             A p_i = n_i, p_o = n_o, p_z = n_z, c_prev = 0;
             if (lb0 == 0 && exchange && first_row_ok) /* a whole step ahead */
                 load_projection(t + 1, first_row, n_i, n_o, n_z);
+            bool live = false; /* step t lies within row b's length */
             if (row_ok) {
+                live = t < row_steps(lengths, b, steps);
                 if (lb0 > 0)
                     load_projection(t, b, p_i, p_o, p_z);
                 c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[(lb0 + r) * U + j];
@@ -207,11 +209,8 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 
             h = 0;
             if (row_ok) {
-                i = sigmoid_(acc[0] + p_i + b_i);
-                o = sigmoid_(acc[1] + p_o + b_o);
-                z = elu_(acc[2] + p_z + b_z);
-                c = c_prev + i * z;
-                h = tanh_(c) * o;
+                forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
+                                     acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
                 cs[(lb0 + r) * U + j] = c;
             }
             if (exchange) { /* uniform */
@@ -245,7 +244,7 @@ int run_cluster_forward(const lltm_sequence_launch &l, const lltm_seq::forward_a
     return launch_status(launch_cluster(
         sequence_forward_cluster_kernel<T, KS, KR, RW, CH>, l.blocks, l.groups, smem, stream,
         a.steps, a.B, a.H, a.I + a.H, (const T *)a.h0, (const T *)a.c0, (const T *)a.weights,
-        (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells));
+        (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells, a.lengths));
 }
 
 /*

@@ -29,6 +29,15 @@
  * Which kernel runs with which layout is the plan's (lltm.h,
  * lltm_sequence_plan; chosen in lltm_cuda_sequence_plan.cu).
  *
+ * Variable lengths (lengths [B] in device memory, or NULL): each kernel
+ * reads row b's length where it loads the row's other step inputs and runs
+ * the step's pointwise math through forward_step_math / backward_step_math
+ * (lltm_cuda_math.cuh), which leave a row past its length unchanged (state
+ * kept, h and gates 0; backward: dG 0, dL/dc passed on). Rows are
+ * independent, so a stopped row's products (over its zero h, or its zero
+ * dG) feed nothing but its own discarded values; the kernels' barriers and
+ * exchanges stay uniform.
+ *
  * Precision: float32 and float64 compute in their own type; float16 and
  * bfloat16 load, convert to float and accumulate in float, and the
  * persistent kernels carry the recurrent state (h, c, dG, dc) between steps
@@ -207,17 +216,21 @@ load_unit_rows(const T *__restrict__ weights, const T *__restrict__ bias, int64_
 }
 
 /* The backward step's inputs of (t, b, u) for the cluster kernels:
- * activations i, o, z, the cell, dL/dh from above, and at the last step
- * dL/dh_n (in[6]) and dL/dc_n (in[5]). Loads only: nothing here may use a
- * loaded value, or the thread waits for the load here instead of a step
- * later (a predicated-off add waits on its operands too). */
+ * activations i, o, z, the cell, dL/dh from above, dL/dh_n (in[6]) at the
+ * row's last step (lengths[b] - 1, or steps - 1 without lengths), dL/dc_n
+ * (in[5]) at the last step, and in[7] = 1 where step t lies within the
+ * row's length, else 0. Loads only, but for the row's length: nothing here
+ * may use a loaded value, or the thread waits for the load here instead of
+ * a step later (a predicated-off add waits on its operands too). */
 template <typename T, typename A>
 __device__ __forceinline__ void
 load_backward_inputs(const T *__restrict__ gates, const T *__restrict__ cells,
                      const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
-                     const T *__restrict__ grad_c_n, int64_t steps, int64_t B, int64_t H,
-                     int64_t t, int64_t b, int64_t u, A (&in)[7])
+                     const T *__restrict__ grad_c_n, const int64_t *__restrict__ lengths,
+                     int64_t steps, int64_t B, int64_t H, int64_t t, int64_t b, int64_t u,
+                     A (&in)[8])
 {
+    const int64_t row_end = row_steps(lengths, b, steps);
     const T *arow = gates + (t * B + b) * 3 * H;
     const int64_t jj = (t * B + b) * H + u;
     in[0] = to_acc(arow[u]);
@@ -227,10 +240,11 @@ load_backward_inputs(const T *__restrict__ gates, const T *__restrict__ cells,
     in[4] = to_acc(grad_output[jj]);
     in[5] = 0;
     in[6] = 0;
-    if (t == steps - 1) {
+    in[7] = t < row_end ? A(1) : A(0);
+    if (t == row_end - 1)
         in[6] = to_acc(grad_h_n[b * H + u]);
+    if (t == steps - 1)
         in[5] = to_acc(grad_c_n[b * H + u]);
-    }
 }
 
 /* Send this block's tile of one chunk to every block of its cluster: tile

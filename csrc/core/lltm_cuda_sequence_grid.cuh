@@ -39,7 +39,8 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         const T *__restrict__ weights, const T *__restrict__ bias,
                         T *__restrict__ gates, T *__restrict__ output, T *__restrict__ cells,
                         typename acc_of<T>::type *__restrict__ h_work,
-                        typename acc_of<T>::type *__restrict__ c_work)
+                        typename acc_of<T>::type *__restrict__ c_work,
+                        const int64_t *__restrict__ lengths)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
@@ -67,7 +68,9 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             T *grow = gates + (t * B + b) * G;
             /* this lane's pointwise inputs, fetched before the dot products */
             A p_i = 0, p_o = 0, p_z = 0, c_prev = 0;
+            bool live = false; /* step t lies within row b's length */
             if (row_ok) {
+                live = t < row_steps(lengths, b, steps);
                 p_i = to_acc(grow[u]);
                 p_o = to_acc(grow[H + u]);
                 p_z = to_acc(grow[2 * H + u]);
@@ -111,11 +114,9 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             reduce_rows<KS, BC, 3>(acc, s);
 
             if (row_ok) {
-                const A i = sigmoid_(acc[0] + p_i + b_i);
-                const A o = sigmoid_(acc[1] + p_o + b_o);
-                const A z = elu_(acc[2] + p_z + b_z);
-                const A c = c_prev + i * z;
-                const A h = tanh_(c) * o;
+                A i, o, z, c, h;
+                forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
+                                     acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
                 grow[u] = from_acc<T>(i);
                 grow[H + u] = from_acc<T>(o);
                 grow[2 * H + u] = from_acc<T>(z);
@@ -165,7 +166,8 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          T *__restrict__ grad_h0, T *__restrict__ grad_c0,
                          typename acc_of<T>::type *__restrict__ dg_work,
                          typename acc_of<T>::type *__restrict__ dc_work,
-                         typename acc_of<T>::type *__restrict__ bias_work)
+                         typename acc_of<T>::type *__restrict__ bias_work,
+                         const int64_t *__restrict__ lengths)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
@@ -248,25 +250,27 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             const int64_t jj = t * BH + b * H + own_u;
             const T *arow = gates + (t * B + b) * G;
             A i = 0, o = 0, z = 0, c = 0, dh = 0, dc_in = 0;
+            bool live = false; /* step t lies within row b's length */
             if (row_ok) {
+                const int64_t row_end = row_steps(lengths, b, steps);
+                live = t < row_end;
                 i = to_acc(arow[own_u]);
                 o = to_acc(arow[H + own_u]);
                 z = to_acc(arow[2 * H + own_u]);
                 c = to_acc(cells[jj]);
                 dh = to_acc(grad_output[jj]);
-                if (last) {
+                if (t == row_end - 1) /* the row's last step: dL/dh_n enters */
                     dh += to_acc(grad_h_n[b * H + own_u]);
-                    dc_in = to_acc(grad_c_n[b * H + own_u]);
-                } else {
-                    dc_in = dc_state[b * H + own_u];
-                }
+                /* dL/dc_n enters at the last step and passes the rows that
+                 * ended before it unchanged */
+                dc_in = last ? to_acc(grad_c_n[b * H + own_u]) : dc_state[b * H + own_u];
             }
             A from_above = 0;
             if (!last) /* uniform over the grid */
                 from_above = dh_from(t + 1, b0);
             if (row_ok) {
                 A d[3], dc;
-                backward_math<A>(i, o, z, c, dh + from_above, dc_in, d, &dc);
+                backward_step_math<A>(live, i, o, z, c, dh + from_above, dc_in, d, &dc);
                 T *drow = grad_gates + (t * B + b) * G;
                 drow[own_u] = from_acc<T>(d[0]);
                 drow[H + own_u] = from_acc<T>(d[1]);
@@ -380,7 +384,7 @@ int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args
     return launch_status(launch_cooperative(
         kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
         (const T *)a.h0, (const T *)a.c0, (const T *)a.weights, (const T *)a.bias, (T *)a.gates,
-        (T *)a.output, (T *)a.cells, h_work, c_work));
+        (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths));
 }
 
 template <typename T, int KS, int KR>
@@ -413,7 +417,8 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
         kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
         (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
         (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
-        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, dg_work, dc_work, bias_work));
+        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, dg_work, dc_work, bias_work,
+        a.lengths));
 }
 
 /* The layouts of the library (float64: not those of 32 values a lane) and

@@ -40,8 +40,12 @@ static int64_t sequence_grain(int64_t B)
     return g > 0 ? g : 1;
 }
 
+/* Rows past their length at step t (t >= lengths[b]; lengths NULL: none)
+ * keep their state: gates 0, c unchanged, h_t 0; the recurrent product is
+ * not read for them. */
 typedef struct sequence_forward_args {
-    int64_t B, H;
+    int64_t B, H, t;
+    const int64_t *lengths;
     const void *recurrent;
     void *gates;
     const void *bias;
@@ -49,9 +53,14 @@ typedef struct sequence_forward_args {
     void *new_h, *new_cell;
 } sequence_forward_args;
 
+/* Row b at step t: past its length (t >= lengths[b]): dG 0, dL/dc passes
+ * through, no bias share; at its last step (t == lengths[b] - 1, or T - 1
+ * without lengths) dL/dh_t is grad_output + grad_h_n, before it
+ * grad_output + grad_h (dG_{t+1} W_h). */
 typedef struct sequence_backward_args {
-    int64_t B, H;
-    const void *grad_output, *grad_h;
+    int64_t B, H, t, T;
+    const int64_t *lengths;
+    const void *grad_output, *grad_h, *grad_h_n;
     void *grad_cell; /* acc, in/out: dL/dc_t -> dL/dc_{t-1} */
     const void *cell, *gates;
     void *grad_gates, *grad_bias; /* grad_bias: acc */
@@ -93,6 +102,17 @@ typedef struct sequence_backward_args {
         }                                                                           \
     }                                                                               \
                                                                                     \
+    /* a row past its length: gates 0, h 0, the cell state kept */              \
+    static inline void seq_stopped_row_##SUFFIX(                                    \
+        int64_t n, S *restrict g_i, S *restrict g_o, S *restrict g_z,               \
+        const C *restrict c, S *restrict h_out, S *restrict c_out)                  \
+    {                                                                               \
+        for (int64_t k = 0; k < n; ++k) {                                           \
+            g_i[k] = g_o[k] = g_z[k] = h_out[k] = lltm_store_##SUFFIX(0);           \
+            c_out[k] = lltm_store_##SUFFIX(c[k]);                                   \
+        }                                                                           \
+    }                                                                               \
+                                                                                    \
     LLTM_SEQUENCE_CLONES                                                            \
     static void seq_forward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)       \
     {                                                                               \
@@ -102,6 +122,13 @@ typedef struct sequence_backward_args {
         for (int64_t b = 0; b < a->B; ++b) {                                        \
             const S *r = (const S *)a->recurrent + b * G + lo;                      \
             S *g = (S *)a->gates + b * G + lo;                                      \
+            if (a->lengths && a->t >= a->lengths[b]) {                              \
+                seq_stopped_row_##SUFFIX(hi - lo, g, g + H, g + 2 * H,              \
+                                         (const C *)a->cell_state + b * H + lo,     \
+                                         (S *)a->new_h + b * H + lo,                \
+                                         (S *)a->new_cell + b * H + lo);            \
+                continue;                                                           \
+            }                                                                       \
             seq_forward_row_##SUFFIX(hi - lo, r, r + H, r + 2 * H, g, g + H,        \
                                      g + 2 * H, bias, bias + H, bias + 2 * H,       \
                                      (C *)a->cell_state + b * H + lo,               \
@@ -143,9 +170,17 @@ typedef struct sequence_backward_args {
         for (int64_t b = 0; b < a->B; ++b) {                                        \
             const S *act = (const S *)a->gates + b * G + lo;                        \
             S *dg = (S *)a->grad_gates + b * G + lo;                                \
+            const int64_t steps = a->lengths ? a->lengths[b] : a->T;                \
+            if (a->t >= steps) { /* past the row's end */                           \
+                memset(dg, 0, (size_t)(hi - lo) * sizeof(S));                       \
+                memset(dg + H, 0, (size_t)(hi - lo) * sizeof(S));                   \
+                memset(dg + 2 * H, 0, (size_t)(hi - lo) * sizeof(S));               \
+                continue;                                                           \
+            }                                                                       \
+            const S *dh = a->t == steps - 1 ? a->grad_h_n : a->grad_h;              \
             seq_backward_row_##SUFFIX(                                              \
                 hi - lo, (const S *)a->grad_output + b * H + lo,                    \
-                (const S *)a->grad_h + b * H + lo, (C *)a->grad_cell + b * H + lo,  \
+                dh + b * H + lo, (C *)a->grad_cell + b * H + lo,                    \
                 (const S *)a->cell + b * H + lo, act, act + H, act + 2 * H, dg,     \
                 dg + H, dg + 2 * H, db, db + H, db + 2 * H);                        \
         }                                                                           \
@@ -271,6 +306,35 @@ static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
     return T >= 0 && B >= 0 && I >= 0 && H >= 1;
 }
 
+/* The checks both directions start with; k: the dtype's functions. */
+static int check_call(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                      const void *tensors, void *workspace, size_t workspace_bytes,
+                      lltm_gemm gemm, lltm_parallel_for pfor, sequence_kernels *k)
+{
+    const int status = kernels_for(dtype, k);
+    if (status != LLTM_OK)
+        return status;
+    if (!sizes_ok(T, B, I, H) || tensors == NULL || gemm == NULL || pfor == NULL ||
+        (workspace == NULL && workspace_bytes > 0) || (uintptr_t)workspace % 8 != 0)
+        return LLTM_ERR_ARGUMENT;
+    return LLTM_OK;
+}
+
+/* The steps to run: T, or the longest row's length (each in [1, T]; -1 if
+ * one is not). */
+static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
+{
+    if (lengths == NULL)
+        return T;
+    int64_t steps = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        if (lengths[b] < 1 || lengths[b] > T)
+            return -1;
+        steps = lengths[b] > steps ? lengths[b] : steps;
+    }
+    return steps;
+}
+
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H)
 {
     sequence_kernels k;
@@ -289,24 +353,27 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
         return 0;
     const size_t G = (size_t)(3 * H), TB = (size_t)(T * B);
     return round_up(TB * G * k.elem) + round_up(TB * (size_t)H * k.elem) +
-           round_up((size_t)(B * H) * k.acc) + round_up(G * k.acc);
+           round_up((size_t)(B * H) * k.elem) + round_up((size_t)(B * H) * k.acc) +
+           round_up(G * k.acc);
 }
 
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                              const void *input, const void *weights, const void *bias,
-                              const void *h0, const void *c0, void *output, void *h_n,
-                              void *c_n, void *cells, void *gates, void *workspace,
+                              const lltm_sequence_forward_tensors *tensors, void *workspace,
                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
-    int status = kernels_for(dtype, &k);
+    int status = check_call(dtype, T, B, I, H, tensors, workspace,
+                            lltm_sequence_forward_workspace_cpu(dtype, B, H), gemm, pfor, &k);
     if (status != LLTM_OK)
         return status;
-    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
-        (workspace == NULL && lltm_sequence_forward_workspace_cpu(dtype, B, H) > 0) ||
-        (uintptr_t)workspace % 8 != 0)
+    const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
+    const void *h0 = tensors->h0;
+    void *output = tensors->output, *gates = tensors->gates;
+    const int64_t *lengths = tensors->lengths;
+    const int64_t steps = run_steps(T, B, lengths);
+    if (steps < 0)
         return LLTM_ERR_ARGUMENT;
-    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const int64_t G = 3 * H, K = I + H;
     const size_t elem = k.elem;
     char *cursor = (char *)workspace;
     void *W_h_t = take(&cursor, (size_t)(H * G) * elem);      /* [H,G] */
@@ -316,107 +383,143 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     /* W_h^T [H,G] as a dense copy: BLAS multiplies by it ~1.7x faster than
      * by the strided view of W (9 vs 16 us at B=16, H=128). */
     transpose(elem, G, H, weights, K, W_h_t);
-    k.load(B * H, c0, cell_state);
+    k.load(B * H, tensors->c0, cell_state);
 
-    /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step;
-     * W_x^T (i, g) = W[g, H + i]. */
-    status = product(gemm, gemm_ctx, dtype, elem, TB, G, I, input, I, 1,
+    /* gates [steps*B,G] = x [steps*B,I] W_x^T: the input projection of every
+     * step that runs; W_x^T (i, g) = W[g, H + i]. */
+    status = product(gemm, gemm_ctx, dtype, elem, steps * B, G, I, input, I, 1,
                      at(weights, H, elem), 1, K, gates, G);
     for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
-        /* h_{t-1}: h0, or the previous step's row block of the output. */
+        /* h_{t-1}: h0, or the previous step's row block of the output. No
+         * product past the longest row (every row has stopped: nothing
+         * reads it). */
         const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
-        status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
-                         recurrent, G);
+        if (t < steps)
+            status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
+                             recurrent, G);
         if (status != LLTM_OK)
             break;
-        sequence_forward_args args = {B, H, recurrent, at(gates, t * B * G, elem), bias,
-                                      cell_state, at(output, t * B * H, elem),
-                                      at(cells, t * B * H, elem)};
+        sequence_forward_args args = {.B = B,
+                                      .H = H,
+                                      .t = t,
+                                      .lengths = lengths,
+                                      .recurrent = recurrent,
+                                      .gates = at(gates, t * B * G, elem),
+                                      .bias = bias,
+                                      .cell_state = cell_state,
+                                      .new_h = at(output, t * B * H, elem),
+                                      .new_cell = at(tensors->cells, t * B * H, elem)};
         status = run(pfor, B, H, k.forward, &args);
     }
     if (status != LLTM_OK)
         return status;
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence). */
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
+     * lengths, each row's h at its own last step (its c stayed there). */
     if (B * H > 0) {
-        memcpy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0, (size_t)(B * H) * elem);
-        k.store(B * H, cell_state, c_n);
+        if (lengths) {
+            for (int64_t b = 0; b < B; ++b)
+                memcpy(at(tensors->h_n, b * H, elem),
+                       at(output, ((lengths[b] - 1) * B + b) * H, elem), (size_t)H * elem);
+        } else {
+            memcpy(tensors->h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0,
+                   (size_t)(B * H) * elem);
+        }
+        k.store(B * H, cell_state, tensors->c_n);
     }
     return LLTM_OK;
 }
 
 int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
-                               const void *grad_output, const void *grad_h_n,
-                               const void *grad_c_n, const void *input, const void *weights,
-                               const void *h0, const void *output, const void *cells,
-                               const void *gates, void *grad_input, void *grad_weights,
-                               void *grad_bias, void *grad_h0, void *grad_c0,
-                               void *workspace, lltm_gemm gemm, void *gemm_ctx,
-                               lltm_parallel_for pfor)
+                               const lltm_sequence_backward_tensors *tensors, void *workspace,
+                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
-    int status = kernels_for(dtype, &k);
+    int status = check_call(dtype, T, B, I, H, tensors, workspace,
+                            lltm_sequence_backward_workspace_cpu(dtype, T, B, H), gemm, pfor,
+                            &k);
     if (status != LLTM_OK)
         return status;
-    if (!sizes_ok(T, B, I, H) || gemm == NULL || pfor == NULL ||
-        (workspace == NULL && lltm_sequence_backward_workspace_cpu(dtype, T, B, H) > 0) ||
-        (uintptr_t)workspace % 8 != 0)
+    const lltm_sequence_backward_tensors *a = tensors;
+    const void *weights = a->weights;
+    void *grad_h0 = a->grad_h0, *grad_weights = a->grad_weights;
+    const int64_t steps = run_steps(T, B, a->lengths);
+    if (steps < 0)
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = k.elem;
     char *cursor = (char *)workspace;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     void *h_prev = take(&cursor, (size_t)(TB * H) * elem);  /* [T,B,H] */
+    void *dh = take(&cursor, (size_t)(B * H) * elem);       /* [B,H] */
     void *dc = take(&cursor, (size_t)(B * H) * k.acc);      /* [B,H] acc */
     void *bias_acc = take(&cursor, (size_t)G * k.acc);      /* [G] acc */
 
-    /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in
-     * grad_h0 (each step's product overwrites it), except at the last step,
-     * where it is grad_h_n. */
+    /* Running gradients: dc = dL/dc_t; dL/dh_t through the recurrence in dh
+     * (each step's product overwrites it), except at each row's last step,
+     * where it is grad_h_n; the first step's product goes to grad_h0, and is
+     * not run where grad_h0 is not wanted. */
     memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
-    k.load(B * H, grad_c_n, dc);
-    const void *dh_next = grad_h_n;
+    k.load(B * H, a->grad_c_n, dc);
+    const void *dh_next = a->grad_h_n;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
-        sequence_backward_args args = {B,
-                                       H,
-                                       at(grad_output, t * B * H, elem),
-                                       dh_next,
-                                       dc,
-                                       at(cells, t * B * H, elem),
-                                       at(gates, t * B * G, elem),
-                                       at(d_gates, t * B * G, elem),
-                                       bias_acc};
+        sequence_backward_args args = {.B = B,
+                                       .H = H,
+                                       .t = t,
+                                       .T = T,
+                                       .lengths = a->lengths,
+                                       .grad_output = at(a->grad_output, t * B * H, elem),
+                                       .grad_h = dh_next,
+                                       .grad_h_n = a->grad_h_n,
+                                       .grad_cell = dc,
+                                       .cell = at(a->cells, t * B * H, elem),
+                                       .gates = at(a->gates, t * B * G, elem),
+                                       .grad_gates = at(d_gates, t * B * G, elem),
+                                       .grad_bias = bias_acc};
         status = run(pfor, B, H, k.backward, &args);
         if (status != LLTM_OK)
             return status;
+        if (t >= steps) /* every row has stopped: dG[t] is 0 */
+            continue;
         /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H] */
+        void *dh_prev = t > 0 ? dh : grad_h0;
+        if (dh_prev == NULL)
+            break;
         status = product(gemm, gemm_ctx, dtype, elem, B, H, G, at(d_gates, t * B * G, elem),
-                         G, 1, weights, K, 1, grad_h0, H);
+                         G, 1, weights, K, 1, dh_prev, H);
         if (status != LLTM_OK)
             return status;
-        dh_next = grad_h0;
+        dh_next = dh;
     }
-    if ((T == 0 || B == 0) && B * H > 0)
-        memcpy(grad_h0, grad_h_n, (size_t)(B * H) * elem);
-    k.store(B * H, dc, grad_c0);
-    k.store(G, bias_acc, grad_bias);
+    if ((T == 0 || B == 0) && B * H > 0 && grad_h0 != NULL)
+        memcpy(grad_h0, a->grad_h_n, (size_t)(B * H) * elem);
+    if (a->grad_c0 != NULL)
+        k.store(B * H, dc, a->grad_c0);
+    if (a->grad_bias != NULL)
+        k.store(G, bias_acc, a->grad_bias);
 
-    if (TB == 0) {
+    if (grad_weights != NULL && TB == 0)
         memset(grad_weights, 0, (size_t)(G * K) * elem);
+    if (TB == 0)
         return LLTM_OK;
-    }
-    /* h_prev [T*B,H] = [h0; h_1 .. h_{T-1}] = h0 then output[0 .. T-2]. */
-    memcpy(h_prev, h0, (size_t)(B * H) * elem);
-    memcpy(at(h_prev, B * H, elem), output, (size_t)((T - 1) * B * H) * elem);
-    /* All steps at once, dG^T (g, r) = dG[r, g]:
+    /* Over the steps that ran (SB = steps*B rows; dG is 0 past them), all at
+     * once, dG^T (g, r) = dG[r, g]:
      *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
-     *   dx [T*B,I] = dG W_x        W_x (g, i) = W[g, H + i] */
-    status = product(gemm, gemm_ctx, dtype, elem, G, H, TB, d_gates, 1, G, h_prev, H, 1,
-                     grad_weights, K);
-    if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, G, I, TB, d_gates, 1, G, input, I, 1,
-                         at(grad_weights, H, elem), K);
-    if (status == LLTM_OK)
-        status = product(gemm, gemm_ctx, dtype, elem, TB, I, G, d_gates, G, 1,
-                         at(weights, H, elem), K, 1, grad_input, I);
+     *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB */
+    const int64_t SB = steps * B;
+    if (grad_weights != NULL) {
+        /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
+        memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
+        memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
+        status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
+                         grad_weights, K);
+        if (status == LLTM_OK)
+            status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input,
+                             I, 1, at(grad_weights, H, elem), K);
+    }
+    if (status == LLTM_OK && a->grad_input != NULL)
+        status = product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
+                         at(weights, H, elem), K, 1, a->grad_input, I);
+    if (status == LLTM_OK && a->grad_input != NULL && SB < TB)
+        memset(at(a->grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
     return status;
 }

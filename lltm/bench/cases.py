@@ -50,6 +50,7 @@ class Workload:
     T: int = 1
     layers: int = 1            # sequences: stacked layers (layer k > 0 reads H features)
     oracle_device: torch.device = torch.device("cpu")  # where the float64 oracle runs
+    input_grad: bool = True    # False: the input and the initial state need no gradient
 
     def __post_init__(self):
         self._data: dict[str, torch.Tensor] = {}
@@ -61,6 +62,8 @@ class Workload:
         size = f"B={self.B} I={self.I} H={self.H}"
         if self.kind == "sequence":
             size += f" T={self.T}" + (f" L={self.layers}" if self.layers > 1 else "")
+        if not self.input_grad:
+            size += " (input and state need no grad)"
         return f"{self.device} {dtype} {self.kind} {size}"
 
     def share_data(self, other: "Workload") -> None:
@@ -109,11 +112,15 @@ class Workload:
                 layer_name("b_hh", k): uniform(4 * H, bound=bound)})
 
     def leaf(self, name: str, shape=None) -> torch.Tensor:
-        """The data in this workload's device and dtype, requiring grad."""
+        """The data in this workload's device and dtype, requiring grad (the
+        input and the initial state only when ``input_grad``)."""
         t = self.data(name)
         if shape is not None:
             t = t.reshape(shape)
-        return t.to(device=self.device, dtype=self.dtype).requires_grad_()
+        needs_grad = self.input_grad or name not in DATA_NAMES
+        # (detached: the float64 oracle makes the data itself a leaf of its graph)
+        t = t.detach().to(device=self.device, dtype=self.dtype, copy=True)
+        return t.requires_grad_(needs_grad)
 
     @property
     def state_shape(self) -> tuple[int, int, int]:
@@ -139,6 +146,10 @@ class Workload:
         if key not in self._oracles:
             self._oracles[key] = compute(self)
         return self._oracles[key]
+
+
+# The data of a step (input, initial state), as opposed to its parameters.
+DATA_NAMES = ("x", "h", "c")
 
 
 def layer_name(name: str, k: int) -> str:
@@ -252,6 +263,15 @@ class Case:
     # override of the CUDA library's choices, lltm.overrides); not around
     # CUDA-graph replays: a graph keeps the kernels of its capture
     scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    def __post_init__(self):
+        # Gradients are taken of the leaves that need one (see
+        # Workload.input_grad); the expected gradients follow.
+        keep = [leaf.requires_grad for leaf in self.leaves]
+        if not all(keep):
+            outputs, grads = self.expected
+            self.leaves = [leaf for leaf, k in zip(self.leaves, keep) if k]
+            self.expected = (outputs, [g for g, k in zip(grads, keep) if k])
 
 
 @dataclasses.dataclass

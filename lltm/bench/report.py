@@ -153,7 +153,10 @@ def format_table(records: list[dict], machine: dict) -> str:
         graphs = any(isinstance(r.get("graph_step"), dict) for r in recs)
         metrics = METRICS + (GRAPH_METRICS if graphs else ())
         baselines = CELL_BASELINES if kind == "cell" else SEQUENCE_BASELINES
-        lines.append(f"== {device} | {dtype} | {kind} {_size(kind, B, I, H, T, L)}")
+        no_input_grad = " | input and state need no grad" if any(
+            r.get("input_grad") is False for r in recs) else ""
+        lines.append(f"== {device} | {dtype} | {kind} {_size(kind, B, I, H, T, L)}"
+                     f"{no_input_grad}")
         header = ["implementation", "check"] + [m.replace("graph_", "graph ") for m in metrics] \
             + [f"step vs {b}" for b in baselines]
         rows = [header]

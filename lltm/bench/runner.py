@@ -55,6 +55,7 @@ def new_record(w: Workload, impl: Impl) -> dict:
     """The record of one implementation on one workload, before its check."""
     return {"device": str(w.device), "dtype": str(w.dtype).replace("torch.", ""),
             "kind": w.kind, "B": w.B, "I": w.I, "H": w.H, "T": w.T, "layers": w.layers,
+            "input_grad": w.input_grad,
             "impl": impl.key, "label": impl.label, "status": "ok", "error": None,
             "tolerance": None, "where": None, "note": impl.note, "setup_s": None,
             **{m: None for m in METRICS + GRAPH_METRICS}}
@@ -232,7 +233,7 @@ def _parse_keys(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import sweep
+    from . import rows, sweep
     parser = argparse.ArgumentParser(
         prog="python -m lltm.bench", description=sys.modules[__package__].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -262,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip", type=_parse_keys, default=[],
                         help="comma list of implementations to leave out")
     parser.add_argument("--no-graphs", action="store_true", help="no CUDA-graph timings")
+    parser.add_argument("--no-input-grad", action="store_true",
+                        help="the input and the initial state need no gradient (only the "
+                             "parameters'): a first layer fed data, as in training")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads for the CPU runs (default: torch's choice)")
     parser.add_argument("--json", metavar="PATH", help="save every number and the machine here")
@@ -271,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (none is drawn where stderr is not a terminal)")
     sweep.add_arguments(parser)
+    rows.add_arguments(parser)
     return parser
 
 
@@ -291,6 +296,9 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
         torch.set_num_threads(args.threads)
     if args.sweep or args.sweep_quick:
         return sweep.run(args, parser, argv, extra_impls)
+    if args.rows:
+        from . import rows
+        return rows.run(args, parser)
     misused = sweep.misused(args)
     if misused:
         parser.error(f"{', '.join(misused)}: only with --sweep")
@@ -317,12 +325,13 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     for device in args.device:
         for dtype in args.dtype:
             for B, I, H in args.sizes:
-                workloads.append(Workload(device, dtype, "cell", B, I, H))
+                workloads.append(Workload(device, dtype, "cell", B, I, H,
+                                          input_grad=not args.no_input_grad))
             if seq_len > 0:
                 for L in layers:
                     for B, I, H in args.sizes:
                         workloads.append(Workload(device, dtype, "sequence", B, I, H, seq_len,
-                                                  layers=L))
+                                                  layers=L, input_grad=not args.no_input_grad))
     plan = [(w, [i for i in impls if i.kind == w.kind]) for w in workloads]
     plan = [(w, ws) for w, ws in plan if ws]
     total = sum(len(ws) * (1 + opts.passes + (w.device.type == "cuda" and opts.graphs))

@@ -59,6 +59,7 @@ typedef struct layer {
     double *out, *h_n, *c_n, *cells, *gates;     /* forward */
     double *g_out, *g_hn, *g_cn;                 /* upstream gradients */
     double *d_x, *d_W, *d_b, *d_h0, *d_c0;       /* backward */
+    const int64_t *len; /* row lengths, or NULL: every row T steps */
 } layer;
 
 static void reference_layer(layer *L)
@@ -73,7 +74,15 @@ static void reference_layer(layer *L)
     for (long long t = 0; t < T; ++t) {
         for (long long r = 0; r < B; ++r) {
             real pre[3];
+            const int live = t < (L->len ? L->len[r] : T); /* else the row has stopped */
             for (long long u = 0; u < H; ++u) {
+                if (!live) { /* state kept; output and gates 0 */
+                    const long long s = (t * B + r) * H + u, a = (t * B + r) * G;
+                    L->cells[s] = (double)c[r * H + u];
+                    L->gates[a + u] = L->gates[a + H + u] = L->gates[a + 2 * H + u] = 0;
+                    L->out[s] = 0;
+                    continue;
+                }
                 for (int q = 0; q < 3; ++q) {
                     const long long g = q * H + u;
                     real s = L->b[g];
@@ -93,8 +102,9 @@ static void reference_layer(layer *L)
                 L->out[s] = (double)(tanhl(c[r * H + u]) * o);
             }
         }
-        /* the step's h only after every row used h_{t-1} */
-        for (long long k = 0; k < B * H; ++k) h[k] = L->out[t * B * H + k];
+        /* the step's h only after every row used h_{t-1} (a stopped row keeps its h) */
+        for (long long k = 0; k < B * H; ++k)
+            if (t < (L->len ? L->len[k / H] : T)) h[k] = L->out[t * B * H + k];
     }
     for (long long k = 0; k < B * H; ++k) {
         L->h_n[k] = (double)h[k];
@@ -106,6 +116,10 @@ static void reference_layer(layer *L)
         for (long long r = 0; r < B; ++r)
             for (long long u = 0; u < H; ++u) {
                 const long long s = (t * B + r) * H + u, a = (t * B + r) * G;
+                if (t >= (L->len ? L->len[r] : T)) { /* stopped: dL/dh, dL/dc pass through */
+                    dg[r * G + u] = dg[r * G + H + u] = dg[r * G + 2 * H + u] = 0;
+                    continue;
+                }
                 const real i = L->gates[a + u], o = L->gates[a + H + u], z = L->gates[a + 2 * H + u];
                 const real th = tanhl((real)L->cells[s]), gh = L->g_out[s] + dh[r * H + u];
                 const real dcell = dc[r * H + u] + gh * o * (1 - th * th);
@@ -122,7 +136,7 @@ static void reference_layer(layer *L)
                 for (long long j = 0; j < I; ++j)
                     dW[g * K + H + j] += dg[r * G + g] * L->x[(t * B + r) * I + j];
             }
-            for (long long j = 0; j < H; ++j) {
+            for (long long j = 0; j < H && t < (L->len ? L->len[r] : T); ++j) {
                 real s = 0;
                 for (long long g = 0; g < G; ++g) s += dg[r * G + g] * L->W[g * K + j];
                 dh[r * H + j] = s;
@@ -187,10 +201,57 @@ static void *poisoned_bytes(size_t n)
     return p;
 }
 
-static void test_case(long long T, long long B, long long I, long long H, lltm_dtype dt,
-                      lltm_parallel_for pfor)
+/* The backward with only some gradients wanted (the others NULL), for all
+ * 32 choices: each wanted one bitwise equal to the full backward's `full`
+ * (grad_input, grad_weights, grad_bias, grad_h0, grad_c0), the products of
+ * the others not run. */
+static void test_wanted_subsets(long long T, long long B, long long I, long long H,
+                                long long steps, lltm_dtype dt, lltm_parallel_for pfor,
+                                const lltm_sequence_backward_tensors *all, void *const full[5])
 {
     const char *name = dtype_name(dt);
+    const size_t e = lltm_dtype_size(dt);
+    const size_t n[5] = {(size_t)(T * B * I), (size_t)(3 * H * (I + H)), (size_t)(3 * H),
+                         (size_t)(B * H), (size_t)(B * H)};
+    const size_t ws = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
+    for (int mask = 0; mask < 32; ++mask) {
+        void *got[5];
+        for (int k = 0; k < 5; ++k)
+            got[k] = mask & (1 << k) ? poisoned(n[k], dt) : NULL;
+        lltm_sequence_backward_tensors t = *all;
+        t.grad_input = got[0], t.grad_weights = got[1], t.grad_bias = got[2];
+        t.grad_h0 = got[3], t.grad_c0 = got[4];
+        void *work = poisoned_bytes(ws);
+        gemm_log log = {0, -1};
+        const int status = lltm_sequence_backward_cpu(dt, T, B, I, H, &t, work, naive_gemm, &log,
+                                                      pfor);
+        check(status == LLTM_OK, "backward status, some gradients", B, H, name);
+        int same = 1;
+        for (int k = 0; k < 5; ++k)
+            if (got[k] != NULL && n[k] > 0 && memcmp(got[k], full[k], n[k] * e) != 0)
+                same = 0;
+        check(same, "wanted gradients bitwise equal to the full backward's", B, H, name);
+        /* products: one recurrent one a step that runs (the first step's only
+         * for grad_h0; steps: T, or up to the longest row),
+         * dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
+         * grad_input */
+        const long long want_calls =
+            T * B == 0 ? 0
+                       : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
+                             (mask & 1 ? (I > 0) : 0);
+        check(log.calls == want_calls, "products run for some gradients", B, H, name);
+        for (int k = 0; k < 5; ++k)
+            free(got[k]);
+        free(work);
+    }
+}
+
+
+/* with_lengths: rows of random lengths in [1, T] (needs T >= 1) */
+static void test_case(long long T, long long B, long long I, long long H, lltm_dtype dt,
+                      lltm_parallel_for pfor, int with_lengths)
+{
+    const char *name = with_lengths ? "lengths" : dtype_name(dt);
     const long long G = 3 * H, K = I + H;
     const size_t nx = (size_t)(T * B * I), nW = (size_t)(G * K), nS = (size_t)(B * H);
     const size_t nTH = (size_t)(T * B * H), nTG = (size_t)(T * B * G);
@@ -199,7 +260,15 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
                random_array((size_t)G, 1.0), random_array(nS, 1.0), random_array(nS, 1.0),
                array_of(nTH), array_of(nS), array_of(nS), array_of(nTH), array_of(nTG),
                random_array(nTH, 1.0), random_array(nS, 1.0), random_array(nS, 1.0),
-               array_of(nx), array_of(nW), array_of((size_t)G), array_of(nS), array_of(nS)};
+               array_of(nx), array_of(nW), array_of((size_t)G), array_of(nS), array_of(nS),
+               NULL};
+    int64_t *len = malloc((size_t)B * sizeof(int64_t) + 1), steps = with_lengths ? 0 : T;
+    if (!len) { perror("malloc"); exit(2); }
+    for (long long r = 0; r < B && with_lengths; ++r) {
+        len[r] = 1 + rand() % T;
+        steps = len[r] > steps ? len[r] : steps;
+    }
+    L.len = with_lengths ? len : NULL;
     void *x = rounded(L.x, nx, dt), *W = rounded(L.W, nW, dt), *b = rounded(L.b, (size_t)G, dt);
     void *h0 = rounded(L.h0, nS, dt), *c0 = rounded(L.c0, nS, dt);
     void *g_out = rounded(L.g_out, nTH, dt), *g_hn = rounded(L.g_hn, nS, dt);
@@ -211,8 +280,9 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, B, H);
     void *work_f = poisoned_bytes(ws_f);
     gemm_log log = {0, -1};
-    int status = lltm_sequence_forward_cpu(dt, T, B, I, H, x, W, b, h0, c0, out, h_n, c_n, cells,
-                                           gates, work_f, naive_gemm, &log, pfor);
+    const lltm_sequence_forward_tensors fwd = {x,   W,   b,     h0,    c0,   out,
+                                               h_n, c_n, cells, gates, L.len};
+    int status = lltm_sequence_forward_cpu(dt, T, B, I, H, &fwd, work_f, naive_gemm, &log, pfor);
     check(status == LLTM_OK && ws_f > 0, "forward status", B, H, name);
     check(matches(out, L.out, nTH, dt), "forward output", B, H, name);
     check(matches(h_n, L.h_n, nS, dt), "forward h_n", B, H, name);
@@ -220,7 +290,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     check(matches(cells, L.cells, nTH, dt), "forward cells", B, H, name);
     check(matches(gates, L.gates, nTG, dt), "forward gates", B, H, name);
     /* h_n / c_n are the last step's state (h0, c0 when T == 0) */
-    if (nS > 0) {
+    if (nS > 0 && !with_lengths) {
         const size_t e = lltm_dtype_size(dt);
         check(memcmp(h_n, T > 0 ? (char *)out + (size_t)(T - 1) * nS * e : h0, nS * e) == 0,
               "h_n is h_T", B, H, name);
@@ -232,25 +302,30 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
     void *work_b = poisoned_bytes(ws_b);
-    status = lltm_sequence_backward_cpu(dt, T, B, I, H, g_out, g_hn, g_cn, x, W, h0, out, cells,
-                                        gates, d_x, d_W, d_b, d_h0, d_c0, work_b, naive_gemm,
-                                        &log, pfor);
+    const lltm_sequence_backward_tensors bwd = {g_out, g_hn, g_cn, x,    W,    h0,
+                                                out,   cells, gates, d_x, d_W, d_b,
+                                                d_h0,  d_c0, L.len};
+    status = lltm_sequence_backward_cpu(dt, T, B, I, H, &bwd, work_b, naive_gemm, &log, pfor);
     check(status == LLTM_OK && ws_b > 0, "backward status", B, H, name);
     check(matches(d_x, L.d_x, nx, dt), "backward grad_input", B, H, name);
     check(matches(d_W, L.d_W, nW, dt), "backward grad_weights", B, H, name);
     check(matches(d_b, L.d_b, (size_t)G, dt), "backward grad_bias", B, H, name);
     check(matches(d_h0, L.d_h0, nS, dt), "backward grad_h0", B, H, name);
     check(matches(d_c0, L.d_c0, nS, dt), "backward grad_c0", B, H, name);
-    /* products, when T*B > 0: x W_x^T (if I > 0) and T recurrent ones
-     * forward; T recurrent ones, dW_h, and dW_x and dx (if I > 0) backward */
-    const long long want_calls = T * B == 0 ? 0 : (I > 0) + T + T + 1 + 2 * (I > 0);
+    /* products, when T*B > 0: x W_x^T (if I > 0) and one recurrent one a
+     * step forward; one a step, dW_h, and dW_x and dx (if I > 0) backward;
+     * the steps: T, or up to the longest row */
+    const long long want_calls = T * B == 0 ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
+    void *const full[5] = {d_x, d_W, d_b, d_h0, d_c0};
+    if (pfor == lltm_serial_for)
+        test_wanted_subsets(T, B, I, H, steps, dt, pfor, &bwd, full);
 
     double *owned[] = {L.x, L.W, L.b, L.h0, L.c0, L.out, L.h_n, L.c_n, L.cells, L.gates,
                        L.g_out, L.g_hn, L.g_cn, L.d_x, L.d_W, L.d_b, L.d_h0, L.d_c0};
     for (size_t k = 0; k < sizeof owned / sizeof owned[0]; ++k) free(owned[k]);
     void *more[] = {x, W, b, h0, c0, g_out, g_hn, g_cn, out, h_n, c_n, cells, gates, work_f,
-                    d_x, d_W, d_b, d_h0, d_c0, work_b};
+                    d_x, d_W, d_b, d_h0, d_c0, work_b, len};
     for (size_t k = 0; k < sizeof more / sizeof more[0]; ++k) free(more[k]);
 }
 
@@ -258,7 +333,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
  * and workspaces. */
 static void test_errors(void)
 {
-    const long long T = 3, B = 2, I = 4, H = 5, G = 15, K = 9;
+    const long long T = 3, B = 2, I = 4, H = 5;
     double *buf = calloc(1024, sizeof(double));
     if (!buf) { perror("calloc"); exit(2); }
     for (int k = 0; k < 1024; ++k) buf[k] = 0.25 * (k % 7) - 0.5;
@@ -266,57 +341,66 @@ static void test_errors(void)
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(LLTM_FLOAT64, T, B, H);
     void *work = calloc(ws_f > ws_b ? ws_f : ws_b, 1);
     if (!work) { perror("calloc"); exit(2); }
-    (void)G, (void)K;
+    /* inputs read from buf, outputs written after it, apart */
+    const lltm_sequence_forward_tensors fwd = {buf, buf, buf, buf, buf, buf + 100, buf + 200,
+                                               buf + 220, buf + 240, buf + 300, NULL};
+    const lltm_sequence_backward_tensors bwd = {buf, buf, buf, buf, buf, buf, buf, buf, buf,
+                                                buf + 400, buf + 500, buf + 700, buf + 720,
+                                                buf + 740, NULL};
     /* every product of both directions fails in turn: the failure comes back */
     for (int fail_at = 0; fail_at < 1 + (int)T; ++fail_at) {
         gemm_log log = {0, fail_at};
-        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf,
-                                        buf + 100, buf + 200, buf + 220, buf + 240, buf + 300,
-                                        work, naive_gemm, &log, lltm_serial_for) == LLTM_ERR_GEMM,
+        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
+                                        lltm_serial_for) == LLTM_ERR_GEMM,
               "forward reports a failed product", B, H, "float64");
     }
     for (int fail_at = 0; fail_at < (int)T + 3; ++fail_at) {
         gemm_log log = {0, fail_at};
-        check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf,
-                                         buf, buf, buf, buf + 400, buf + 500, buf + 700,
-                                         buf + 720, buf + 740, work, naive_gemm, &log,
+        check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &bwd, work, naive_gemm, &log,
                                          lltm_serial_for) == LLTM_ERR_GEMM,
               "backward reports a failed product", B, H, "float64");
     }
     gemm_log log = {0, -1};
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf + 100,
-                                    buf + 200, buf + 220, buf + 240, buf + 300, work, naive_gemm,
-                                    &log, failing_for) == LLTM_ERR_PARALLEL,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
+                                    failing_for) == LLTM_ERR_PARALLEL,
           "forward reports a failed parallel-for", B, H, "float64");
-    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                     buf, buf, buf + 400, buf + 500, buf + 700, buf + 720,
-                                     buf + 740, work, naive_gemm, &log,
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &bwd, work, naive_gemm, &log,
                                      failing_for) == LLTM_ERR_PARALLEL,
           "backward reports a failed parallel-for", B, H, "float64");
-    check(lltm_sequence_forward_cpu((lltm_dtype)9, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu((lltm_dtype)9, T, B, I, H, &fwd, work, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_DTYPE,
           "unknown dtype rejected", B, H, "9");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, 0, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, 0, &fwd, work, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "H = 0 rejected", B, 0, "float64");
-    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, -1, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                     buf, buf, buf, buf, buf, buf, buf, work, naive_gemm, &log,
+    check(lltm_sequence_backward_cpu(LLTM_FLOAT64, -1, B, I, H, &bwd, work, naive_gemm, &log,
                                      lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "negative T rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, NULL, naive_gemm, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, NULL, work, naive_gemm, &log,
+                                    lltm_serial_for) == LLTM_ERR_ARGUMENT &&
+              lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, NULL, work, naive_gemm,
+                                         &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
+          "missing tensors rejected", B, H, "float64");
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, NULL, naive_gemm, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "missing workspace rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, (char *)work + 4, naive_gemm, &log,
-                                    lltm_serial_for) == LLTM_ERR_ARGUMENT,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, (char *)work + 4,
+                                    naive_gemm, &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "misaligned workspace rejected", B, H, "float64");
-    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, buf, buf, buf, buf, buf, buf, buf,
-                                    buf, buf, buf, work, NULL, &log,
+    check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, NULL, &log,
                                     lltm_serial_for) == LLTM_ERR_ARGUMENT,
           "missing gemm rejected", B, H, "float64");
+    const int64_t bad_lengths[][2] = {{3, 0}, {4, 1}, {-1, 2}}; /* each in [1, T = 3] */
+    for (int k = 0; k < 3; ++k) {
+        lltm_sequence_forward_tensors f = fwd;
+        lltm_sequence_backward_tensors g = bwd;
+        f.lengths = g.lengths = bad_lengths[k];
+        check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &f, work, naive_gemm, &log,
+                                        lltm_serial_for) == LLTM_ERR_ARGUMENT &&
+                  lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &g, work, naive_gemm,
+                                             &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
+              "lengths out of [1, T] rejected", B, H, "float64");
+    }
     check(lltm_sequence_forward_workspace_cpu((lltm_dtype)9, B, H) == 0 &&
               lltm_sequence_backward_workspace_cpu(LLTM_FLOAT32, -1, B, H) == 0,
           "workspace of bad arguments is 0", B, H, "-");
@@ -337,8 +421,9 @@ int main(void)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; ++d)
             for (size_t r = 0; r < 2; ++r)
-                test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], dtypes[d],
-                          runners[r]);
+                for (int with_lengths = 0; with_lengths <= (shapes[s][0] > 0); ++with_lengths)
+                    test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                              dtypes[d], runners[r], with_lengths);
     test_errors();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -506,6 +506,7 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask)
     return emu::shfl_xor(v, mask);
 }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
+template <typename T> inline T __ldg(const T *p) { return *p; }
 
 inline cudaError_t cudaGetLastError()
 {
