@@ -5,7 +5,9 @@
 #
 # Set-up is idempotent: a virtual environment in .venv with torch 2.13.0 (CPU
 # build), the test / bench / example dependencies, and lltm installed editable
-# (which builds the native library with lltm/build.py).
+# (which builds the native library with lltm/build.py); then sktime's wheel
+# without its dependencies, for the .ts datasets it carries (the vowels example
+# reads the files; sktime is never imported).
 
 PYTHON_SYS ?= python3
 VENV       := .venv
@@ -13,6 +15,8 @@ PY         := $(VENV)/bin/python
 TORCH_SPEC := torch==2.13.0
 DEPS       := numpy pytest matplotlib tqdm scikit-learn
 STAMP      := $(VENV)/.lltm-setup
+SKTIME_VERSION := 1.2.0
+DATA_STAMP := $(VENV)/.lltm-sktime-$(SKTIME_VERSION)
 CC         ?= cc
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 BENCH_ARGS ?=
@@ -42,7 +46,11 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q --no-build-isolation -e .
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(DATA_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps sktime==$(SKTIME_VERSION)
+	touch $(DATA_STAMP)
+
+setup: $(STAMP) $(DATA_STAMP)
 
 # Rebuild the native library in place (incremental; seconds from scratch).
 build: $(STAMP)
@@ -54,7 +62,8 @@ bench: setup
 test: test-c abi-check cuda-compile-check test-python test-wheel
 
 # The C core against a naive C reference, under AddressSanitizer + UBSan:
-# the cell kernels and conversions (test_core), the sequence (test_sequence).
+# the cell kernels and conversions (test_core), the sequence (test_sequence),
+# the cost model of the CUDA routes (test_cost).
 TEST_C_FLAGS := -std=c11 -g -O2 -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror \
     -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 test-c:
@@ -62,8 +71,10 @@ test-c:
 	$(CC) $(TEST_C_FLAGS) tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
 	$(CC) $(TEST_C_FLAGS) tests/c/test_sequence.c csrc/core/lltm_sequence_cpu.c \
 	    csrc/core/lltm_cpu.c -lm -o build/test_sequence
+	$(CC) $(TEST_C_FLAGS) tests/c/test_cost.c csrc/core/lltm_cuda_cost.c -lm -o build/test_cost
 	./build/test_core
 	./build/test_sequence
+	./build/test_cost
 
 # Our C declarations of the stable ABI against the installed torch's headers.
 abi-check: setup

@@ -72,6 +72,7 @@ CUDA_ONLY_SOURCES = [
     "binding/cell_cuda.c",
     "core/lltm_cuda_sequence.cu",
     "core/lltm_cuda_sequence_plan.cu",
+    "core/lltm_cuda_cost.c",
     "core/lltm_cuda_sequence_steps.cu",
     "core/lltm_cuda_seq_grid_f32.cu",
     "core/lltm_cuda_seq_grid_f64.cu",

@@ -1,8 +1,9 @@
 """Measurement overrides of what the CUDA library would choose by itself.
 
-The library picks its own routes: the cell's matrix-product route (its fused
-kernels or cuBLAS, by size) and the sequence's plan (per-step kernels, a
-cooperative grid, or thread-block clusters, with their shapes). Tests and
+The library picks its own routes, the cheapest by its cost model
+(csrc/core/lltm_cuda_cost.c): the cell's matrix-product route (its fused
+kernels or cuBLAS) and the sequence's plan (per-step kernels, a cooperative
+grid, or thread-block clusters, with their shapes). Tests and
 timing tools force one through this module, never through the C core (which
 reads no environment): from environment variables read once, when ``lltm`` is
 imported, or with the context managers below. ``docs/cuda-plans.md`` lists
@@ -35,6 +36,20 @@ class _PlanOptions(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
                  "cluster_chunk")]
+
+
+class _Launch(ctypes.Structure):
+    """lltm_sequence_launch of csrc/core/lltm.h."""
+    _fields_ = [("lanes", ctypes.c_int), ("values", ctypes.c_int), ("rows", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int),
+                ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
+
+
+class _Plan(ctypes.Structure):
+    """lltm_sequence_plan of csrc/core/lltm.h."""
+    _fields_ = [("family", ctypes.c_int), ("dtype", ctypes.c_int), ("B", ctypes.c_int64),
+                ("H", ctypes.c_int64), ("forward", _Launch), ("backward", _Launch),
+                ("workspace_bytes", ctypes.c_size_t)]
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,65 @@ def current_sequence_plan() -> SequencePlan:
 
 def current_matmul() -> str:
     return _matmul
+
+
+_DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+_FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
+_EXCHANGES = {0: "none", 1: "global", 2: "broadcast", 3: "reduce-scatter"}
+
+
+def _dtype_code(dtype) -> int:
+    name = str(dtype).replace("torch.", "")
+    if name not in _DTYPE_CODES:
+        raise ValueError(f"dtype must be one of {list(_DTYPE_CODES)}, got {dtype!r}")
+    return _DTYPE_CODES[name]
+
+
+def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+                           device: int | None = None) -> dict | None:
+    """The plan the CUDA sequence operators would run now for one layer of
+    these sizes (the constraints in force applied), as a dict: family, and
+    per direction the launch (lanes, values, rows, chunk, exchange, blocks,
+    groups, smem); None where a forced family does not fit, or without the
+    CUDA library. ``device``: an ordinal (default: the current device)."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    fn = lib.lltm_cuda_sequence_plan_in_force
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
+    plan = _Plan()
+    index = torch.cuda.current_device() if device is None else device
+    if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan)) != 0:
+        return None
+
+    def launch(l):
+        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
+                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
+                "groups": l.groups, "smem": l.smem}
+    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
+           "workspace_bytes": plan.workspace_bytes}
+    if out["family"] != "steps":
+        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
+    return out
+
+
+def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
+                        device: int | None = None) -> str | None:
+    """The matrix-product route ("fused" or "cublas") the CUDA cell operators
+    would take now for a step of these sizes; None without the CUDA library.
+    ``device``: an ordinal (default: the current device)."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    fn = lib.lltm_cuda_cell_route_in_force
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 3
+    index = torch.cuda.current_device() if device is None else device
+    route = fn(index, _dtype_code(dtype), B, I, H)
+    return {v: k for k, v in MATMUL_POLICIES.items()}.get(route)
 
 
 def set_sequence_plan(plan: SequencePlan) -> None:

@@ -60,3 +60,25 @@ def test_bad_constraints_are_refused_and_change_nothing():
         lltm.overrides.set_matmul("tf32")
     assert overrides.current_sequence_plan() == SequencePlan()
     assert overrides.current_matmul() == "auto"
+
+
+def test_what_runs_is_reported_and_matches_the_c_structs():
+    """sequence_plan_in_force / cell_route_in_force: the plan and route the
+    CUDA operators would run (None without the CUDA library); their ctypes
+    structs have the layout of lltm.h's (tests/test_cuda_sequence_emulated.py
+    declares the same from the header)."""
+    import ctypes
+    if overrides._cuda_library() is None:
+        assert overrides.sequence_plan_in_force("float32", 10, 4, 3, 8) is None
+        assert overrides.cell_route_in_force("float32", 4, 3, 8) is None
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        overrides._dtype_code("int8")
+    assert overrides._dtype_code("torch.bfloat16") == 3
+    from test_cuda_sequence_emulated import Launch, Plan  # checked against the C there
+
+    def layout(struct):
+        return [(name, ctypes.sizeof(t), getattr(struct, name).offset)
+                for name, t in struct._fields_]
+    assert layout(overrides._Launch) == layout(Launch)
+    assert layout(overrides._Plan) == layout(Plan)
+    assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)

@@ -9,19 +9,15 @@
  * - cuBLAS: the matrix products through aten::mm.out (tensor cores for the
  *   half types), around the core's pointwise kernels; forward 3 launches
  *   (X = [h, x], mm, pointwise), backward 4 (pointwise + X, three mm).
- * The automatic choice takes cuBLAS once the step's matrix product is large
- * (lltm_cuda_set_matmul_policy overrides it, for tests and benchmarks).
+ * The automatic choice takes the cheaper by the core's cost model
+ * (lltm_cell_route_cuda, csrc/core/lltm_cuda_cost.c: latencies, flops and
+ * bytes, from the device's properties and the sizes);
+ * lltm_cuda_set_matmul_policy overrides it, for tests and benchmarks.
  */
 #include "ops.h"
 #include "tensor_args.h"
 
 #include <stdatomic.h>
-
-/* Multiply-adds of X W^T (B * 3H * (I+H)) from which the automatic choice
- * takes cuBLAS: the half types gain tensor cores early; float32 without TF32
- * gains only once its own kernel's tiles run out of parallelism. */
-#define LLTM_CUBLAS_MIN_MACS_HALF ((int64_t)1 << 24)
-#define LLTM_CUBLAS_MIN_MACS_FLOAT ((int64_t)1 << 28)
 
 static atomic_int matmul_policy = LLTM_MATMUL_AUTO;
 
@@ -33,16 +29,67 @@ __attribute__((visibility("default"))) int lltm_cuda_set_matmul_policy(int polic
     return atomic_exchange(&matmul_policy, policy);
 }
 
-static bool use_cublas(const lltm_cell_dims *d)
+/* The device's properties for the cost model, asked once per device. */
+enum { MAX_DEVICES = 64 };
+static lltm_cuda_device device_cache[MAX_DEVICES];
+static atomic_int device_state[MAX_DEVICES]; /* 0 not asked, 1 being written, 2 known */
+
+static int device_properties(int device, lltm_cuda_device *out)
+{
+    const bool cacheable = device >= 0 && device < MAX_DEVICES;
+    if (cacheable && atomic_load(&device_state[device]) == 2) {
+        *out = device_cache[device];
+        return LLTM_OK;
+    }
+    const int status = lltm_cuda_device_query(device, out);
+    int expected = 0;
+    if (status == LLTM_OK && cacheable &&
+        atomic_compare_exchange_strong(&device_state[device], &expected, 1)) {
+        device_cache[device] = *out;
+        atomic_store(&device_state[device], 2);
+    }
+    return status;
+}
+
+/* The route (LLTM_MATMUL_FUSED or LLTM_MATMUL_CUBLAS) of a step of these
+ * sizes on `device`: the policy in force, else the cheaper by the core's
+ * cost model (lltm_cell_route_cuda); < 0: an lltm_status (the device query
+ * failed). */
+static int cell_route(int device, lltm_dtype dtype, int64_t B, int64_t I, int64_t H)
 {
     const int policy = atomic_load_explicit(&matmul_policy, memory_order_relaxed);
     if (policy != LLTM_MATMUL_AUTO)
-        return policy == LLTM_MATMUL_CUBLAS;
-    const int64_t macs = d->B * 3 * d->H * (d->I + d->H);
-    const bool half = d->dtype == LLTM_FLOAT16 || d->dtype == LLTM_BFLOAT16;
-    return macs >= (half ? LLTM_CUBLAS_MIN_MACS_HALF : LLTM_CUBLAS_MIN_MACS_FLOAT);
+        return policy;
+    lltm_cuda_device dev;
+    const int status = device_properties(device, &dev);
+    if (status != LLTM_OK)
+        return status;
+    return lltm_cell_route_cuda(&dev, dtype, B, I, H) == LLTM_CELL_CUBLAS ? LLTM_MATMUL_CUBLAS
+                                                                          : LLTM_MATMUL_FUSED;
 }
 
+/* cell_route for an operator: *cublas, or an error in err. */
+static int choose_route(int device, const lltm_cell_dims *d, bool *cublas, lltm_error *err)
+{
+    const int route = cell_route(device, d->dtype, d->B, d->I, d->H);
+    if (route < 0)
+        return lltm_core_failed(err, "lltm_cuda_device_query", route);
+    *cublas = route == LLTM_MATMUL_CUBLAS;
+    return 0;
+}
+
+/* The route the cell operators would take now for a step of these sizes on
+ * device `device` (lltm.overrides' policy in force); for measurements that
+ * record what they timed. < 0: an unknown dtype, negative sizes, or an
+ * lltm_status of the device query. */
+__attribute__((visibility("default"))) int lltm_cuda_cell_route_in_force(int device, int dtype,
+                                                                         int64_t B, int64_t I,
+                                                                         int64_t H)
+{
+    if (dtype < LLTM_FLOAT32 || dtype > LLTM_BFLOAT16 || B < 0 || I < 0 || H < 0)
+        return LLTM_ERR_ARGUMENT;
+    return cell_route(device, (lltm_dtype)dtype, B, I, H);
+}
 
 /* A view of the columns [col, col + ncols) of the row-major [rows, ld]
  * matrix `self` (no copy): sizes [rows, ncols], strides [ld, 1]. */
@@ -68,11 +115,13 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
     void *gates_data, *new_h_data, *new_cell_data;
     lltm_tensor a[5];
     lltm_cell_dims d;
+    bool cublas = false;
     int status;
 
     if (lltm_open_op(stack, num_args, num_outputs, 5, 3, names, a, &owned, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        choose_route(a[0].device_index, &d, &cublas, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -82,7 +131,7 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
         lltm_empty(2, G_sizes, &a[0], &owned, &gates, &gates_data, &err))
         goto fail;
 
-    if (!use_cublas(&d)) {
+    if (!cublas) {
         status = lltm_cell_forward_fused_cuda(d.dtype, d.B, d.I, d.H, a[0].data, a[3].data,
                                               a[1].data, a[2].data, a[4].data, new_h_data,
                                               new_cell_data, gates_data, stream);
@@ -143,12 +192,14 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     bool mask[5];
     lltm_tensor a[7];
     lltm_cell_dims d;
+    bool cublas = false;
     int status;
 
     if (lltm_open_backward_op(stack, num_args, num_outputs, 7, 5, names, a, mask, &owned,
                               &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
-        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err))
+        lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
+        choose_route(a[0].device_index, &d, &cublas, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -165,7 +216,7 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
          lltm_empty(2, H_sizes, &a[0], &owned, &out[D_OLD_H], &data[D_OLD_H], &err)))
         goto fail;
 
-    if (!use_cublas(&d)) {
+    if (!cublas) {
         status = lltm_cell_backward_fused_cuda(
             d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
             a[5].data, a[6].data, d_gates_data, data[D_INPUT], data[D_WEIGHTS], data[D_BIAS],

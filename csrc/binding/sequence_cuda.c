@@ -61,6 +61,26 @@ static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_pl
     return 0;
 }
 
+/* The plan the sequence operators would run now for one layer of these
+ * sizes on device `device` (the current one), with the constraints of
+ * lltm.overrides in force; for measurements that record what they timed
+ * (lltm/bench/variants.py). Returns an lltm_status (LLTM_ERR_ARGUMENT: no
+ * plan of a forced family fits). */
+__attribute__((visibility("default"))) int
+lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, int64_t I,
+                                 int64_t H, lltm_sequence_plan *plan)
+{
+    lltm_sequence_plan_options options;
+    lltm_cuda_device dev;
+    if (!plan)
+        return LLTM_ERR_ARGUMENT;
+    plan_options(&options);
+    const int status = lltm_cuda_device_query(device, &dev);
+    if (status != LLTM_OK)
+        return status;
+    return lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
+}
+
 /* Either operator (the signatures: sequence_cpu.c). */
 static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
                           uint64_t num_outputs)

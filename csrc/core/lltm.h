@@ -428,26 +428,51 @@ typedef struct lltm_sequence_plan_options {
 
 /*
  * The plan for one layer of T steps of B rows, I inputs, H units on `dev`
- * (options may be NULL). The choice, in order:
- *   1. nothing to run (T*B == 0 or H == 0), or family STEPS: per-step.
- *   2. clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
- *      float64), where both kernels fit: 16 blocks of 8 units (8 blocks of
- *      16 where 16-block clusters do not fit). The 16-block forward runs 4
- *      lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes on
- *      all 16); its backward sends each block the partial dh of its units
+ * (options may be NULL): nothing to run (T*B == 0 or H == 0), or family
+ * STEPS, gives per-step kernels; else every plan that can run these sizes
+ * here (within the options) is costed by the cost model
+ * (lltm_sequence_plan_cost_cuda, below) and the cheapest wins (a tie: the
+ * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
+ * order 16x8, 16x32, 32x16, 32x32). The candidates:
+ *   per-step kernels: always.
+ *   clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
+ *      float64), where both kernels fit, in two shapes: 16 blocks of 8
+ *      units, and 8 blocks of 16. The 16-block forward runs 4 lanes a unit
+ *      on 2 rows of each 16-row chunk (float64: 32 lanes on all 16); its
+ *      backward sends each block the partial dh of its units
  *      (reduce-scatter). For B <= 16 (not float64) each 16-block kernel
  *      splits the batch into clusters of 4-row chunks (8 where that many
  *      clusters do not fit). The 8-block shape's backward broadcasts dG.
- *   3. the cheapest grid layout that is co-resident (grid_cost in
- *      lltm_cuda_sequence_plan.cu), the chunks of B shared out over as
- *      many batch groups as fit: 16x8 (H <= 128), 32x16 (H <= 512), 16x32
- *      (H <= 512, not float64), 32x32 (H <= 1024, not float64).
- *   4. per-step kernels.
+ *   grid layouts that are co-resident, the chunks of B shared out over as
+ *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
+ *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64).
  */
 int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t T,
                             int64_t B, int64_t I, int64_t H,
                             const lltm_sequence_plan_options *options,
                             lltm_sequence_plan *plan);
+
+/*
+ * CUDA route costs (lltm_cuda_cost.c): the GPU time, in microseconds, of
+ * one forward + backward predicted by the library's cost model from the
+ * device's properties (its SM count, compute capability) and the sizes;
+ * the choosers take the cheapest route. Pure arithmetic, deterministic.
+ *   lltm_sequence_plan_cost_cuda  one layer of T steps run by `plan` (made
+ *                                 for B, H by lltm_sequence_plan_cuda or a
+ *                                 candidate of it)
+ *   lltm_cell_route_cost_cuda     one step of the cell on `route`
+ *   lltm_cell_route_cuda          the cheaper route for these sizes
+ */
+enum { /* the cell's matrix-product routes */
+    LLTM_CELL_FUSED = 1,  /* the library's fused kernels: forward 1 launch, backward 2 */
+    LLTM_CELL_CUBLAS = 2, /* products through cuBLAS around pointwise kernels */
+};
+double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                    int64_t T, int64_t B, int64_t I, int64_t H);
+double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
+                                 int64_t B, int64_t I, int64_t H);
+int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
+                         int64_t H);
 
 /*
  * One layer over T steps on the device, forward and backward, as

@@ -14,6 +14,7 @@
 #include "lltm_cuda_math.cuh"
 #include "lltm_cuda_sequence.cuh"
 
+#include <math.h>
 #include <string.h>
 
 namespace {
@@ -106,24 +107,20 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int64_t ca
     return groups < 1 ? 1 : groups;
 }
 
-/* The time a grid layout takes per step, relative to the others: the chunk
- * passes of a block (ceil(chunks / groups)) times its lanes' multiply-adds
- * per pass (values), ties going to fewer passes (less staging and fewer
- * block barriers); -1 where the layout does not fit B, H here (H past
- * lanes * values, not co-resident, or not in the library for the dtype). */
-int64_t grid_cost(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int64_t B, int64_t H,
-                  int64_t cap, int64_t *groups)
+/* Whether a grid layout runs B, H here (H within lanes * values,
+ * co-resident, in the library for the dtype), and its batch groups. */
+bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int64_t B, int64_t H,
+               int64_t cap, int64_t *groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
-        return -1;
+        return false;
     const int64_t resident = grid_resident_blocks(dev, dtype, layout);
     const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
     if (unit_blocks > resident)
-        return -1;
+        return false;
     *groups = grid_groups(resident, unit_blocks, B, cap);
-    const int64_t passes = ceil_div(ceil_div(B, BC), *groups);
-    return (passes * g.values) * 4096 + passes;
+    return true;
 }
 
 lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int64_t H,
@@ -251,19 +248,12 @@ bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape
     return fits;
 }
 
-/* The cluster shape for B rows, or -1: the one `blocks` names (8 or 16),
- * else 16 blocks, else 8. */
-int cluster_shape_for(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int blocks)
+/* Whether cluster shape `shape` (0: 8 blocks, 1: 16) runs B rows here. */
+bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B)
 {
     if (dev.major < 9 || !dev.cluster_launch)
-        return -1; /* before the caches: they are kept per device ordinal */
-    if (blocks == 8 || blocks == 16) {
-        const int shape = blocks == 8 ? 0 : 1;
-        return cluster_shape_fits(dev, dtype, shape, B) ? shape : -1;
-    }
-    if (cluster_shape_fits(dev, dtype, 1, B))
-        return 1;
-    return cluster_shape_fits(dev, dtype, 0, B) ? 0 : -1;
+        return false; /* before the caches: they are kept per device ordinal */
+    return cluster_shape_fits(dev, dtype, shape, B);
 }
 
 /* The 16-block shape's batch split: for B <= 16 (float accumulation), each
@@ -393,31 +383,42 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     if (T == 0 || B == 0 || H == 0 || o.family == LLTM_SEQ_STEPS)
         return LLTM_OK;
 
-    /* clusters: where both kernels fit */
-    int shape = -1;
-    if (H <= CLUSTER_MAX_H && o.family != LLTM_SEQ_GRID &&
-        (shape = cluster_shape_for(*dev, dtype, B, o.cluster_blocks)) >= 0) {
-        cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, plan);
-    } else if (o.family != LLTM_SEQ_CLUSTER) {
-        /* the cheapest grid layout that fits (or only the one asked for) */
-        int64_t best = -1, best_groups = 1;
-        int best_layout = -1;
+    /* Every plan that can run these sizes here (within the options), each
+     * costed by the model (lltm_cuda_cost.c); the cheapest wins, a tie the
+     * first considered: per-step kernels, clusters (16 blocks, then 8),
+     * the grid layouts in GRID_LAYOUTS order. */
+    lltm_sequence_plan candidate = *plan;
+    double best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_cost_cuda(dev, plan, T, B, I, H)
+                                           : INFINITY;
+    auto consider = [&]() {
+        const double cost = lltm_sequence_plan_cost_cuda(dev, &candidate, T, B, I, H);
+        if (cost < best) {
+            best = cost;
+            *plan = candidate;
+        }
+    };
+    if (H <= CLUSTER_MAX_H && (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_CLUSTER)) {
+        for (int shape = 1; shape >= 0; --shape) {
+            if (o.cluster_blocks && o.cluster_blocks != (shape == 1 ? 16 : 8))
+                continue;
+            if (!cluster_shape_ok(*dev, dtype, shape, B))
+                continue;
+            cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, &candidate);
+            consider();
+        }
+    }
+    if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_GRID) {
         for (int k = 0; k < NUM_GRID_LAYOUTS; ++k) {
             const grid_layout g = GRID_LAYOUTS[k];
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
             int64_t groups = 1;
-            const int64_t cost = grid_cost(*dev, dtype, k, B, H, o.grid_groups_max, &groups);
-            if (cost >= 0 && (best < 0 || cost < best)) {
-                best = cost;
-                best_groups = groups;
-                best_layout = k;
-            }
-        }
-        if (best_layout >= 0) {
-            plan->family = LLTM_SEQ_GRID;
-            plan->forward = grid_launch(dtype, true, best_layout, H, best_groups);
-            plan->backward = grid_launch(dtype, false, best_layout, H, best_groups);
+            if (!grid_fits(*dev, dtype, k, B, H, o.grid_groups_max, &groups))
+                continue;
+            candidate.family = LLTM_SEQ_GRID;
+            candidate.forward = grid_launch(dtype, true, k, H, groups);
+            candidate.backward = grid_launch(dtype, false, k, H, groups);
+            consider();
         }
     }
     if (plan->family == LLTM_SEQ_STEPS)

@@ -67,49 +67,70 @@ __global__ void last_state_kernel(int64_t steps, int64_t B, int64_t H,
     }
 }
 
-/* One thread per unit, over the batch in order (the bias sum is
- * deterministic): gate gradients of step t, dL/dc_{t-1} in place, and
- * bias_acc (accumulation type) += the batch sum. dL/dh_t is grad_output
- * plus grad_h_n at the row's last step (lengths[b] - 1, or T - 1 without
- * lengths), plus grad_h before it; past it the row has no gate gradient and
- * dL/dc passes through. */
+/* A block: STEP_UNITS consecutive units x STEP_SLICES slices of the batch;
+ * thread (unit u, slice s) takes rows s, s + STEP_SLICES, ... of unit u
+ * (a warp: 32 consecutive units of one row, coalesced): gate gradients of
+ * the step, dL/dc_{t-1} in place; the slices' bias sums meet in shared
+ * memory and bias_acc (accumulation type) += their total, summed in slice
+ * order (deterministic). The rows run STEP_SLICES at a time: one thread per
+ * unit walking the whole batch took ~0.5 us a row (B = 512, H = 64: 240 us
+ * a step on the H100). dL/dh_t is grad_output plus grad_h_n at the row's
+ * last step (lengths[b] - 1, or T - 1 without lengths), plus grad_h before
+ * it; past it the row has no gate gradient and dL/dc passes through. */
+constexpr int STEP_UNITS = 32, STEP_SLICES = 8;
+
 template <typename T>
-__global__ void backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_,
-                                     const int64_t *__restrict__ lengths,
-                                     const T *__restrict__ grad_output,
-                                     const T *__restrict__ grad_h,
-                                     const T *__restrict__ grad_h_n, T *__restrict__ grad_cell,
-                                     const T *__restrict__ cell, const T *__restrict__ gates,
-                                     T *__restrict__ grad_gates,
-                                     typename acc_of<T>::type *__restrict__ bias_acc)
+__global__ void __launch_bounds__(STEP_UNITS *STEP_SLICES)
+backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_,
+                     const int64_t *__restrict__ lengths, const T *__restrict__ grad_output,
+                     const T *__restrict__ grad_h, const T *__restrict__ grad_h_n,
+                     T *__restrict__ grad_cell, const T *__restrict__ cell,
+                     const T *__restrict__ gates, T *__restrict__ grad_gates,
+                     typename acc_of<T>::type *__restrict__ bias_acc)
 {
     typedef typename acc_of<T>::type A;
+    __shared__ A partial[STEP_SLICES][3][STEP_UNITS];
+    const int lane = threadIdx.x % STEP_UNITS, slice = threadIdx.x / STEP_UNITS;
     const int64_t G = 3 * H;
-    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < H;
-         u += (int64_t)gridDim.x * blockDim.x) {
+    /* u0 is the same for the whole block: every thread meets the barriers */
+    for (int64_t u0 = (int64_t)blockIdx.x * STEP_UNITS; u0 < H;
+         u0 += (int64_t)gridDim.x * STEP_UNITS) {
+        const int64_t u = u0 + lane;
         A sum[3] = {0, 0, 0};
-        for (int64_t b = 0; b < B; ++b) {
-            const int64_t j = b * H + u;
-            const T *a = gates + b * G;
-            const int64_t row_end = row_steps(lengths, b, T_);
-            const T *dh = t == row_end - 1 ? grad_h_n : grad_h;
-            A d[3], dc;
-            backward_step_math<A>(t < row_end, to_acc(a[u]), to_acc(a[H + u]),
-                                  to_acc(a[2 * H + u]), to_acc(cell[j]),
-                                  to_acc(grad_output[j]) + to_acc(dh[j]), to_acc(grad_cell[j]),
-                                  d, &dc);
-            T *dg = grad_gates + b * G;
-            dg[u] = from_acc<T>(d[0]);
-            dg[H + u] = from_acc<T>(d[1]);
-            dg[2 * H + u] = from_acc<T>(d[2]);
-            grad_cell[j] = from_acc<T>(dc);
-            sum[0] += d[0];
-            sum[1] += d[1];
-            sum[2] += d[2];
+        if (u < H) {
+            for (int64_t b = slice; b < B; b += STEP_SLICES) {
+                const int64_t j = b * H + u;
+                const T *a = gates + b * G;
+                const int64_t row_end = row_steps(lengths, b, T_);
+                const T *dh = t == row_end - 1 ? grad_h_n : grad_h;
+                A d[3], dc;
+                backward_step_math<A>(t < row_end, to_acc(a[u]), to_acc(a[H + u]),
+                                      to_acc(a[2 * H + u]), to_acc(cell[j]),
+                                      to_acc(grad_output[j]) + to_acc(dh[j]),
+                                      to_acc(grad_cell[j]), d, &dc);
+                T *dg = grad_gates + b * G;
+                dg[u] = from_acc<T>(d[0]);
+                dg[H + u] = from_acc<T>(d[1]);
+                dg[2 * H + u] = from_acc<T>(d[2]);
+                grad_cell[j] = from_acc<T>(dc);
+                sum[0] += d[0];
+                sum[1] += d[1];
+                sum[2] += d[2];
+            }
         }
-        bias_acc[u] += sum[0];
-        bias_acc[H + u] += sum[1];
-        bias_acc[2 * H + u] += sum[2];
+        for (int g = 0; g < 3; ++g)
+            partial[slice][g][lane] = sum[g];
+        __syncthreads();
+        if (slice == 0 && u < H) {
+            A total[3] = {0, 0, 0};
+            for (int s = 0; s < STEP_SLICES; ++s)
+                for (int g = 0; g < 3; ++g)
+                    total[g] += partial[s][g][lane];
+            bias_acc[u] += total[0];
+            bias_acc[H + u] += total[1];
+            bias_acc[2 * H + u] += total[2];
+        }
+        __syncthreads();
     }
 }
 
@@ -156,7 +177,8 @@ int backward_step(int64_t B, int64_t H, int64_t t, int64_t T_, const int64_t *le
 {
     if (H == 0)
         return LLTM_OK;
-    LLTM_LAUNCH(pointwise_blocks(H, 128), 128, 0, stream, backward_step_kernel<T>)(
+    LLTM_LAUNCH(pointwise_blocks(H, STEP_UNITS), STEP_UNITS * STEP_SLICES, 0, stream,
+                backward_step_kernel<T>)(
         B, H, t, T_, lengths, (const T *)grad_output, (const T *)grad_h, (const T *)grad_h_n,
         (T *)grad_cell, (const T *)cell, (const T *)gates, (T *)grad_gates,
         (typename acc_of<T>::type *)bias_acc);

@@ -73,6 +73,16 @@ kind, dtype and depth), ``--json`` (every number, the machine), and with
 ``--sweep-out DIR`` heatmaps of the headline ratio (against nn.LSTM; for cells
 against the faster of reference and nn.LSTMCell), a diverging colour map centred
 at 1 with each ratio printed, and DIR/sweep.json.
+
+Every route of the CUDA library, ``--sweep --sweep-variants``
+(``lltm/bench/variants.py``): per shape (B in 1..1024, nine values; H in
+64..2048, cells 128, 512, 1024; T = 100, and 20 and 1000 at a few shapes; one
+layer), each sequence plan family and grid layout forced through
+``lltm.overrides`` beside the library's own choice, cuDNN and the loop of
+reference cells, and the cell's two matrix-product routes beside its choice,
+the reference and nn.LSTMCell; each checked, then its GPU time by CUDA-graph
+replay, with the plan it ran. The data behind the library's cost model
+(``docs/cuda-plans.md``); DIR/variants.json with ``--sweep-out DIR``.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 float64 oracle), the implementations, and the check that comes before timing."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -258,6 +259,10 @@ class Case:
     uses_cudnn: bool = False             # float32 may then run on TF32
     setup_s: float | None = None         # e.g. compilation time
     note: str = ""
+    # entered around every call of forward and of the backward (a measurement
+    # override of the CUDA library's choices, lltm.overrides); not around
+    # CUDA-graph replays: a graph keeps the kernels of its capture
+    scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     def __post_init__(self):
         # Gradients are taken of the leaves that need one (see
@@ -337,11 +342,25 @@ def _build_compiled(w: Workload) -> Case:
     compiled = torch.compile(reference.lltm_cell, dynamic=False)
     case = lltm_cell_impl("compile", "", compiled).build(w)
     start = time.perf_counter()
-    _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)  # compiles fwd and bwd
+    with _no_donated_buffers():
+        _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)  # compiles fwd and bwd
     synchronize(w.device)
     case.setup_s = time.perf_counter() - start
-    case.note = f"first call (compilation) {case.setup_s:.1f} s"
+    case.note = f"first call (compilation) {case.setup_s:.1f} s; donated buffers off"
     return case
+
+
+def _no_donated_buffers():
+    """AOTAutograd's donated buffers off while compiling: a backward compiled
+    with them refuses retain_graph=True, which the CUDA-graph timer of the
+    backward alone needs (it replays the backward of one kept forward)."""
+    try:
+        from torch._functorch import config
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(config, "donated_buffer"):
+        return contextlib.nullcontext()
+    return config.patch(donated_buffer=False)
 
 
 def _build_lstm_cell(w: Workload) -> Case:
@@ -438,7 +457,8 @@ def tolerance(w: Workload, case: Case, reference_error: float | None = None) -> 
 
 def check(case: Case) -> tuple[float, str]:
     """Largest normalized error over every output and gradient, and where."""
-    outputs, grads = _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)
+    with case.scope():
+        outputs, grads = _outputs_and_grads(case.forward, case.leaves, case.grad_outputs)
     want_outputs, want_grads = case.expected
     worst, where = 0.0, ""
     pairs = [(f"output {i}", g, e) for i, (g, e) in enumerate(zip(outputs, want_outputs))]

@@ -53,6 +53,7 @@ QUICK_SEQUENCE_HIDDEN = (64, 128, 256)
 QUICK_CELL_HIDDEN = (128, 512)
 SEQ_LEN = 100
 QUICK_SEQ_LEN = 20
+TIME_LIMIT_S = 540.0
 
 # What is compared: ours, then the peers (ratio = peer's time / ours).
 OURS = {"sequence": "lltm", "cell": "native"}
@@ -132,20 +133,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sweep-budget-ms", type=float, default=None, metavar="MS",
                        help="time per implementation, figure and shape (default 100, "
                             "30 with --sweep-quick)")
-    group.add_argument("--sweep-time-limit", type=float, default=540.0, metavar="S",
+    group.add_argument("--sweep-time-limit", type=float, default=None, metavar="S",
                        help="no shape starts that would end later than this many seconds "
-                            "into the sweep (default 540)")
+                            f"into the sweep (default {TIME_LIMIT_S:.0f}; "
+                            "--sweep-variants: 400)")
+    group.add_argument("--sweep-variants", action="store_true",
+                       help="time every route of the CUDA library per shape (each sequence "
+                            "plan family and grid layout, the cell's fused and cuBLAS "
+                            "products) beside the library's choice, nn.LSTM / nn.LSTMCell "
+                            "and the reference: lltm/bench/variants.py; one layer; B "
+                            "1..1024 (9 values), extra T 20 and 1000 at a few shapes; JSON "
+                            "in DIR/variants.json with --sweep-out DIR")
     group.add_argument("--sweep-max-gib", type=float, default=None, metavar="GIB",
                        help="skip shapes estimated above this many GiB (default: 90%% of "
                             "the GPU's free memory, half the available RAM on CPU)")
 
 
-SWEEP_ONLY = ("sweep_batches", "sweep_hidden", "sweep_out", "sweep_budget_ms", "sweep_max_gib")
+SWEEP_ONLY = ("sweep_batches", "sweep_hidden", "sweep_out", "sweep_budget_ms", "sweep_max_gib",
+              "sweep_time_limit")
 
 
 def misused(args: argparse.Namespace) -> list[str]:
     """Sweep options given without --sweep."""
-    return ["--" + a.replace("_", "-") for a in SWEEP_ONLY if getattr(args, a) is not None]
+    given = ["--" + a.replace("_", "-") for a in SWEEP_ONLY if getattr(args, a) is not None]
+    return given + (["--sweep-variants"] if args.sweep_variants else [])
 
 
 def _ints(values) -> str:
@@ -378,6 +389,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv,
         extra_impls: Sequence[Impl] = ()) -> dict:
     """The sweep: returns {"machine", "config", "results", "map"}, also printed
     as tables, saved as JSON and heatmaps where asked."""
+    if args.sweep_variants:
+        from . import variants
+        return variants.run(args, parser, argv, extra_impls)
     quick = args.sweep_quick or args.quick
     if args.only or args.skip:
         parser.error("--only / --skip do not apply to --sweep (it runs "
@@ -397,7 +411,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, argv,
         for device in devices:
             sopts = SweepOptions(budget_us=budget_ms * 1e3, min_passes=2 if quick else 3,
                                  max_passes=3 if quick else 5,
-                                 time_limit_s=args.sweep_time_limit,
+                                 time_limit_s=(TIME_LIMIT_S if args.sweep_time_limit
+                                               is None else args.sweep_time_limit),
                                  max_bytes=_max_bytes(device, args.sweep_max_gib),
                                  graphs=not args.no_graphs)
             options[str(device)] = dataclasses.asdict(sopts)

@@ -34,11 +34,16 @@ class Timer:
                                    retain_graph=retain_graph)
 
     def warm_up(self, n: int) -> None:
-        for _ in range(n):
-            self._grad(self.case.forward())
-        synchronize(self.device)
+        with self.case.scope():
+            for _ in range(n):
+                self._grad(self.case.forward())
+            synchronize(self.device)
 
     def run_pass(self, n: int) -> None:
+        with self.case.scope():
+            self._run_pass(n)
+
+    def _run_pass(self, n: int) -> None:
         """n synced forwards, n synced backwards, one pipelined chunk of at least
         n steps and MIN_CHUNK_US (estimated)."""
         forward, clock = self.case.forward, time.perf_counter_ns
@@ -109,7 +114,7 @@ class GraphTimer:
             # autograd will run the backward) before the capture and is kept.
             try:
                 stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream):
+                with torch.cuda.stream(stream), case.scope():
                     outputs = case.forward()
                 self._keep.append(outputs)
             except Exception as error:  # noqa: BLE001
@@ -123,13 +128,12 @@ class GraphTimer:
 
     def _capture(self, metric: str, body: Callable[[], None], stream) -> None:
         try:
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):  # warm-up on the side stream, as the docs ask
-                body()
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                body()
+            with self.case.scope():
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream):  # warm-up on the side stream, as the docs ask
+                    body()
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                graph = capture_graph(body, stream, self.device)
             graph.replay()
             torch.cuda.synchronize(self.device)
             self.graphs[metric] = graph
@@ -161,6 +165,113 @@ class GraphTimer:
         self._keep.clear()
 
 
+class CaptureFailed(RuntimeError):
+    """A CUDA-graph capture failed; the process is left as it was before it."""
+
+
+class CudaGraphApi:
+    """What :func:`capture_graph` asks of torch (tests replace it with a fake)."""
+
+    def new_graph(self):
+        return torch.cuda.CUDAGraph()
+
+    def new_pool(self):
+        return torch.cuda.graph_pool_handle()
+
+    def stream(self, stream):
+        return torch.cuda.stream(stream)
+
+    def device_index(self, device) -> int:
+        return torch.device(device).index if torch.device(device).index is not None \
+            else torch.cuda.current_device()
+
+    def graph_ended(self, graph) -> bool:
+        """Whether the capture got far enough for the graph to own its pool
+        (torch's CUDAGraph.pool() answers only then)."""
+        try:
+            graph.pool()
+            return True
+        except RuntimeError:
+            return False
+
+    def end_allocate_to_pool(self, index: int, pool) -> None:
+        torch._C._cuda_endAllocateToPool(index, pool)
+
+    def release_pool(self, index: int, pool) -> None:
+        torch._C._cuda_releasePool(index, pool)
+
+    def reset_generator(self, index: int) -> None:
+        # A capture that never ended leaves the default generator's state in
+        # capture mode (the next random op then fails: "Offset increment
+        # outside graph capture"); a copy of its state (same seed and offset)
+        # is not.
+        generator = torch.cuda.default_generators[index]
+        generator.graphsafe_set_state(generator.clone_state())
+
+    def synchronize(self, device) -> None:
+        torch.cuda.synchronize(device)
+
+    def prepare(self, device) -> None:
+        """What torch.cuda.graph does first: finish the queued work, and
+        free the cached blocks for the graph's pool."""
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def capture_graph(body: Callable[[], None], stream, device, api: CudaGraphApi | None = None):
+    """``body()`` captured into a new CUDA graph on ``stream`` (its own memory
+    pool); returns the graph. Where the capture fails (``body`` raises, or an
+    operation inside it invalidates the capture), raises :class:`CaptureFailed`
+    after undoing what the capture set up, which torch.cuda.graph leaves in
+    place when ending the capture fails: the caching allocator still routes
+    into the graph's pool, the default generator stays in capture mode, the
+    capture stream stays current. Later captures and random ops in the same
+    process then work as if the failed capture had not been tried."""
+    api = api or CudaGraphApi()
+    api.prepare(device)
+    graph, pool = api.new_graph(), api.new_pool()
+    failure = None
+    with api.stream(stream):   # restored however the capture ends
+        try:
+            graph.capture_begin(pool=pool)
+        except Exception as error:  # noqa: BLE001
+            _undo_capture(api, graph, pool, device)
+            raise CaptureFailed(reason(error)) from error
+        try:
+            body()
+        except Exception as error:  # noqa: BLE001 - ended below, then raised
+            failure = error
+        try:
+            graph.capture_end()
+        except Exception as error:  # noqa: BLE001
+            failure = failure or error
+            _undo_capture(api, graph, pool, device)
+    if failure is not None:
+        del graph  # a graph that ended keeps its pool until it is destroyed
+        try:
+            api.synchronize(device)
+        except Exception:  # noqa: BLE001 - the capture's own error is the one to report
+            pass
+        raise CaptureFailed(reason(failure)) from failure
+    return graph
+
+
+def _undo_capture(api: CudaGraphApi, graph, pool, device) -> None:
+    """After capture_end raised: what it did not get to do."""
+    index = api.device_index(device)
+    ended = api.graph_ended(graph)
+    try:
+        api.end_allocate_to_pool(index, pool)
+    except Exception:  # noqa: BLE001 - capture_end got that far already
+        pass
+    if not ended:  # else the graph releases its pool when destroyed
+        try:
+            api.release_pool(index, pool)
+        except Exception:  # noqa: BLE001
+            pass
+    api.reset_generator(index)
+
+
 class StepTimer:
     """Eager forward + backward, pipelined: a sample is n steps back to back
     with no synchronization inside, synchronized at the end, divided by n.
@@ -173,11 +284,12 @@ class StepTimer:
 
     def _steps_us(self, n: int) -> float:
         case = self.case
-        synchronize(self.device)
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            torch.autograd.grad(case.forward(), case.leaves, case.grad_outputs)
-        synchronize(self.device)
+        with case.scope():
+            synchronize(self.device)
+            start = time.perf_counter_ns()
+            for _ in range(n):
+                torch.autograd.grad(case.forward(), case.leaves, case.grad_outputs)
+            synchronize(self.device)
         return (time.perf_counter_ns() - start) / 1e3 / n
 
     def calibrate(self) -> float:

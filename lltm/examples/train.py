@@ -26,8 +26,8 @@ measured 2026-11-22 with torch 2.13.0 (seeds in brackets):
     --pixels, 30 epochs:   LLTM 0.79 / 0.82 (0, 1);              nn.LSTM 0.91 / 0.93
 tests/test_train.py requires >= 0.85 from both models after --quick. The LLTM
 has no forget gate (its cell state only accumulates), which costs it most on
-the 64-step --pixels task. An epoch takes about 0.05 s per model on a 2-core
-Intel Xeon with AVX-512 (rows; 2026-11-22).
+the 64-step --pixels task. An epoch takes about 0.07 s (LLTM) and 0.09 s (nn.LSTM) on a
+2-core AMD EPYC with AVX2 (rows, default settings; 2026-11-24).
 A checkpoint holds both models, both optimizers, the history and the
 settings; the order of the batches depends only on (seed, epoch), so a resumed
 run continues exactly as an uninterrupted one would (tests/test_train.py
@@ -37,6 +37,11 @@ Under ``torchrun`` (or ``--ddp``) every process trains on its own shard of
 each epoch's batches (``--batch-size`` is the global batch, split evenly),
 DistributedDataParallel averages the gradients, and process 0 alone prints,
 plots and writes the checkpoint.
+
+The training machinery here (flags, run, checkpoints, progress, report)
+serves lltm.examples.vowels too: a dataset is an object with ``features``,
+``classes``, ``n_train``, ``train_batch(idx)`` and ``test_set()``, each batch
+the model's inputs and the labels.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.utils.rnn import pack_padded_sequence
 
 import lltm
 
@@ -73,6 +79,8 @@ class Digits:
     x_test: torch.Tensor
     y_test: torch.Tensor
 
+    classes = 10
+
     def to(self, device) -> "Digits":
         return Digits(*(t.to(device) for t in dataclasses.astuple(self)))
 
@@ -83,6 +91,17 @@ class Digits:
     @property
     def features(self) -> int:
         return self.x_train.shape[2]
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y_train)
+
+    def train_batch(self, idx: torch.Tensor) -> tuple[tuple, torch.Tensor]:
+        """The training cases ``idx``: (the model's inputs, labels)."""
+        return (self.x_train[idx],), self.y_train[idx]
+
+    def test_set(self) -> tuple[tuple, torch.Tensor]:
+        return (self.x_test,), self.y_test
 
 
 def load_digits(pixels: bool = False, seed: int = 0) -> Digits:
@@ -120,34 +139,50 @@ class _LLTMCellLoop(torch.nn.Module):
 
 
 class SequenceClassifier(torch.nn.Module):
-    """A recurrent layer (LLTM or LSTM) over [B, T, F], then a linear layer
-    on the last layer's final hidden state: logits [B, classes]."""
+    """Recurrent layers (LLTM or LSTM) over [B, T, F], then a linear layer on
+    the last layer's final hidden state (bidirectional: the forward and the
+    reverse direction's, concatenated): logits [B, classes].
+
+    ``forward(x, lengths=None)``: with ``lengths`` (B ints, each <= T) the
+    rows are packed (``pack_padded_sequence(..., enforce_sorted=False)``) and
+    the recurrent layers run over the PackedSequence: each row's final state
+    is the one after its own last step, whatever the padding."""
 
     def __init__(self, kind: str, input_size: int, hidden_size: int, classes: int = 10,
-                 layers: int = 1, lltm_impl: str = "native"):
+                 layers: int = 1, lltm_impl: str = "native", bidirectional: bool = False):
         super().__init__()
         if kind == "lltm" and hasattr(lltm, "LLTM"):
-            self.rnn = lltm.LLTM(input_size, hidden_size, layers, batch_first=True, impl=lltm_impl)
+            self.rnn = lltm.LLTM(input_size, hidden_size, layers, batch_first=True,
+                                 bidirectional=bidirectional, impl=lltm_impl)
         elif kind == "lltm":
-            if layers != 1:
-                raise ValueError("this version of lltm has no lltm.LLTM: one layer only")
+            if layers != 1 or bidirectional:
+                raise ValueError("this version of lltm has no lltm.LLTM: one layer, one "
+                                 "direction only")
             self.rnn = _LLTMCellLoop(input_size, hidden_size)
         elif kind == "lstm":
-            self.rnn = torch.nn.LSTM(input_size, hidden_size, layers, batch_first=True)
+            self.rnn = torch.nn.LSTM(input_size, hidden_size, layers, batch_first=True,
+                                     bidirectional=bidirectional)
         else:
             raise ValueError(f"kind must be one of {MODELS}, got {kind!r}")
-        self.head = torch.nn.Linear(hidden_size, classes)
+        self.directions = 2 if bidirectional else 1
+        self.head = torch.nn.Linear(self.directions * hidden_size, classes)
 
-    def forward(self, x):
+    def forward(self, x, lengths=None):
+        if lengths is not None:
+            x = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         _output, (h_n, _c_n) = self.rnn(x)
-        return self.head(h_n[-1])
+        # h_n [layers * directions, B, H]: the last layer's directions are last.
+        last = h_n[-1] if self.directions == 1 else torch.cat((h_n[-2], h_n[-1]), 1)
+        return self.head(last)
 
 
-def build_model(kind: str, data: Digits, args, device) -> SequenceClassifier:
-    """The model of one kind, initialised from the seed alone (same on every process)."""
+def build_model(kind: str, data, args, device) -> SequenceClassifier:
+    """The model of one kind for ``data`` (its ``features`` and ``classes``),
+    initialised from the seed alone (same on every process)."""
     torch.manual_seed(args.seed + MODELS.index(kind))
-    return SequenceClassifier(kind, data.features, args.hidden, layers=args.layers,
-                              lltm_impl=args.lltm_impl).to(device)
+    return SequenceClassifier(kind, data.features, args.hidden, classes=data.classes,
+                              layers=args.layers, lltm_impl=args.lltm_impl,
+                              bidirectional=getattr(args, "bidirectional", False)).to(device)
 
 
 def learning_rate(peak: float, epoch: int, epochs: int) -> float:
@@ -186,17 +221,19 @@ class Dist:
         return t.item() / self.world
 
 
-def train_epoch(model, optimizer, data: Digits, epoch: int, args, ddp: Dist, device):
-    """One epoch over this process's shard; (mean loss, accuracy) over all processes."""
+def train_epoch(model, optimizer, data, epoch: int, args, ddp: Dist, device):
+    """One epoch over this process's shard of ``data`` (``n_train`` cases,
+    ``train_batch(idx)`` -> (model inputs, labels)); (mean loss, accuracy)
+    over all processes."""
     model.train()
-    shard = epoch_shard(len(data.y_train), epoch, args.seed, ddp.rank, ddp.world).to(device)
+    shard = epoch_shard(data.n_train, epoch, args.seed, ddp.rank, ddp.world).to(device)
     local_batch = math.ceil(args.batch_size / ddp.world)
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     for start in range(0, len(shard), local_batch):
         idx = shard[start:start + local_batch]
-        x, y = data.x_train[idx], data.y_train[idx]
-        logits = model(x)
+        inputs, y = data.train_batch(idx)
+        logits = model(*inputs)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -209,9 +246,10 @@ def train_epoch(model, optimizer, data: Digits, epoch: int, args, ddp: Dist, dev
 
 
 @torch.no_grad()
-def evaluate(model, x, y) -> tuple[float, float]:
+def evaluate(model, inputs: tuple, y) -> tuple[float, float]:
+    """(loss, accuracy) of ``model(*inputs)`` against labels ``y``."""
     model.eval()
-    logits = model(x)
+    logits = model(*inputs)
     return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item()
 
 
@@ -239,12 +277,14 @@ def save_checkpoint(path: str, epoch: int, models: dict, optimizers: dict, histo
 
 
 def load_checkpoint(path: str, settings: dict, models: dict, optimizers: dict, device) -> tuple:
-    """Restores models and optimizers in place; returns (epochs done, history)."""
+    """Restores models and optimizers in place; returns (epochs done, history).
+    Every entry of ``settings`` (the flags a model depends on) must match the
+    checkpoint's."""
     state = torch.load(path, map_location=device, weights_only=True)
     if state.get("format") != CHECKPOINT_FORMAT:
         raise SystemExit(f"{path}: not a checkpoint of this example (format "
                          f"{state.get('format')!r}, expected {CHECKPOINT_FORMAT})")
-    differ = {k: (state["settings"].get(k), settings[k]) for k in MODEL_SETTINGS
+    differ = {k: (state["settings"].get(k), settings[k]) for k in settings
               if state["settings"].get(k) != settings[k]}
     if differ:
         raise SystemExit(f"{path} was saved with other settings; " + ", ".join(
@@ -338,41 +378,67 @@ def format_report(result: dict) -> str:
 
 
 # ----------------------------------------------------------------------------
-# Command line.
+# Command line (the flags every example shares), and the run.
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m lltm.examples.train",
-        description="Train LLTM and nn.LSTM on scikit-learn's digits read as sequences.")
+def add_training_arguments(parser: argparse.ArgumentParser, *, epochs: int, quick_epochs: int,
+                           plot: str) -> None:
+    """The flags of a training run; ``epochs`` / ``quick_epochs``: the
+    defaults without and with --quick; ``plot``: the default plot path."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu or cuda (default: cuda when available); under DDP each "
                              "process takes cuda:LOCAL_RANK")
-    parser.add_argument("--epochs", type=int, default=None, help="total epochs (default 20, "
-                        "10 with --quick); with --resume, the total to reach")
-    parser.add_argument("--quick", action="store_true", help="10 epochs")
-    parser.add_argument("--pixels", action="store_true",
-                        help="64 steps of one pixel instead of 8 rows of 8 pixels")
+    parser.add_argument("--epochs", type=int, default=None, help=f"total epochs (default "
+                        f"{epochs}, {quick_epochs} with --quick); with --resume, the total "
+                        "to reach")
+    parser.add_argument("--quick", action="store_true", help=f"{quick_epochs} epochs")
     parser.add_argument("--models", default=",".join(MODELS),
                         help="comma list of lltm, lstm (default: both)")
     parser.add_argument("--lltm-impl", default="native", choices=("native", "native_cells",
                                                                   "reference"),
                         help="lltm.LLTM's impl (default native: one call per sequence)")
-    parser.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
-    parser.add_argument("--layers", type=int, default=1, help="recurrent layers (default 1)")
-    parser.add_argument("--batch-size", type=int, default=32, help="global batch (default 32)")
+    parser.add_argument("--hidden", type=int, default=64, help="hidden size (default %(default)s)")
+    parser.add_argument("--layers", type=int, default=1,
+                        help="recurrent layers (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="global batch (default %(default)s)")
     parser.add_argument("--lr", type=float, default=1e-2,
-                        help="Adam's learning rate (default 1e-2)")
+                        help="Adam's learning rate (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", metavar="PATH", help="save a checkpoint after every epoch")
     parser.add_argument("--resume", action="store_true",
                         help="continue from --checkpoint (from scratch if it does not exist)")
-    parser.add_argument("--plot", metavar="PATH", default="out/train_digits.png",
-                        help="loss / accuracy plot (default out/train_digits.png; '' for none)")
+    parser.add_argument("--plot", metavar="PATH", default=plot,
+                        help=f"loss / accuracy plot (default {plot}; '' for none)")
     parser.add_argument("--ddp", action="store_true",
                         help="DistributedDataParallel (automatic when WORLD_SIZE > 1, "
                              "as under torchrun)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(full_epochs=epochs, quick_epochs=quick_epochs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lltm.examples.train",
+        description="Train LLTM and nn.LSTM on scikit-learn's digits read as sequences.")
+    add_training_arguments(parser, epochs=20, quick_epochs=10, plot="out/train_digits.png")
+    parser.add_argument("--pixels", action="store_true",
+                        help="64 steps of one pixel instead of 8 rows of 8 pixels")
     return parser
+
+
+def parse_training_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parses and checks the flags of add_training_arguments."""
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = args.quick_epochs if args.quick else args.full_epochs
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not args.models or any(m not in MODELS for m in args.models):
+        parser.error(f"--models: a comma list of {', '.join(MODELS)}")
+    if args.resume and not args.checkpoint:
+        parser.error("--resume needs --checkpoint PATH")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here")
+    return args
 
 
 def _init_distributed(args, device: torch.device) -> tuple[Dist, torch.device]:
@@ -391,29 +457,33 @@ def _init_distributed(args, device: torch.device) -> tuple[Dist, torch.device]:
 def main(argv: Sequence[str] | None = None) -> dict:
     """Train; returns the result (also printed): per model the final and best
     test accuracy, the last train loss, seconds per epoch, and the history."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.epochs = args.epochs if args.epochs is not None else (10 if args.quick else 20)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not args.models or any(m not in MODELS for m in args.models):
-        parser.error(f"--models: a comma list of {', '.join(MODELS)}")
-    if args.resume and not args.checkpoint:
-        parser.error("--resume needs --checkpoint PATH")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available here")
+    args = parse_training_arguments(build_parser(), argv)
+    return run(args, MODEL_SETTINGS, _digits)
 
-    ddp, device = _init_distributed(args, device)
+
+def _digits(args, ddp: Dist, device) -> tuple[Digits, str]:
+    data = load_digits(args.pixels, args.seed).to(device)
+    layout = "64 steps x 1 pixel" if args.pixels else "8 steps x 8 pixels"
+    return data, (f"digits ({layout}), {len(data.y_train)} train / {len(data.y_test)} test, "
+                  f"hidden {args.hidden}, {device.type}, {ddp.world} process(es), torch "
+                  f"{torch.__version__}")
+
+
+def run(args, model_settings: Sequence[str], load) -> dict:
+    """Trains every model of ``args.models`` on ``load(args, ddp, device)``
+    -> (data, title), under DDP where asked; ``model_settings``: the flags a
+    checkpoint must match. Returns the result (also printed)."""
+    ddp, device = _init_distributed(args, torch.device(args.device))
     try:
-        return _train(args, ddp, device)
+        data, title = load(args, ddp, device)
+        return _train(args, model_settings, data, title, ddp, device)
     finally:
         if ddp.world > 1:
             dist.destroy_process_group()
 
 
-def _train(args, ddp: Dist, device) -> dict:
-    data = load_digits(args.pixels, args.seed).to(device)
-    settings = {k: getattr(args, k) for k in MODEL_SETTINGS}
+def _train(args, model_settings, data, title: str, ddp: Dist, device) -> dict:
+    settings = {k: getattr(args, k) for k in model_settings}
     models, optimizers = {}, {}
     for kind in args.models:
         model = build_model(kind, data, args, device)
@@ -430,10 +500,7 @@ def _train(args, ddp: Dist, device) -> dict:
     elif args.resume and ddp.main:
         print(f"{args.checkpoint} does not exist yet: starting from scratch", file=sys.stderr)
 
-    layout = "64 steps x 1 pixel" if args.pixels else "8 steps x 8 pixels"
-    title = (f"digits ({layout}), {len(data.y_train)} train / {len(data.y_test)} test, "
-             f"hidden {args.hidden}, {device.type}, {ddp.world} process(es), torch "
-             f"{torch.__version__}")
+    test_inputs, test_labels = data.test_set()
     progress = _Progress(args.epochs, done, enabled=ddp.main and not args.no_progress)
     try:
         for epoch in range(done + 1, args.epochs + 1):
@@ -447,7 +514,7 @@ def _train(args, ddp: Dist, device) -> dict:
                                                     ddp, device)
                 _synchronize(device)
                 seconds = time.perf_counter() - start
-                test_loss, test_acc = evaluate(_unwrap(model), data.x_test, data.y_test)
+                test_loss, test_acc = evaluate(_unwrap(model), test_inputs, test_labels)
                 h = history[kind]
                 for key, value in (("epoch", epoch), ("train_loss", train_loss),
                                    ("train_acc", train_acc), ("test_loss", test_loss),

@@ -1,0 +1,205 @@
+/*
+ * lltm_cuda_cost.c - the cost model of the CUDA routes (lltm.h, "CUDA route
+ * costs"): the GPU time, in microseconds, that one forward + backward is
+ * predicted to take on each route the library has, from the device's
+ * properties and the sizes; the choosers (lltm_sequence_plan_cuda, the cell
+ * binding) take the cheapest. Pure arithmetic: no CUDA call, no state.
+ *
+ * The terms (each a time per unit, fitted on an H100):
+ *   products    every cuBLAS product (aten::mm through the binding): its
+ *               flops at the FFMA rate, or the tensor-core rate for the half
+ *               types where the device has tensor cores for them, plus the
+ *               bytes it reads and writes at the memory rate; rates per SM,
+ *               so they scale with the SM count
+ *   steps       per step: the launches and latencies of the per-step
+ *               kernels, plus two products (h W_h^T, dG W_h)
+ *   grid        per step: the latency of the exchange (grid barriers,
+ *               state through global memory), plus each thread's
+ *               multiply-adds (passes over its chunks x rows x values, both
+ *               directions) at the FFMA rate of one thread, plus the state
+ *               values its block stages (passes x chunk rows x H)
+ *   cluster     the same terms for thread-block clusters (the exchange in
+ *               distributed shared memory)
+ *   cell        fused: one step's latency (three launches), its flops at
+ *               the FFMA rate, and the reductions one thread runs alone (over
+ *               the B rows for the weight gradient, over K = I + H for the
+ *               gates and dX), which bound it where the tiles are few;
+ *               cuBLAS: the latency of its seven launches, and its four
+ *               products (the cell's own rates: products of one step)
+ * Every term is a smooth function of the sizes (products, ceilings of
+ * chunk counts): neighbouring shapes get neighbouring costs, and the choice
+ * changes where two routes' predictions cross. The coefficients and where
+ * they come from: "The coefficients" below.
+ */
+#include "lltm.h"
+
+#include <math.h>
+
+/* ------------------------------------------------------------------------ */
+/* The coefficients (microseconds per unit).                                 */
+/* ------------------------------------------------------------------------ */
+
+#define COST_SMS 132.0 /* the SM count of the device they were fitted on */
+
+/*
+ * Fitted by dev/timing/fit_routes.py (non-negative least squares on
+ * relative errors) to `python -m lltm.bench --sweep --sweep-variants` on one
+ * H100 80GB HBM3 (132 SMs; torch 2.11.0+cu130), 2026-11-24 05:10 UTC, tree
+ * f8aeba6: 429 sequence times (every plan family and grid layout forced, B
+ * 1..1024, H 64..2048, T 20, 100 and 1000, float32 and bfloat16; at H =
+ * 2048 the library's choice, the per-step kernels) and 108
+ * cell times (both routes, B 1..1024, H 128, 512, 1024). The cell's cuBLAS
+ * route (products and launches only) was fitted first; its product rates
+ * are the sequence's too. Median relative error 11% (cell), 10% (sequence).
+ */
+/* cuBLAS products (per flop: 35 TFLOPS FFMA, 314 TFLOPS tensor cores; per
+ * byte: 3.0 TB/s) */
+#define C_FLOP_FFMA 2.883e-08
+#define C_FLOP_TENSOR 3.185e-09
+#define C_BYTE 3.352e-07
+/* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
+#define C_CUBLAS_CALL 18.09
+#define C_CUBLAS_CALL_FFMA 6.374
+/* the cell: fused route (a step; per flop on small and large tiles, float32
+ * and the half types; per row of B and per k of I + H one thread sums) */
+#define C_FUSED_CALL 1.073
+#define C_FUSED_FLOP_SMALL 2.184e-07
+#define C_FUSED_FLOP_LARGE 5.43e-08
+#define C_FUSED_FLOP_SMALL_HALF 3.663e-07
+#define C_FUSED_FLOP_LARGE_HALF 7.003e-08
+#define C_FUSED_ROWS 0.1226
+#define C_FUSED_K 0.03438
+/* the sequence: a call (its launches and large products' latency) */
+#define C_CALL 69.69
+/* per step of the per-step kernels (launches, latency), and per row one
+ * thread of its backward kernel walks (measured on the kernel that walked
+ * the whole batch; it now walks ceil(B / STEP_SLICES) rows) */
+#define C_STEPS_STEP 8.225
+#define C_STEPS_ROW 0.3402
+#define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
+/* per step of the grid family: the exchange, a multiply-add of one thread,
+ * a state value a block stages */
+#define C_GRID_STEP 3.464
+#define C_GRID_WORK 0.01013
+#define C_GRID_STAGE 5.245e-05
+/* the same for the cluster family */
+#define C_CLUSTER_STEP 1.201
+#define C_CLUSTER_WORK 0.01422
+#define C_CLUSTER_STAGE 0.000217
+/* not measured: float64 arithmetic taken at half the float32 rate (the
+ * H100's FP64 : FP32 rate) */
+#define FP64_SLOWDOWN 2.0
+/* where a fused cell kernel takes its large tiles (lltm_cuda_cell.cuh) */
+#define LARGE_TILE_MIN_BLOCKS 120
+
+/* ------------------------------------------------------------------------ */
+/* Features (dev/timing/fit_routes.py computes the same).                    */
+/* ------------------------------------------------------------------------ */
+
+static int tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
+{
+    if (dtype == LLTM_FLOAT16)
+        return dev->major >= 7;
+    if (dtype == LLTM_BFLOAT16)
+        return dev->major >= 8;
+    return 0;
+}
+
+static double sm_scale(const lltm_cuda_device *dev)
+{
+    return dev->sm_count > 0 ? COST_SMS / (double)dev->sm_count : 1.0;
+}
+
+static double elem_bytes(lltm_dtype dtype)
+{
+    return dtype == LLTM_FLOAT64 ? 8.0 : dtype == LLTM_FLOAT32 ? 4.0 : 2.0;
+}
+
+/* One cuBLAS product [M,K] x [K,N]: flops and bytes at their rates. */
+static double product_us(const lltm_cuda_device *dev, lltm_dtype dtype, double M, double N,
+                         double K)
+{
+    const double flops = 2.0 * M * N * K;
+    const double bytes = (M * K + K * N + M * N) * elem_bytes(dtype);
+    const double per_flop = tensor_cores(dev, dtype) ? C_FLOP_TENSOR
+                            : dtype == LLTM_FLOAT64  ? C_FLOP_FFMA * FP64_SLOWDOWN
+                                                     : C_FLOP_FFMA;
+    return (flops * per_flop + bytes * C_BYTE) * sm_scale(dev);
+}
+
+static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
+
+/* A persistent launch's work per step: each thread's multiply-adds (per
+ * gate: passes x rows x values) and the state values its block stages
+ * (passes x chunk x H). */
+static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *work,
+                        double *stage)
+{
+    const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
+    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
+    *work += passes * l->rows * l->values;
+    *stage += passes * (double)chunk * (double)H;
+}
+
+double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                    int64_t T, int64_t B, int64_t I, int64_t H)
+{
+    if (!dev || !plan || T < 0 || B < 0 || I < 0 || H < 0)
+        return INFINITY;
+    const lltm_dtype dt = plan->dtype;
+    const double t = (double)T, b = (double)B, i = (double)I, h = (double)H;
+    /* the products of every plan: x W_x^T for all steps, then dW and dx */
+    double us = C_CALL + product_us(dev, dt, t * b, 3 * h, i) +
+                product_us(dev, dt, 3 * h, h + i, t * b) + product_us(dev, dt, t * b, i, 3 * h);
+    if (plan->family == LLTM_SEQ_STEPS)
+        return us + t * (C_STEPS_STEP + C_STEPS_ROW * ceil_div_d(B, STEP_SLICES) +
+                         product_us(dev, dt, b, 3 * h, h) + product_us(dev, dt, b, h, 3 * h));
+    double work = 0, stage = 0;
+    launch_work(&plan->forward, B, H, &work, &stage);
+    launch_work(&plan->backward, B, H, &work, &stage);
+    const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
+    if (plan->family == LLTM_SEQ_GRID)
+        return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage);
+    if (plan->family == LLTM_SEQ_CLUSTER)
+        return us + t * (C_CLUSTER_STEP + C_CLUSTER_WORK * slow * work +
+                         C_CLUSTER_STAGE * stage);
+    return INFINITY;
+}
+
+double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
+                                 int64_t B, int64_t I, int64_t H)
+{
+    if (!dev || B < 0 || I < 0 || H < 0)
+        return INFINITY;
+    const double b = (double)B, i = (double)I, h = (double)H, k = i + h;
+    if (route == LLTM_CELL_FUSED) {
+        /* the three kernels (gates, dW, dX), a third of the flops each, on
+         * the tiles each takes for these sizes (lltm_cuda_cell_*.cu) */
+        const int64_t K = I + H;
+        const int large[3] = {ceil_div_d(B, 64) * ceil_div_d(H, 32) >= LARGE_TILE_MIN_BLOCKS,
+                              ceil_div_d(H, 32) * ceil_div_d(K, 128) >= LARGE_TILE_MIN_BLOCKS,
+                              ceil_div_d(B, 32) * ceil_div_d(K, 64) >= LARGE_TILE_MIN_BLOCKS};
+        const int half = dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16;
+        const double slow = dtype == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
+        const double third = 2.0 * b * 3 * h * k; /* one product's flops */
+        double us = 0;
+        for (int j = 0; j < 3; ++j)
+            us += third * (large[j] ? (half ? C_FUSED_FLOP_LARGE_HALF : C_FUSED_FLOP_LARGE)
+                                    : (half ? C_FUSED_FLOP_SMALL_HALF : C_FUSED_FLOP_SMALL));
+        return C_FUSED_CALL + us * slow * sm_scale(dev) + (C_FUSED_ROWS * b + C_FUSED_K * k) * slow;
+    }
+    if (route == LLTM_CELL_CUBLAS)
+        return C_CUBLAS_CALL + (tensor_cores(dev, dtype) ? 0.0 : C_CUBLAS_CALL_FFMA) +
+               product_us(dev, dtype, b, 3 * h, k) + product_us(dev, dtype, 3 * h, k, b) +
+               product_us(dev, dtype, b, h, 3 * h) + product_us(dev, dtype, b, i, 3 * h);
+    return INFINITY;
+}
+
+int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
+                         int64_t H)
+{
+    return lltm_cell_route_cost_cuda(dev, dtype, LLTM_CELL_CUBLAS, B, I, H) <
+                   lltm_cell_route_cost_cuda(dev, dtype, LLTM_CELL_FUSED, B, I, H)
+               ? LLTM_CELL_CUBLAS
+               : LLTM_CELL_FUSED;
+}

@@ -1,0 +1,311 @@
+"""Fits the coefficients of the CUDA routes' cost model (csrc/core/lltm_cuda_cost.c)
+to the times of ``python -m lltm.bench --sweep --sweep-variants`` (variants.json),
+and says how well the model then chooses.
+
+    python3 dev/timing/fit_routes.py variants.json [--write-data tests/data/routes-h100.json]
+
+The model is linear in its coefficients (each a time per unit of a feature),
+so they are fitted by least squares on relative errors, all of them >= 0.
+The features are the ones lltm_cuda_cost.c computes, from the shape and the
+plan the library ran (recorded with every time), for the H100's 132 SMs.
+Prints the coefficients as C, each prediction against its measurement, and
+per shape whether the cheapest prediction is the fastest measured (or within
+the tolerance of it). ``--write-data`` keeps the measured medians (and the
+plans) that the tests compare the chooser's choices with.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+NT, BC = 256, 16
+ELEM = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+HALF = ("bfloat16", "float16")
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------------------
+# Sequence: features of one record (one layer, forward + backward, T steps).
+
+SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "byte", "steps_step", "steps_rows",
+             "grid_step", "grid_work", "grid_stage", "cluster_step", "cluster_work",
+             "cluster_stage")
+PRODUCT_TERMS = ("flop_ffma", "flop_tensor", "byte")
+# the rows one thread of the per-step backward kernel walks: the measured
+# kernel ran one slice (the whole batch); the library's now runs 8
+MEASURED_STEP_SLICES = 1
+
+
+def gemm_features(M, N, K, dtype, f):
+    """One matrix product through cuBLAS: its flops (tensor cores for the half
+    types, FFMA otherwise) and the bytes it reads and writes."""
+    f["flop_tensor" if dtype in HALF else "flop_ffma"] += 2.0 * M * N * K
+    f["byte"] += float(M * K + K * N + M * N) * ELEM[dtype]
+
+
+def launch_work(launch, B):
+    """Per-thread multiply-adds (per gate) of a step of one direction, and the
+    state values a block stages: passes over its chunks x rows x values."""
+    passes = ceil_div(ceil_div(B, launch["chunk"]), launch["groups"])
+    return passes * launch["rows"] * launch["values"], passes * launch["chunk"]
+
+
+def sequence_features(rec):
+    T, B, I, H, dtype = rec["T"], rec["B"], rec["I"], rec["H"], rec["dtype"]
+    plan = rec["plan"]
+    f = dict.fromkeys(SEQ_TERMS, 0.0)
+    f["call"] = 1.0
+    # the products of every plan: x W_x^T for all steps, then dW and dx
+    gemm_features(T * B, 3 * H, I, dtype, f)
+    gemm_features(3 * H, H + I, T * B, dtype, f)
+    gemm_features(T * B, I, 3 * H, dtype, f)
+    family = plan["family"]
+    if family == "steps":
+        f["steps_step"] = T
+        f["steps_rows"] = T * ceil_div(B, MEASURED_STEP_SLICES)
+        sub = dict.fromkeys(SEQ_TERMS, 0.0)
+        gemm_features(B, 3 * H, H, dtype, sub)   # h W_h^T
+        gemm_features(B, H, 3 * H, dtype, sub)   # dG W_h
+        for k in ("flop_ffma", "flop_tensor", "byte"):
+            f[k] += T * sub[k]
+    else:
+        work = stage = 0.0
+        for d in ("forward", "backward"):
+            w, s = launch_work(plan[d], B)
+            work += w
+            stage += s * H
+        f[f"{family}_step"] = T
+        f[f"{family}_work"] = T * work
+        f[f"{family}_stage"] = T * stage
+    return f
+
+
+# ----------------------------------------------------------------------------
+# Cell: features of one step (forward + backward) on each route.
+
+CELL_TERMS = ("fused_call", "fused_flop_small", "fused_flop_large", "fused_flop_small_half",
+              "fused_flop_large_half", "fused_rows", "fused_k", "cublas_call",
+              "cublas_call_ffma", "flop_ffma", "flop_tensor", "byte")
+LARGE_TILE_MIN_BLOCKS = 120  # csrc/core/lltm_cuda_cell.cuh: where a fused kernel takes large tiles
+
+
+def fused_large_tiles(B, I, H):
+    """Which of the fused kernels (forward, weight gradient, input gradient)
+    run their large tiles (the tile rules of lltm_cuda_cell_*.cu)."""
+    K = I + H
+    return (ceil_div(B, 64) * ceil_div(H, 32) >= LARGE_TILE_MIN_BLOCKS,
+            ceil_div(H, 32) * ceil_div(K, 128) >= LARGE_TILE_MIN_BLOCKS,
+            ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS)
+
+
+def cell_features(rec):
+    B, I, H, dtype = rec["B"], rec["I"], rec["H"], rec["dtype"]
+    K = I + H
+    route = rec["route"]
+    f = dict.fromkeys(CELL_TERMS, 0.0)
+    flops = 3 * 2.0 * B * 3 * H * K  # the three products: gates, dW, dX
+    if route == "fused":
+        f["fused_call"] = 1.0
+        half = "_half" if dtype in HALF else ""  # the half types convert every load
+        for large in fused_large_tiles(B, I, H):  # each kernel a third of the flops
+            f[("fused_flop_large" if large else "fused_flop_small") + half] += flops / 3
+        # the reductions one thread runs alone: over the B rows (the weight
+        # gradient's sums) and over K = I + H (a gate's sum, dX's sums)
+        f["fused_rows"] = float(B)
+        f["fused_k"] = float(K)
+    else:
+        f["cublas_call"] = 1.0
+        f["cublas_call_ffma"] = 0.0 if dtype in HALF else 1.0  # FFMA products' own latency
+        for M, N, KK in ((B, 3 * H, K), (3 * H, K, B), (B, H, 3 * H), (B, I, 3 * H)):
+            gemm_features(M, N, KK, dtype, f)
+    return f
+
+
+# ----------------------------------------------------------------------------
+# Fitting.
+
+def fit(rows, terms, fixed=None):
+    """Non-negative least squares on relative errors: coefficients per term;
+    ``fixed``: terms whose coefficients are given (their part is taken off
+    the times first)."""
+    fixed = fixed or {}
+    free = [t for t in terms if t not in fixed]
+    X = np.array([[r["features"][t] for t in free] for r in rows], dtype=float)
+    y = np.array([r["us"] for r in rows], dtype=float)
+    known = np.array([sum(fixed[t] * r["features"][t] for t in fixed) for r in rows])
+    Xw, yw = X / y[:, None], (y - known) / y
+    used = [j for j in range(len(free)) if X[:, j].any()]
+    coef = np.zeros(len(free))
+    coef[used] = _nnls(Xw[:, used], yw)
+    return {t: fixed[t] if t in fixed else coef[free.index(t)] for t in terms}
+
+
+def _nnls(A, b, iters=20000):
+    """Projected gradient with column scaling (no SciPy needed)."""
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale == 0] = 1.0
+    As = A / scale
+    x = np.maximum(np.linalg.lstsq(As, b, rcond=None)[0], 0.0)
+    L = np.linalg.norm(As, 2) ** 2
+    for _ in range(iters):
+        x_new = np.maximum(x - As.T @ (As @ x - b) / L, 0.0)
+        if np.allclose(x_new, x, rtol=1e-12, atol=1e-15):
+            break
+        x = x_new
+    return x / scale
+
+
+def predict(coef, features):
+    return sum(coef[t] * v for t, v in features.items())
+
+
+# ----------------------------------------------------------------------------
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def timed(rec):
+    stat = rec.get(rec.get("figure") or "graph_step")
+    return stat.get("median_us") if isinstance(stat, dict) else None
+
+
+def sequence_rows(results):
+    """The forced plans' times, and the library's choice where it ran a plan
+    no forced one was timed in (H = 2048: the per-step kernels, the only
+    plan there)."""
+    forced = {(r["dtype"], r["T"], r["B"], r["H"], r["plan"]["family"]) for r in results
+              if r["kind"] == "sequence" and r["impl"].startswith("lltm[")
+              and r["status"] == "ok" and isinstance(r.get("plan"), dict)
+              and "family" in r["plan"] and timed(r)}
+    rows = []
+    for rec in results:
+        if rec["kind"] != "sequence" or not rec["impl"].startswith("lltm") \
+                or rec["status"] != "ok" or not isinstance(rec.get("plan"), dict) \
+                or "family" not in rec["plan"]:
+            continue
+        if rec["impl"] == "lltm" and (rec["dtype"], rec["T"], rec["B"], rec["H"],
+                                      rec["plan"]["family"]) in forced:
+            continue
+        us = timed(rec)
+        if us:
+            rows.append({"rec": rec, "us": us, "features": sequence_features(rec)})
+    return rows
+
+
+def cell_rows(results):
+    rows = []
+    for rec in results:
+        if rec["kind"] != "cell" or not rec["impl"].startswith("native[") \
+                or rec["status"] != "ok" or rec.get("plan") not in ("fused", "cublas"):
+            continue
+        us = timed(rec)
+        if us:
+            rec = dict(rec, route=rec["plan"])
+            rows.append({"rec": rec, "us": us, "features": cell_features(rec)})
+    return rows
+
+
+def report(rows, coef, name, tolerance):
+    print(f"\n== {name}: coefficients (us per unit)")
+    for t, c in coef.items():
+        print(f"  {t:>16} {c:.6g}")
+    errs = [predict(coef, r["features"]) / r["us"] - 1 for r in rows]
+    print(f"  {len(rows)} times; relative error median {np.median(np.abs(errs)):.1%}, "
+          f"max {np.max(np.abs(errs)):.1%}")
+    shapes = {}
+    for r in rows:
+        rec = r["rec"]
+        key = (rec["dtype"], rec["T"], rec["B"], rec["H"])
+        shapes.setdefault(key, []).append(r)
+    agree = 0
+    for key, rs in sorted(shapes.items()):
+        fastest = min(rs, key=lambda r: r["us"])
+        chosen = min(rs, key=lambda r: predict(coef, r["features"]))
+        ok = chosen["us"] <= (1 + tolerance) * fastest["us"]
+        agree += ok
+        if not ok:
+            print(f"  {key}: model picks {chosen['rec']['impl']} ({chosen['us']:.0f} us), "
+                  f"fastest {fastest['rec']['impl']} ({fastest['us']:.0f} us)")
+    print(f"  {agree}/{len(shapes)} shapes: the model's pick within {tolerance:.0%} of the "
+          "fastest")
+
+
+C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_TENSOR",
+           "byte": "C_BYTE", "steps_step": "C_STEPS_STEP", "grid_step": "C_GRID_STEP",
+           "grid_work": "C_GRID_WORK", "grid_stage": "C_GRID_STAGE",
+           "cluster_step": "C_CLUSTER_STEP", "cluster_work": "C_CLUSTER_WORK",
+           "cluster_stage": "C_CLUSTER_STAGE", "fused_call": "C_FUSED_CALL",
+           "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
+           "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
+           "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
+           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K",
+           "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
+           "steps_rows": "C_STEPS_ROW"}
+
+
+def compact_plan(plan) -> str:
+    """A plan as one short string: the family, and a persistent plan's layout
+    and batch groups (as the GPU ran it)."""
+    if isinstance(plan, str):
+        return plan
+    family = plan["family"]
+    if family == "steps":
+        return family
+    f = plan["forward"]
+    return f"{family} {f['lanes']}x{f['values']} r{f['rows']}/{f['chunk']} g{f['groups']} " \
+           f"b{f['blocks']}; bwd {plan['backward']['exchange']} g{plan['backward']['groups']}"
+
+
+def print_c(coef):
+    for term, value in coef.items():
+        print(f"#define {C_NAMES[term]} {value:.4g}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json")
+    parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--write-data", metavar="PATH")
+    args = parser.parse_args(argv)
+    data = load(args.json)
+    results = data["results"]
+    seq, cell = sequence_rows(results), cell_rows(results)
+    if not seq and not cell:
+        sys.exit("no CUDA times with plans in " + args.json)
+    # the cell first: its cuBLAS route is products and launches only, which
+    # sets the product rates that the sequence's products then share
+    products = {}
+    if cell:
+        coef = fit(cell, CELL_TERMS)
+        report(cell, coef, "cell", args.tolerance)
+        print_c(coef)
+        products = {t: coef[t] for t in PRODUCT_TERMS}
+    if seq:
+        coef = fit(seq, SEQ_TERMS, fixed=products)
+        report(seq, coef, "sequence", args.tolerance)
+        print_c({t: c for t, c in coef.items() if t not in products})
+    if args.write_data:
+        keep = []
+        for r in seq + cell:
+            rec = r["rec"]
+            keep.append({k: rec[k] for k in ("kind", "dtype", "T", "B", "I", "H", "impl")}
+                        | {"plan": compact_plan(rec["plan"]), "us": round(r["us"], 2)})
+        with open(args.write_data, "w") as f:
+            f.write('{"machine": ' + json.dumps({k: data["machine"].get(k) for k in
+                                                  ("date", "gpus", "torch", "git")}))
+            f.write(',\n "source": "python -m lltm.bench --sweep --sweep-variants; '
+                    'dev/timing/fit_routes.py --write-data",\n "times": [\n')
+            f.write(",\n".join(json.dumps(t) for t in keep) + "]}\n")
+        print(f"saved {args.write_data}")
+
+
+if __name__ == "__main__":
+    main()

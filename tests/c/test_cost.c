@@ -1,0 +1,112 @@
+/*
+ * test_cost.c - the cost model of the CUDA routes (csrc/core/lltm_cuda_cost.c),
+ * under AddressSanitizer: every cost finite and positive for valid plans and
+ * sizes, infinite for invalid ones; more steps, rows or units never cheaper;
+ * fewer SMs make the products dearer and leave the persistent kernels' per-
+ * step terms alone; tensor cores only where the device has them for the
+ * dtype; the cell's choice is one of its routes and the cheaper of the two.
+ * (Whether the choices match the H100's measurements: tests/
+ * test_cuda_sequence_emulated.py.)
+ */
+#include "test_util.h"
+
+static lltm_cuda_device h100(void)
+{
+    lltm_cuda_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.major = 9;
+    dev.sm_count = 132;
+    dev.smem_optin = 232448;
+    dev.cooperative_launch = dev.cluster_launch = 1;
+    dev.code_arch = 90;
+    return dev;
+}
+
+static lltm_sequence_plan grid_plan(lltm_dtype dtype, int64_t B, int64_t H, int lanes, int values,
+                                    int64_t groups)
+{
+    lltm_sequence_plan p;
+    memset(&p, 0, sizeof p);
+    p.family = LLTM_SEQ_GRID;
+    p.dtype = dtype;
+    p.B = B;
+    p.H = H;
+    p.forward.lanes = p.backward.lanes = lanes;
+    p.forward.values = p.backward.values = values;
+    p.forward.rows = p.backward.rows = p.forward.chunk = p.backward.chunk = 16;
+    p.forward.exchange = p.backward.exchange = LLTM_SEQ_EXCHANGE_GLOBAL;
+    p.forward.blocks = p.backward.blocks = (H + 256 / lanes - 1) / (256 / lanes);
+    p.forward.groups = p.backward.groups = groups;
+    return p;
+}
+
+static int good(double us) { return isfinite(us) && us > 0; }
+
+int main(void)
+{
+    const lltm_cuda_device dev = h100();
+    const lltm_dtype dtypes[] = {LLTM_FLOAT32, LLTM_FLOAT64, LLTM_FLOAT16, LLTM_BFLOAT16};
+    const char *names[] = {"float32", "float64", "float16", "bfloat16"};
+    for (int d = 0; d < 4; ++d) {
+        const lltm_dtype dt = dtypes[d];
+        lltm_sequence_plan steps;
+        memset(&steps, 0, sizeof steps);
+        steps.family = LLTM_SEQ_STEPS;
+        steps.dtype = dt;
+        for (int64_t B = 1; B <= 1024; B *= 4)
+            for (int64_t H = 16; H <= 2048; H *= 2) {
+                const lltm_sequence_plan g = grid_plan(dt, B, H, 32, 32, 1);
+                const double s = lltm_sequence_plan_cost_cuda(&dev, &steps, 100, B, H / 2, H);
+                const double c = lltm_sequence_plan_cost_cuda(&dev, &g, 100, B, H / 2, H);
+                check(good(s) && good(c), "finite positive costs", B, H, names[d]);
+                check(lltm_sequence_plan_cost_cuda(&dev, &steps, 200, B, H / 2, H) > s &&
+                          lltm_sequence_plan_cost_cuda(&dev, &g, 200, B, H / 2, H) > c,
+                      "more steps cost more", B, H, names[d]);
+                check(lltm_sequence_plan_cost_cuda(&dev, &steps, 100, 2 * B, H / 2, H) >= s &&
+                          lltm_sequence_plan_cost_cuda(&dev, &steps, 100, B, H, 2 * H) >= s,
+                      "more rows or units never cheaper", B, H, names[d]);
+                const double fused =
+                    lltm_cell_route_cost_cuda(&dev, dt, LLTM_CELL_FUSED, B, H / 2, H);
+                const double cublas =
+                    lltm_cell_route_cost_cuda(&dev, dt, LLTM_CELL_CUBLAS, B, H / 2, H);
+                const int route = lltm_cell_route_cuda(&dev, dt, B, H / 2, H);
+                check(good(fused) && good(cublas), "finite positive cell costs", B, H, names[d]);
+                check(route == (cublas < fused ? LLTM_CELL_CUBLAS : LLTM_CELL_FUSED),
+                      "the cell takes the cheaper route", B, H, names[d]);
+            }
+        /* half the SMs: products dearer, a persistent step's terms unchanged */
+        lltm_cuda_device half = dev;
+        half.sm_count = 66;
+        const lltm_sequence_plan g = grid_plan(dt, 64, 256, 16, 32, 4);
+        check(lltm_sequence_plan_cost_cuda(&half, &steps, 100, 64, 128, 256) >
+                  lltm_sequence_plan_cost_cuda(&dev, &steps, 100, 64, 128, 256),
+              "fewer SMs: dearer products", 64, 256, names[d]);
+        const double g1 = lltm_sequence_plan_cost_cuda(&dev, &g, 1000, 64, 128, 256) -
+                          lltm_sequence_plan_cost_cuda(&dev, &g, 999, 64, 128, 256);
+        const double g2 = lltm_sequence_plan_cost_cuda(&half, &g, 1000, 64, 128, 256) -
+                          lltm_sequence_plan_cost_cuda(&half, &g, 999, 64, 128, 256);
+        check(g2 > g1 * 0.999, "fewer SMs: a grid step no cheaper", 64, 256, names[d]);
+    }
+    /* tensor cores: bfloat16 products from compute capability 8.0, float16 from 7.0 */
+    lltm_cuda_device volta = dev;
+    volta.major = 7;
+    check(lltm_cell_route_cost_cuda(&volta, LLTM_BFLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024) >
+              lltm_cell_route_cost_cuda(&dev, LLTM_BFLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024),
+          "no bfloat16 tensor cores before 8.0", 256, 1024, "bfloat16");
+    check(lltm_cell_route_cost_cuda(&volta, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024) ==
+              lltm_cell_route_cost_cuda(&dev, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024),
+          "float16 tensor cores from 7.0", 256, 1024, "float16");
+    /* invalid questions */
+    lltm_sequence_plan none;
+    memset(&none, 0, sizeof none);
+    none.dtype = LLTM_FLOAT32;
+    check(isinf(lltm_sequence_plan_cost_cuda(NULL, &none, 1, 1, 1, 1)) &&
+              isinf(lltm_sequence_plan_cost_cuda(&dev, NULL, 1, 1, 1, 1)) &&
+              isinf(lltm_sequence_plan_cost_cuda(&dev, &none, 1, 1, 1, 1)) &&
+              isinf(lltm_sequence_plan_cost_cuda(&dev, &none, -1, 1, 1, 1)) &&
+              isinf(lltm_cell_route_cost_cuda(&dev, LLTM_FLOAT32, 7, 1, 1, 1)) &&
+              isinf(lltm_cell_route_cost_cuda(NULL, LLTM_FLOAT32, LLTM_CELL_FUSED, 1, 1, 1)),
+          "invalid plans and routes cost infinity", 1, 1, "float32");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
