@@ -3,6 +3,8 @@ tracing and torch.compile, and autograd formulas tying forward to backward.
 Both are registered in Python because the stable C ABI has no autograd API."""
 from __future__ import annotations
 
+import types
+
 import torch
 import torch._library.autograd
 import torch.autograd.forward_ad as _forward_ad
@@ -280,90 +282,72 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
 # runs in plain PyTorch operations instead: functorch would not differentiate
 # the Function's jvp again.
 
-class CellForward(torch.autograd.Function):
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(input, weights, bias, old_h, old_cell):
+def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: int):
+    """The autograd.Function of a forward operator: forward runs ``op`` below
+    autograd; ``tangents(*inputs, *input_tangents)`` gives the tangents of
+    the differentiable outputs (the rest get None)."""
+    def forward(*args):
         with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.lltm.cell_forward.default(input, weights, bias, old_h, old_cell)
+            return op(*args)
 
-    setup_context = staticmethod(_cell_setup_context)
+    def jvp(ctx, *input_tangents):
+        out = tangents(*ctx.saved_tensors, *input_tangents)
+        return (*out, *(None,) * (n_outputs - len(out)))
 
-    backward = staticmethod(_cell_backward)
-
-    @staticmethod
-    def jvp(ctx, t_input, t_weights, t_bias, t_old_h, t_old_cell):
-        *_, t_h, t_cell = _differentiable.cell_jvp(*ctx.saved_tensors, t_input, t_weights,
-                                                   t_bias, t_old_h, t_old_cell)
-        return t_h, t_cell, None
-
-
-class SequenceForward(torch.autograd.Function):
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(input, weights, bias, h0, c0):
-        with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.lltm.sequence_forward.default(input, weights, bias, h0, c0)
-
-    setup_context = staticmethod(_sequence_setup_context)
-
-    backward = staticmethod(_sequence_backward)
-
-    @staticmethod
-    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
-        t_out, t_h_n, t_c_n = _differentiable.sequence_jvp(*ctx.saved_tensors, t_input,
-                                                           t_weights, t_bias, t_h0, t_c0)
-        return t_out, t_h_n, t_c_n, None, None
+    def body(namespace):
+        namespace.update(generate_vmap_rule=True, forward=staticmethod(forward),
+                         setup_context=staticmethod(setup_context),
+                         backward=staticmethod(backward), jvp=staticmethod(jvp),
+                         __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__} "
+                                                      "with autograd (eager_call).")
+    function = types.new_class(name, (torch.autograd.Function,), exec_body=body)
+    # Function.apply's Python wrapper exists for functorch transforms (and
+    # default arguments, which forward has none of); outside transforms
+    # eager_call goes straight to the C apply it ends in: ~2 us less host
+    # time per call, a tenth of a small CUDA step's forward.
+    function.c_apply = super(torch.autograd.Function, function).apply
+    return function
 
 
-class SequenceLengthsForward(SequenceForward):
-    """SequenceForward over rows of their own lengths (the lengths overload)."""
-
-    @staticmethod
-    def forward(input, weights, bias, h0, c0, lengths):
-        with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.lltm.sequence_forward.lengths(input, weights, bias, h0, c0, lengths)
-
-    @staticmethod
-    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0, _t_lengths):
-        *inputs, lengths = ctx.saved_tensors
-        t_out, t_h_n, t_c_n = _differentiable.sequence_jvp(*inputs, t_input, t_weights, t_bias,
-                                                           t_h0, t_c0, lengths)
-        return t_out, t_h_n, t_c_n, None, None
+CellForward = _op_function("CellForward", torch.ops.lltm.cell_forward.default,
+                           _cell_setup_context, _cell_backward,
+                           lambda *a: _differentiable.cell_jvp(*a)[2:], 3)
+SequenceForward = _op_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
+                               _sequence_setup_context, _sequence_backward,
+                               _differentiable.sequence_jvp, 5)
 
 
-# Function.apply's Python wrapper exists for functorch transforms (and default
-# arguments, which forward has none of); outside transforms eager_call goes
-# straight to the C apply it ends in: ~2 us less host time per call, a tenth
-# of a small CUDA step's forward.
-for _function in (CellForward, SequenceForward, SequenceLengthsForward):
-    _function.c_apply = super(torch.autograd.Function, _function).apply
+# The lengths overload: saved tensors are (*inputs, lengths), tangents six.
+SequenceLengthsForward = _op_function(
+    "SequenceLengthsForward", torch.ops.lltm.sequence_forward.lengths,
+    _sequence_setup_context, _sequence_backward,
+    lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
+
+# Bound once: an eager step reads each of these on every call.
+_is_compiling = torch.compiler.is_compiling
+_transforms_active = torch._C._are_functorch_transforms_active
+_autocast_enabled = torch._C._is_any_autocast_enabled
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad  # what torch.library's autograd asks too
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def eager_call(function, op, *args):
     """``op(*args)`` with autograd, through ``function`` (CellForward or
     SequenceForward, whose forward is op) when eager and some input needs a
     gradient or a tangent; under torch.autocast in the autocast dtype."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return op(*args)
-    if torch._C._are_functorch_transforms_active():
+    if _transforms_active():
         if _under_functorch_jvp():
             # The Function's jvp is exact once, but functorch does not track a
             # second derivative through it (jvp of jvp, jacfwd of jacrev):
             # under forward-mode transforms the step runs in plain operations.
             return _FORWARD_MATH[function](*args)
         return function.apply(*args)
-    if torch._C._is_any_autocast_enabled():
+    if _autocast_enabled():
         return _autocast.eager_call(lambda a: _eager(function, op, a), args)
-    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
-            _forward_ad._current_level >= 0):
-        if any(torch._C._functorch.is_functorch_wrapped_tensor(a) for a in args):
-            return function.apply(*args)
-        return function.c_apply(*args)
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
+    return _eager(function, op, args)
 
 
 def _under_functorch_jvp() -> bool:
@@ -376,9 +360,12 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
 
 
 def _eager(function, op, args):
-    """eager_call's last steps, for the autocast route."""
-    if (torch.is_grad_enabled() and any(a.requires_grad for a in args)) or (
-            _forward_ad._current_level >= 0):
+    """eager_call outside transforms and autocast: through the Function's C
+    apply where a gradient or a tangent is needed, else the op alone."""
+    if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
+        for a in args:
+            if _is_wrapped(a):  # left over from a finished transform: apply unwraps it
+                return function.apply(*args)
         return function.c_apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
