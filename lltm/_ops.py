@@ -317,18 +317,11 @@ SequenceForward = _op_function("SequenceForward", torch.ops.lltm.sequence_forwar
                                _differentiable.sequence_jvp, 5)
 
 
-def _sequence_lengths_jvp(input, weights, bias, h0, c0, lengths, t_input, t_weights, t_bias,
-                          t_h0, t_c0, _t_lengths):
-    return _differentiable.sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights,
-                                        t_bias, t_h0, t_c0, lengths)
-
-
-# SequenceForward over rows of their own lengths (the lengths overload)
-SequenceLengthsForward = _op_function("SequenceLengthsForward",
-                                      torch.ops.lltm.sequence_forward.lengths,
-                                      _sequence_setup_context, _sequence_backward,
-                                      _sequence_lengths_jvp, 5)
-
+# The lengths overload: saved tensors are (*inputs, lengths), tangents six.
+SequenceLengthsForward = _op_function(
+    "SequenceLengthsForward", torch.ops.lltm.sequence_forward.lengths,
+    _sequence_setup_context, _sequence_backward,
+    lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
 
 # Bound once: an eager step reads each of these on every call.
 _is_compiling = torch.compiler.is_compiling
