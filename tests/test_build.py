@@ -1,9 +1,12 @@
 """The build (lltm/build.py): builds are addressed by content, so two checkouts
 sharing one cache, or an edit in one, never load another build's library; the
 nvcc flags and GPU architectures are chosen like PyTorch's extensions; the
-libraries link torch by name only, from stubs of our own declarations."""
+libraries need no torch library at link time: they find torch's stable C ABI
+in the running process through a table generated from our declarations, and a
+torch lacking a function gives a clear error."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lltm import _archs, _native, _torch_stubs, build
+from lltm import _archs, _native, _torch_abi, build
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "must be %lld-dimensional %s, got shape %s"
@@ -112,41 +115,154 @@ def test_build_key_follows_flags_and_compiler(monkeypatch):
     assert build.Plan(cuda=False).key == plan.key
 
 
-def test_libraries_name_torch_without_a_path():
-    lib = Path(_native._loaded_from["cpu"])
+def _dynamic_section(lib: Path) -> str:
     readelf = shutil.which("readelf")
     if readelf is None:
         pytest.skip("needs readelf")
-    dynamic = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True).stdout
-    assert "[libtorch_cpu.so]" in dynamic
-    assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
-    strings = lib.read_bytes()
-    assert str(ROOT).encode() not in strings  # sources named csrc/..., no build paths
+    return subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True,
+                          check=True).stdout
 
 
-def test_stubs_cover_every_declared_function():
-    header_path = ROOT / "csrc" / build.TORCH_ABI_HEADER
-    functions = _torch_stubs.declared_functions(header_path)
-    cpu, cuda = functions["libtorch_cpu.so"], functions["libtorch_cuda.so"]
-    header = header_path.read_text()
-    for name in ("aoti_torch_check", "torch_call_dispatcher", "aoti_torch_cpu_mm_out",
-                 "torch_exception_get_what_without_backtrace", "aoti_torch_empty_strided"):
-        assert name in cpu
-    assert set(cuda) >= {"aoti_torch_get_current_cuda_stream", "aoti_torch_create_cuda_guard",
-                         "aoti_torch_cuda_mm_out"}
-    assert not set(cpu) & set(cuda)
-    assert header.count("(") >= len(cpu) + len(cuda)
-    # Every one of them is defined by the installed torch (CPU part).
+# What a library may need (manylinux policy: glibc's libraries, libgcc_s, libstdc++).
+SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+                    "libgcc_s.so.1", "libstdc++.so.6", "ld-linux-x86-64.so.2"}
+
+
+def needed(dynamic: str) -> set[str]:
+    return set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic))
+
+
+def test_libraries_need_no_torch_library():
+    """No DT_NEEDED names torch (or c10), no run path, no torch symbol left
+    undefined: torch's functions are found through the table at load time."""
+    for lib in _native._loaded_from.values():
+        dynamic = _dynamic_section(lib)
+        assert needed(dynamic) and needed(dynamic) <= SYSTEM_LIBRARIES, needed(dynamic)
+        assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
+        nm = shutil.which("nm")
+        if nm is not None:
+            undefined = subprocess.run([nm, "-D", "--undefined-only", str(lib)],
+                                       capture_output=True, text=True, check=True).stdout
+            assert not re.search(r"\b(aoti_torch|torch_)\w*", undefined), undefined
+        assert str(ROOT).encode() not in lib.read_bytes()  # sources named csrc/..., no paths
+
+
+def test_table_is_generated_from_the_declarations():
+    """The committed table is what lltm/_torch_abi.py writes from the header;
+    every function the CPU library requires is defined by the installed torch."""
+    csrc = ROOT / "csrc"
+    assert _torch_abi.stale(csrc) == []
+    functions = _torch_abi.parse(csrc / build.TORCH_ABI_HEADER)
+    cpu = [f for f in functions if f.library == _torch_abi.CPU_LIB]
+    cuda = [f for f in functions if f.library == _torch_abi.CUDA_LIB]
+    names = {f.name for f in functions}
+    assert {"aoti_torch_check", "torch_call_dispatcher", "aoti_torch_empty_strided",
+            "torch_library_impl"} <= {f.name for f in cpu}
+    assert {"aoti_torch_get_current_cuda_stream", "aoti_torch_create_cuda_guard"} <= \
+        {f.name for f in cuda}
+    assert {f.name for f in functions if f.optional} == {
+        "torch_exception_get_what_without_backtrace", "aoti_torch_cpu_mm_out",
+        "aoti_torch_cuda_mm_out"}
+    source = (csrc / "binding" / _torch_abi.TABLE_SOURCE).read_text()
+    assert set(re.findall(r'^    \{"(\w+)"', source, re.M)) == names
+    # Every call of the binding goes through the table: no other torch name.
+    binding = "".join(p.read_text() for p in (csrc / "binding").glob("*.c"))
+    called = set(re.findall(r"\b((?:aoti_torch|torch)_\w+)\s*\(", binding))
+    own = set(re.findall(r"^static [\w\s\*]*?\b(\w+)\s*\(", binding, re.M))  # helpers
+    assert called - own <= names, called - own - names
     import torch
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("needs nm")
     torch_cpu = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
-    defined = subprocess.run([nm, "-D", "--defined-only", str(torch_cpu)],
-                             capture_output=True, text=True).stdout.split()
-    missing = [n for n in cpu if n not in defined and f"LLTM_WEAK const char *{n}" not in header
-               and f"LLTM_WEAK AOTITorchError {n}" not in header]
+    defined = set(subprocess.run([nm, "-D", "--defined-only", str(torch_cpu)],
+                                 capture_output=True, text=True).stdout.split())
+    missing = [f.name for f in cpu if not f.optional and f.name not in defined]
     assert not missing, missing
+
+
+def _declare_in_copy(root: Path, declarations: str) -> None:
+    """Adds declarations to the header of a copied checkout and writes its table."""
+    header = root / "csrc" / build.TORCH_ABI_HEADER
+    text = header.read_text()
+    anchor = "\n#ifdef LLTM_WITH_CUDA\n"
+    assert anchor in text
+    header.write_text(text.replace(anchor, "\n" + declarations + anchor, 1))
+    subprocess.run([sys.executable, "lltm/_torch_abi.py"], cwd=root, check=True,
+                   capture_output=True, timeout=60)
+
+
+def test_stale_table_stops_the_build(tmp_path, monkeypatch):
+    root = _checkout(tmp_path, "a")
+    header = root / "csrc" / build.TORCH_ABI_HEADER
+    text = header.read_text()
+    header.write_text(text.replace("\n#ifdef LLTM_WITH_CUDA\n",
+                                   "\nAOTITorchError aoti_torch_new_one(void);\n"
+                                   "#ifdef LLTM_WITH_CUDA\n", 1))
+    monkeypatch.setattr(build, "CSRC", root / "csrc")
+    with pytest.raises(build.BuildError, match=r"csrc/binding/torch_stable_abi_table.h, "
+                       r"csrc/binding/torch_stable_abi_table.c are out of date with "
+                       r"csrc/binding/torch_stable_abi.h: run `python lltm/_torch_abi.py`"):
+        build.Plan(cuda=False)
+    assert _torch_abi.main(["--check", "--csrc", str(root / "csrc")]) == 1
+    _torch_abi.main(["--csrc", str(root / "csrc")])
+    assert _torch_abi.stale(root / "csrc") == []
+    assert "aoti_torch_new_one" in (root / "csrc" / "binding" / "torch_stable_abi_table.c"
+                                    ).read_text()
+
+
+IMPORT_PROBE = textwrap.dedent("""
+    import torch, lltm
+    h, c = lltm.LLTMCell(3, 4)(torch.randn(2, 3))
+    print("ok", tuple(h.shape), lltm.build_info()["loaded_from"]["cpu"])
+""")
+
+
+def test_torch_lacking_a_function_is_a_clear_error(tmp_path):
+    """A function the header declares but the torch imported lacks: optional,
+    the library loads and runs (its pointer is NULL); required, importing lltm
+    raises an ImportError naming the function, the library and torch's version."""
+    import torch
+    root = _checkout(tmp_path, "a")
+    env = {**os.environ, "LLTM_BUILD_DIR": str(tmp_path / "cache"), "LLTM_BUILD_CUDA": "0"}
+    env.pop("PYTHONPATH", None)
+    _declare_in_copy(root, "LLTM_OPTIONAL AOTITorchError aoti_torch_lltm_test_optional(void);\n")
+    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok (2, 4)") and str(tmp_path / "cache") in proc.stdout
+    _declare_in_copy(root, "AOTITorchError aoti_torch_lltm_test_required(int32_t x);\n")
+    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("lltm._native.NativeLibraryError: lltm: liblltm.so cannot use the "
+                           f"torch imported (torch {torch.__version__}, "), last
+    assert "libtorch_cpu.so has no function aoti_torch_lltm_test_required" in last
+    assert "needs torch >= 2.11" in last and "aoti_torch_lltm_test_optional" not in last
+    assert "Traceback" in proc.stderr and "Segmentation" not in proc.stderr
+
+
+NO_TORCH_PROBE = textwrap.dedent("""
+    import ctypes, sys
+    lib = ctypes.CDLL(sys.argv[1])  # loads: no torch library is needed to load it
+    assert "torch" not in sys.modules
+    for entry in ("lltm_resolve_torch", "lltm_register"):
+        fn = getattr(lib, entry)
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(256)
+        print(entry, fn(err, len(err)), err.value.decode())
+""")
+
+
+def test_resolving_without_torch_loaded_fails_cleanly():
+    lib = _native._loaded_from["cpu"]
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH_PROBE, str(lib)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    message = "libtorch_cpu.so is not loaded in this process (import torch first)"
+    assert proc.stdout.splitlines() == [f"lltm_resolve_torch -1 {message}",
+                                        f"lltm_register -1 {message}"]
 
 
 @pytest.mark.parametrize("text, archs", [

@@ -1,10 +1,12 @@
 /*
  * register_cpu.c - the entry point of liblltm.so: defines the lltm operator
- * schemas and registers the CPU kernels. Python calls lltm_register() once
- * after loading the library (lltm/_native.py); a failure comes back as a
- * message rather than an exception thrown during dlopen.
+ * schemas and registers the CPU kernels. Python calls lltm_resolve_torch()
+ * (torch_abi_loader.h) then lltm_register() once after loading the library
+ * (lltm/_native.py): a failure comes back as a message rather than as an
+ * exception thrown during dlopen or a crash.
  */
 #include "ops.h"
+#include "torch_abi_loader.h"
 
 #include <stdio.h>
 
@@ -42,6 +44,8 @@ LLTM_EXPORT int lltm_register(char *err, size_t err_len)
 {
     if (registered)
         return 0; /* already registered in this process */
+    if (lltm_resolve_torch(err, err_len) != 0)
+        return -1; /* the message names what torch lacks */
     if (aoti_torch_library_init_fragment(LLTM_NAMESPACE, __FILE__, __LINE__,
                                          &schema_library) != 0) {
         snprintf(err, err_len, "could not create the lltm library fragment");

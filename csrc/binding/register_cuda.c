@@ -1,11 +1,12 @@
 /*
  * register_cuda.c - the entry point of liblltm_cuda.so: registers the CUDA
  * kernels of the lltm operators (whose schemas liblltm.so defined, loaded
- * first). Python calls lltm_cuda_register() once after loading the library
- * (lltm/_native.py), only where torch has CUDA: this library links
- * libtorch_cuda.
+ * first). Python loads it only where torch has CUDA, calls lltm_resolve_torch()
+ * at once (this library calls functions of libtorch_cuda too), and
+ * lltm_cuda_register() when CUDA initialises (lltm/_native.py).
  */
 #include "ops.h"
+#include "torch_abi_loader.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ LLTM_EXPORT int lltm_cuda_register(char *err, size_t err_len)
 {
     if (registered)
         return 0; /* already registered in this process */
+    if (lltm_resolve_torch(err, err_len) != 0)
+        return -1; /* the message names what torch lacks */
     if (aoti_torch_library_init_impl(LLTM_NAMESPACE, "CUDA", __FILE__, __LINE__,
                                      &cuda_library) != 0) {
         snprintf(err, err_len, "could not create the lltm CUDA library");

@@ -8,10 +8,19 @@
  * abi_drift_check.cpp includes both in one C++ translation unit, so any
  * prototype that drifts from the installed torch fails to compile in CI.
  *
- * Every symbol here exists in torch 2.11, the oldest torch we load on, except
- * those marked LLTM_WEAK (newer; test for NULL before calling). CUDA-only
- * symbols live in libtorch_cuda.so and are declared only when LLTM_WITH_CUDA
- * is defined (the CUDA library, which links libtorch_cuda).
+ * Every function here exists in torch 2.11, the oldest torch we load on,
+ * except those marked LLTM_OPTIONAL (newer; test for NULL before calling).
+ * CUDA-only functions live in libtorch_cuda.so and are declared only when
+ * LLTM_WITH_CUDA is defined (the CUDA library).
+ *
+ * The libraries are not linked against torch's (no DT_NEEDED entry names a
+ * torch library, so a wheel passes the manylinux policy): each calls these
+ * functions through a table of pointers, torch_stable_abi_table.h, generated
+ * from this file by lltm/_torch_abi.py and included at the end. Its macros
+ * keep the calls written by the functions' names. The table is filled from
+ * the torch libraries already loaded in the process when Python loads the
+ * library (lltm_resolve_torch(), torch_abi_loader.h), before any operator is
+ * registered. After editing this file run `python lltm/_torch_abi.py`.
  */
 #ifndef LLTM_BINDING_TORCH_STABLE_ABI_H
 #define LLTM_BINDING_TORCH_STABLE_ABI_H
@@ -24,7 +33,8 @@
 extern "C" {
 #endif
 
-#define LLTM_WEAK __attribute__((weak))
+/* marks a function an older torch lacks: its pointer is NULL there */
+#define LLTM_OPTIONAL
 
 /* The stable-ABI version we target; passed to calls that adapt to schema
  * changes between versions. 2.11.0 = (2 << 56) | (11 << 48). */
@@ -124,13 +134,13 @@ void aoti_torch_check(bool cond, const char *func, const char *file,
                       uint32_t line, const char *msg);
 
 /* 2.13+: the message of the last exception a shim call swallowed */
-LLTM_WEAK const char *torch_exception_get_what_without_backtrace(void);
+LLTM_OPTIONAL const char *torch_exception_get_what_without_backtrace(void);
 
 /* out = self @ mat2 straight into ATen's CPU kernel (AOTInductor's generated
- * fallback shim, c_shim_cpu.h): no dispatcher lookup or boxing. Weak: when a
- * torch lacks it, aten::mm.out goes through torch_call_dispatcher. */
-LLTM_WEAK AOTITorchError aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self,
-                                               AtenTensorHandle mat2);
+ * fallback shim, c_shim_cpu.h): no dispatcher lookup or boxing. Optional: when
+ * a torch lacks it, aten::mm.out goes through torch_call_dispatcher. */
+LLTM_OPTIONAL AOTITorchError aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                   AtenTensorHandle mat2);
 
 #ifdef LLTM_WITH_CUDA
 typedef struct CUDAGuardOpaque *CUDAGuardHandle;
@@ -140,12 +150,14 @@ AOTITorchError aoti_torch_delete_cuda_guard(CUDAGuardHandle guard);
 AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index,
                                                   void **ret_stream);
 /* the CUDA twin of aoti_torch_cpu_mm_out (c_shim_cuda.h), in libtorch_cuda */
-LLTM_WEAK AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTensorHandle self,
-                                                AtenTensorHandle mat2);
+LLTM_OPTIONAL AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                    AtenTensorHandle mat2);
 #endif
 
 #ifdef __cplusplus
 }
 #endif
+
+#include "torch_stable_abi_table.h"
 
 #endif /* LLTM_BINDING_TORCH_STABLE_ABI_H */
