@@ -22,10 +22,12 @@ struct lltm_torch_abi {
     int32_t (*aoti_torch_dtype_float16)(void);
     int32_t (*aoti_torch_dtype_bfloat16)(void);
     int32_t (*aoti_torch_dtype_uint8)(void);
+    int32_t (*aoti_torch_dtype_int64)(void);
     int32_t (*aoti_torch_device_type_cpu)(void);
     int32_t (*aoti_torch_device_type_cuda)(void);
     AOTITorchError (*aoti_torch_delete_tensor_object)(AtenTensorHandle tensor);
     AOTITorchError (*aoti_torch_new_tensor_handle)(AtenTensorHandle orig_handle, AtenTensorHandle *new_handle);
+    AOTITorchError (*aoti_torch_new_uninitialized_tensor)(AtenTensorHandle *ret);
     AOTITorchError (*aoti_torch_get_data_ptr)(AtenTensorHandle tensor, void **ret_data_ptr);
     AOTITorchError (*aoti_torch_get_dim)(AtenTensorHandle tensor, int64_t *ret_dim);
     AOTITorchError (*aoti_torch_get_numel)(AtenTensorHandle tensor, int64_t *ret_numel);
@@ -40,6 +42,9 @@ struct lltm_torch_abi {
     AOTITorchError (*aoti_torch__reinterpret_tensor)(AtenTensorHandle self, int64_t ndim, const int64_t *sizes_ptr, const int64_t *strides_ptr, int64_t storage_offset, AtenTensorHandle *ret_new_tensor);
     AOTITorchError (*aoti_torch_copy_)(AtenTensorHandle self, AtenTensorHandle src, int32_t non_blocking);
     AOTITorchError (*aoti_torch_create_tensor_from_blob)(void *data, int64_t ndim, const int64_t *sizes_ptr, const int64_t *strides_ptr, int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index, AtenTensorHandle *ret);
+    AOTITorchError (*torch_list_size)(StableListHandle list_handle, size_t *size);
+    AOTITorchError (*torch_list_get_item)(StableListHandle list_handle, size_t index, StableIValue *element);
+    AOTITorchError (*torch_delete_list)(StableListHandle list_handle);
     AOTITorchError (*aoti_torch_library_init_fragment)(const char *ns, const char *file, uint32_t line, TorchLibraryHandle *ret_new_torch_lib);
     AOTITorchError (*aoti_torch_library_init_impl)(const char *ns, const char *k, const char *file, uint32_t line, TorchLibraryHandle *ret_new_torch_lib);
     AOTITorchError (*aoti_torch_library_def)(TorchLibraryHandle self, const char *schema);
@@ -69,10 +74,12 @@ static_assert(std::is_same<decltype(&aoti_torch_dtype_float64), decltype(lltm_to
 static_assert(std::is_same<decltype(&aoti_torch_dtype_float16), decltype(lltm_torch_abi.aoti_torch_dtype_float16)>::value, "aoti_torch_dtype_float16");
 static_assert(std::is_same<decltype(&aoti_torch_dtype_bfloat16), decltype(lltm_torch_abi.aoti_torch_dtype_bfloat16)>::value, "aoti_torch_dtype_bfloat16");
 static_assert(std::is_same<decltype(&aoti_torch_dtype_uint8), decltype(lltm_torch_abi.aoti_torch_dtype_uint8)>::value, "aoti_torch_dtype_uint8");
+static_assert(std::is_same<decltype(&aoti_torch_dtype_int64), decltype(lltm_torch_abi.aoti_torch_dtype_int64)>::value, "aoti_torch_dtype_int64");
 static_assert(std::is_same<decltype(&aoti_torch_device_type_cpu), decltype(lltm_torch_abi.aoti_torch_device_type_cpu)>::value, "aoti_torch_device_type_cpu");
 static_assert(std::is_same<decltype(&aoti_torch_device_type_cuda), decltype(lltm_torch_abi.aoti_torch_device_type_cuda)>::value, "aoti_torch_device_type_cuda");
 static_assert(std::is_same<decltype(&aoti_torch_delete_tensor_object), decltype(lltm_torch_abi.aoti_torch_delete_tensor_object)>::value, "aoti_torch_delete_tensor_object");
 static_assert(std::is_same<decltype(&aoti_torch_new_tensor_handle), decltype(lltm_torch_abi.aoti_torch_new_tensor_handle)>::value, "aoti_torch_new_tensor_handle");
+static_assert(std::is_same<decltype(&aoti_torch_new_uninitialized_tensor), decltype(lltm_torch_abi.aoti_torch_new_uninitialized_tensor)>::value, "aoti_torch_new_uninitialized_tensor");
 static_assert(std::is_same<decltype(&aoti_torch_get_data_ptr), decltype(lltm_torch_abi.aoti_torch_get_data_ptr)>::value, "aoti_torch_get_data_ptr");
 static_assert(std::is_same<decltype(&aoti_torch_get_dim), decltype(lltm_torch_abi.aoti_torch_get_dim)>::value, "aoti_torch_get_dim");
 static_assert(std::is_same<decltype(&aoti_torch_get_numel), decltype(lltm_torch_abi.aoti_torch_get_numel)>::value, "aoti_torch_get_numel");
@@ -87,6 +94,9 @@ static_assert(std::is_same<decltype(&aoti_torch_empty_strided), decltype(lltm_to
 static_assert(std::is_same<decltype(&aoti_torch__reinterpret_tensor), decltype(lltm_torch_abi.aoti_torch__reinterpret_tensor)>::value, "aoti_torch__reinterpret_tensor");
 static_assert(std::is_same<decltype(&aoti_torch_copy_), decltype(lltm_torch_abi.aoti_torch_copy_)>::value, "aoti_torch_copy_");
 static_assert(std::is_same<decltype(&aoti_torch_create_tensor_from_blob), decltype(lltm_torch_abi.aoti_torch_create_tensor_from_blob)>::value, "aoti_torch_create_tensor_from_blob");
+static_assert(std::is_same<decltype(&torch_list_size), decltype(lltm_torch_abi.torch_list_size)>::value, "torch_list_size");
+static_assert(std::is_same<decltype(&torch_list_get_item), decltype(lltm_torch_abi.torch_list_get_item)>::value, "torch_list_get_item");
+static_assert(std::is_same<decltype(&torch_delete_list), decltype(lltm_torch_abi.torch_delete_list)>::value, "torch_delete_list");
 static_assert(std::is_same<decltype(&aoti_torch_library_init_fragment), decltype(lltm_torch_abi.aoti_torch_library_init_fragment)>::value, "aoti_torch_library_init_fragment");
 static_assert(std::is_same<decltype(&aoti_torch_library_init_impl), decltype(lltm_torch_abi.aoti_torch_library_init_impl)>::value, "aoti_torch_library_init_impl");
 static_assert(std::is_same<decltype(&aoti_torch_library_def), decltype(lltm_torch_abi.aoti_torch_library_def)>::value, "aoti_torch_library_def");
@@ -111,10 +121,12 @@ static_assert(std::is_same<decltype(&aoti_torch_cuda_mm_out), decltype(lltm_torc
 #define aoti_torch_dtype_float16 (lltm_torch_abi.aoti_torch_dtype_float16)
 #define aoti_torch_dtype_bfloat16 (lltm_torch_abi.aoti_torch_dtype_bfloat16)
 #define aoti_torch_dtype_uint8 (lltm_torch_abi.aoti_torch_dtype_uint8)
+#define aoti_torch_dtype_int64 (lltm_torch_abi.aoti_torch_dtype_int64)
 #define aoti_torch_device_type_cpu (lltm_torch_abi.aoti_torch_device_type_cpu)
 #define aoti_torch_device_type_cuda (lltm_torch_abi.aoti_torch_device_type_cuda)
 #define aoti_torch_delete_tensor_object (lltm_torch_abi.aoti_torch_delete_tensor_object)
 #define aoti_torch_new_tensor_handle (lltm_torch_abi.aoti_torch_new_tensor_handle)
+#define aoti_torch_new_uninitialized_tensor (lltm_torch_abi.aoti_torch_new_uninitialized_tensor)
 #define aoti_torch_get_data_ptr (lltm_torch_abi.aoti_torch_get_data_ptr)
 #define aoti_torch_get_dim (lltm_torch_abi.aoti_torch_get_dim)
 #define aoti_torch_get_numel (lltm_torch_abi.aoti_torch_get_numel)
@@ -129,6 +141,9 @@ static_assert(std::is_same<decltype(&aoti_torch_cuda_mm_out), decltype(lltm_torc
 #define aoti_torch__reinterpret_tensor (lltm_torch_abi.aoti_torch__reinterpret_tensor)
 #define aoti_torch_copy_ (lltm_torch_abi.aoti_torch_copy_)
 #define aoti_torch_create_tensor_from_blob (lltm_torch_abi.aoti_torch_create_tensor_from_blob)
+#define torch_list_size (lltm_torch_abi.torch_list_size)
+#define torch_list_get_item (lltm_torch_abi.torch_list_get_item)
+#define torch_delete_list (lltm_torch_abi.torch_delete_list)
 #define aoti_torch_library_init_fragment (lltm_torch_abi.aoti_torch_library_init_fragment)
 #define aoti_torch_library_init_impl (lltm_torch_abi.aoti_torch_library_init_impl)
 #define aoti_torch_library_def (lltm_torch_abi.aoti_torch_library_def)
