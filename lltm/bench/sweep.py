@@ -90,6 +90,18 @@ class Shape:
         return Workload(device, dtype, self.kind, self.B, self.I, self.H, self.T,
                         layers=self.layers, oracle_device=oracle)
 
+    def workloads(self, device, dtypes):
+        """(dtype, workload) for each dtype; the float64 data and oracle made
+        once, by the first, and shared by the others."""
+        first = None
+        for dtype in dtypes:
+            w = self.workload(device, dtype)
+            if first is None:
+                first = w
+            else:
+                w.share_data(first)
+            yield dtype, w
+
     def cost(self) -> float:
         """Arithmetic of one forward, up to a constant: the order of the run."""
         return self.T * self.layers * self.B * self.H * (self.I + self.H)
@@ -304,13 +316,7 @@ def run_grid(device: torch.device, dtypes, shapes: list[Shape], extra_impls: Seq
     impls = impls_for(extra_impls)
     records, last = [], {}  # (kind, dtype) -> (cost, seconds) of the last shape run
     for shape in shapes:
-        first = None
-        for dtype in dtypes:
-            w = shape.workload(device, dtype)
-            if first is None:
-                first = w
-            else:
-                w.share_data(first)
+        for dtype, w in shape.workloads(device, dtypes):
             began = time.perf_counter()
             why = _why_not(shape, dtype, sopts, began - start, last.get((shape.kind, dtype)))
             if why:

@@ -401,13 +401,7 @@ def _run_device(device, dtypes, plan, impls, sopts, progress, start,
     shape (the partial JSON: a run cut short keeps what it measured)."""
     history, records, last = History(), [], {}
     for shape in plan:
-        first = None
-        for dtype in dtypes:
-            w = shape.workload(device, dtype)
-            if first is None:
-                first = w
-            else:
-                w.share_data(first)
+        for dtype, w in shape.workloads(device, dtypes):
             began = time.perf_counter()
             why = _why_not(shape, dtype, sopts, began - start, last.get((shape.kind, dtype)))
             if why:
