@@ -134,10 +134,12 @@ def _side_stream(device: torch.device):
 
 
 def _concurrent(x: torch.Tensor) -> bool:
-    """Run the reverse direction on a side stream: eager CUDA only (not while
-    compiling, capturing a CUDA graph or under torch.func transforms)."""
+    """Run the reverse direction on a side stream: on CUDA, eagerly or while
+    a CUDA graph is captured (the side stream forks from the capturing one
+    and joins it again, so the graph holds both branches); not while
+    compiling (torch.compile traces one stream) or under torch.func
+    transforms."""
     return (x.is_cuda and not torch.compiler.is_compiling()
-            and not torch.cuda.is_current_stream_capturing()
             and not torch._C._are_functorch_transforms_active())
 
 
@@ -197,8 +199,9 @@ class LLTM(torch.nn.Module):
     the graph there (fullgraph=True refuses them).
 
     On CUDA, the two directions of a layer run concurrently (the reverse one
-    on a side stream) in eager mode; under torch.compile, CUDA graph
-    capture or torch.func transforms they run one after the other.
+    on a side stream), forward and backward, eagerly and in CUDA graphs
+    captured from eager code; under torch.compile or torch.func transforms
+    they run one after the other.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,

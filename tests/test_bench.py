@@ -464,6 +464,34 @@ def test_rows_check_then_time_small(row):
     assert table.count(f"\n| {row} ") == 3
 
 
+@pytest.mark.parametrize("row", ["bidirectional", "packed"])
+def test_rows_cases_differentiate_their_own_leaves(row):
+    """Every timed and oracle case takes gradients of leaves of its own: an
+    input copied by ``to`` from data that another case made a leaf would be
+    an autograd node made on the stream current at build time (a CUDA-graph
+    capture of the backward then waits on that stream and fails)."""
+    from lltm.bench import rows
+    built = rows.cases(row, torch.device("cpu"), torch.float32, 0,
+                       sizes=dict(B=3, I=2, H=4, T=5))
+    for label, case, bar_case in built.values():
+        for c in (case, bar_case):
+            assert all(leaf.is_leaf and leaf.grad_fn is None for leaf in c.leaves), label
+            assert not any(g.requires_grad for g in c.grad_outputs), label
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("row", ["bidirectional", "packed"])
+def test_rows_time_every_graph_on_cuda(row):
+    """On CUDA every implementation of every row gets its CUDA-graph time
+    (the capture of forward and backward succeeds, both directions too)."""
+    from lltm.bench import rows
+    records = rows.run_row(row, torch.device("cuda"), torch.float32, 0, passes=1, graphs=True,
+                           sizes=dict(B=5, I=3, H=32, T=8))
+    for r in records:
+        assert r["status"] == "ok", r
+        assert r["graph_step_us"] is not None and r["graph_step_us"] > 0, r
+
+
 def test_rows_flag_is_parsed():
     from lltm.bench.runner import build_parser
     args = build_parser().parse_args(["--rows", "all"])

@@ -73,20 +73,39 @@ def test_concurrent_directions_after_work_on_a_user_stream():
     torch.testing.assert_close(c_n.cpu(), want[1][1], **TOL)
 
 
-def test_cuda_graph_capture_runs_directions_in_order():
+@pytest.mark.parametrize("lengths", [None, [2, 6, 5]])
+def test_cuda_graph_capture_of_both_directions(lengths):
+    """Forward and backward captured into one CUDA graph (the reverse
+    direction forks onto the side stream and joins back inside the capture,
+    and autograd runs its backward there too); replays on new data give the
+    eager results."""
     T, B, I, H = 6, 3, 4, 32
-    m = lltm.LLTM(I, H, bidirectional=True, device="cuda")
-    static = torch.randn(T, B, I, device="cuda")
+    m = lltm.LLTM(I, H, num_layers=2, bidirectional=True, device="cuda", dtype=F64)
+    static_x = torch.randn(T, B, I, device="cuda", dtype=F64, requires_grad=True)
+    h0 = torch.randn(4, B, H, device="cuda", dtype=F64, requires_grad=True)
+    c0 = torch.randn(4, B, H, device="cuda", dtype=F64, requires_grad=True)
+    g_out = torch.randn(T, B, 2 * H, device="cuda", dtype=F64)
+    leaves = [static_x, h0, c0, *m.parameters()]
+
+    def step():
+        out, (h_n, c_n) = m(static_x, (h0, c0), lengths=lengths)
+        grads = torch.autograd.grad((out, h_n, c_n), leaves,
+                                    (g_out, torch.ones_like(h_n), torch.ones_like(c_n)))
+        return (out, h_n, c_n, *grads)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs asks
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
     with torch.no_grad():
-        m(static)  # warm up outside capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured, _ = m(static)
-        fresh = torch.randn(T, B, I, device="cuda")
-        static.copy_(fresh)
-        graph.replay()
-        torch.testing.assert_close(captured, m(fresh)[0], rtol=0, atol=0)
+        static_x.copy_(torch.randn_like(static_x))
+    graph.replay()
+    want = step()
+    for got, w in zip(captured, want):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("lengths", [None, [3, 6, 6]])

@@ -110,13 +110,19 @@ def _packed(x: torch.Tensor, lengths, requires_grad: bool) -> PackedSequence:
 
 
 def _build(module, data, device, dtype, packed: bool, directions: int, need_grads=True):
-    """(forward, leaves, grad_outputs) of module on the row's data."""
-    x = data["x"].to(device=device, dtype=dtype)
+    """(forward, leaves, grad_outputs) of module on the row's data. Every
+    tensor is a fresh copy: the leaves are leaves of their own (a copy made
+    by ``to`` from data another build made a leaf would be an autograd node
+    created on the stream current then, the legacy one, and its input buffer
+    would make a CUDA-graph capture of the backward wait on that stream)."""
+    def copy(t):
+        return t.detach().to(device=device, dtype=dtype, copy=True)
+    x = copy(data["x"])
     H = module.hidden_size
-    h = data["h"][:directions].to(device=device, dtype=dtype).requires_grad_()
-    c = data["c"][:directions].to(device=device, dtype=dtype).requires_grad_()
-    grad_out = data["grad_out"][..., :directions * H].to(device=device, dtype=dtype)
-    grads = [data[n][:directions].to(device=device, dtype=dtype) for n in ("grad_h", "grad_c")]
+    h = copy(data["h"][:directions]).requires_grad_()
+    c = copy(data["c"][:directions]).requires_grad_()
+    grad_out = copy(data["grad_out"][..., :directions * H])
+    grads = [copy(data[n][:directions]) for n in ("grad_h", "grad_c")]
     if packed:
         inp = _packed(x, data["lengths"], True)
         leaf = inp.data
