@@ -3,6 +3,7 @@ tracing and torch.compile, and autograd formulas tying forward to backward.
 Both are registered in Python because the stable C ABI has no autograd API."""
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -11,7 +12,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _autocast, _differentiable
+from . import _autocast, _differentiable, _sharing
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -216,6 +217,9 @@ def _sequence_setup_context(ctx, inputs, output):
     if _forward_ad._current_level >= 0:  # dual tensors: SequenceForward.jvp reads them
         ctx.save_for_forward(*inputs)
     ctx.mark_non_differentiable(cells, gates)
+    # A layer run beside another (lltm.sequence's two directions) plans its
+    # backward for the shared device too.
+    ctx.concurrent_layers = _sharing.concurrent_layers()
     # Gradients of cells and gates are never used: without this, autograd
     # allocates and zero-fills [T,B,4H] for them every backward (two kernel
     # launches and ~50 us of host time on a CUDA host).
@@ -237,7 +241,9 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
     else:  # only the gradients autograd asks for, as in _cell_backward
         op = (torch.ops.lltm.sequence_backward.lengths if lengths
               else torch.ops.lltm.sequence_backward.default)
-        with torch._C._AutoDispatchBelowAutograd():
+        layers = getattr(ctx, "concurrent_layers", 1)
+        sharing = _sharing.sharing_device(layers) if layers > 1 else contextlib.nullcontext()
+        with sharing, torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_h0, d_c0 = op(
                 grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
                 ctx.needs_input_grad[:5])

@@ -35,7 +35,7 @@ class _PlanOptions(ctypes.Structure):
     """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk")]
+                 "cluster_chunk", "concurrent")]
 
 
 class _Launch(ctypes.Structure):

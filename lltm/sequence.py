@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import functional, reference
+from . import _sharing, functional, reference
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
@@ -427,12 +427,16 @@ class LLTM(torch.nn.Module):
         # on the current one (which produced x, h0, c0); the current stream
         # waits for it before anything reads its results, and the caching
         # allocator is told they are used there.
+        # Both directions' kernels plan for half the device (launches that
+        # are resident together: else the second waits for the first to end);
+        # their backward calls do too (_ops._sequence_backward).
         current = torch.cuda.current_stream(x.device)
         side = _side_stream(x.device)
         side.wait_stream(current)
-        with torch.cuda.stream(side):
-            rev = self._direction(*backward)
-        fwd = self._direction(*forward)
+        with _sharing.sharing_device(2):
+            with torch.cuda.stream(side):
+                rev = self._direction(*backward)
+            fwd = self._direction(*forward)
         current.wait_stream(side)
         for t in rev:
             t.record_stream(current)

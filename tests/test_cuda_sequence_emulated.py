@@ -62,7 +62,7 @@ class Plan(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk")]
+                 "cluster_chunk", "concurrent")]
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):
@@ -426,6 +426,47 @@ def test_plan_layouts(emu):
     ws = torch.empty(1)
     assert emu.lltm_sequence_forward_persistent_cuda(ctypes.byref(p), 2, 15, 32, 128, *[None] * 4,
                                                      *[as_ptr(ws)] * 3, None, None, None) != 0
+
+
+def test_plan_for_two_concurrent_layers(emu):
+    """concurrent=2 (both directions of a layer at once): only plans of which
+    two launches are resident together (the emulated H100 holds 7 clusters
+    of 16 blocks: two 4-cluster launches do not fit, two 2-cluster ones do;
+    a grid gets half the resident blocks); concurrent=1 is the default;
+    other values are refused."""
+    f32 = torch.float32
+    status, alone = make_plan(emu, f32, 100, 16, 32, 128)
+    assert status == 0 and (alone.forward.groups, alone.backward.groups) == (4, 4)
+    status, one = make_plan(emu, f32, 100, 16, 32, 128, concurrent=1)
+    assert status == 0 and bytes(one) == bytes(alone)
+    status, two = make_plan(emu, f32, 100, 16, 32, 128, concurrent=2)
+    assert status == 0 and two.family in (CLUSTER, GRID)
+    if two.family == CLUSTER:
+        assert 2 * two.forward.groups <= 7 and 2 * two.backward.groups <= 7
+    # the 16-block kernels forced: the batch split into 8-row chunks (2 clusters)
+    status, split = make_plan(emu, f32, 100, 16, 32, 128, family=CLUSTER, cluster_blocks=16,
+                              concurrent=2)
+    assert status == 0 and (split.forward.chunk, split.forward.groups) == (8, 2)
+    assert (split.backward.chunk, split.backward.groups) == (8, 2)
+    # a grid: half the blocks each (B = 64, H = 256: 4 batch groups alone, 2 shared)
+    status, g1 = make_plan(emu, f32, 100, 64, 64, 256, family=GRID, grid_lanes=32,
+                           grid_values=16)
+    status2, g2 = make_plan(emu, f32, 100, 64, 64, 256, family=GRID, grid_lanes=32,
+                            grid_values=16, concurrent=2)
+    assert status == status2 == 0
+    assert g1.forward.groups == 4 and g2.forward.groups == 2
+    assert 2 * g2.forward.blocks * g2.forward.groups <= 132
+    for bad in (-1, 3):
+        assert make_plan(emu, f32, 100, 16, 32, 128, concurrent=bad)[0] != 0
+
+
+@pytest.mark.parametrize("T,B,I,H", [(7, 16, 5, 128), (5, 13, 3, 100)])
+def test_persistent_kernels_planned_for_two_layers(emu, T, B, I, H):
+    """The plans made for two concurrent layers run correctly (forward and
+    backward against the reference), with and without lengths."""
+    _run_case(emu, dict(concurrent=2), torch.float32, T, B, I, H)
+    _run_case(emu, dict(family=CLUSTER, cluster_blocks=16, concurrent=2), torch.float32, T, B,
+              I, H, lengths=_lengths(T, B))
 
 
 def test_device_query_reports_the_code_that_runs(emu):

@@ -134,3 +134,19 @@ def test_packed_unsorted_matches_cpu():
     torch.testing.assert_close(got[0].data.cpu(), want[0].data, **TOL)
     torch.testing.assert_close(got[1][0].cpu(), want[1][0], **TOL)
     torch.testing.assert_close(got[1][1].cpu(), want[1][1], **TOL)
+
+
+def test_directions_plan_for_a_shared_device():
+    """Inside sharing_device(2) (where lltm.LLTM runs both directions) the
+    sequence plan leaves room for a second launch beside it: never more
+    clusters or batch groups than alone; outside, the whole device again."""
+    from lltm import _sharing
+    f32 = torch.float32
+    alone = lltm.overrides.sequence_plan_in_force(f32, 100, 16, 32, 128)
+    with _sharing.sharing_device(2):
+        shared = lltm.overrides.sequence_plan_in_force(f32, 100, 16, 32, 128)
+        assert _sharing.concurrent_layers() == 2
+    assert lltm.overrides.sequence_plan_in_force(f32, 100, 16, 32, 128) == alone
+    if alone["family"] != "steps" and shared["family"] == alone["family"]:
+        for d in ("forward", "backward"):
+            assert shared[d]["groups"] <= alone[d]["groups"]

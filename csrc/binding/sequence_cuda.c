@@ -7,9 +7,10 @@
  * lltm_cuda_sequence.cu), which calls back for the large matrix products
  * (aten::mm on the current stream, cuBLAS, through lltm_torch_gemm).
  *
- * The plan (lltm_sequence_plan_cuda) is chosen once per call; lltm.overrides
- * may constrain it for tests and measurements (plan_overrides below,
- * docs/cuda-plans.md).
+ * The plan (lltm_sequence_plan_cuda) is chosen once per call, for the
+ * device to itself or shared with a concurrent layer (concurrent_layers
+ * below); lltm.overrides may constrain it for tests and measurements
+ * (plan_overrides below, docs/cuda-plans.md).
  */
 #include "ops.h"
 #include "sequence_args.h"
@@ -35,12 +36,29 @@ lltm_cuda_set_sequence_plan_options(const lltm_sequence_plan_options *options)
     atomic_store(&plan_overrides_lock, 0);
 }
 
+/* How many layers of the calling thread's next calls run at once on the
+ * device (0 or 1: one; 2: the two directions of a bidirectional layer, on
+ * two streams): lltm.sequence sets it around both directions' forward
+ * calls, its backward formula around the backward calls of those layers.
+ * Per thread: autograd runs backward calls on its own threads. */
+static _Thread_local int concurrent_layers;
+
+__attribute__((visibility("default"))) int lltm_cuda_set_concurrent_layers(int layers)
+{
+    if (layers < 0 || layers > 2)
+        return LLTM_ERR_ARGUMENT;
+    concurrent_layers = layers;
+    return LLTM_OK;
+}
+
 static void plan_options(lltm_sequence_plan_options *o)
 {
     while (atomic_exchange(&plan_overrides_lock, 1))
         ;
     *o = plan_overrides;
     atomic_store(&plan_overrides_lock, 0);
+    if (o->concurrent < concurrent_layers)
+        o->concurrent = concurrent_layers;
 }
 
 static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_plan *plan,

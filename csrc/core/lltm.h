@@ -421,9 +421,16 @@ typedef struct lltm_sequence_plan {
  *   grid_groups_max at most this many batch groups
  *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
- *                   batch split into clusters of chunks of that many rows */
+ *                   batch split into clusters of chunks of that many rows
+ *   concurrent      0 or 1: the layer has the device to itself; 2: two
+ *                   layers of these sizes run at once on it (the two
+ *                   directions of a bidirectional layer, on two streams):
+ *                   only plans of which two launches are resident together
+ *                   (twice the clusters, half the grid's blocks each), so
+ *                   that neither waits for the other to finish */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
+    int concurrent;
 } lltm_sequence_plan_options;
 
 /*

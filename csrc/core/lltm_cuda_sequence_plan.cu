@@ -22,6 +22,8 @@ namespace {
 using namespace lltm_seq;
 
 constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4;
+/* layers planned to run at once on a device (lltm_sequence_plan_options.concurrent) */
+constexpr int MAX_CONCURRENT = 2;
 
 bool known_dtype(lltm_dtype dtype)
 {
@@ -108,14 +110,15 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int64_t ca
 }
 
 /* Whether a grid layout runs B, H here (H within lanes * values,
- * co-resident, in the library for the dtype), and its batch groups. */
+ * co-resident, in the library for the dtype; `concurrent` such grids at
+ * once, each with its share of the resident blocks), and its batch groups. */
 bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int64_t B, int64_t H,
-               int64_t cap, int64_t *groups)
+               int64_t cap, int concurrent, int64_t *groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
         return false;
-    const int64_t resident = grid_resident_blocks(dev, dtype, layout);
+    const int64_t resident = grid_resident_blocks(dev, dtype, layout) / concurrent;
     const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
     if (unit_blocks > resident)
         return false;
@@ -192,10 +195,12 @@ lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange
     return l;
 }
 
+/* whether `concurrent` launches l run at once (all their clusters resident) */
 bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
-                 const lltm_cuda_device &dev)
+                 const lltm_cuda_device &dev, int concurrent)
 {
-    return cluster_fits(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev, l.groups);
+    return cluster_fits(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev,
+                        l.groups * concurrent);
 }
 
 /* The two cluster shapes (lanes x values of the backward's unit layout):
@@ -224,36 +229,41 @@ lltm_sequence_launch shape_launch(lltm_dtype dtype, int shape, bool forward, int
  * were measured against the grid family's on an H100). */
 int64_t cluster_max_rows(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 32 : 64; }
 
-/* whether shape `shape` runs B rows (both kernels, no split), per device,
- * dtype, shape and number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
+/* whether shape `shape` runs B rows (both kernels, no split; `concurrent`
+ * launches of each at once), per device, dtype, shape, concurrent launches
+ * and number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
 constexpr int CLUSTER_MAX_CHUNKS = 4;
-signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][CLUSTER_MAX_CHUNKS + 1];
+signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
 
-bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B)
+bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
+                        int concurrent)
 {
     const int64_t chunks = ceil_div(B, BC);
     if (chunks < 1 || chunks * BC > cluster_max_rows(dtype) || chunks > CLUSTER_MAX_CHUNKS)
         return false;
-    signed char *slot = cached_device(dev) ? &cluster_cache[dev.device][dtype][shape][chunks]
-                                           : nullptr;
+    signed char *slot =
+        cached_device(dev) ? &cluster_cache[dev.device][dtype][shape][concurrent - 1][chunks]
+                           : nullptr;
     const int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
     if (known)
         return known == 2;
     const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
     const int64_t H = CLUSTER_MAX_H;  /* the most blocks */
-    const bool fits = launch_fits(dtype, true, shape_launch(dtype, shape, true, rows, H), dev) &&
-                      launch_fits(dtype, false, shape_launch(dtype, shape, false, rows, H), dev);
+    const bool fits =
+        launch_fits(dtype, true, shape_launch(dtype, shape, true, rows, H), dev, concurrent) &&
+        launch_fits(dtype, false, shape_launch(dtype, shape, false, rows, H), dev, concurrent);
     if (slot)
         __atomic_store_n(slot, (signed char)(fits ? 2 : 1), __ATOMIC_RELAXED);
     return fits;
 }
 
 /* Whether cluster shape `shape` (0: 8 blocks, 1: 16) runs B rows here. */
-bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B)
+bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
+                      int concurrent)
 {
     if (dev.major < 9 || !dev.cluster_launch)
         return false; /* before the caches: they are kept per device ordinal */
-    return cluster_shape_fits(dev, dtype, shape, B);
+    return cluster_shape_fits(dev, dtype, shape, B, concurrent);
 }
 
 /* The 16-block shape's batch split: for B <= 16 (float accumulation), each
@@ -264,7 +274,7 @@ bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, 
  * step. The launch, or none (*split false: no split fits, B > 16, float64,
  * or `chunk` 16). chunk: 0 any, else only that many rows. */
 constexpr int SPLIT_MAX_ROWS = 16;
-signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][2][SPLIT_MAX_ROWS / 4];
+signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][2][SPLIT_MAX_ROWS / 4];
 
 lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_t B)
 {
@@ -278,18 +288,21 @@ lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_
 }
 
 bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, int64_t B,
-                   int chunk, int *rows)
+                   int chunk, int concurrent, int *rows)
 {
     if (dtype == LLTM_FLOAT64 || B > SPLIT_MAX_ROWS || chunk == BC)
         return false;
     for (int ch = chunk == 8 ? 8 : 4; ch <= (chunk == 4 ? 4 : 8); ch *= 2) {
         signed char *slot = cached_device(dev)
-                                ? &split_cache[dev.device][dtype][forward][ch / 8]
-                                              [ceil_div(B, 4) - 1]
+                                ? &split_cache[dev.device][dtype][forward][concurrent - 1]
+                                              [ch / 8][ceil_div(B, 4) - 1]
                                 : nullptr;
         int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
         if (!known) {
-            known = launch_fits(dtype, forward, split_launch(dtype, forward, ch, B), dev) ? 2 : 1;
+            known = launch_fits(dtype, forward, split_launch(dtype, forward, ch, B), dev,
+                                concurrent)
+                        ? 2
+                        : 1;
             if (slot)
                 __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
         }
@@ -303,13 +316,13 @@ bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, 
 
 /* The cluster plan's launches for B rows of H units, shape `shape` */
 void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B, int64_t H,
-                  int chunk, lltm_sequence_plan *plan)
+                  int chunk, int concurrent, lltm_sequence_plan *plan)
 {
     plan->family = LLTM_SEQ_CLUSTER;
     for (int forward = 1; forward >= 0; --forward) {
         lltm_sequence_launch l = shape_launch(dtype, shape, forward, B, H);
         int rows = 0;
-        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, &rows)) {
+        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows)) {
             l = split_launch(dtype, forward, rows, B);
             l.blocks = ceil_div(H, RS_UNITS);
         }
@@ -372,9 +385,11 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                             lltm_sequence_plan *plan)
 {
     static const lltm_sequence_plan_options none = {};
-    if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H))
-        return LLTM_ERR_ARGUMENT;
     const lltm_sequence_plan_options &o = options ? *options : none;
+    if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
+        o.concurrent > MAX_CONCURRENT)
+        return LLTM_ERR_ARGUMENT;
+    const int concurrent = o.concurrent > 1 ? o.concurrent : 1;
     memset(plan, 0, sizeof *plan);
     plan->family = LLTM_SEQ_STEPS;
     plan->dtype = dtype;
@@ -401,9 +416,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
         for (int shape = 1; shape >= 0; --shape) {
             if (o.cluster_blocks && o.cluster_blocks != (shape == 1 ? 16 : 8))
                 continue;
-            if (!cluster_shape_ok(*dev, dtype, shape, B))
+            if (!cluster_shape_ok(*dev, dtype, shape, B, concurrent))
                 continue;
-            cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, &candidate);
+            cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, concurrent, &candidate);
             consider();
         }
     }
@@ -413,7 +428,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
             int64_t groups = 1;
-            if (!grid_fits(*dev, dtype, k, B, H, o.grid_groups_max, &groups))
+            if (!grid_fits(*dev, dtype, k, B, H, o.grid_groups_max, concurrent, &groups))
                 continue;
             candidate.family = LLTM_SEQ_GRID;
             candidate.forward = grid_launch(dtype, true, k, H, groups);

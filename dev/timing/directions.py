@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
+import lltm._sharing  # noqa: E402
 import lltm.sequence  # noqa: E402
 
 PLANS = {
@@ -113,6 +114,18 @@ def make_step(module, x, D, H, lengths=None, packed=False):
 
 
 @contextlib.contextmanager
+def whole_device_plans():
+    """Both directions concurrent, each planned as if alone on the device."""
+    saved = lltm.sequence._sharing
+    lltm.sequence._sharing = type("NoSharing", (), {
+        "sharing_device": staticmethod(lambda layers: contextlib.nullcontext())})
+    try:
+        yield
+    finally:
+        lltm.sequence._sharing = saved
+
+
+@contextlib.contextmanager
 def serial_directions():
     saved = lltm.sequence._concurrent
     lltm.sequence._concurrent = lambda x: False
@@ -130,6 +143,16 @@ def check(module, x, D, H):
     return ((got - want).abs().max() / want.abs().max()).item()
 
 
+def describe(T, B, I, H):
+    plan = lltm.overrides.sequence_plan_in_force(torch.float32, T, B, I, H)
+    if plan is None:
+        return "-"
+    if plan["family"] == "steps":
+        return "steps"
+    return (plan["family"] + " f:{blocks}x{groups}/{chunk}".format(**plan["forward"])
+            + " b:{blocks}x{groups}/{chunk}".format(**plan["backward"]))
+
+
 def bidirectional(B, I, H, T, plans):
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device="cuda")
@@ -140,24 +163,26 @@ def bidirectional(B, I, H, T, plans):
     print(f"## bidirectional B{B} I{I} H{H} T{T} float32 (us per forward+backward step)")
     cudnn = make_step(lstm, x, 2, H)[0]
     print(f"cuDNN bidirectional: graph {graph_us(cudnn):.0f}  eager {eager_us(cudnn):.0f}")
-    print("| plan | plan (forward / backward launches) | err | one dir graph | both concurrent graph"
-          " | both serial graph | concurrent / one | one dir eager | both concurrent eager |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| plan | plan alone; shared (forward / backward blocks x groups) | err | one dir graph"
+          " | both concurrent graph | concurrent, plans for the whole device | both serial graph"
+          " | concurrent / one | one dir eager | both concurrent eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in plans:
         try:
             with lltm.overrides.sequence_plan(**PLANS[name]):
-                plan = lltm.overrides.sequence_plan_in_force(torch.float32, T, B, I, H)
-                desc = "-" if plan is None else plan["family"] + (
-                    "" if plan["family"] == "steps" else
-                    " f:{blocks}x{groups} b:".format(**plan["forward"])
-                    + "{blocks}x{groups}".format(**plan["backward"]))
+                desc = describe(T, B, I, H)
+                with lltm._sharing.sharing_device(2):
+                    desc += "; " + describe(T, B, I, H)
                 err = check(bi, x, 2, H)
                 s1, sb = make_step(one, x, 1, H)[0], make_step(bi, x, 2, H)[0]
                 g1, gc = graph_us(s1), graph_us(sb)
+                with whole_device_plans():
+                    gw = graph_us(make_step(bi, x, 2, H)[0])
                 with serial_directions():
                     gs = graph_us(make_step(bi, x, 2, H)[0])
                 e1, ec = eager_us(s1), eager_us(sb)
-            print(f"| {name} | {desc} | {err:.1e} | {g1:.0f} | {gc:.0f} | {gs:.0f} | {gc / g1:.2f} "
+            print(f"| {name} | {desc} | {err:.1e} | {g1:.0f} | {gc:.0f} | {gw:.0f} | {gs:.0f} "
+                  f"| {gc / g1:.2f} "
                   f"| {e1:.0f} | {ec:.0f} |")
         except Exception as error:  # noqa: BLE001
             print(f"| {name} | failed: {type(error).__name__}: {str(error)[:200]} |")
