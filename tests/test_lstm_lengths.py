@@ -179,6 +179,62 @@ def test_packed_gradcheck(enforce_sorted):
     assert torch.autograd.gradcheck(f, (x, *state(m, B, True), *m.parameters()))
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_packed_batch_of_several_chunks(bidirectional, enforce_sorted):
+    """More rows than one 16-row chunk: the padded batch deals the packed
+    order's ranks round-robin over the chunks; outputs, h_n, c_n (in the
+    original batch order) and every gradient match the per-row reference."""
+    from lltm import sequence
+    T, B, I, H, L = 6, 37, 3, 4, 2
+    g = torch.Generator().manual_seed(5)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[7] = T
+    if enforce_sorted:
+        lengths = lengths.sort(descending=True).values
+    lengths = lengths.tolist()
+    m = make(I, H, bidirectional, num_layers=L)
+    x = torch.randn(T, B, I, dtype=F64, generator=g, requires_grad=True)
+    hx = tuple(t.requires_grad_() for t in state(m, B))
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=enforce_sorted)
+    out, (h_n, c_n) = m(packed, hx)
+    padded, _ = pad_packed_sequence(out, total_length=T)
+    want = reference_lltm(m, x, *hx, lengths=lengths)
+    torch.testing.assert_close(padded, want[0], **TOL)
+    torch.testing.assert_close(h_n, want[1], **TOL)
+    torch.testing.assert_close(c_n, want[2], **TOL)
+    weights = torch.randn(padded.shape, dtype=F64, generator=g)
+    leaves = (x, *hx, *m.parameters())
+    got = torch.autograd.grad((padded * weights).sum() + h_n.sum() + (c_n * c_n).sum(), leaves)
+    expected = torch.autograd.grad((want[0] * weights).sum() + want[1].sum()
+                                   + (want[2] * want[2]).sum(), leaves)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOL)
+    # the layout: ranks dealt round-robin to 3 chunks of 16, 16 and 5 rows
+    positions, padded_lengths, order, pos = sequence._packed_layout(packed.batch_sizes, B)
+    assert order[:8].tolist() == [0, 3, 6, 9, 12, 15, 17, 19]
+    assert order[16:20].tolist() == [1, 4, 7, 10] and order[32:].tolist() == [2, 5, 8, 11, 14]
+    assert torch.equal(pos[order], torch.arange(B))
+    assert len(set(positions.tolist())) == len(positions) == sum(lengths)
+    by_rank = sorted(lengths, reverse=True)
+    assert padded_lengths.tolist() == [by_rank[r] for r in order.tolist()]
+
+
+def test_packed_gradcheck_several_chunks():
+    T, B, I, H = 3, 18, 2, 2
+    m = make(I, H, True)
+    names = [n for n, _ in m.named_parameters()]
+    lengths = [1 + (7 * b) % T for b in range(B)]
+
+    def f(x, h0, c0, *p):
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, (h_n, c_n) = torch.func.functional_call(m, dict(zip(names, p)),
+                                                     (packed, (h0, c0)))
+        return out.data, h_n, c_n
+    x = torch.randn(T, B, I, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (x, *state(m, B, True), *m.parameters()))
+
+
 def test_packed_batch_first_is_ignored_like_lstm():
     m = make(3, 4, True, batch_first=True)
     m2 = make(3, 4, True)
