@@ -334,19 +334,21 @@ void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int6
  * chunk (at most `cap` clusters; 0: no cap), each walking its own chunks,
  * so the clusters of a batch run side by side on their own SMs instead of
  * one cluster walking every chunk each step. Whether `groups` clusters of
- * both kernels (at H = 128, the most blocks) fit at once, per device,
- * dtype and group count (0: not asked yet, 1: no, 2: yes). */
-signed char group_cache[MAX_DEVICES][NUM_DTYPES][CLUSTER_MAX_CHUNKS + 1];
+ * both kernels (at H = 128, the most blocks) fit at once (`concurrent`
+ * launches of them), per device, dtype, concurrent launches and group
+ * count (0: not asked yet, 1: no, 2: yes). */
+signed char group_cache[MAX_DEVICES][NUM_DTYPES][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
 
 bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
-                          int64_t cap, lltm_sequence_plan *plan)
+                          int64_t cap, int concurrent, lltm_sequence_plan *plan)
 {
     int64_t groups = ceil_div(B, BC);
     if (cap >= 1 && cap < groups)
         groups = cap;
     if (groups < 2 || groups > CLUSTER_MAX_CHUNKS)
         return false;
-    signed char *slot = cached_device(dev) ? &group_cache[dev.device][dtype][groups] : nullptr;
+    signed char *slot =
+        cached_device(dev) ? &group_cache[dev.device][dtype][concurrent - 1][groups] : nullptr;
     int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
     if (!known) {
         const int64_t rows = groups * BC; /* the answer holds for every B of these groups */
@@ -355,7 +357,7 @@ bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t
             lltm_sequence_launch l = shape_launch(dtype, 1, forward, rows, CLUSTER_MAX_H);
             l = cluster_launch(dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, rows,
                                CLUSTER_MAX_H, groups);
-            fits = launch_fits(dtype, forward, l, dev);
+            fits = launch_fits(dtype, forward, l, dev, concurrent);
         }
         known = fits ? 2 : 1;
         if (slot)
@@ -463,7 +465,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, concurrent, &candidate);
             consider();
             if (shape == 1 && B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC) &&
-                cluster_grouped_plan(*dev, dtype, B, H, o.grid_groups_max, &candidate))
+                cluster_grouped_plan(*dev, dtype, B, H, o.grid_groups_max, concurrent,
+                                     &candidate))
                 consider();
         }
     }
