@@ -11,7 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _sharing, functional, reference
+from . import _directions, functional, reference
+from ._directions import BothDirections
+from ._directions import concurrent as _concurrent
+from ._directions import reverse_index as _reverse_index
+from ._directions import reverse_time as _reverse_time
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
@@ -77,19 +81,6 @@ def _on_device(key: tuple, device: torch.device, build):
     return found
 
 
-def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
-    """[T, B] time index reversing each row's first lengths[b] steps (the
-    later, padded steps stay where they are). Its own inverse."""
-    t = torch.arange(T, device=lengths.device).unsqueeze(1)
-    return torch.where(t < lengths, lengths - 1 - t, t)
-
-
-def _reverse_time(x: torch.Tensor, index) -> torch.Tensor:
-    if index is None:
-        return x.flip(0)
-    return x.gather(0, index.unsqueeze(-1).expand(x.shape))
-
-
 def _check_lengths(lengths, T: int, B: int) -> list[int]:
     if isinstance(lengths, torch.Tensor):
         if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
@@ -151,29 +142,6 @@ def _packed_layout(batch_sizes: torch.Tensor, B: int):
     live = ranks.unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B] by rank
     t, r = live.nonzero(as_tuple=True)                    # in the data's order
     return t * B + pos[r], live.sum(0)[order], order, pos
-
-
-# --- the two directions, concurrently on CUDA ----------------------------------------
-
-_SIDE_STREAMS: dict = {}
-
-
-def _side_stream(device: torch.device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _SIDE_STREAMS.get(index)
-    if stream is None:
-        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return stream
-
-
-def _concurrent(x: torch.Tensor) -> bool:
-    """Run the reverse direction on a side stream: on CUDA, eagerly or while
-    a CUDA graph is captured (the side stream forks from the capturing one
-    and joins it again, so the graph holds both branches); not while
-    compiling (torch.compile traces one stream) or under torch.func
-    transforms."""
-    return (x.is_cuda and not torch.compiler.is_compiling()
-            and not torch._C._are_functorch_transforms_active())
 
 
 class LLTM(torch.nn.Module):
@@ -427,18 +395,16 @@ class LLTM(torch.nn.Module):
         reverse_index = None
         if D == 2 and lengths is not None:
             reverse_index = _reverse_index(lengths, x.shape[0])
-        h_n, c_n = [], []
+        h_n, c_n = [], []  # [D, B, H] of each layer
         for k in range(self.num_layers):
-            results = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index)
-            for _out, h, c in results:
-                h_n.append(h)
-                c_n.append(c)
-            x = results[0][0] if D == 1 else torch.cat([results[0][0], results[1][0]], dim=2)
+            x, h, c = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index)
+            h_n.append(h)
+            c_n.append(c)
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, p=self.dropout, training=True)
-        if len(h_n) == 1:  # views: no copy kernel, no host time for one
-            return x, (h_n[0].unsqueeze(0), c_n[0].unsqueeze(0))
-        return x, (torch.stack(h_n), torch.stack(c_n))
+        if len(h_n) == 1:  # no copy kernel, no host time for one layer
+            return x, (h_n[0], c_n[0])
+        return x, (torch.cat(h_n), torch.cat(c_n))
 
     def _direction(self, run_layer, k, reverse, x, h0, c0, lengths, reverse_index):
         weights, bias = self.layer_parameters(k, reverse)
@@ -453,32 +419,43 @@ class LLTM(torch.nn.Module):
         return out, h, c
 
     def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index):
-        """[(output, h, c)] of layer k, one entry per direction."""
+        """(output [T,B,D*H], h_n [D,B,H], c_n [D,B,H]) of layer k."""
         i = self.num_directions * k
         forward = (run_layer, k, False, x, h0[i], c0[i], lengths, reverse_index)
         if not self.bidirectional:
-            return [self._direction(*forward)]
+            out, h, c = self._direction(*forward)
+            return out, h.unsqueeze(0), c.unsqueeze(0)  # views: no copy kernel
+        if run_layer is _layer_native and _directions.fused(x):
+            # eager: both directions in one autograd node (the reverse one on
+            # the side stream on CUDA)
+            (w_f, b_f), (w_r, b_r) = self.layer_parameters(k), self.layer_parameters(k, True)
+            if b_f is None:
+                b_f, b_r = w_f.new_zeros(w_f.shape[0]), w_r.new_zeros(w_r.shape[0])
+            return BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2], c0[i:i + 2],
+                                        lengths, reverse_index)
         backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths, reverse_index)
         if not _concurrent(x):
-            return [self._direction(*forward), self._direction(*backward)]
-        # The reverse direction on a side stream, after the work queued so far
-        # on the current one (which produced x, h0, c0); the current stream
-        # waits for it before anything reads its results, and the caching
-        # allocator is told they are used there.
-        # Both directions' kernels plan for half the device (launches that
-        # are resident together: else the second waits for the first to end);
-        # their backward calls do too (_ops._sequence_backward).
-        current = torch.cuda.current_stream(x.device)
-        side = _side_stream(x.device)
-        side.wait_stream(current)
-        with _sharing.sharing_device(2):
-            with torch.cuda.stream(side):
-                rev = self._direction(*backward)
-            fwd = self._direction(*forward)
-        current.wait_stream(side)
-        for t in rev:
-            t.record_stream(current)
-        return [fwd, rev]
+            fwd, rev = self._direction(*forward), self._direction(*backward)
+        else:
+            # The reverse direction on a side stream, after the work queued so
+            # far on the current one (which produced x, h0, c0); the current
+            # stream waits for it before anything reads its results, and the
+            # caching allocator is told they are used there. Both directions'
+            # kernels plan for half the device (launches that are resident
+            # together: else the second waits for the first to end); their
+            # backward calls do too (_ops._sequence_backward).
+            current = torch.cuda.current_stream(x.device)
+            side = _directions.side_stream(x.device)
+            side.wait_stream(current)
+            with _directions._sharing.sharing_device(2):
+                with torch.cuda.stream(side):
+                    rev = self._direction(*backward)
+                fwd = self._direction(*forward)
+            current.wait_stream(side)
+            for t in rev:
+                t.record_stream(current)
+        return (torch.cat([fwd[0], rev[0]], dim=2), torch.stack([fwd[1], rev[1]]),
+                torch.stack([fwd[2], rev[2]]))
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -1,5 +1,7 @@
 """lltm.LLTM(bidirectional=True) with nn.LSTM's conventions, against a loop
 of reference cells run per direction (tests/lstm_reference.py)."""
+import contextlib
+
 import pytest
 import torch
 
@@ -175,3 +177,108 @@ def test_state_dict_round_trip_and_repr():
     assert repr(m) == "LLTM(3, 4, num_layers=2, batch_first=True, bidirectional=True)"
     with pytest.raises(RuntimeError, match="weights_l0_reverse"):
         lltm.LLTM(3, 4, num_layers=2, batch_first=True).load_state_dict(m.state_dict())
+
+
+# --- both directions as one autograd node (eager) ----------------------------------
+
+@contextlib.contextmanager
+def per_operator():
+    """The per-operator path (one node per operator, as torch.compile and
+    torch.func trace it) instead of one BothDirections node a layer."""
+    from lltm import _directions
+    saved = _directions.fused
+    _directions.fused = lambda x: False
+    try:
+        yield
+    finally:
+        _directions.fused = saved
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("lengths", [None, [4, 6, 1]])
+def test_one_node_per_layer_matches_per_operator_path(num_layers, bias, lengths):
+    T, B, I, H = 6, 3, 4, 5
+    m = make(I, H, num_layers=num_layers, bias=bias)
+    x = torch.randn(T, B, I, dtype=F64, requires_grad=True)
+    hx = state(num_layers, B, H, requires_grad=True)
+    w = torch.randn(T, B, 2 * H, dtype=F64)
+
+    def run():
+        o, (h, c) = m(x, hx, lengths=lengths)
+        loss = (o * w).sum() + (h * h).sum() + c.sum()
+        return [o, h, c, *torch.autograd.grad(loss, (x, *hx, *m.parameters()))], o.grad_fn
+    got, node = run()
+    assert type(node).__name__ == "BothDirectionsBackward"
+    with per_operator():
+        want, node = run()
+    assert type(node).__name__ != "BothDirectionsBackward"
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, **TOL)
+
+
+def test_one_node_partial_gradients_and_unused_outputs():
+    """Only some inputs need a gradient; only some outputs are used."""
+    T, B, I, H = 5, 2, 3, 4
+    m = make(I, H)
+    x = torch.randn(T, B, I, dtype=F64)  # no gradient
+    hx = state(1, B, H)
+
+    def grads_of_h_n():
+        return torch.autograd.grad(m(x, hx)[1][0][0].sum(), list(m.parameters()),
+                                   allow_unused=True)
+
+    def grads_of_output():
+        x.requires_grad_()
+        try:
+            return torch.autograd.grad(m(x)[0][..., 0].sum(), x)
+        finally:
+            x.requires_grad_(False)
+    got = grads_of_h_n() + grads_of_output()
+    with per_operator():
+        want = grads_of_h_n() + grads_of_output()
+    for a, b in zip(got, want):
+        if b is None:  # the reverse direction's parameters do not reach h_n[0]
+            assert a is None or not a.any()
+        else:
+            torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("lengths", [None, [3, 5]])
+def test_one_node_gradcheck_and_gradgradcheck(lengths):
+    """float64 first and second derivatives through the one-node path (its
+    backward under create_graph runs the differentiable formulas)."""
+    T, B, I, H = 5, 2, 2, 3
+    m = make(I, H, num_layers=2)
+    names = [n for n, _ in m.named_parameters()]
+
+    def f(x, h0, c0, *p):
+        out, (h_n, c_n) = torch.func.functional_call(m, dict(zip(names, p)), (x, (h0, c0)),
+                                                     {"lengths": lengths})
+        assert type(out.grad_fn).__name__ == "BothDirectionsBackward"
+        return out, h_n, c_n
+    x = torch.randn(T, B, I, dtype=F64, requires_grad=True)
+    args = (x, *state(2, B, H, requires_grad=True), *m.parameters())
+    assert torch.autograd.gradcheck(f, args)
+    assert torch.autograd.gradgradcheck(f, args[:3] + tuple(
+        p.detach().requires_grad_(False) for p in args[3:]))
+
+
+def test_torch_func_and_forward_ad_take_the_per_operator_path():
+    T, B, I, H = 4, 2, 3, 4
+    m = make(I, H)
+    x = torch.randn(T, B, I, dtype=F64)
+    params = dict(m.named_parameters())
+
+    def loss(p, x):
+        out, (h_n, c_n) = torch.func.functional_call(m, p, (x,))
+        return (out * out).sum() + h_n.sum()
+    got = torch.func.grad(loss)(params, x)
+    want = torch.autograd.grad(loss(params, x), list(params.values()))
+    for g, w in zip(got.values(), want):
+        torch.testing.assert_close(g, w, **TOL)
+    tangent = torch.randn_like(x)
+    _, jvp = torch.func.jvp(lambda x: m(x)[0], (x,), (tangent,))
+    eps = 1e-6
+    fd = (m(x + eps * tangent)[0] - m(x - eps * tangent)[0]) / (2 * eps)
+    torch.testing.assert_close(jvp, fd, rtol=1e-6, atol=1e-7)

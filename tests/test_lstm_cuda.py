@@ -150,3 +150,24 @@ def test_directions_plan_for_a_shared_device():
     if alone["family"] != "steps" and shared["family"] == alone["family"]:
         for d in ("forward", "backward"):
             assert shared[d]["groups"] <= alone[d]["groups"]
+
+
+@pytest.mark.parametrize("lengths", [None, [5, 7, 2, 3]])
+def test_per_operator_concurrent_path_matches_one_node(lengths):
+    """The per-operator form (each direction's operator on its own stream,
+    as it runs when the one-node form does not apply) gives the one-node
+    results, forward and backward."""
+    from lltm import _directions
+    T, B, I, H = 7, 4, 5, 33
+    _, m = pair(I, H, num_layers=2, bidirectional=True)
+    x = torch.randn(T, B, I, dtype=F64, device="cuda")
+    hx = tuple(torch.randn(4, B, H, dtype=F64, device="cuda") for _ in range(2))
+    got = run_and_grads(m, x, hx, lengths)
+    saved = _directions.fused
+    _directions.fused = lambda x: False
+    try:
+        want = run_and_grads(m, x, hx, lengths)
+    finally:
+        _directions.fused = saved
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL)

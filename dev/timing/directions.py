@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
+import lltm._directions  # noqa: E402
 import lltm._sharing  # noqa: E402
 import lltm.sequence  # noqa: E402
 
@@ -116,23 +117,23 @@ def make_step(module, x, D, H, lengths=None, packed=False):
 @contextlib.contextmanager
 def whole_device_plans():
     """Both directions concurrent, each planned as if alone on the device."""
-    saved = lltm.sequence._sharing
-    lltm.sequence._sharing = type("NoSharing", (), {
+    saved = lltm._directions._sharing
+    lltm._directions._sharing = type("NoSharing", (), {
         "sharing_device": staticmethod(lambda layers: contextlib.nullcontext())})
     try:
         yield
     finally:
-        lltm.sequence._sharing = saved
+        lltm._directions._sharing = saved
 
 
 @contextlib.contextmanager
 def serial_directions():
-    saved = lltm.sequence._concurrent
-    lltm.sequence._concurrent = lambda x: False
+    saved = lltm.sequence._concurrent, lltm._directions.concurrent
+    lltm.sequence._concurrent = lltm._directions.concurrent = lambda x: False
     try:
         yield
     finally:
-        lltm.sequence._concurrent = saved
+        lltm.sequence._concurrent, lltm._directions.concurrent = saved
 
 
 def check(module, x, D, H):

@@ -1,0 +1,175 @@
+"""Both directions of one bidirectional layer (lltm.LLTM): the reverse
+direction's time order, the CUDA side stream it runs on, and, for eager
+calls, both directions as one autograd node (:class:`BothDirections`).
+
+One node instead of the seven a layer otherwise records (two operators, two
+time reversals, the concatenation, the streams' hand-overs between them) is
+host time saved per step forward and backward, which is what an eager
+bidirectional step at small sizes is made of. torch.compile and torch.func
+transforms keep the per-operator form (lltm.sequence), whose registered
+formulas they trace."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+
+from . import _differentiable, _sharing
+
+_FORWARD = torch.ops.lltm.sequence_forward
+_BACKWARD = torch.ops.lltm.sequence_backward
+
+
+def reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    """[T, B] time index reversing each row's first lengths[b] steps (the
+    later, padded steps stay where they are). Its own inverse."""
+    t = torch.arange(T, device=lengths.device).unsqueeze(1)
+    return torch.where(t < lengths, lengths - 1 - t, t)
+
+
+def reverse_time(x: torch.Tensor, index) -> torch.Tensor:
+    """x [T, B, ...] with each row's steps reversed (within its length when
+    ``index``, from reverse_index, is given)."""
+    if index is None:
+        return x.flip(0)
+    return x.gather(0, index.unsqueeze(-1).expand(x.shape))
+
+
+# --- the side stream ----------------------------------------------------------------------
+
+_SIDE_STREAMS: dict = {}
+
+
+def side_stream(device: torch.device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(index)
+    if stream is None:
+        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return stream
+
+
+def concurrent(x: torch.Tensor) -> bool:
+    """Run the reverse direction on a side stream: on CUDA, eagerly or while
+    a CUDA graph is captured (the side stream forks from the capturing one
+    and joins it again, so the graph holds both branches); not while
+    compiling (torch.compile traces one stream) or under torch.func
+    transforms."""
+    return (x.is_cuda and not torch.compiler.is_compiling()
+            and not torch._C._are_functorch_transforms_active())
+
+
+class _Fork:
+    """The reverse direction's work on the side stream (CUDA) or in line
+    (CPU): ``with fork.side(): ...`` runs there; ``join`` makes the current
+    stream wait for it and tells the caching allocator that ``tensors``
+    made there are used on the current stream too."""
+
+    def __init__(self, x: torch.Tensor):
+        self.cuda = concurrent(x)
+        if self.cuda:
+            self.current = torch.cuda.current_stream(x.device)
+            self.stream = side_stream(x.device)
+            self.stream.wait_stream(self.current)  # after what made the inputs
+
+    def side(self):
+        return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
+    def sharing(self):
+        return _sharing.sharing_device(2) if self.cuda else contextlib.nullcontext()
+
+    def join(self, *tensors) -> None:
+        if self.cuda:
+            self.current.wait_stream(self.stream)
+            for t in tensors:
+                if t is not None:
+                    t.record_stream(self.current)
+
+
+def fused(x: torch.Tensor) -> bool:
+    """Whether an eager bidirectional layer can run as one BothDirections
+    node: not under torch.compile or torch.func transforms, forward-mode AD
+    (dual tensors) or autocast, which the per-operator form handles."""
+    return not (torch.compiler.is_compiling()
+                or torch._C._are_functorch_transforms_active()
+                or _forward_ad._current_level >= 0
+                or torch._C._is_any_autocast_enabled())
+
+
+class BothDirections(torch.autograd.Function):
+    """One bidirectional layer: (x [T,B,I], the forward direction's weights
+    and bias, the reverse direction's, h0 and c0 [2,B,H] (forward, reverse),
+    lengths [B] or None, reverse index [T,B] or None) -> (output [T,B,2H],
+    h_n, c_n [2,B,H]). The reverse direction (its input and output reversed
+    in time) runs on the side stream on CUDA, forward and backward; each
+    operator call is the one lltm.functional.lltm_sequence makes, below
+    autograd."""
+
+    @staticmethod
+    def forward(ctx, x, w_f, b_f, w_r, b_r, h0, c0, lengths, index):
+        tail = () if lengths is None else (lengths,)
+        op = _FORWARD.default if lengths is None else _FORWARD.lengths
+        fork = _Fork(x)
+        with fork.sharing(), torch._C._AutoDispatchBelowAutograd():
+            with fork.side():
+                x_r = reverse_time(x, index)
+                res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail)
+                out_r = reverse_time(res_r[0], index)
+            res_f = op(x, w_f, b_f, h0[0], c0[0], *tail)
+        fork.join(x_r, *res_r, out_r)
+        out = torch.cat([res_f[0], out_r], 2)
+        h_n = torch.stack([res_f[1], res_r[1]])
+        c_n = torch.stack([res_f[2], res_r[2]])
+        ctx.save_for_backward(x, w_f, b_f, res_f[0], res_f[3], res_f[4],
+                              x_r, w_r, b_r, res_r[0], res_r[3], res_r[4], h0, c0, *tail,
+                              *(() if index is None else (index,)))
+        ctx.has_lengths, ctx.has_index = lengths is not None, index is not None
+        ctx.set_materialize_grads(False)
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, g_out, g_h, g_c):
+        saved = ctx.saved_tensors
+        x, w_f, b_f, out_f, cells_f, gates_f = saved[:6]
+        x_r, w_r, b_r, out_r, cells_r, gates_r = saved[6:12]
+        h0, c0 = saved[12:14]
+        rest = list(saved[14:])
+        tail = (rest.pop(0),) if ctx.has_lengths else ()
+        index = rest.pop(0) if ctx.has_index else None
+        H = h0.shape[-1]
+        if g_out is None:
+            g_out = out_f.new_zeros(*out_f.shape[:2], 2 * H)
+        g_h = torch.zeros_like(h0) if g_h is None else g_h
+        g_c = torch.zeros_like(c0) if g_c is None else g_c
+        needs = ctx.needs_input_grad
+        if torch.is_grad_enabled():
+            # The backward's graph is recorded (create_graph=True): the
+            # differentiable formulas, from the saved inputs (the reverse
+            # input again from x, so that its gradient reaches x).
+            d_f = _differentiable.sequence_backward(g_out[..., :H], g_h[0], g_c[0], x, w_f, b_f,
+                                                    h0[0], c0[0], *tail)
+            d_r = _differentiable.sequence_backward(
+                reverse_time(g_out[..., H:], index), g_h[1], g_c[1], reverse_time(x, index), w_r,
+                b_r, h0[1], c0[1], *tail)
+            dx = d_f[0] + reverse_time(d_r[0], index)
+            return (dx, d_f[1], d_f[2], d_r[1], d_r[2], torch.stack([d_f[3], d_r[3]]),
+                    torch.stack([d_f[4], d_r[4]]), None, None)
+        op = _BACKWARD.default if not tail else _BACKWARD.lengths
+        mask_f = (needs[0], needs[1], needs[2], needs[5], needs[6])
+        mask_r = (needs[0], needs[3], needs[4], needs[5], needs[6])
+        fork = _Fork(x)
+        with fork.sharing(), torch._C._AutoDispatchBelowAutograd():
+            with fork.side():
+                g_r = reverse_time(g_out[..., H:], index)
+                d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,
+                         mask_r)
+                dx_r = None if d_r[0] is None else reverse_time(d_r[0], index)
+            d_f = op(g_out[..., :H], g_h[0], g_c[0], x, w_f, h0[0], out_f, cells_f, gates_f,
+                     *tail, mask_f)
+        fork.join(g_r, *d_r, dx_r)
+        dx = None if d_f[0] is None else d_f[0] + dx_r
+        db_f = None if d_f[2] is None else d_f[2].view(b_f.shape)
+        db_r = None if d_r[2] is None else d_r[2].view(b_r.shape)
+        dh0 = None if d_f[3] is None else torch.stack([d_f[3], d_r[3]])
+        dc0 = None if d_f[4] is None else torch.stack([d_f[4], d_r[4]])
+        return dx, d_f[1], db_f, d_r[1], db_r, dh0, dc0, None, None
