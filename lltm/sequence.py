@@ -373,7 +373,7 @@ class LLTM(torch.nn.Module):
         # rank -> original row), h_n goes back to it (unsorted_indices:
         # original row -> rank)
         permuted = B > _CHUNK_ROWS  # else order and pos are the identity
-        if permuted or sorted_indices is not None:
+        if state is not None and (permuted or sorted_indices is not None):
             rows = order if sorted_indices is None else sorted_indices.index_select(0, order)
             h0, c0 = h0.index_select(1, rows), c0.index_select(1, rows)
         if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
