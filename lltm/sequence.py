@@ -111,39 +111,6 @@ def _check_lengths(lengths, T: int, B: int) -> list[int]:
     return lens
 
 
-# The CUDA kernels' batch chunk: rows 16c .. 16c+15 of a batch are staged
-# and multiplied together, and a chunk's rows past their length skip their
-# products (csrc/core/lltm_cuda_sequence_grid.cuh).
-_CHUNK_ROWS = 16
-
-
-def _packed_layout(batch_sizes: torch.Tensor, B: int):
-    """Where a PackedSequence's rows go in the padded batch the kernels run:
-    (positions [N]: element k of the data at t*B + row, lengths [B] of the
-    padded rows, order [B]: padded row -> rank in the packed order (longest
-    first), pos [B]: its inverse). The ranks are dealt round-robin to the
-    16-row chunks (each chunk in turn that has room left), so that every
-    chunk holds long and short rows alike: as rows end, the chunks lose
-    rows at the same pace, and a step's fullest chunk (the chunks run at
-    once) has as few rows left as the batch allows."""
-    chunks = max(1, -(-B // _CHUNK_ROWS))
-    room = [_CHUNK_ROWS] * (chunks - 1) + [B - _CHUNK_ROWS * (chunks - 1)]
-    dealt: list[list[int]] = [[] for _ in range(chunks)]
-    c = 0
-    for rank in range(B):
-        while len(dealt[c]) == room[c]:
-            c = (c + 1) % chunks
-        dealt[c].append(rank)
-        c = (c + 1) % chunks
-    order = torch.tensor([rank for chunk in dealt for rank in chunk], dtype=torch.int64)
-    ranks = torch.arange(B)
-    pos = torch.empty_like(order)
-    pos[order] = ranks
-    live = ranks.unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B] by rank
-    t, r = live.nonzero(as_tuple=True)                    # in the data's order
-    return t * B + pos[r], live.sum(0)[order], order, pos
-
-
 class LLTM(torch.nn.Module):
     """A multi-layer LLTM run over whole sequences, with the interface of
     :class:`torch.nn.LSTM`.
@@ -358,31 +325,27 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: a PackedSequence's data must be [N, I], got "
                              f"{list(data.shape)}")
         self._check_features(data.shape[1])
-        # Padded [T, B, I]: step t holds the batch_sizes[t] longest rows
-        # (ranks 0 .. batch_sizes[t]-1 of the packed order). Row p of the
-        # padded batch holds rank order[p] (see _packed_layout); element k
-        # of data sits at t*B + pos[rank] there: one scatter in, one gather
-        # out, positions computed on the host.
+        # Padded [T, B, I] in the packed (sorted) order: step t holds the
+        # first batch_sizes[t] rows. Element k of data sits at t*B + b there:
+        # one scatter in, one gather out, positions computed on the host.
         T, B = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
-        positions, lengths, order, pos = _on_device(
-            ("packed", tuple(batch_sizes.tolist())), data.device,
-            lambda: _packed_layout(batch_sizes, B))
+
+        def build():
+            live = torch.arange(B).unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B]
+            return live.flatten().nonzero().squeeze(1), live.sum(0)
+        positions, lengths = _on_device(("packed", tuple(batch_sizes.tolist())), data.device,
+                                        build)
         x = data.new_zeros(T * B, data.shape[1]).index_copy(0, positions, data).view(T, B, -1)
         h0, c0 = self._initial_state(state, x, B, True)
-        # nn.LSTM: hx comes in the original batch order (sorted_indices:
-        # rank -> original row), h_n goes back to it (unsorted_indices:
-        # original row -> rank)
-        permuted = B > _CHUNK_ROWS  # else order and pos are the identity
-        if state is not None and (permuted or sorted_indices is not None):
-            rows = order if sorted_indices is None else sorted_indices.index_select(0, order)
-            h0, c0 = h0.index_select(1, rows), c0.index_select(1, rows)
+        if state is not None and sorted_indices is not None:
+            # nn.LSTM: hx comes in the original batch order (zeros need no reordering)
+            h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
         if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
             lengths = None
         out, (h_n, c_n) = self._run(x, h0, c0, lengths)
         out_data = out.reshape(T * B, -1).index_select(0, positions)
-        if permuted or unsorted_indices is not None:
-            back = pos if unsorted_indices is None else pos.index_select(0, unsorted_indices)
-            h_n, c_n = h_n.index_select(1, back), c_n.index_select(1, back)
+        if unsorted_indices is not None:
+            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
                 (h_n, c_n))
 

@@ -36,9 +36,7 @@
  * kept, h and gates 0; backward: dG 0, dL/dc passed on). Rows are
  * independent, so a stopped row's products (over its zero h, or its zero
  * dG) feed nothing but its own discarded values; the kernels' barriers and
- * exchanges stay uniform. The grid kernels skip those products
- * (live_rows_mask): the per-thread multiply-adds of a step, the larger part
- * of its time at B >= 64, shrink with the rows still running.
+ * exchanges stay uniform.
  *
  * Precision: float32 and float64 compute in their own type; float16 and
  * bfloat16 load, convert to float and accumulate in float, and the
@@ -188,24 +186,6 @@ __device__ __forceinline__ void stage_rows(A *__restrict__ dst, const A *__restr
 __device__ __forceinline__ void step_barrier()
 {
     cg::this_grid().sync(); /* fences device-wide */
-}
-
-/* The rows b0 .. b0+BC-1 within their length at step t (and below B), as a
- * mask (bit bb: row b0 + bb), the same in every lane of the warp: each lane
- * reads one row's length, four exchanges spread the bits. Every lane of the
- * warp must call it. */
-__device__ __forceinline__ unsigned live_rows_mask(const int64_t *__restrict__ lengths, int64_t B,
-                                                   int64_t b0, int64_t t, int64_t steps)
-{
-    static_assert(BC <= 32 && 32 % BC == 0, "a warp covers the chunk's rows");
-    if (!lengths) /* every row runs every step */
-        return B - b0 >= BC ? (BC == 32 ? ~0u : (1u << BC) - 1u) : (1u << (B - b0)) - 1u;
-    const int bb = (int)(threadIdx.x % BC);
-    unsigned m = (b0 + bb < B && t < row_steps(lengths, b0 + bb, steps)) ? 1u << bb : 0u;
-#pragma unroll
-    for (int d = 1; d < BC; d *= 2)
-        m |= __shfl_xor_sync(0xffffffffu, m, d);
-    return m;
 }
 
 /* Lane s's registers of unit u for the forward: w[q][*] = W_h[q*H + u, k]

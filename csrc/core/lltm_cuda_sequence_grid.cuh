@@ -81,7 +81,6 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 else
                     c_prev = c_work[b * H + u];
             }
-            const unsigned live_rows = live_rows_mask(lengths, B, b0, t, steps);
             /* stage h_{t-1} of rows b0 .. b0+BC-1 (zero beyond B and H) */
             if (t == 0) {
                 for (int e = tid; e < BC * KP; e += NT) {
@@ -102,8 +101,6 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 acc[v] = 0;
 #pragma unroll
             for (int bb = 0; bb < BC; ++bb) {
-                if (!(live_rows >> bb & 1u)) /* a stopped row's gates are unused: no products */
-                    continue;
 #pragma unroll
                 for (int kv = 0; kv < KR / VEC; ++kv) {
                     const V hv = *reinterpret_cast<const V *>(&hs[bb * KP + (kv * KS + s) * VEC]);
@@ -210,7 +207,6 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     /* stage dG_t of rows b0 .. b0+BC-1, form this lane's share of dG_t W_h
      * for unit j, and return the sum of the shares of (own_bb, own_u) */
     auto dh_from = [&](int64_t t, int64_t b0) -> A {
-        const unsigned live_rows = live_rows_mask(lengths, B, b0, t, steps);
         if constexpr (SAME)
             stage_rows<A, RP>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0, G,
                               tid);
@@ -223,8 +219,6 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             acc[bb] = 0;
 #pragma unroll
         for (int bb = 0; bb < BC; ++bb) {
-            if (!(live_rows >> bb & 1u)) /* dG_t of a stopped row is 0: so is its product */
-                continue;
 #pragma unroll
             for (int rv = 0; rv < RR / VEC; ++rv) {
                 const V dv = *reinterpret_cast<const V *>(&ds[bb * RP + (rv * KS + s) * VEC]);
