@@ -212,21 +212,36 @@ def test_bad_lengths_list_rejected_by_functional():
         functional.lltm_sequence(*args, lengths=[1, 2, 7])
 
 
-def test_module_makes_one_call_per_layer_and_direction(monkeypatch):
+def test_module_makes_one_call_per_layer_and_direction():
     """The issue's point: a batch of 64 distinct lengths is one operator call
-    per layer and direction, not one per distinct length."""
+    per layer and direction, not one per distinct length (both forms of a
+    bidirectional layer: one autograd node a layer, and one per operator)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from lltm import _directions
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "lltm":
+                self.ops.append(func)
+            return func(*args, **(kwargs or {}))
     T, B, I, H = 70, 64, 3, 4
     m = lltm.LLTM(I, H, num_layers=2, bidirectional=True, dtype=F64)
-    calls = []
-    real = functional.lltm_sequence
-
-    def counting(*a, **k):
-        calls.append(k.get("lengths") is not None)
-        return real(*a, **k)
-    monkeypatch.setattr(functional, "lltm_sequence", counting)
     x = torch.randn(T, B, I, dtype=F64)
-    m(x, lengths=list(range(T, T - B, -1)))
-    assert calls == [True] * 4
+    for fused in (True, False):
+        saved = _directions.fused
+        if not fused:
+            _directions.fused = lambda x: False
+        try:
+            with Calls() as calls:
+                m(x, lengths=list(range(T, T - B, -1)))
+        finally:
+            _directions.fused = saved
+        assert calls.ops == [torch.ops.lltm.sequence_forward.lengths] * 4, fused
 
 
 def test_output_mask_with_lengths():
