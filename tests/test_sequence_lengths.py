@@ -213,7 +213,7 @@ def test_bad_lengths_list_rejected_by_functional():
 
 
 def test_module_makes_one_call_per_layer_and_direction():
-    """The issue's point: a batch of 64 distinct lengths is one operator call
+    """A batch of 64 distinct lengths is one operator call
     per layer and direction, not one per distinct length (both forms of a
     bidirectional layer: one autograd node a layer, and one per operator)."""
     from torch.utils._python_dispatch import TorchDispatchMode
