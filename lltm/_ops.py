@@ -1,12 +1,20 @@
 """What torch needs besides the C kernels: fake (meta) implementations for
 tracing and torch.compile, and autograd formulas tying forward to backward.
-Both are registered in Python because the stable C ABI has no autograd API."""
+Both are registered in Python because the stable C ABI has no autograd API.
+
+Every operator exists twice (csrc/binding/ops.h): the public one
+(``lltm::cell_forward``), whose autograd kernel is registered here, and the
+same C kernels under the name with a leading underscore
+(``lltm::_cell_forward``), with no autograd kernel. The autograd formulas
+call the underscored ones: the graphs torch.compile builds from them hold
+those, and running such a graph reaches the kernels without entering Python
+(the public operators' autograd kernel is a Python function, entered on
+every call whether gradients are needed or not)."""
 from __future__ import annotations
 
 import types
 
 import torch
-import torch._library.autograd
 import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -27,6 +35,16 @@ def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
         if t.dtype != first.dtype:
             raise RuntimeError(f"{op}: all tensors must have one dtype: "
                                f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
+
+
+def _register_fake(name: str):
+    """Registers the decorated function as the fake kernel of lltm::name and
+    of its autograd-free twin lltm::_name."""
+    def register(fake):
+        torch.library.register_fake(f"lltm::{name}")(fake)
+        torch.library.register_fake(f"lltm::_{name}")(fake)
+        return fake
+    return register
 
 
 def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
@@ -50,7 +68,7 @@ def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, 
     return B, I, H
 
 
-@torch.library.register_fake("lltm::cell_forward")
+@_register_fake("cell_forward")
 def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     op = "lltm::cell_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
@@ -77,7 +95,7 @@ def _masked(op: str, results: tuple, output_mask) -> tuple:
 _ALL = (True,) * 5  # every gradient: the backward operators' default output_mask
 
 
-@torch.library.register_fake("lltm::cell_backward")
+@_register_fake("cell_backward")
 def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
                         output_mask=_ALL):
     op = "lltm::cell_backward"
@@ -125,7 +143,7 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
         # are not run; they come back None).
         with torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_old_h, d_old_cell = (
-                torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
+                torch.ops.lltm._cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
                                                      old_h, weights, ctx.needs_input_grad))
     if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
@@ -147,7 +165,7 @@ def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[i
     return T, B, I, H
 
 
-@torch.library.register_fake("lltm::sequence_forward")
+@_register_fake("sequence_forward")
 def _sequence_forward_fake(input, weights, bias, h0, c0):
     op = "lltm::sequence_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, h0=h0, c0=c0)
@@ -161,7 +179,7 @@ def _sequence_forward_fake(input, weights, bias, h0, c0):
             h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
 
 
-@torch.library.register_fake("lltm::sequence_backward")
+@_register_fake("sequence_backward")
 def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                             cells, gates, output_mask=_ALL):
     op = "lltm::sequence_backward"
@@ -189,14 +207,14 @@ def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) 
                            f"{lengths.device}")
 
 
-@torch.library.register_fake("lltm::sequence_forward.lengths")
+@_register_fake("sequence_forward.lengths")
 def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
     outputs = _sequence_forward_fake(input, weights, bias, h0, c0)
     _check_lengths("lltm::sequence_forward", lengths, input, input.shape[1])
     return outputs
 
 
-@torch.library.register_fake("lltm::sequence_backward.lengths")
+@_register_fake("sequence_backward.lengths")
 def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates, lengths, output_mask=_ALL):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
@@ -235,8 +253,8 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
     else:  # only the gradients autograd asks for, as in _cell_backward
-        op = (torch.ops.lltm.sequence_backward.lengths if lengths
-              else torch.ops.lltm.sequence_backward.default)
+        op = (torch.ops.lltm._sequence_backward.lengths if lengths
+              else torch.ops.lltm._sequence_backward.default)
         with torch._C._AutoDispatchBelowAutograd():
             d_input, d_weights, d_bias, d_h0, d_c0 = op(
                 grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
@@ -268,13 +286,13 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
                                     setup_context=_no_context)
 
 
-# --- eager fast path ------------------------------------------------------------------
-# torch.library's generic autograd layer (what register_autograd installs) runs
-# ~20 us of Python per call on the CPU host, more than a whole small step. For
-# eager calls we wrap the same setup_context / backward in a plain
-# autograd.Function whose forward runs the op below autograd. torch.compile,
-# opcheck and direct torch.ops calls keep using the registered formula.
-# The Functions are in the setup_context style, so torch.func transforms work:
+# --- the Functions -------------------------------------------------------------------
+# One autograd.Function per forward operator, whose forward runs the
+# underscored operator below autograd: eager_call enters it directly (the
+# operator's Python autograd kernel, entered through the dispatcher, costs
+# more host time than a whole small step), and the autograd kernel
+# registered below for direct torch.ops calls, torch.compile, export and
+# opcheck enters the same Function. The Functions are in the setup_context style, so torch.func transforms work:
 # vmap runs forward through the ops' batching rules (lltm/_vmap.py), grad and
 # vjp through the backward above (its differentiable branch: torch.func
 # records the backward's graph), forward-mode AD (dual tensors) through jvp.
@@ -298,8 +316,8 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
         namespace.update(generate_vmap_rule=True, forward=staticmethod(forward),
                          setup_context=staticmethod(setup_context),
                          backward=staticmethod(backward), jvp=staticmethod(jvp),
-                         __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__} "
-                                                      "with autograd (eager_call).")
+                         __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__[1:]} "
+                                                      "with autograd.")
     function = types.new_class(name, (torch.autograd.Function,), exec_body=body)
     # Function.apply's Python wrapper exists for functorch transforms (and
     # default arguments, which forward has none of); outside transforms
@@ -309,17 +327,17 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
     return function
 
 
-CellForward = _op_function("CellForward", torch.ops.lltm.cell_forward.default,
+CellForward = _op_function("CellForward", torch.ops.lltm._cell_forward.default,
                            _cell_setup_context, _cell_backward,
                            lambda *a: _differentiable.cell_jvp(*a)[2:], 3)
-SequenceForward = _op_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
+SequenceForward = _op_function("SequenceForward", torch.ops.lltm._sequence_forward.default,
                                _sequence_setup_context, _sequence_backward,
                                _differentiable.sequence_jvp, 5)
 
 
 # The lengths overload: saved tensors are (*inputs, lengths), tangents six.
 SequenceLengthsForward = _op_function(
-    "SequenceLengthsForward", torch.ops.lltm.sequence_forward.lengths,
+    "SequenceLengthsForward", torch.ops.lltm._sequence_forward.lengths,
     _sequence_setup_context, _sequence_backward,
     lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
 
@@ -372,14 +390,13 @@ def _eager(function, op, args):
 
 
 # --- the operators' autograd kernels --------------------------------------------------
-# What torch.library.register_autograd installs (torch.library's generated
-# autograd.Function over the same setup_context / backward: torch.compile,
-# export, opcheck and direct torch.ops calls), plus forward mode: that kernel
-# knows no tangents and would drop them silently, so a call with a tangent
-# goes through the Function above and its jvp. torch.func's derivative
-# transforms reach this kernel one level at a time, where a Function cannot
-# be told apart from its transforms: they get a clear error (lltm.functional
-# supports them); vmap alone is handled before autograd (lltm/_vmap.py).
+# Direct torch.ops.lltm calls, torch.compile, export and opcheck: the same
+# Functions as eager_call (forward and forward mode). Without a gradient or a
+# tangent to track, the underscored operator below autograd. torch.func's
+# derivative transforms reach this kernel one level at a time, where a
+# Function cannot be told apart from its transforms: they get a clear error
+# (lltm.functional supports them); vmap alone is handled before autograd
+# (lltm/_vmap.py).
 
 def _has_tangent(args) -> bool:
     return _forward_ad._current_level >= 0 and any(
@@ -395,34 +412,25 @@ def _transform_error(name: str) -> RuntimeError:
         "torch.vmap alone works on the operator.")
 
 
-def _register_autograd(name: str, function, backward, setup_context,
-                       overload: str = "default") -> None:
-    qualname = f"lltm::{name}" if overload == "default" else f"lltm::{name}.{overload}"
-    try:  # torch's private builder of register_autograd's kernel (torch 2.4 - 2.13)
-        generated = torch._library.autograd.make_autograd_impl(
-            getattr(getattr(torch.ops.lltm, name), overload),
-            torch._library.autograd.Info(backward, setup_context))
-    except (AttributeError, TypeError):  # laid out otherwise: no forward mode via torch.ops
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-        return
+_after_autograd = torch._C._after_autograd_keyset
+
+
+def _register_autograd(name: str, function, overload: str = "default") -> None:
+    kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
 
     def autograd_kernel(keyset, *args):
-        if _has_tangent(args):
-            if torch._C._are_functorch_transforms_active():
+        if (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
+            if _transforms_active():
                 raise _transform_error(name)
             return function.c_apply(*args)
-        if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
-                a.requires_grad for a in args):
-            raise _transform_error(name)
-        return generated(keyset, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return kernel.redispatch(keyset & _after_autograd, *args)
 
-    _autograd_library.impl(qualname.split("::")[1], autograd_kernel, "Autograd",
-                           with_keyset=True)
+    _autograd_library.impl(name if overload == "default" else f"{name}.{overload}",
+                           autograd_kernel, "Autograd", with_keyset=True)
 
 
 _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
-_register_autograd("cell_forward", CellForward, _cell_backward, _cell_setup_context)
-_register_autograd("sequence_forward", SequenceForward, _sequence_backward,
-                   _sequence_setup_context)
-_register_autograd("sequence_forward", SequenceLengthsForward, _sequence_backward,
-                   _sequence_setup_context, overload="lengths")
+_register_autograd("cell_forward", CellForward)
+_register_autograd("sequence_forward", SequenceForward)
+_register_autograd("sequence_forward", SequenceLengthsForward, overload="lengths")

@@ -141,9 +141,10 @@ def test_autograd_computes_only_what_is_needed(fn, make, dtype, device):
 
 
 def test_backward_asks_only_for_needed_gradients(monkeypatch):
-    """The autograd formulas pass ctx.needs_input_grad as the mask."""
+    """The autograd formulas pass ctx.needs_input_grad as the mask (to the
+    backward operators' autograd-free twins, which they call)."""
     seen = []
-    for name in ("cell_backward", "sequence_backward"):
+    for name in ("_cell_backward", "_sequence_backward"):
         op = getattr(torch.ops.lltm, name).default
 
         def spy(*args, _op=op):
