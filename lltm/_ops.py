@@ -126,6 +126,11 @@ def _cell_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
+# the autograd-free twins the backward formulas call
+_cell_backward_kernel = torch.ops.lltm._cell_backward.default
+_sequence_backward_kernel = torch.ops.lltm._sequence_backward
+
+
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
     if grad_h is None:
@@ -140,11 +145,12 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
             grad_h, grad_cell, input, weights, bias, old_h, old_cell)
     else:
         # Only the gradients autograd asks for (the products of the others
-        # are not run; they come back None).
-        with torch._C._AutoDispatchBelowAutograd():
-            d_input, d_weights, d_bias, d_old_h, d_old_cell = (
-                torch.ops.lltm._cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
-                                                     old_h, weights, ctx.needs_input_grad))
+        # are not run; they come back None). Gradient mode is off and the
+        # twin has no autograd kernel: no guard below autograd needed (each
+        # _AutoDispatchBelowAutograd costs ~3.5 us of host time on a 2-core
+        # CPU host).
+        d_input, d_weights, d_bias, d_old_h, d_old_cell = _cell_backward_kernel(
+            grad_h, grad_cell, new_cell, gates, input, old_h, weights, ctx.needs_input_grad)
     if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
@@ -253,12 +259,10 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
     else:  # only the gradients autograd asks for, as in _cell_backward
-        op = (torch.ops.lltm._sequence_backward.lengths if lengths
-              else torch.ops.lltm._sequence_backward.default)
-        with torch._C._AutoDispatchBelowAutograd():
-            d_input, d_weights, d_bias, d_h0, d_c0 = op(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-                ctx.needs_input_grad[:5])
+        op = _sequence_backward_kernel.lengths if lengths else _sequence_backward_kernel.default
+        d_input, d_weights, d_bias, d_h0, d_c0 = op(
+            grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+            ctx.needs_input_grad[:5])
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
     # lengths (an integer tensor) has no gradient
@@ -301,12 +305,13 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
 # the Function's jvp again.
 
 def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: int):
-    """The autograd.Function of a forward operator: forward runs ``op`` below
-    autograd; ``tangents(*inputs, *input_tangents)`` gives the tangents of
-    the differentiable outputs (the rest get None)."""
+    """The autograd.Function of a forward operator: forward runs ``op`` (an
+    autograd-free twin); ``tangents(*inputs, *input_tangents)`` gives the
+    tangents of the differentiable outputs (the rest get None)."""
     def forward(*args):
-        with torch._C._AutoDispatchBelowAutograd():
-            return op(*args)
+        # A Function's forward runs with gradient mode off, and op has no
+        # autograd kernel: it goes straight to its device kernel.
+        return op(*args)
 
     def jvp(ctx, *input_tangents):
         out = tangents(*ctx.saved_tensors, *input_tangents)
@@ -324,6 +329,7 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
     # eager_call goes straight to the C apply it ends in: ~2 us less host
     # time per call, a tenth of a small CUDA step's forward.
     function.c_apply = super(torch.autograd.Function, function).apply
+    function.kernel = op
     return function
 
 
@@ -352,8 +358,9 @@ _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 def eager_call(function, op, *args):
     """``op(*args)`` with autograd, through ``function`` (CellForward or
-    SequenceForward, whose forward is op) when eager and some input needs a
-    gradient or a tangent; under torch.autocast in the autocast dtype."""
+    SequenceForward, whose forward is op's autograd-free twin) when eager and
+    some input needs a gradient or a tangent; under torch.autocast in the
+    autocast dtype."""
     if _is_compiling():
         return op(*args)
     if _transforms_active():
@@ -364,8 +371,8 @@ def eager_call(function, op, *args):
             return _FORWARD_MATH[function](*args)
         return function.apply(*args)
     if _autocast_enabled():
-        return _autocast.eager_call(lambda a: _eager(function, op, a), args)
-    return _eager(function, op, args)
+        return _autocast.eager_call(lambda a: _eager(function, a), args)
+    return _eager(function, args)
 
 
 def _under_functorch_jvp() -> bool:
@@ -377,16 +384,14 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  SequenceLengthsForward: _differentiable.sequence_forward}
 
 
-def _eager(function, op, args):
+def _eager(function, args):
     """eager_call outside transforms and autocast: through the Function's C
-    apply where a gradient or a tangent is needed, else the op alone."""
+    apply where a gradient or a tangent is needed, else its operator alone."""
     if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
-        for a in args:
-            if _is_wrapped(a):  # left over from a finished transform: apply unwraps it
-                return function.apply(*args)
+        if any(map(_is_wrapped, args)):  # left over from a finished transform: apply unwraps
+            return function.apply(*args)
         return function.c_apply(*args)
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
+    return function.kernel(*args)  # no gradient to track: the autograd-free twin
 
 
 # --- the operators' autograd kernels --------------------------------------------------
