@@ -151,3 +151,24 @@ def test_public_operator_without_gradients_tracks_none_and_with_them_does():
     (gw,) = torch.autograd.grad(new_h.sum() + new_cell.sum(), W)
     want = torch.autograd.grad(sum(o.sum() for o in lltm.reference.lltm_cell(x, W, b, h, c)), W)
     torch.testing.assert_close(gw, want[0])
+
+
+def test_opcheck_of_the_twins():
+    """Schemas, fake kernels and AOT tracing of the twins (their inputs need
+    no gradient: they have no autograd kernel)."""
+    x, W, b, h, c = args = cell_inputs(3, 5, 7)
+    torch.library.opcheck(torch.ops.lltm._cell_forward.default, args)
+    new_h, new_cell, gates = torch.ops.lltm.cell_forward(*args)
+    grads = (torch.randn_like(new_h), torch.randn_like(new_h))
+    for mask in ([True] * 5, [False, True, True, False, True]):
+        torch.library.opcheck(torch.ops.lltm._cell_backward.default,
+                              (*grads, new_cell, gates, x, h, W, mask))
+    xs = torch.randn(4, 3, 5, dtype=torch.float64)
+    seq = (xs, W, b, h, c)
+    torch.library.opcheck(torch.ops.lltm._sequence_forward.default, seq)
+    lengths = torch.tensor([4, 1, 3])
+    torch.library.opcheck(torch.ops.lltm._sequence_forward.lengths, (*seq, lengths))
+    out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward(*seq)
+    g = (torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n))
+    torch.library.opcheck(torch.ops.lltm._sequence_backward.default,
+                          (*g, xs, W, h, out, cells, gates, [True] * 5))
