@@ -361,7 +361,7 @@ def eager_call(function, op, *args):
     SequenceForward, whose forward is op's autograd-free twin) when eager and
     some input needs a gradient or a tangent; under torch.autocast in the
     autocast dtype."""
-    if _is_compiling():
+    if _is_compiling():  # (dynamo reads no attributes of a Function: op is passed)
         return op(*args)
     if _transforms_active():
         if _under_functorch_jvp():
