@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import CellForward, SequenceForward, SequenceLengthsForward, eager_call
+from . import _ops
+from ._ops import SequenceForward, SequenceLengthsForward, eager_call
 
-# bound once: read on every call
-_cell_forward = torch.ops.lltm.cell_forward.default
-_sequence_forward = torch.ops.lltm.sequence_forward
+_sequence_forward = torch.ops.lltm.sequence_forward  # bound once
 
 _CELL_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
 _SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
@@ -31,12 +30,10 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     Differentiable in every argument.
     """
     try:
-        new_h, new_cell, _gates = eager_call(CellForward, _cell_forward, input, weights, bias,
-                                             old_h, old_cell)
+        return _ops.cell(input, weights, bias, old_h, old_cell)
     except (AttributeError, TypeError, RuntimeError):
         _check_tensors("lltm_cell", _CELL_ARGS, (input, weights, bias, old_h, old_cell))
         raise
-    return new_h, new_cell
 
 
 def _host_lengths(lengths, input: torch.Tensor) -> torch.Tensor:
