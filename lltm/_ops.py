@@ -292,14 +292,16 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
 
 # --- the Functions -------------------------------------------------------------------
 # One autograd.Function per forward operator, whose forward runs the
-# underscored operator below autograd: eager_call enters it directly (the
+# operator's autograd-free twin: eager_call enters it directly (the
 # operator's Python autograd kernel, entered through the dispatcher, costs
 # more host time than a whole small step), and the autograd kernel
 # registered below for direct torch.ops calls, torch.compile, export and
-# opcheck enters the same Function. The Functions are in the setup_context style, so torch.func transforms work:
-# vmap runs forward through the ops' batching rules (lltm/_vmap.py), grad and
-# vjp through the backward above (its differentiable branch: torch.func
-# records the backward's graph), forward-mode AD (dual tensors) through jvp.
+# opcheck enters the same Function (the cell's plainest eager call takes
+# CellStep, below). The Functions are in the setup_context style, so
+# torch.func transforms work: vmap runs forward through the ops' batching
+# rules (lltm/_vmap.py), grad and vjp through the backward above (its
+# differentiable branch: torch.func records the backward's graph),
+# forward-mode AD (dual tensors) through jvp.
 # Under torch.func's forward-mode transforms (jvp, jacfwd, hessian) the step
 # runs in plain PyTorch operations instead: functorch would not differentiate
 # the Function's jvp again.

@@ -172,8 +172,9 @@ def main() -> None:
             parser.error(f"unknown row {label!r}; rows: {', '.join(ROWS)}")
     cuda = args.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    print(f"torch {torch.__version__}, {args.device}"
-          + (f" ({torch.cuda.get_device_name()})" if cuda else f", {torch.get_num_threads()} threads")
+    where = (f" ({torch.cuda.get_device_name()})" if cuda
+             else f", {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {args.device}{where}"
           + f"; B={args.B} I={args.I} H={args.H}, {args.steps} cell steps, linear head, SGD")
 
     g = torch.Generator().manual_seed(1)
