@@ -237,8 +237,63 @@ def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
     return policy, plan
 
 
+# --- stacked layers: the wavefront's time chunks (lltm/_wavefront.py) ---------------
+# Not a choice of the CUDA library: lltm.LLTM's own, in Python. None: chosen
+# by itself (1 on the CPU, under torch.compile and torch.func); n >= 1: n
+# chunks (at most T) wherever the stack can be chunked, on any device.
+
+_wavefront_chunks: int | None = None
+
+
+def _check_chunks(name: str, chunks) -> None:
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)
+                               or chunks < 1):
+        raise ValueError(f"{name} must be an int >= 1 or None, got {chunks!r}")
+
+
+def current_wavefront_chunks() -> int | None:
+    """The time chunks forced on stacked layers (None: lltm.LLTM chooses)."""
+    return _wavefront_chunks
+
+
+def set_wavefront_chunks(chunks: int | None) -> None:
+    global _wavefront_chunks
+    _check_chunks("chunks", chunks)
+    _wavefront_chunks = chunks
+
+
+@contextlib.contextmanager
+def wavefront(chunks: int | None):
+    """Force the number of time chunks over which lltm.LLTM pipelines its
+    stacked unidirectional layers inside the block (1: the layers one after
+    the other, one call each; None: its own choice), then restore it."""
+    before = _wavefront_chunks
+    set_wavefront_chunks(chunks)
+    try:
+        yield
+    finally:
+        set_wavefront_chunks(before)
+
+
+def _wavefront_from_environment(environ=os.environ) -> int | None:
+    value = environ.get("LLTM_WAVEFRONT_CHUNKS", "").strip()
+    if not value or value == "auto":
+        return None
+    try:
+        chunks = int(value)
+    except ValueError:
+        chunks = value
+    try:
+        _check_chunks("LLTM_WAVEFRONT_CHUNKS", chunks)
+    except ValueError as exc:
+        raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
+                         "(see lltm/overrides.py)") from None
+    return chunks
+
+
 def apply_environment() -> None:
     """Read the variables above (once, at import) and set the overrides."""
-    global _matmul, _plan
+    global _matmul, _plan, _wavefront_chunks
     _matmul, _plan = _from_environment()
+    _wavefront_chunks = _wavefront_from_environment()
     _apply()

@@ -1,0 +1,176 @@
+"""Stacked unidirectional layers of :class:`lltm.LLTM` pipelined over time
+chunks (a wavefront): the layers overlap instead of running one after the
+other.
+
+T steps are split into C chunks. Layer l's chunk k is one call of the
+sequence operator (``lltm.functional.lltm_sequence``) whose initial state is
+the state at the end of its chunk k-1 and whose input is layer l-1's output
+of chunk k. On CUDA each layer has its own stream (layer 0 the current one,
+layers above side streams): chunk (l, k) waits for (l-1, k) through an event,
+and for (l, k-1) by stream order, so up to min(L, C) chunks run at once, the
+calls issued diagonal by diagonal. The current stream joins the side streams
+at the end. Autograd runs each call's backward on the stream its forward ran
+on, with the engine's cross-stream synchronisation, so the backward overlaps
+the same way (in reverse). One layer of T steps costing t, L layers cost
+about (C + L - 1) / C * t plus C - 1 more calls a layer (each pays its
+launches and its input projection's set-up) instead of L * t.
+
+The same chunked calls run without streams on the CPU, under torch.compile
+and under torch.func transforms (one after the other: correct, no overlap);
+there C = 1 (one call a layer, the plain path) unless
+``lltm.overrides.wavefront(chunks=...)`` forces a count, which the tests use
+to compare the chunked path with the plain one everywhere.
+
+Not chunked: a single layer, bidirectional layers (the reverse direction
+needs the whole of the layer below), and rows of variable lengths (a row
+finished before a chunk starts would need a zero-length call there).
+docs/design.md ("Stacked layers") has how C is chosen.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import overrides
+
+# A chunk shorter than this many steps pays more in per-call costs (launches,
+# the input projection's set-up, the persistent kernels' start) than the
+# overlap saves.
+MIN_CHUNK_STEPS = 8
+
+_STREAMS: dict = {}
+_CHOICES: dict = {}
+_CHOICES_SIZE = 256
+
+
+def _streams(device: torch.device, count: int) -> list:
+    """``count`` side streams of ``device``, made once and reused (one per
+    layer above the first)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    pool = _STREAMS.setdefault(index, [])
+    while len(pool) < count:
+        pool.append(torch.cuda.Stream(device=index))
+    return pool[:count]
+
+
+def _overlapping(x: torch.Tensor) -> bool:
+    """Whether the chunks may run on several streams: CUDA, eager or under
+    CUDA-graph capture (fork and join of streams are legal there); not while
+    torch.compile traces nor under torch.func transforms."""
+    return (x.is_cuda and not torch.compiler.is_compiling()
+            and not torch._C._are_functorch_transforms_active())
+
+
+def _split(T: int, chunks: int) -> list[int]:
+    """T steps in ``chunks`` (<= T) near-equal chunks, the longer ones first."""
+    base, extra = divmod(T, chunks)
+    return [base + (k < extra) for k in range(chunks)]
+
+
+def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
+                     dtype: torch.dtype, device: torch.device) -> int:
+    """The number of chunks the wavefront uses by itself for L layers of
+    these sizes on ``device`` (1: the layers one after the other).
+
+    On CUDA only, and only where the layers' kernels leave the GPU room to
+    run several at once: the persistent plans (cluster, grid) whose blocks,
+    L kernels together, fit on the device's SMs; never chunks shorter than
+    MIN_CHUNK_STEPS steps. C = L + 1 by default: (C + L - 1) / C of one layer
+    for the recurrence, with few extra calls."""
+    if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, dtype, T, B, I, H, L, overrides.current_sequence_plan())
+    found = _CHOICES.get(key)
+    if found is None:
+        found = _choose(T, B, I, H, L, dtype, index)
+        if len(_CHOICES) >= _CHOICES_SIZE:
+            del _CHOICES[next(iter(_CHOICES))]
+        _CHOICES[key] = found
+    return found
+
+
+def _choose(T, B, I, H, L, dtype, index) -> int:  # noqa: E741
+    plan = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
+    if plan is None or plan["family"] == "steps":
+        return 1
+    sms = torch.cuda.get_device_properties(index).multi_processor_count
+    blocks = max(plan["forward"]["blocks"] * max(plan["forward"]["groups"], 1),
+                 plan["backward"]["blocks"] * max(plan["backward"]["groups"], 1))
+    if blocks * L > sms:
+        return 1
+    return max(1, min(L + 1, T // MIN_CHUNK_STEPS))
+
+
+def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
+    """The number of time chunks for L stacked layers over x [T, B, I]: the
+    count forced by ``lltm.overrides.wavefront`` (at most T), else
+    :func:`automatic_chunks` (1 under torch.compile and torch.func)."""
+    T, B, I = x.shape
+    if T < 2 or L < 2:
+        return 1
+    forced = overrides.current_wavefront_chunks()
+    if forced is not None:
+        return min(forced, T)
+    if not _overlapping(x):
+        return 1
+    return automatic_chunks(T, B, I, H, L, x.dtype, x.device)
+
+
+def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int):
+    """All of ``module``'s (an lltm.LLTM, one direction, native layers)
+    layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H].
+    Returns (output [T, B, H], (h_n, c_n)) as LLTM._run does."""
+    from .functional import lltm_sequence
+
+    L = module.num_layers
+    dropout = module.dropout if module.training and module.dropout > 0 else 0.0
+    inputs = list(x.split(_split(x.shape[0], chunks), dim=0))  # layer 0's, then each layer's
+    states = [(h0[k], c0[k]) for k in range(L)]
+    params = [module.layer_parameters(k) for k in range(L)]
+    last = [None] * chunks  # the top layer's output chunks
+
+    streams = None
+    if _overlapping(x):
+        current = torch.cuda.current_stream(x.device)
+        streams = [current, *_streams(x.device, L - 1)]
+        for side in streams[1:]:  # after the work that made x, h0, c0 and the parameters
+            side.wait_stream(current)
+
+    def call(k: int, layer: int) -> None:
+        weights, bias = params[layer]
+        out, states[layer] = lltm_sequence(inputs[k], weights, bias, *states[layer])
+        if layer < L - 1:
+            if dropout:
+                out = F.dropout(out, p=dropout, training=True)
+            inputs[k] = out  # layer + 1 reads it next
+        else:
+            last[k] = out
+
+    # Diagonal d holds the chunks (layer, d - layer); each is issued after the
+    # chunk below it (previous diagonal) and its own layer's previous chunk.
+    # Top layer first within a diagonal: when (layer, k) waits on layer - 1's
+    # stream, the newest work there is (layer - 1, k), not (layer - 1, k + 1).
+    for d in range(chunks + L - 1):
+        for layer in range(min(d, L - 1), -1, -1):
+            k = d - layer
+            if k >= chunks:
+                break
+            if streams is None:
+                call(k, layer)
+                continue
+            stream = streams[layer]
+            if layer:
+                stream.wait_stream(streams[layer - 1])
+                inputs[k].record_stream(stream)  # made on the stream below, read here
+            with torch.cuda.stream(stream):
+                call(k, layer)
+
+    if streams is not None:
+        for side in streams[1:]:
+            current.wait_stream(side)
+        if L > 1:  # made on side streams, read on the current one from here on
+            for t in (*last, *(t for layer in range(1, L) for t in states[layer])):
+                t.record_stream(current)
+    output = last[0] if chunks == 1 else torch.cat(last, dim=0)
+    return output, (torch.stack([h for h, _ in states]), torch.stack([c for _, c in states]))
