@@ -1,0 +1,253 @@
+"""lltm.LLTM's stacked layers over time chunks (lltm/_wavefront.py), forced
+on any device with lltm.overrides.wavefront: the same output, final state
+and every gradient as the layers run one after the other (float64, odd
+sizes), and as the reference; gradcheck and gradgradcheck; dropout between
+layers; torch.compile(fullgraph=True) and torch.func; the cases that keep
+one call a layer (bidirectional, variable lengths, one layer); the chunk
+count's choice and its override. The CUDA streams: tests/test_cuda_wavefront.py."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import lltm
+from lltm import _wavefront, functional, overrides
+
+DT = torch.float64
+
+
+def model(I, H, L, **kwargs):
+    torch.manual_seed(torch.seed() % 2**31)
+    return lltm.LLTM(I, H, num_layers=L, dtype=DT, **kwargs)
+
+
+def rand(*shape, requires_grad=True):
+    return torch.randn(*shape, dtype=DT).requires_grad_(requires_grad)
+
+
+def results(m, x, state, chunks, grad_out=None):
+    """(output, h_n, c_n, gradients of x, the state and every parameter)."""
+    with overrides.wavefront(chunks):
+        out, (h, c) = m(x, state)
+    grad_out = grad_out or [torch.randn_like(t) for t in (out, h, c)]
+    leaves = [x, *(state or ()), *m.parameters()]
+    return (out, h, c, *torch.autograd.grad((out, h, c), leaves, grad_out)), grad_out
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The sequence operator's calls (one per layer and chunk)."""
+    count = []
+    original = functional.lltm_sequence
+
+    def counting(*args, **kwargs):
+        count.append(args[0].shape[0])  # the steps of the call
+        return original(*args, **kwargs)
+    monkeypatch.setattr(functional, "lltm_sequence", counting)
+    return count
+
+
+def assert_all_close(got, want, **tol):
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        torch.testing.assert_close(a, b, msg=lambda m: f"result {k}: {m}", **tol)
+
+
+@pytest.mark.parametrize("T,B,I,H,L,chunks", [
+    (7, 3, 5, 4, 2, 2), (7, 3, 5, 4, 3, 3), (9, 1, 2, 33, 3, 9), (10, 4, 6, 3, 4, 4),
+    (6, 3, 4, 5, 3, 20), (1, 2, 3, 4, 3, 4), (11, 2, 0, 3, 2, 3), (8, 5, 9, 7, 5, 2)])
+def test_chunks_match_layer_by_layer_and_reference(calls, T, B, I, H, L, chunks):
+    m = model(I, H, L)
+    ref = model(I, H, L, impl="reference")
+    ref.load_state_dict(m.state_dict())
+    x, state = rand(T, B, I), (rand(L, B, H), rand(L, B, H))
+    want, grad_out = results(m, x, state, 1)
+    assert calls == [T] * L
+    calls.clear()
+    got, _ = results(m, x, state, chunks, grad_out)
+    used = min(chunks, T)
+    assert len(calls) == L * used and sum(calls) == L * T  # every layer in `used` chunks
+    assert max(calls) - min(calls) <= 1  # near-equal chunks
+    assert_all_close(got, want, rtol=1e-12, atol=1e-12)
+    with overrides.wavefront(1):
+        assert_all_close(results(ref, x, state, 1, grad_out)[0][:3], want[:3], rtol=1e-10,
+                         atol=1e-12)
+
+
+def test_layouts_and_default_state():
+    m = model(3, 4, 3, batch_first=True)
+    x = rand(2, 9, 3)
+    for state in (None, (rand(3, 2, 4), rand(3, 2, 4))):
+        want, grad_out = results(m, x, state, 1)
+        assert_all_close(results(m, x, state, 3, grad_out)[0], want, rtol=1e-12, atol=1e-12)
+    unbatched = rand(9, 3)
+    with overrides.wavefront(1):
+        out1, (h1, c1) = m(unbatched)
+    with overrides.wavefront(4):
+        out4, (h4, c4) = m(unbatched)
+    assert out4.shape == (9, 4) and h4.shape == (3, 4)
+    assert_all_close((out4, h4, c4), (out1, h1, c1), rtol=1e-12, atol=1e-12)
+
+
+def test_state_carries_over_between_calls():
+    """Two calls, the second from the first's final state, equal one call over
+    both sequences."""
+    m = model(4, 5, 3)
+    x = rand(13, 2, 4, requires_grad=False)
+    with overrides.wavefront(4), torch.no_grad():
+        whole, (h, c) = m(x)
+        first, state = m(x[:6])
+        second, (h2, c2) = m(x[6:], state)
+    assert_all_close((torch.cat([first, second]), h2, c2), (whole, h, c), rtol=1e-12,
+                     atol=1e-12)
+
+
+def test_gradcheck_and_gradgradcheck():
+    m = model(3, 2, 3)
+    params = list(m.parameters())
+
+    def f(x, h0, c0, *p):
+        with overrides.wavefront(3), torch.nn.utils.stateless._reparametrize_module(
+                m, dict(zip([n for n, _ in m.named_parameters()], p))):
+            out, (h, c) = m(x, (h0, c0))
+        return out, h, c
+    args = (rand(5, 2, 3), rand(3, 2, 2), rand(3, 2, 2), *[p.detach().clone().requires_grad_()
+                                                           for p in params])
+    assert torch.autograd.gradcheck(f, args)
+    assert torch.autograd.gradgradcheck(f, args)
+
+
+def test_dropout_on_each_chunk_of_every_layer_but_the_last(monkeypatch):
+    """F.dropout replaced by a mask that depends on the values only: the
+    chunked path drops and scales the same elements as the layer-by-layer
+    one, on every layer's output but the last, in training only."""
+    seen = []
+
+    def value_dropout(x, p=0.5, training=True, inplace=False):
+        seen.append(x.shape[0])
+        if not training:
+            return x
+        return x * (torch.sin(x * 1234.5) > 0) / (1 - p)
+    monkeypatch.setattr(F, "dropout", value_dropout)
+    T, L = 9, 3
+    m = model(4, 5, L, dropout=0.3)
+    x, state = rand(T, 2, 4), (rand(L, 2, 5), rand(L, 2, 5))
+    want, grad_out = results(m, x, state, 1)
+    assert seen == [T] * (L - 1)
+    seen.clear()
+    got, _ = results(m, x, state, 3, grad_out)
+    assert seen == [3] * (3 * (L - 1))
+    assert_all_close(got, want, rtol=1e-12, atol=1e-12)
+    seen.clear()
+    m.eval()
+    with overrides.wavefront(3):
+        m(x, state)
+    assert seen == []
+
+
+def test_real_dropout_trains_and_keeps_eval_exact():
+    m = model(4, 6, 3, dropout=0.5)
+    x = rand(8, 3, 4)
+    with overrides.wavefront(4):
+        train, _ = m(x)
+        m.eval()
+        evaluated, _ = m(x)
+    with overrides.wavefront(1):
+        plain, _ = m(x)
+    torch.testing.assert_close(evaluated, plain, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(train, plain)
+    train.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+def test_torch_compile_fullgraph():
+    m = model(3, 4, 3)
+    x, state = rand(7, 2, 3), (rand(3, 2, 4), rand(3, 2, 4))
+    want, grad_out = results(m, x, state, 1)
+    torch._dynamo.reset()
+    compiled = torch.compile(m, fullgraph=True)
+    with overrides.wavefront(3):
+        out, (h, c) = compiled(x, state)
+    leaves = [x, *state, *m.parameters()]
+    got = (out, h, c, *torch.autograd.grad((out, h, c), leaves, grad_out))
+    assert_all_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_torch_func_grad():
+    m = model(3, 4, 2)
+    params = {n: p.detach() for n, p in m.named_parameters()}
+    x = rand(6, 2, 3, requires_grad=False)
+
+    def loss(p, chunks):
+        with overrides.wavefront(chunks):
+            out, (h, c) = torch.func.functional_call(m, p, (x,))
+        return out.sin().sum() + h.sum() * c.sum()
+    want = torch.func.grad(loss)(params, 1)
+    got = torch.func.grad(loss)(params, 3)
+    for name in params:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-12, atol=1e-12)
+
+
+def test_cases_that_keep_one_call_a_layer(calls):
+    L, T, B = 2, 8, 4
+    bi = model(3, 4, L, bidirectional=True)
+    x = rand(T, B, 3)
+    with overrides.wavefront(4):
+        bi(x)
+        assert len(calls) == 2 * L  # the reverse direction needs the whole layer below
+        calls.clear()
+        uni = model(3, 4, L)
+        lengths = [8, 3, 5, 8]
+        out, (h, c) = uni(x, lengths=lengths)
+        assert calls == [T] * L  # variable lengths: one call a layer
+        calls.clear()
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        uni(packed)
+        assert calls == [T] * L
+        calls.clear()
+        uni(x, lengths=[T] * B)  # every row full length: chunked
+        assert len(calls) == 4 * L
+        calls.clear()
+        model(3, 4, 1)(x)  # one layer
+        assert calls == [T]
+        calls.clear()
+        model(3, 4, L, impl="reference")(x)  # a loop of cells
+        assert calls == []
+    with overrides.wavefront(1):
+        want, (hw, cw) = uni(x, lengths=lengths)
+    assert_all_close((out, h, c), (want, hw, cw), rtol=1e-12, atol=1e-12)
+
+
+def test_chunk_count_choice(monkeypatch):
+    x = torch.randn(50, 2, 3)
+    assert overrides.current_wavefront_chunks() is None
+    assert _wavefront.chunks_for(x, 4, 3) == 1  # the CPU gains nothing: one call a layer
+    assert _wavefront.automatic_chunks(100, 16, 128, 256, 3, torch.float32,
+                                       torch.device("cpu")) == 1
+    with overrides.wavefront(4):
+        assert _wavefront.chunks_for(x, 4, 3) == 4
+        assert _wavefront.chunks_for(x, 4, 1) == 1  # one layer: nothing to overlap
+        assert _wavefront.chunks_for(x[:3], 4, 3) == 3  # at most T
+        assert _wavefront.chunks_for(x[:1], 4, 3) == 1
+    assert _wavefront._split(10, 3) == [4, 3, 3]
+    assert _wavefront._split(6, 6) == [1] * 6
+
+
+def test_override_set_restore_and_bad_values(monkeypatch):
+    with overrides.wavefront(3):
+        assert overrides.current_wavefront_chunks() == 3
+        with overrides.wavefront(None):
+            assert overrides.current_wavefront_chunks() is None
+        assert overrides.current_wavefront_chunks() == 3
+    assert overrides.current_wavefront_chunks() is None
+    for bad in (0, -2, 2.0, True, "4"):
+        with pytest.raises(ValueError, match="chunks must be an int >= 1 or None"):
+            with overrides.wavefront(bad):
+                pass
+    assert overrides.current_wavefront_chunks() is None
+    assert overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": "6"}) == 6
+    assert overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": "auto"}) is None
+    assert overrides._wavefront_from_environment({}) is None
+    for bad in ("0", "four"):
+        with pytest.raises(ValueError, match="LLTM_WAVEFRONT_CHUNKS must be an int >= 1"):
+            overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": bad})
