@@ -21,9 +21,12 @@ there C = 1 (one call a layer, the plain path) unless
 ``lltm.overrides.wavefront(chunks=...)`` forces a count, which the tests use
 to compare the chunked path with the plain one everywhere.
 
-Not chunked: a single layer, bidirectional layers (the reverse direction
-needs the whole of the layer below), and rows of variable lengths (a row
-finished before a chunk starts would need a zero-length call there).
+Rows of variable lengths are chunked too: in chunk (t0, Tc) row b runs
+clamp(length - t0, 0, Tc) steps; a row that finished before the chunk starts
+runs one step there (the operator takes lengths >= 1) whose output and state
+are replaced by 0 and the state it came in with (the gradients of that step
+are then zero). Not chunked: a single layer, and bidirectional layers (the
+reverse direction needs the whole of the layer below).
 docs/design.md ("Stacked layers") has how C is chosen.
 """
 from __future__ import annotations
@@ -117,18 +120,37 @@ def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
     return automatic_chunks(T, B, I, H, L, x.dtype, x.device)
 
 
-def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int):
+def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
+    """Per chunk (t0, Tc): the rows' lengths within it, clamp(length - t0, 1,
+    Tc), and [B, 1] True where a row finished before the chunk starts (None
+    for the first chunk, where none has). A finished row runs one step there
+    (the operator takes lengths >= 1) whose results the caller discards."""
+    per_chunk, finished, t0 = [], [], 0
+    for size in sizes:
+        per_chunk.append((lengths - t0).clamp(1, size))
+        finished.append((lengths <= t0).unsqueeze(1) if t0 else None)
+        t0 += size
+    return per_chunk, finished
+
+
+def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int,
+        lengths: torch.Tensor | None = None):
     """All of ``module``'s (an lltm.LLTM, one direction, native layers)
-    layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H].
-    Returns (output [T, B, H], (h_n, c_n)) as LLTM._run does."""
+    layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H];
+    row b stops after lengths[b] steps (an int64 [B] tensor on x's device,
+    each in [1, T]; None: all T). Returns (output [T, B, H], (h_n, c_n)) as
+    LLTM._run does."""
     from .functional import lltm_sequence
 
     L = module.num_layers
     dropout = module.dropout if module.training and module.dropout > 0 else 0.0
-    inputs = list(x.split(_split(x.shape[0], chunks), dim=0))  # layer 0's, then each layer's
+    sizes = _split(x.shape[0], chunks)
+    inputs = list(x.split(sizes, dim=0))  # layer 0's, then each layer's
     states = [(h0[k], c0[k]) for k in range(L)]
     params = [module.layer_parameters(k) for k in range(L)]
     last = [None] * chunks  # the top layer's output chunks
+    if lengths is not None:
+        chunk_lengths, finished = _chunk_lengths(lengths, sizes)
 
     streams = None
     if _overlapping(x):
@@ -136,10 +158,23 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
         streams = [current, *_streams(x.device, L - 1)]
         for side in streams[1:]:  # after the work that made x, h0, c0 and the parameters
             side.wait_stream(current)
+            if lengths is not None:  # made here, read there
+                for t in (*chunk_lengths, *finished[1:]):
+                    t.record_stream(side)
 
     def call(k: int, layer: int) -> None:
         weights, bias = params[layer]
-        out, states[layer] = lltm_sequence(inputs[k], weights, bias, *states[layer])
+        if lengths is None:
+            out, states[layer] = lltm_sequence(inputs[k], weights, bias, *states[layer])
+        else:
+            out, (h, c) = lltm_sequence(inputs[k], weights, bias, *states[layer],
+                                        lengths=chunk_lengths[k])
+            done = finished[k]
+            if done is not None:  # rows finished before this chunk: output 0, state kept
+                out = out.masked_fill(done, 0)
+                h0_k, c0_k = states[layer]
+                h, c = torch.where(done, h0_k, h), torch.where(done, c0_k, c)
+            states[layer] = (h, c)
         if layer < L - 1:
             if dropout:
                 out = F.dropout(out, p=dropout, training=True)

@@ -154,3 +154,40 @@ def test_automatic_choice_bounds():
         c = _wavefront.automatic_chunks(T, B, H // 2, H, L, torch.float32, dev)
         assert 1 <= c and (c == 1 or T // c >= _wavefront.MIN_CHUNK_STEPS), (T, B, H, L, c)
     assert _wavefront.automatic_chunks(100, 16, 128, 256, 1, torch.float32, dev) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_variable_lengths_in_chunks(dtype):
+    """Rows ending inside chunks and before later chunks start, padded and
+    packed, eager and captured: as one call a layer."""
+    T, B, I, H, L = 40, 16, 32, 256, 3
+    m = model(I, H, L, dtype)
+    x, h0, c0 = inputs(T, B, I, H, L, dtype)
+    lengths = [40, 1, 9, 10, 11, 25, 39, 2, 40, 17, 5, 30, 33, 20, 8, 3]
+
+    def step(chunks):
+        with lltm.overrides.wavefront(chunks):
+            out, (h, c) = m(x, (h0, c0), lengths=lengths)
+            packed, (hp, cp) = m(torch.nn.utils.rnn.pack_padded_sequence(
+                x, lengths, enforce_sorted=False), (h0, c0))
+        loss = (out * grad_out).sum() + h.sum() + c.square().sum() + packed.data.sum()
+        return (out, h, c, packed.data, hp, cp,
+                *torch.autograd.grad(loss, [x, h0, c0, *m.parameters()]))
+    grad_out = torch.randn(T, B, H, device="cuda", dtype=dtype)
+    want = step(1)
+    for chunks in (4, 7):
+        got = step(chunks)
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert_close(f"chunks={chunks} result {k}", a, b.double(), dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(4)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = step(4)
+    graph.replay()
+    torch.cuda.synchronize()
+    for k, (a, b) in enumerate(zip(captured, want)):
+        assert_close(f"replayed result {k}", a, b.double(), dtype)

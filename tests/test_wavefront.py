@@ -2,8 +2,9 @@
 on any device with lltm.overrides.wavefront: the same output, final state
 and every gradient as the layers run one after the other (float64, odd
 sizes), and as the reference; gradcheck and gradgradcheck; dropout between
-layers; torch.compile(fullgraph=True) and torch.func; the cases that keep
-one call a layer (bidirectional, variable lengths, one layer); the chunk
+layers; variable lengths (rows ending inside and before chunks);
+torch.compile(fullgraph=True) and torch.func; the cases that keep one call a
+layer (bidirectional, one layer); the chunk
 count's choice and its override. The CUDA streams: tests/test_cuda_wavefront.py."""
 import pytest
 import torch
@@ -196,26 +197,58 @@ def test_cases_that_keep_one_call_a_layer(calls):
         bi(x)
         assert len(calls) == 2 * L  # the reverse direction needs the whole layer below
         calls.clear()
-        uni = model(3, 4, L)
-        lengths = [8, 3, 5, 8]
-        out, (h, c) = uni(x, lengths=lengths)
-        assert calls == [T] * L  # variable lengths: one call a layer
-        calls.clear()
-        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
-        uni(packed)
-        assert calls == [T] * L
-        calls.clear()
-        uni(x, lengths=[T] * B)  # every row full length: chunked
-        assert len(calls) == 4 * L
+        bi(x, lengths=[8, 3, 5, 8])
+        assert len(calls) == 2 * L
         calls.clear()
         model(3, 4, 1)(x)  # one layer
         assert calls == [T]
         calls.clear()
         model(3, 4, L, impl="reference")(x)  # a loop of cells
         assert calls == []
-    with overrides.wavefront(1):
-        want, (hw, cw) = uni(x, lengths=lengths)
-    assert_all_close((out, h, c), (want, hw, cw), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunks", [2, 4, 12])
+def test_variable_lengths_in_chunks(calls, chunks):
+    """Rows that end inside a chunk, at its edge, and before later chunks start
+    (lengths 1 and 2 against chunks of 3 steps): the output zero past each
+    row's length, each row's own final state, every gradient, as one call a
+    layer; padded input with lengths= and a PackedSequence."""
+    L, T, B, I, H = 3, 12, 6, 4, 5
+    m = model(I, H, L)
+    x, state = rand(T, B, I), (rand(L, B, H), rand(L, B, H))
+    lengths = [12, 2, 5, 9, 1, 6]
+    grad_out = None
+    got, want = {}, {}
+    for c, where in ((1, want), (chunks, got)):
+        calls.clear()
+        with overrides.wavefront(c):
+            out, (h, c_n) = m(x, state, lengths=lengths)
+        assert len(calls) == L * c
+        grad_out = grad_out or [torch.randn_like(t) for t in (out, h, c_n)]
+        leaves = [x, *state, *m.parameters()]
+        where["padded"] = (out, h, c_n, *torch.autograd.grad((out, h, c_n), leaves, grad_out))
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        with overrides.wavefront(c):
+            out_p, (h_p, c_p) = m(packed, state)
+        where["packed"] = (out_p.data, h_p, c_p, *torch.autograd.grad(
+            (out_p.data.square().sum() + h_p.sum() + c_p.sum()), leaves))
+    assert_all_close(got["padded"], want["padded"], rtol=1e-12, atol=1e-12)
+    assert_all_close(got["packed"], want["packed"], rtol=1e-12, atol=1e-12)
+    out = got["padded"][0]
+    for b, length in enumerate(lengths):
+        if length < T:
+            assert out[length:, b].abs().max().item() == 0
+
+
+def test_variable_lengths_gradcheck():
+    m = model(2, 3, 2)
+    lengths = torch.tensor([5, 1, 3])
+
+    def f(x, h0, c0):
+        with overrides.wavefront(3):
+            out, (h, c) = m._run(x, h0, c0, lengths)
+        return out, h, c
+    assert torch.autograd.gradcheck(f, (rand(5, 3, 2), rand(2, 3, 3), rand(2, 3, 3)))
 
 
 def test_chunk_count_choice(monkeypatch):
