@@ -165,11 +165,12 @@ def test_variable_lengths_in_chunks(dtype):
     x, h0, c0 = inputs(T, B, I, H, L, dtype)
     lengths = [40, 1, 9, 10, 11, 25, 39, 2, 40, 17, 5, 30, 33, 20, 8, 3]
 
-    def step(chunks):
+    packed_x = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+
+    def step(chunks):  # the packing (host to device copies) outside: capturable
         with lltm.overrides.wavefront(chunks):
             out, (h, c) = m(x, (h0, c0), lengths=lengths)
-            packed, (hp, cp) = m(torch.nn.utils.rnn.pack_padded_sequence(
-                x, lengths, enforce_sorted=False), (h0, c0))
+            packed, (hp, cp) = m(packed_x, (h0, c0))
         loss = (out * grad_out).sum() + h.sum() + c.square().sum() + packed.data.sum()
         return (out, h, c, packed.data, hp, cp,
                 *torch.autograd.grad(loss, [x, h0, c0, *m.parameters()]))
