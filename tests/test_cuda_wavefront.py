@@ -165,7 +165,7 @@ def test_variable_lengths_in_chunks(dtype):
     x, h0, c0 = inputs(T, B, I, H, L, dtype)
     lengths = [40, 1, 9, 10, 11, 25, 39, 2, 40, 17, 5, 30, 33, 20, 8, 3]
 
-    packed_x = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    packed_x = torch.nn.utils.rnn.pack_padded_sequence(x.detach(), lengths, enforce_sorted=False)
 
     def step(chunks):  # the packing (host to device copies) outside: capturable
         with lltm.overrides.wavefront(chunks):
