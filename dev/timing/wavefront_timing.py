@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
 from lltm import _wavefront  # noqa: E402
+from lltm.bench.timing import capture_graph  # noqa: E402
 
 
 def parse_shapes(text):
@@ -35,7 +36,9 @@ def parse_shapes(text):
 
 def graph_time(step, reps: int, replays: int) -> float:
     """Median microseconds of one replay of step() (forward + backward)
-    captured in a graph; warm-up on the capture stream first."""
+    captured in a graph; warm-up on the capture stream first. step's leaves
+    must have no autograd graph alive from an earlier call on another stream
+    (their AccumulateGrad nodes would keep that stream)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -43,9 +46,7 @@ def graph_time(step, reps: int, replays: int) -> float:
             step()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        step()
+    graph = capture_graph(step, stream, torch.device("cuda"))  # undone if it fails
     graph.replay()
     torch.cuda.synchronize()
     samples = []
@@ -73,9 +74,10 @@ def lltm_case(B, H, T, L, dtype):
         out, _ = module(x)
         return torch.autograd.grad(out, leaves, grad_out)
 
-    def outputs():
+    def outputs():  # detached: no graph (nor its AccumulateGrad nodes) outlives the call
         out, (h, c) = module(x)
-        return (out, h, c, *torch.autograd.grad(out, leaves, grad_out))
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        return tuple(t.detach() for t in (out, h, c, *grads))
     return step, outputs
 
 
