@@ -36,10 +36,17 @@ import torch.nn.functional as F
 
 from . import overrides
 
-# A chunk shorter than this many steps pays more in per-call costs (launches,
-# the input projection's set-up, the persistent kernels' start) than the
-# overlap saves.
+# The automatic choice (automatic_chunks; docs/design.md, "Stacked layers"):
+# no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
+# call costs CALL_US of GPU time besides its steps (its launches, the input
+# projection's and the persistent kernels' start, the backward's products'
+# set-up) and, in eager mode, HOST_CALL_US of host time (forward and
+# backward); chunked only where predicted to take at most GAIN of the time.
 MIN_CHUNK_STEPS = 8
+MAX_CHUNKS = 16
+CALL_US = 40.0
+HOST_CALL_US = 70.0
+GAIN = 0.9
 
 _STREAMS: dict = {}
 _CHOICES: dict = {}
@@ -70,39 +77,70 @@ def _split(T: int, chunks: int) -> list[int]:
     return [base + (k < extra) for k in range(chunks)]
 
 
-def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
-                     dtype: torch.dtype, device: torch.device) -> int:
-    """The number of chunks the wavefront uses by itself for L layers of
-    these sizes on ``device`` (1: the layers one after the other).
+def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concurrent: int,
+                   host_us: float = 0.0) -> float:
+    """Microseconds of one forward + backward of L layers over T steps in C
+    chunks: a call costs call_us plus step_us a step (on the GPU) and host_us
+    of host time; at most ``concurrent`` layers' kernels fit on the GPU at
+    once. The wavefront takes C + L - 1 chunk times; with fewer than L
+    kernels at once, L C chunk calls shared out over ``concurrent``; the host
+    issues L C calls."""
+    chunk = call_us + step_us * T / C
+    if C == 1:
+        return L * max(chunk, host_us)
+    return max((C + L - 1) * chunk, L * C * chunk / concurrent, L * C * host_us)
 
-    On CUDA only, and only where the layers' kernels leave the GPU room to
-    run several at once: the persistent plans (cluster, grid) whose blocks,
-    L kernels together, fit on the device's SMs; never chunks shorter than
-    MIN_CHUNK_STEPS steps. C = L + 1 by default: (C + L - 1) / C of one layer
-    for the recurrence, with few extra calls."""
+
+def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: int,
+                host_us: float = 0.0) -> int:
+    """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
+    least :func:`predicted_time`; 1 unless that saves at least 1 - GAIN of
+    the layers one after the other."""
+    top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
+    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us)
+             for C in range(1, top + 1)}
+    best = min(times, key=times.get)
+    return best if times[best] <= GAIN * times[1] else 1
+
+
+def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
+                     dtype: torch.dtype, device: torch.device,
+                     capturing: bool = True) -> int:
+    """The number of chunks the wavefront uses by itself for L layers of
+    these sizes on ``device`` (1: the layers one after the other): CUDA only;
+    :func:`best_chunks` for the plan the library would run a layer with, its
+    time per step from the library's cost model, CALL_US a call, as many
+    layers at once as the plan's blocks fit on the SMs (one for the per-step
+    family, whose products spread over the GPU), and in eager mode
+    (``capturing`` False) HOST_CALL_US of host time a call."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
         return 1
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, dtype, T, B, I, H, L, overrides.current_sequence_plan())
+    key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
     found = _CHOICES.get(key)
     if found is None:
-        found = _choose(T, B, I, H, L, dtype, index)
+        found = _choose(T, B, H, L, dtype, index, capturing)
         if len(_CHOICES) >= _CHOICES_SIZE:
             del _CHOICES[next(iter(_CHOICES))]
         _CHOICES[key] = found
     return found
 
 
-def _choose(T, B, I, H, L, dtype, index) -> int:  # noqa: E741
-    plan = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
-    if plan is None or plan["family"] == "steps":
+def _choose(T, B, H, L, dtype, index, capturing) -> int:
+    # the layers above the first read H features
+    long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
+    short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
+    if long is None or short is None:
         return 1
-    sms = torch.cuda.get_device_properties(index).multi_processor_count
-    blocks = max(plan["forward"]["blocks"] * max(plan["forward"]["groups"], 1),
-                 plan["backward"]["blocks"] * max(plan["backward"]["groups"], 1))
-    if blocks * L > sms:
-        return 1
-    return max(1, min(L + 1, T // MIN_CHUNK_STEPS))
+    plan, cost = long
+    step_us = max(0.0, (cost - short[1]) / (T - T // 2))
+    concurrent = 1
+    if plan["family"] != "steps":
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        blocks = max(plan[d]["blocks"] * max(plan[d]["groups"], 1)
+                     for d in ("forward", "backward"))
+        concurrent = max(1, min(L, sms // max(blocks, 1)))
+    return best_chunks(L, T, CALL_US, step_us, concurrent, 0.0 if capturing else HOST_CALL_US)
 
 
 def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
@@ -117,7 +155,8 @@ def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
         return min(forced, T)
     if not _overlapping(x):
         return 1
-    return automatic_chunks(T, B, I, H, L, x.dtype, x.device)
+    return automatic_chunks(T, B, I, H, L, x.dtype, x.device,
+                            torch.cuda.is_current_stream_capturing())
 
 
 def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
@@ -149,8 +188,7 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
     states = [(h0[k], c0[k]) for k in range(L)]
     params = [module.layer_parameters(k) for k in range(L)]
     last = [None] * chunks  # the top layer's output chunks
-    if lengths is not None:
-        chunk_lengths, finished = _chunk_lengths(lengths, sizes)
+    chunk_lengths, finished = _chunk_lengths(lengths, sizes) if lengths is not None else ((), ())
 
     streams = None
     if _overlapping(x):

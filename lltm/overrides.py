@@ -119,6 +119,18 @@ def _dtype_code(dtype) -> int:
     return _DTYPE_CODES[name]
 
 
+def _plan_dict(plan: _Plan) -> dict:
+    def launch(l):
+        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
+                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
+                "groups": l.groups, "smem": l.smem}
+    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
+           "workspace_bytes": plan.workspace_bytes}
+    if out["family"] != "steps":
+        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
+    return out
+
+
 def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                            device: int | None = None) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
@@ -137,16 +149,29 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     index = torch.cuda.current_device() if device is None else device
     if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan)) != 0:
         return None
+    return _plan_dict(plan)
 
-    def launch(l):
-        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
-                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
-                "groups": l.groups, "smem": l.smem}
-    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
-           "workspace_bytes": plan.workspace_bytes}
-    if out["family"] != "steps":
-        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
-    return out
+
+def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+                           device: int | None = None) -> tuple[dict, float] | None:
+    """(plan, us): the plan in force for one layer of these sizes, as
+    :func:`sequence_plan_in_force` gives it, and the GPU time of one forward
+    + backward that the library's cost model predicts for it (microseconds;
+    docs/cuda-plans.md, "The cost model"). None where no plan fits, or
+    without the CUDA library."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    fn = lib.lltm_cuda_sequence_cost_in_force
+    fn.restype = ctypes.c_int
+    fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
+                   + [ctypes.c_void_p, ctypes.c_void_p])
+    plan, cost = _Plan(), ctypes.c_double()
+    index = torch.cuda.current_device() if device is None else device
+    if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan), ctypes.byref(cost)) != 0:
+        return None
+    return _plan_dict(plan), cost.value
 
 
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741

@@ -172,6 +172,12 @@ def test_torch_compile_fullgraph():
     leaves = [x, *state, *m.parameters()]
     got = (out, h, c, *torch.autograd.grad((out, h, c), leaves, grad_out))
     assert_all_close(got, want, rtol=1e-12, atol=1e-12)
+    lengths = [7, 2]  # a list of ints compiles (one graph per set of lengths)
+    with overrides.wavefront(1):
+        want = m(x, state, lengths=lengths)
+    with overrides.wavefront(3):
+        got = torch.compile(m, fullgraph=True)(x, state, lengths=lengths)
+    assert_all_close((got[0], *got[1]), (want[0], *want[1]), rtol=1e-12, atol=1e-12)
 
 
 def test_torch_func_grad():
@@ -264,6 +270,25 @@ def test_chunk_count_choice(monkeypatch):
         assert _wavefront.chunks_for(x[:1], 4, 3) == 1
     assert _wavefront._split(10, 3) == [4, 3, 3]
     assert _wavefront._split(6, 6) == [1] * 6
+
+
+def test_predicted_time_and_best_chunks():
+    """The automatic choice's arithmetic (docs/design.md, "Stacked layers")."""
+    # one call a layer: L (call + T steps)
+    assert _wavefront.predicted_time(1, 3, 100, 40, 10, 3) == 3 * (40 + 1000)
+    # C chunks, all layers at once: C + L - 1 chunk times
+    assert _wavefront.predicted_time(4, 3, 100, 40, 10, 3) == 6 * (40 + 250)
+    # room for one layer at a time: every chunk call one after the other
+    assert _wavefront.predicted_time(4, 3, 100, 40, 10, 1) == 12 * (40 + 250)
+    # the host issuing the calls
+    assert _wavefront.predicted_time(4, 3, 100, 1, 1, 3, host_us=100) == 1200
+    c = _wavefront.best_chunks(3, 100, 40, 10, 3)
+    assert 2 <= c <= 100 // _wavefront.MIN_CHUNK_STEPS
+    assert _wavefront.best_chunks(3, 100, 40, 10, 1) == 1  # no room: the layers in turn
+    assert _wavefront.best_chunks(3, 100, 40, 10, 3, host_us=2000) == 1  # the host bound
+    assert _wavefront.best_chunks(3, 100, 1000, 1, 3) == 1  # calls dearer than steps
+    assert _wavefront.best_chunks(3, 12, 1, 10, 3) == 1  # too few steps for two chunks
+    assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
 
 
 def test_override_set_restore_and_bad_values(monkeypatch):
