@@ -155,6 +155,11 @@ def test_automatic_choice_bounds():
         c = _wavefront.automatic_chunks(T, B, H // 2, H, L, torch.float32, dev)
         assert 1 <= c and (c == 1 or T // c >= _wavefront.MIN_CHUNK_STEPS), (T, B, H, L, c)
     assert _wavefront.automatic_chunks(100, 16, 128, 256, 1, torch.float32, dev) == 1
+    for T, B, H in [(100, 16, 256), (50, 3, 33), (100, 64, 2048)]:
+        plan, cost = lltm.overrides.sequence_cost_in_force(torch.float32, T, B, H, H)
+        assert plan == lltm.overrides.sequence_plan_in_force(torch.float32, T, B, H, H)
+        longer = lltm.overrides.sequence_cost_in_force(torch.float32, 2 * T, B, H, H)[1]
+        assert 0 < cost < longer  # microseconds, more for more steps
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
