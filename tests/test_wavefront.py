@@ -291,6 +291,21 @@ def test_predicted_time_and_best_chunks():
     assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
 
 
+def test_layers_at_once():
+    grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
+            "backward": {"blocks": 32, "groups": 1}}
+    assert _wavefront.layers_at_once(grid, 3, 16, 256, torch.float32, 132) == 3
+    assert _wavefront.layers_at_once(grid, 5, 16, 256, torch.float32, 132) == 4
+    big = {"family": "grid", "forward": {"blocks": 32, "groups": 4},
+           "backward": {"blocks": 32, "groups": 4}}
+    assert _wavefront.layers_at_once(big, 3, 64, 512, torch.float32, 132) == 1
+    steps = {"family": "steps"}
+    assert _wavefront.layers_at_once(steps, 3, 256, 1024, torch.float32, 132) == 1
+    assert _wavefront.layers_at_once(steps, 3, 64, 512, torch.bfloat16, 132) == 3
+    assert 1.5 < _wavefront.layers_at_once(steps, 3, 256, 1024, torch.bfloat16, 132) < 1.7
+    assert _wavefront.layers_at_once(steps, 3, 4096, 4096, torch.float16, 132) == 1
+
+
 def test_override_set_restore_and_bad_values(monkeypatch):
     with overrides.wavefront(3):
         assert overrides.current_wavefront_chunks() == 3
