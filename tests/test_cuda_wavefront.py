@@ -8,6 +8,7 @@ import torch
 
 import lltm
 from lltm import _native, _wavefront
+from lltm.bench.timing import capture_graph
 from conftest import assert_close
 
 pytestmark = pytest.mark.skipif(
@@ -30,6 +31,14 @@ def inputs(T, B, I, H, L, dtype):
     def rand(*shape):
         return torch.randn(*shape, device="cuda", dtype=torch.float64).to(dtype).requires_grad_()
     return rand(T, B, I), rand(L, B, H), rand(L, B, H)
+
+
+def captured(body, stream):
+    """(graph, body's result) captured on ``stream``; a failed capture is
+    undone (lltm.bench.timing.capture_graph), so it spoils no later test."""
+    result = []
+    graph = capture_graph(lambda: result.append(body()), stream, torch.device("cuda"))
+    return graph, result[0]
 
 
 def run(m, x, h0, c0, chunks, grad_out=None):
@@ -99,9 +108,7 @@ def test_graph_capture_forward_and_backward(chunks):
     with torch.cuda.stream(stream):  # warm-up on the capture stream
         step()
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        results = step()
+    graph, results = captured(step, stream)
     for _ in range(2):
         new = inputs(T, B, I, H, L, torch.float32)
         with torch.no_grad():
@@ -136,9 +143,7 @@ def test_dropout_between_layers_under_capture():
     with torch.cuda.stream(stream):
         step()
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        out, grads = step()
+    graph, (out, grads) = captured(step, stream)
     graph.replay()
     first = out.clone()
     graph.replay()
@@ -178,8 +183,10 @@ def test_variable_lengths_in_chunks(dtype):
             out, (h, c) = m(x, (h0, c0), lengths=lengths)
             packed, (hp, cp) = m(packed_x, (h0, c0))
         loss = (out * grad_out).sum() + h.sum() + c.square().sum() + packed.data.sum()
-        return (out, h, c, packed.data, hp, cp,
-                *torch.autograd.grad(loss, [x, h0, c0, *m.parameters()]))
+        results = (out, h, c, packed.data, hp, cp,
+                   *torch.autograd.grad(loss, [x, h0, c0, *m.parameters()]))
+        # detached: no graph (and its AccumulateGrad nodes) outlives an eager call
+        return tuple(t.detach() for t in results)
     grad_out = torch.randn(T, B, H, device="cuda", dtype=dtype)
     want = step(1)
     for chunks in (4, 7):
@@ -191,10 +198,8 @@ def test_variable_lengths_in_chunks(dtype):
     with torch.cuda.stream(stream):
         step(4)
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        captured = step(4)
+    graph, results = captured(lambda: step(4), stream)
     graph.replay()
     torch.cuda.synchronize()
-    for k, (a, b) in enumerate(zip(captured, want)):
+    for k, (a, b) in enumerate(zip(results, want)):
         assert_close(f"replayed result {k}", a, b.double(), dtype)
