@@ -13,7 +13,9 @@ the variables and what each forces::
         output, _ = lltm.LLTM(32, 128).cuda()(x)
 
 Without the CUDA library (a CPU-only install) the overrides are accepted and
-have nothing to act on.
+have nothing to act on. ``wavefront(chunks=...)`` (``LLTM_WAVEFRONT_CHUNKS``)
+forces lltm.LLTM's own choice, on any device: the time chunks over which it
+overlaps stacked layers (lltm/_wavefront.py).
 """
 from __future__ import annotations
 
