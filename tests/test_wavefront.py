@@ -291,6 +291,29 @@ def test_predicted_time_and_best_chunks():
     assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
 
 
+def test_choice_from_the_cost_model(monkeypatch):
+    """_choose's glue on a fake device: the time per step from the cost model
+    at T and T/2, the layers at once from the plan's blocks (B16/H256 float32
+    on an H100: a grid of 32 blocks, 971 us of steps: C4 captured, C3 eager
+    with the host's time per call; the per-step family in float32: 1)."""
+    grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
+            "backward": {"blocks": 32, "groups": 1}}
+    family = {"plan": grid}
+
+    def cost(dtype, T, B, I, H, device=None):  # noqa: E741
+        return family["plan"], 69 + 9.71 * T
+    monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: type("Props", (), {"multi_processor_count": 132})())
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 4
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == 3
+    family["plan"] = {"family": "steps"}
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 1
+    assert _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True) > 1
+    monkeypatch.setattr(overrides, "sequence_cost_in_force", lambda *a, **k: None)
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 1  # no CUDA library
+
+
 def test_layers_at_once():
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
