@@ -17,8 +17,10 @@ import torch.autograd.forward_ad as _forward_ad
 
 from . import _differentiable, _sharing
 
-_FORWARD = torch.ops.lltm.sequence_forward
-_BACKWARD = torch.ops.lltm.sequence_backward
+# the operators' autograd-free twins (lltm/_ops.py): called with gradient
+# mode off inside the Function, they go straight to their device kernels
+_FORWARD = torch.ops.lltm._sequence_forward
+_BACKWARD = torch.ops.lltm._sequence_backward
 
 
 def reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
@@ -102,15 +104,15 @@ class BothDirections(torch.autograd.Function):
     lengths [B] or None, reverse index [T,B] or None) -> (output [T,B,2H],
     h_n, c_n [2,B,H]). The reverse direction (its input and output reversed
     in time) runs on the side stream on CUDA, forward and backward; each
-    operator call is the one lltm.functional.lltm_sequence makes, below
-    autograd."""
+    operator call is the autograd-free twin of the one
+    lltm.functional.lltm_sequence makes."""
 
     @staticmethod
     def forward(ctx, x, w_f, b_f, w_r, b_r, h0, c0, lengths, index):
         tail = () if lengths is None else (lengths,)
         op = _FORWARD.default if lengths is None else _FORWARD.lengths
         fork = _Fork(x)
-        with fork.sharing(), torch._C._AutoDispatchBelowAutograd():
+        with fork.sharing():
             with fork.side():
                 x_r = reverse_time(x, index)
                 res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail)
@@ -158,7 +160,7 @@ class BothDirections(torch.autograd.Function):
         mask_f = (needs[0], needs[1], needs[2], needs[5], needs[6])
         mask_r = (needs[0], needs[3], needs[4], needs[5], needs[6])
         fork = _Fork(x)
-        with fork.sharing(), torch._C._AutoDispatchBelowAutograd():
+        with fork.sharing():
             with fork.side():
                 g_r = reverse_time(g_out[..., H:], index)
                 d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,

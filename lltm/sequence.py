@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, functional, reference
+from . import _directions, _wavefront, functional, reference
 from ._directions import BothDirections
 from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
@@ -355,6 +355,10 @@ class LLTM(torch.nn.Module):
         Returns (output [T, B, D*H], (h_n, c_n))."""
         run_layer = _LAYERS[self.impl]
         D = self.num_directions
+        if D == 1 and self.impl == "native":  # stacked layers overlapped
+            chunks = _wavefront.chunks_for(x, self.hidden_size, self.num_layers)
+            if chunks > 1:
+                return _wavefront.run(self, x, h0, c0, chunks, lengths)
         reverse_index = None
         if D == 2 and lengths is not None:
             reverse_index = _reverse_index(lengths, x.shape[0])
