@@ -136,13 +136,15 @@ def _declare(lib):
     lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 10
     lib.lltm_sequence_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 13
     lib.lltm_sequence_forward_step_cuda.argtypes = [i32, i64, i64, i64] + [p] * 8
-    lib.lltm_sequence_backward_step_cuda.argtypes = [i32, i64, i64, i64, i64] + [p] * 10
+    lib.lltm_sequence_backward_step_cuda.argtypes = [i32, i64, i64, i64, i64] + [p] * 11
+    lib.lltm_sequence_step_bias_parts.argtypes = [i64, i64]
+    lib.lltm_sequence_step_bias_parts.restype = i64
     lib.lltm_sequence_last_state_cuda.argtypes = [i32, i64, i64, i64, p, p, p, p]
-    lib.lltm_sequence_convert_cuda.argtypes = [i32, i64, p, p, p]
+    lib.lltm_sequence_bias_sum_cuda.argtypes = [i32, i64, i64, p, p, p]
     for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda, lib.lltm_sequence_forward_persistent_cuda,
                lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_last_state_cuda,
-               lib.lltm_sequence_convert_cuda):
+               lib.lltm_sequence_bias_sum_cuda):
         fn.restype = ctypes.c_int
     return lib
 
@@ -450,13 +452,16 @@ def test_plan_without_clusters(emu, major, cluster):
 
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES), ids=lambda d: str(d).split(".")[-1])
-def test_per_step_kernels(emu, dtype, with_lengths):
-    """The fallback: the binding's time loop, with torch's matmul standing in
-    for aten::mm on the GPU; with lengths, rows stopping at their own, h_n
-    gathered from each row's last step."""
-    T, B, I, H = 3, 4, 3, 6
+@pytest.mark.parametrize("B,H", [(4, 6), (70, 40)], ids=["small", "blocks"])
+def test_per_step_kernels(emu, dtype, with_lengths, B, H):
+    """The per-step family: the layer's time loop, with torch's matmul
+    standing in for aten::mm on the GPU; with lengths, rows stopping at their
+    own, h_n gathered from each row's last step. B=70, H=40: two blocks of
+    units, several blocks of rows (the last one short), so several lines of
+    bias sums."""
+    T, I = 3, 3
     code = DTYPE_CODES[dtype]
-    lengths = torch.tensor([3, 1, 2, 3]) if with_lengths else None
+    lengths = _lengths(T, B) if with_lengths else None
     lengths_ptr = None if lengths is None else as_ptr(lengths)
     (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
     out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args, lengths)
@@ -486,19 +491,26 @@ def test_per_step_kernels(emu, dtype, with_lengths):
     ghn, gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2)]
     d_x, d_W, d_b, d_h0, d_c0 = backward(go.double(), ghn.double(), gcn.double())
     acc_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    bias_acc = torch.zeros(3 * H, dtype=acc_dtype)
+    # the bias sums' lines: written at the first step (NaN before), added to after
+    parts = emu.lltm_sequence_step_bias_parts(B, H)
+    assert parts >= 1
+    bias_parts = torch.full((parts, 3 * H), float("nan"), dtype=acc_dtype)
     dG = Guarded((T, B, 3 * H), dtype)
-    dc = gcn.clone()
+    dc = torch.empty_like(gcn)  # out of place at the first step, in place after
+    dc_next = gcn
     dh = torch.full_like(ghn, float("nan"))  # not read at the last step
     for t in reversed(range(T)):
         status = emu.lltm_sequence_backward_step_cuda(
-            code, B, H, t, T, lengths_ptr, as_ptr(go[t]), as_ptr(dh), as_ptr(ghn), as_ptr(dc),
-            as_ptr(cells.value[t]), as_ptr(gates[t]), ctypes.c_void_p(dG.value[t].data_ptr()),
-            as_ptr(bias_acc), None)
+            code, B, H, t, T, lengths_ptr, as_ptr(go[t]), as_ptr(dh), as_ptr(ghn),
+            as_ptr(dc_next), as_ptr(dc), as_ptr(cells.value[t]), as_ptr(gates[t]),
+            ctypes.c_void_p(dG.value[t].data_ptr()), as_ptr(bias_parts), None)
         assert status == 0
+        dc_next = dc
         dh = (dG.value[t].double() @ Wd[:, :H]).to(dtype).contiguous()
-    db = torch.empty(3 * H, dtype=dtype)
-    assert emu.lltm_sequence_convert_cuda(code, 3 * H, as_ptr(bias_acc), as_ptr(db), None) == 0
+    db = Guarded((3 * H,), dtype)
+    assert emu.lltm_sequence_bias_sum_cuda(code, parts, 3 * H, as_ptr(bias_parts), db.ptr,
+                                           None) == 0
+    db = db.check("grad_bias")
     dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
     _close("grad_bias", db, d_b, dtype)
     _close("grad_h0", dh, d_h0, dtype)
