@@ -11,7 +11,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _autocast, _differentiable
+from . import _autocast, _differentiable, _native
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -330,6 +330,7 @@ _autocast_enabled = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
 _any_requires_grad = torch._C._any_requires_grad  # what torch.library's autograd asks too
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_sync_float32_tf32 = _native.sync_float32_tf32
 
 
 def eager_call(function, op, *args):
@@ -338,6 +339,8 @@ def eager_call(function, op, *args):
     gradient or a tangent; under torch.autocast in the autocast dtype."""
     if _is_compiling():
         return op(*args)
+    if args[0].is_cuda:  # the kernels' cost models follow torch's TF32 setting
+        _sync_float32_tf32()
     if _transforms_active():
         if _under_functorch_jvp():
             # The Function's jvp is exact once, but functorch does not track a

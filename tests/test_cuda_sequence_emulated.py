@@ -44,7 +44,7 @@ EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER = 1, 2, 3
 class Device(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("device", "major", "minor", "sm_count", "smem_optin", "cooperative_launch",
-                 "cluster_launch", "code_arch")]
+                 "cluster_launch", "code_arch", "tf32")]
 
 
 class Launch(ctypes.Structure):
@@ -665,13 +665,15 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
 
 
 def _measured(kind):
-    """(dtype, T, B, H) -> {route: microseconds} of the H100 run."""
+    """(dtype, tf32, T, B, H) -> {route: microseconds} of the H100 runs (tf32:
+    float32 timed with torch's TF32 setting on)."""
     import json
     out = {}
     for t in json.loads(ROUTE_DATA.read_text())["times"]:
         if t["kind"] == kind and "[" in t["impl"]:
             route = t["impl"][t["impl"].index("[") + 1:-1]
-            out.setdefault((t["dtype"], t["T"], t["B"], t["H"]), {})[route] = t["us"]
+            key = (t["dtype"], bool(t.get("tf32")), t["T"], t["B"], t["H"])
+            out.setdefault(key, {})[route] = t["us"]
     return out
 
 
@@ -703,10 +705,11 @@ def test_sequence_choices_on_an_h100_are_the_fastest_measured(emu):
     emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
         [ctypes.c_int64] * 4
     emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
-    dev, misses, unmeasured, shapes = device(emu), [], [], _measured("sequence")
+    misses, unmeasured, shapes = [], [], _measured("sequence")
     assert len(shapes) >= 100
-    for (dtype, T, B, H), times in sorted(shapes.items()):
+    for (dtype, tf32, T, B, H), times in sorted(shapes.items()):
         I = max(1, H // 2)
+        dev = device(emu, tf32=int(tf32))
 
         def cost(**options):
             status, plan = make_plan(emu, TORCH_DTYPES[dtype], T, B, I, H, dev=dev, **options)
@@ -716,8 +719,8 @@ def test_sequence_choices_on_an_h100_are_the_fastest_measured(emu):
         picked = min(times, key=lambda r: cost(**_options_of(r))[0])
         fastest = min(times, key=times.get)
         if times[picked] > (1 + SEQUENCE_TOLERANCE) * times[fastest]:
-            misses.append(f"{dtype} T={T} B={B} H={H}: {picked} ({times[picked]} us), "
-                          f"{fastest} {times[fastest]} us")
+            misses.append(f"{dtype}{' tf32' if tf32 else ''} T={T} B={B} H={H}: {picked} "
+                          f"({times[picked]} us), {fastest} {times[fastest]} us")
         chosen = _route_of(cost()[1])
         if chosen not in times:
             unmeasured.append((chosen, dtype, T, B, H))
@@ -735,7 +738,7 @@ def test_cell_choices_on_an_h100_are_the_faster_measured(emu):
     emu.lltm_cell_route_cuda.restype = ctypes.c_int
     dev, misses, shapes = device(emu), [], _measured("cell")
     assert len(shapes) >= 20
-    for (dtype, _, B, H), times in sorted(shapes.items()):
+    for (dtype, _, _, B, H), times in sorted(shapes.items()):
         route = emu.lltm_cell_route_cuda(ctypes.byref(dev), DTYPE_CODES[TORCH_DTYPES[dtype]], B,
                                          max(1, H // 2), H)
         chosen, fastest = {1: "fused", 2: "cublas"}[route], min(times, key=times.get)

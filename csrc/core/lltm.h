@@ -367,6 +367,13 @@ typedef struct lltm_cuda_device {
                               * older PTX) */
     int code_arch;           /* virtual architecture of the library's code that
                               * runs on this device (e.g. 80 for compute_80 PTX) */
+    int tf32;                /* nonzero: float32 products through the gemm
+                              * callback may run on TF32 tensor cores (the
+                              * caller's setting: the binding's aten::mm follows
+                              * torch's float32 matmul precision); the cost
+                              * model then takes them at the TF32 rate from
+                              * compute capability 8.0. lltm_cuda_device_query
+                              * leaves it 0. */
 } lltm_cuda_device;
 
 int lltm_cuda_device_query(int device, lltm_cuda_device *out);
@@ -565,6 +572,20 @@ int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int6
                                     const int64_t *lengths, const void *recurrent,
                                     void *gates, const void *bias, const void *old_cell,
                                     void *new_h, void *new_cell, void *stream);
+/* The rows of the batch one block of the backward step takes: a multiple
+ * of its 8 slices of rows, from 8 to 64 (8 rows a thread), so that the
+ * grid of 32-unit blocks x row blocks holds about 512 blocks (GPU-wide
+ * parallelism at small H) and at most 65535 blocks of rows. The bias sums
+ * have one line per block of rows: P = lltm_sequence_step_bias_parts. */
+static inline int64_t lltm_sequence_step_rows(int64_t B, int64_t H)
+{
+    const int64_t unit_blocks = H > 0 ? (H + 31) / 32 : 1;
+    const int64_t want = (512 + unit_blocks - 1) / unit_blocks;
+    int64_t rows = ((B + want - 1) / want + 7) / 8 * 8;
+    const int64_t fit = ((B + 65534) / 65535 + 7) / 8 * 8;
+    rows = rows < 8 ? 8 : rows > 64 ? 64 : rows;
+    return rows > fit ? rows : fit;
+}
 int64_t lltm_sequence_step_bias_parts(int64_t B, int64_t H);
 int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
                                      int64_t T, const int64_t *lengths,

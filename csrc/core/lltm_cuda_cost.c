@@ -8,11 +8,16 @@
  * The terms (each a time per unit, fitted on an H100):
  *   products    every cuBLAS product (aten::mm through the binding): its
  *               flops at the FFMA rate, or the tensor-core rate for the half
- *               types where the device has tensor cores for them, plus the
- *               bytes it reads and writes at the memory rate; rates per SM,
- *               so they scale with the SM count
+ *               types where the device has tensor cores for them, or the
+ *               TF32 rate for float32 where the caller lets its products run
+ *               on TF32 (dev->tf32, compute capability 8.0+), plus the bytes
+ *               it reads and writes at the memory rate; rates per SM, so
+ *               they scale with the SM count
  *   steps       per step: the launches and latencies of the per-step
- *               kernels, plus two products (h W_h^T, dG W_h)
+ *               kernels, the rows one thread of the backward kernel walks
+ *               (lltm_sequence_step_rows / 8), the bytes both pointwise
+ *               kernels move at the memory rate, plus two products (h W_h^T,
+ *               dG W_h)
  *   grid        per step: the latency of the exchange (grid barriers,
  *               state through global memory), plus each thread's
  *               multiply-adds (passes over its chunks x rows x values, both
@@ -56,6 +61,7 @@
  * byte: 3.0 TB/s) */
 #define C_FLOP_FFMA 2.883e-08
 #define C_FLOP_TENSOR 3.185e-09
+#define C_FLOP_TF32 6.37e-09
 #define C_BYTE 3.352e-07
 /* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
 #define C_CUBLAS_CALL 18.09
@@ -72,11 +78,15 @@
 /* the sequence: a call (its launches and large products' latency) */
 #define C_CALL 69.69
 /* per step of the per-step kernels (launches, latency), and per row one
- * thread of its backward kernel walks (measured on the kernel that walked
- * the whole batch; it now walks ceil(B / STEP_SLICES) rows) */
+ * thread of its backward kernel walks */
 #define C_STEPS_STEP 8.225
 #define C_STEPS_ROW 0.3402
 #define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
+/* the elements a (row, unit) of a step the two pointwise kernels read and
+ * write: forward gates, recurrent (3 + 3), c_{t-1}, activations (3), c_t,
+ * h_t; backward activations (3), c_t, grad_output, dh, dc in, dG (3), dc
+ * out */
+#define STEPS_POINTWISE_ELEMS 23.0
 /* per step of the grid family: the exchange, a multiply-add of one thread,
  * a state value a block stages */
 #define C_GRID_STEP 3.464
@@ -102,6 +112,8 @@ static int tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
         return dev->major >= 7;
     if (dtype == LLTM_BFLOAT16)
         return dev->major >= 8;
+    if (dtype == LLTM_FLOAT32)
+        return dev->tf32 && dev->major >= 8;
     return 0;
 }
 
@@ -121,9 +133,11 @@ static double product_us(const lltm_cuda_device *dev, lltm_dtype dtype, double M
 {
     const double flops = 2.0 * M * N * K;
     const double bytes = (M * K + K * N + M * N) * elem_bytes(dtype);
-    const double per_flop = tensor_cores(dev, dtype) ? C_FLOP_TENSOR
-                            : dtype == LLTM_FLOAT64  ? C_FLOP_FFMA * FP64_SLOWDOWN
-                                                     : C_FLOP_FFMA;
+    const double per_flop = !tensor_cores(dev, dtype)  ? (dtype == LLTM_FLOAT64
+                                                                ? C_FLOP_FFMA * FP64_SLOWDOWN
+                                                                : C_FLOP_FFMA)
+                            : dtype == LLTM_FLOAT32 ? C_FLOP_TF32
+                                                    : C_FLOP_TENSOR;
     return (flops * per_flop + bytes * C_BYTE) * sm_scale(dev);
 }
 
@@ -151,9 +165,12 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     /* the products of every plan: x W_x^T for all steps, then dW and dx */
     double us = C_CALL + product_us(dev, dt, t * b, 3 * h, i) +
                 product_us(dev, dt, 3 * h, h + i, t * b) + product_us(dev, dt, t * b, i, 3 * h);
-    if (plan->family == LLTM_SEQ_STEPS)
-        return us + t * (C_STEPS_STEP + C_STEPS_ROW * ceil_div_d(B, STEP_SLICES) +
+    if (plan->family == LLTM_SEQ_STEPS) {
+        const double rows = (double)lltm_sequence_step_rows(B, H) / STEP_SLICES;
+        const double bytes = STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
+        return us + t * (C_STEPS_STEP + C_STEPS_ROW * rows + C_BYTE * bytes * sm_scale(dev) +
                          product_us(dev, dt, b, 3 * h, h) + product_us(dev, dt, b, h, 3 * h));
+    }
     double work = 0, stage = 0;
     launch_work(&plan->forward, B, H, &work, &stage);
     launch_work(&plan->backward, B, H, &work, &stage);

@@ -29,20 +29,9 @@ namespace {
  * H100). */
 constexpr int STEP_UNITS = 32, STEP_SLICES = 8;
 constexpr int STEP_THREADS = STEP_UNITS * STEP_SLICES;
-/* rows a block of the backward step takes: enough blocks for the GPU
- * (about STEP_BLOCKS of them), at most STEP_ROWS_MAX rows (8 a thread) so
- * that the bias sums' partial rows stay few */
-constexpr int64_t STEP_BLOCKS = 512, STEP_ROWS_MAX = 64, GRID_Y_MAX = 65535;
-
-int64_t backward_rows(int64_t B, int64_t H)
-{
-    const int64_t unit_blocks = ceil_div(H, STEP_UNITS);
-    const int64_t want = ceil_div(STEP_BLOCKS, unit_blocks > 0 ? unit_blocks : 1);
-    int64_t rows = ceil_div(ceil_div(B, want), STEP_SLICES) * STEP_SLICES;
-    rows = rows < STEP_SLICES ? STEP_SLICES : rows > STEP_ROWS_MAX ? STEP_ROWS_MAX : rows;
-    const int64_t fit = ceil_div(ceil_div(B, GRID_Y_MAX), STEP_SLICES) * STEP_SLICES;
-    return rows > fit ? rows : fit; /* row blocks <= GRID_Y_MAX */
-}
+static_assert(STEP_UNITS == 32 && STEP_SLICES == 8,
+              "lltm_sequence_step_rows (lltm.h) counts blocks of 32 units and 8 slices");
+constexpr int64_t GRID_Y_MAX = 65535;
 
 /* gates (in: x_t W_x^T, out: activations) += recurrent + bias, then the
  * step's state; a thread takes one (row, unit) and the next rows
@@ -98,7 +87,7 @@ __global__ void last_state_kernel(int64_t steps, int64_t B, int64_t H,
 }
 
 /* The backward step t of T_: a block takes `rows` consecutive rows
- * (backward_rows) of STEP_UNITS units: gate gradients, dL/dc_{t-1} from
+ * (lltm_sequence_step_rows) of STEP_UNITS units: gate gradients, dL/dc_{t-1} from
  * dL/dc_t (grad_c_next; it may be grad_cell: in place). The bias gradient
  * without float atomics: the block's slices sum their rows, meet in shared
  * memory and are summed in slice order; the block's total goes to its row
@@ -211,7 +200,7 @@ int backward_step(int64_t B, int64_t H, int64_t t, int64_t T_, const int64_t *le
                   const void *grad_c_next, void *grad_cell, const void *cell, const void *gates,
                   void *grad_gates, void *bias_parts, cudaStream_t stream)
 {
-    const int64_t rows = backward_rows(B, H);
+    const int64_t rows = lltm_sequence_step_rows(B, H);
     const dim3 grid((unsigned)ceil_div(H, STEP_UNITS), (unsigned)ceil_div(B, rows));
     LLTM_LAUNCH(grid, STEP_THREADS, 0, stream, backward_step_kernel<T>)(
         B, H, t, T_, rows, lengths, (const T *)grad_output, (const T *)grad_h,
@@ -246,9 +235,7 @@ int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int6
 
 int64_t lltm_sequence_step_bias_parts(int64_t B, int64_t H)
 {
-    if (B <= 0 || H <= 0)
-        return 0;
-    return ceil_div(B, backward_rows(B, H));
+    return B > 0 && H > 0 ? ceil_div(B, lltm_sequence_step_rows(B, H)) : 0;
 }
 
 int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,

@@ -2,7 +2,14 @@
 to the times of ``python -m lltm.bench --sweep --sweep-variants`` (variants.json),
 and says how well the model then chooses.
 
-    python3 dev/timing/fit_routes.py variants.json [--write-data tests/data/routes-h100.json]
+    python3 dev/timing/fit_routes.py variants.json [more.json ...] [--steps-from K]
+        [--write-data tests/data/routes-h100.json]
+
+Several runs may be given (later files replace a shape's times of earlier
+ones, implementation by implementation; each run's float32 products on TF32
+or not as its machine record says: a run with torch's allow_tf32 on fits the
+TF32 rate); ``--steps-from K``: the per-step family's times only from the
+K-th file on (0-based; earlier runs timed an older per-step kernel).
 
 The model is linear in its coefficients (each a time per unit of a feature),
 so they are fitted by least squares on relative errors, all of them >= 0.
@@ -33,19 +40,30 @@ def ceil_div(a, b):
 # ----------------------------------------------------------------------------
 # Sequence: features of one record (one layer, forward + backward, T steps).
 
-SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "byte", "steps_step", "steps_rows",
-             "grid_step", "grid_work", "grid_stage", "cluster_step", "cluster_work",
-             "cluster_stage")
+SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "flop_tf32", "byte", "steps_step",
+             "steps_rows", "grid_step", "grid_work", "grid_stage", "cluster_step",
+             "cluster_work", "cluster_stage")
 PRODUCT_TERMS = ("flop_ffma", "flop_tensor", "byte")
-# the rows one thread of the per-step backward kernel walks: the measured
-# kernel ran one slice (the whole batch); the library's now runs 8
-MEASURED_STEP_SLICES = 1
+STEP_SLICES = 8  # lltm_cuda_sequence_steps.cu
+STEPS_POINTWISE_ELEMS = 23  # lltm_cuda_cost.c: elements the two pointwise kernels move
 
 
-def gemm_features(M, N, K, dtype, f):
+def step_rows(B, H):
+    """lltm_sequence_step_rows (lltm.h): the rows a block of the per-step
+    backward kernel takes."""
+    unit_blocks = ceil_div(H, 32) if H > 0 else 1
+    want = ceil_div(512, unit_blocks)
+    rows = min(64, max(8, ceil_div(ceil_div(B, want), 8) * 8))
+    return max(rows, ceil_div(ceil_div(B, 65535), 8) * 8)
+
+
+def gemm_features(M, N, K, dtype, f, tf32=False):
     """One matrix product through cuBLAS: its flops (tensor cores for the half
-    types, FFMA otherwise) and the bytes it reads and writes."""
-    f["flop_tensor" if dtype in HALF else "flop_ffma"] += 2.0 * M * N * K
+    types, TF32 for float32 where allowed, FFMA otherwise) and the bytes it
+    reads and writes."""
+    rate = "flop_tensor" if dtype in HALF else "flop_tf32" if (tf32 and dtype == "float32") \
+        else "flop_ffma"
+    f[rate] += 2.0 * M * N * K
     f["byte"] += float(M * K + K * N + M * N) * ELEM[dtype]
 
 
@@ -58,21 +76,22 @@ def launch_work(launch, B):
 
 def sequence_features(rec):
     T, B, I, H, dtype = rec["T"], rec["B"], rec["I"], rec["H"], rec["dtype"]
-    plan = rec["plan"]
+    plan, tf32 = rec["plan"], rec.get("tf32", False)
     f = dict.fromkeys(SEQ_TERMS, 0.0)
     f["call"] = 1.0
     # the products of every plan: x W_x^T for all steps, then dW and dx
-    gemm_features(T * B, 3 * H, I, dtype, f)
-    gemm_features(3 * H, H + I, T * B, dtype, f)
-    gemm_features(T * B, I, 3 * H, dtype, f)
+    gemm_features(T * B, 3 * H, I, dtype, f, tf32)
+    gemm_features(3 * H, H + I, T * B, dtype, f, tf32)
+    gemm_features(T * B, I, 3 * H, dtype, f, tf32)
     family = plan["family"]
     if family == "steps":
         f["steps_step"] = T
-        f["steps_rows"] = T * ceil_div(B, MEASURED_STEP_SLICES)
+        f["steps_rows"] = T * step_rows(B, H) / STEP_SLICES
         sub = dict.fromkeys(SEQ_TERMS, 0.0)
-        gemm_features(B, 3 * H, H, dtype, sub)   # h W_h^T
-        gemm_features(B, H, 3 * H, dtype, sub)   # dG W_h
-        for k in ("flop_ffma", "flop_tensor", "byte"):
+        gemm_features(B, 3 * H, H, dtype, sub, tf32)   # h W_h^T
+        gemm_features(B, H, 3 * H, dtype, sub, tf32)   # dG W_h
+        sub["byte"] += STEPS_POINTWISE_ELEMS * B * H * ELEM[dtype]  # the pointwise kernels
+        for k in ("flop_ffma", "flop_tensor", "flop_tf32", "byte"):
             f[k] += T * sub[k]
     else:
         work = stage = 0.0
@@ -181,7 +200,8 @@ def sequence_rows(results):
     """The forced plans' times, and the library's choice where it ran a plan
     no forced one was timed in (H = 2048: the per-step kernels, the only
     plan there)."""
-    forced = {(r["dtype"], r["T"], r["B"], r["H"], r["plan"]["family"]) for r in results
+    forced = {(r["dtype"], r["tf32"], r["T"], r["B"], r["H"], r["plan"]["family"])
+              for r in results
               if r["kind"] == "sequence" and r["impl"].startswith("lltm[")
               and r["status"] == "ok" and isinstance(r.get("plan"), dict)
               and "family" in r["plan"] and timed(r)}
@@ -191,7 +211,7 @@ def sequence_rows(results):
                 or rec["status"] != "ok" or not isinstance(rec.get("plan"), dict) \
                 or "family" not in rec["plan"]:
             continue
-        if rec["impl"] == "lltm" and (rec["dtype"], rec["T"], rec["B"], rec["H"],
+        if rec["impl"] == "lltm" and (rec["dtype"], rec["tf32"], rec["T"], rec["B"], rec["H"],
                                       rec["plan"]["family"]) in forced:
             continue
         us = timed(rec)
@@ -223,7 +243,7 @@ def report(rows, coef, name, tolerance):
     shapes = {}
     for r in rows:
         rec = r["rec"]
-        key = (rec["dtype"], rec["T"], rec["B"], rec["H"])
+        key = (rec["dtype"] + (" tf32" if rec.get("tf32") else ""), rec["T"], rec["B"], rec["H"])
         shapes.setdefault(key, []).append(r)
     agree = 0
     for key, rs in sorted(shapes.items()):
@@ -246,7 +266,7 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
            "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
-           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K",
+           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "flop_tf32": "C_FLOP_TF32",
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
            "steps_rows": "C_STEPS_ROW"}
 
@@ -271,15 +291,27 @@ def print_c(coef):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json")
+    parser.add_argument("json", nargs="+")
+    parser.add_argument("--steps-from", type=int, default=0, metavar="K")
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--write-data", metavar="PATH")
     args = parser.parse_args(argv)
-    data = load(args.json)
-    results = data["results"]
+    merged = {}
+    for index, path in enumerate(args.json):
+        data = load(path)
+        tf32 = bool((data["machine"].get("tf32") or {}).get("matmul"))
+        for rec in data["results"]:
+            plan = rec.get("plan")
+            if index < args.steps_from and isinstance(plan, dict) \
+                    and plan.get("family") == "steps":
+                continue
+            rec = dict(rec, tf32=tf32 and rec["dtype"] == "float32")
+            merged[(rec["kind"], rec["dtype"], rec["tf32"], rec["T"], rec["B"], rec["H"],
+                    rec["impl"])] = rec
+    results = list(merged.values())
     seq, cell = sequence_rows(results), cell_rows(results)
     if not seq and not cell:
-        sys.exit("no CUDA times with plans in " + args.json)
+        sys.exit("no CUDA times with plans in " + " ".join(args.json))
     # the cell first: its cuBLAS route is products and launches only, which
     # sets the product rates that the sequence's products then share
     products = {}
@@ -297,6 +329,7 @@ def main(argv=None):
         for r in seq + cell:
             rec = r["rec"]
             keep.append({k: rec[k] for k in ("kind", "dtype", "T", "B", "I", "H", "impl")}
+                        | ({"tf32": True} if rec["tf32"] else {})
                         | {"plan": compact_plan(rec["plan"]), "us": round(r["us"], 2)})
         with open(args.write_data, "w") as f:
             f.write('{"machine": ' + json.dumps({k: data["machine"].get(k) for k in
