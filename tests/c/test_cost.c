@@ -4,7 +4,8 @@
  * sizes, infinite for invalid ones; more steps, rows or units never cheaper;
  * fewer SMs make the products dearer and leave the persistent kernels' per-
  * step terms alone; tensor cores only where the device has them for the
- * dtype; the cell's choice is one of its routes and the cheaper of the two.
+ * dtype, TF32 for float32 only where the caller allows it; the cell's
+ * choice is one of its routes and the cheaper of the two.
  * (Whether the choices match the H100's measurements: tests/
  * test_cuda_sequence_emulated.py.)
  */
@@ -96,6 +97,31 @@ int main(void)
     check(lltm_cell_route_cost_cuda(&volta, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024) ==
               lltm_cell_route_cost_cuda(&dev, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024),
           "float16 tensor cores from 7.0", 256, 1024, "float16");
+    /* TF32: float32 products at the TF32 rate only where the caller allows
+     * it (dev.tf32) and the device has it (8.0+); other dtypes unchanged */
+    lltm_cuda_device tf32 = dev, volta_tf32 = volta;
+    tf32.tf32 = volta_tf32.tf32 = 1;
+    for (int d = 0; d < 4; ++d) {
+        lltm_sequence_plan steps;
+        memset(&steps, 0, sizeof steps);
+        steps.family = LLTM_SEQ_STEPS;
+        steps.dtype = dtypes[d];
+        const double off = lltm_sequence_plan_cost_cuda(&dev, &steps, 100, 256, 512, 1024);
+        const double on = lltm_sequence_plan_cost_cuda(&tf32, &steps, 100, 256, 512, 1024);
+        const double cell_off =
+            lltm_cell_route_cost_cuda(&dev, dtypes[d], LLTM_CELL_CUBLAS, 256, 512, 1024);
+        const double cell_on =
+            lltm_cell_route_cost_cuda(&tf32, dtypes[d], LLTM_CELL_CUBLAS, 256, 512, 1024);
+        if (dtypes[d] == LLTM_FLOAT32)
+            check(on < 0.5 * off && cell_on < cell_off, "TF32 products cheaper", 256, 1024,
+                  names[d]);
+        else
+            check(on == off && cell_on == cell_off, "TF32 leaves other dtypes alone", 256, 1024,
+                  names[d]);
+        check(lltm_sequence_plan_cost_cuda(&volta_tf32, &steps, 100, 256, 512, 1024) ==
+                  lltm_sequence_plan_cost_cuda(&volta, &steps, 100, 256, 512, 1024),
+              "no TF32 before 8.0", 256, 1024, names[d]);
+    }
     /* invalid questions */
     lltm_sequence_plan none;
     memset(&none, 0, sizeof none);
