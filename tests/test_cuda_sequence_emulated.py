@@ -328,6 +328,21 @@ def test_cluster_batch_split(emu, plan, chunk, B, H):
     _run_case(emu, PLANS[plan], torch.float32, 3, B, 5, H, check)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lengths", [False, True])
+def test_cluster_batch_groups(emu, dtype, lengths):
+    """The 16-block kernels at 16 < B <= 64: a cluster a 16-row chunk (B =
+    37: 3 clusters, the last chunk partial), the bias sums of the clusters
+    added through the workspace; with per-row lengths too."""
+    T, B = 4, 37
+
+    def check(p):
+        assert (p.forward.chunk, p.forward.groups) == (16, 3)
+        assert (p.backward.chunk, p.backward.groups) == (16, 3)
+    _run_case(emu, PLANS["cluster_32_4_nosplit"], dtype, T, B, 5, 40, check,
+              lengths=_lengths(T, B) if lengths else None)
+
+
 @pytest.mark.parametrize("groups", [1, 3, None])
 @pytest.mark.parametrize("plan,dtype", [("grid_16_8", torch.float32), ("grid_16_8", torch.float64),
                                         ("grid_16_32", torch.bfloat16),
@@ -373,11 +388,16 @@ def test_plan_choice(emu):
     # clusters where a batch of at most 16 rows splits into 4-row clusters
     assert _family(emu, f32, 16, 128) == (0, CLUSTER)
     assert _family(emu, bf16, 1, 64) == (0, CLUSTER)
-    # B = 64: one 16-block cluster walks 4 chunks a step; the 16x8 grid's 4
-    # batch groups take one each (719 against 1,253 us in float32)
-    assert grid(f32, 64, 128) == (16, 8, 4)
-    assert grid(bf16, 64, 100) == (16, 8, 4)
-    assert grid(f32, 65, 128) == (16, 8, 5)
+    # 16 < B <= 64: a 16-block cluster a 16-row chunk, side by side (float32
+    # B64/H128: 481 us, against 1,358 for one cluster walking the 4 chunks
+    # and 765 for the 16x8 grid's 4 batch groups)
+    for dtype, B, H, groups in ((f32, 64, 128, 4), (bf16, 64, 100, 4), (f32, 17, 128, 2),
+                                (f32, 48, 64, 3)):
+        status, plan = make_plan(emu, dtype, 100, B, H // 2, H)
+        assert status == 0 and plan.family == CLUSTER
+        assert (plan.forward.chunk, plan.forward.groups) == (16, groups)
+        assert (plan.backward.chunk, plan.backward.groups) == (16, groups)
+    assert grid(f32, 65, 128) == (16, 8, 5)  # beyond the clusters' 64 rows
     assert grid(f32, 16, 256) == (32, 16, 1)
     assert grid(f32, 64, 512) == (16, 32, 4)  # 32 unit blocks x 4 batch groups
     assert grid(f32, 32, 512) == (32, 16, 2)  # 64 unit blocks x 2 groups
@@ -416,7 +436,12 @@ def test_plan_layouts(emu):
     assert p.workspace_bytes == 4 * 3 * 128 * 4  # the 4 clusters' bias sums
     status, p = make_plan(emu, torch.float32, 100, 64, 32, 128, family=CLUSTER)
     assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (4, 32, 2, 16)
-    assert (p.backward.chunk, p.backward.groups, p.workspace_bytes) == (16, 1, 0)
+    assert (p.forward.groups, p.backward.chunk, p.backward.groups) == (4, 16, 4)
+    assert p.workspace_bytes == 4 * 3 * 128 * 4  # the 4 clusters' bias sums
+    status, p = make_plan(emu, torch.float32, 100, 64, 32, 128, family=CLUSTER,
+                          grid_groups_max=1)  # one cluster walking every chunk
+    assert (p.forward.groups, p.backward.chunk, p.backward.groups) == (1, 16, 1)
+    assert p.workspace_bytes == 0
     status, p = make_plan(emu, torch.float64, 100, 16, 32, 128, family=CLUSTER)
     assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (32, 4, 16, 16)
     assert p.backward.exchange == EXCHANGE_REDUCE_SCATTER and p.backward.groups == 1

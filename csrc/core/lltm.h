@@ -425,7 +425,9 @@ typedef struct lltm_sequence_plan {
  *                   cannot run these sizes here)
  *   grid_lanes, grid_values   one grid layout (16x8, 32x16, 32x32, 16x32)
  *                   instead of the cheapest
- *   grid_groups_max at most this many batch groups
+ *   grid_groups_max at most this many batch groups (the grid layouts'
+ *                   groups of blocks; the 16-block clusters' batch groups
+ *                   at B > 16: 1 keeps one cluster walking every chunk)
  *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
  *                   batch split into clusters of chunks of that many rows */

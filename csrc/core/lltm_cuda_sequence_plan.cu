@@ -317,6 +317,48 @@ void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int6
     }
 }
 
+/* The 16-block shape's batch groups, for B > 16 rows: a cluster a 16-row
+ * chunk (at most `cap` clusters; 0: no cap), each walking its own chunks,
+ * so the clusters of a batch run side by side on their own SMs instead of
+ * one cluster walking every chunk each step. Whether `groups` clusters of
+ * both kernels (at H = 128, the most blocks) fit at once, per device,
+ * dtype and group count (0: not asked yet, 1: no, 2: yes). */
+signed char group_cache[MAX_DEVICES][NUM_DTYPES][CLUSTER_MAX_CHUNKS + 1];
+
+bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
+                          int64_t cap, lltm_sequence_plan *plan)
+{
+    int64_t groups = ceil_div(B, BC);
+    if (cap >= 1 && cap < groups)
+        groups = cap;
+    if (groups < 2 || groups > CLUSTER_MAX_CHUNKS)
+        return false;
+    signed char *slot = cached_device(dev) ? &group_cache[dev.device][dtype][groups] : nullptr;
+    int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (!known) {
+        const int64_t rows = groups * BC; /* the answer holds for every B of these groups */
+        bool fits = true;
+        for (int forward = 1; forward >= 0 && fits; --forward) {
+            lltm_sequence_launch l = shape_launch(dtype, 1, forward, rows, CLUSTER_MAX_H);
+            l = cluster_launch(dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, rows,
+                               CLUSTER_MAX_H, groups);
+            fits = launch_fits(dtype, forward, l, dev);
+        }
+        known = fits ? 2 : 1;
+        if (slot)
+            __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
+    }
+    if (known != 2)
+        return false;
+    plan->family = LLTM_SEQ_CLUSTER;
+    for (int forward = 1; forward >= 0; --forward) {
+        const lltm_sequence_launch l = shape_launch(dtype, 1, forward, B, H);
+        (forward ? plan->forward : plan->backward) = cluster_launch(
+            dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, B, H, groups);
+    }
+    return true;
+}
+
 /* Asked for the virtual architecture of the code that runs on a device
  * (cudaFuncAttributes.ptxVersion); every unit is built with the same
  * architectures, so its answer holds for the cluster kernels too. */
@@ -405,6 +447,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                 continue;
             cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, &candidate);
             consider();
+            if (shape == 1 && B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC) &&
+                cluster_grouped_plan(*dev, dtype, B, H, o.grid_groups_max, &candidate))
+                consider();
         }
     }
     if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_GRID) {

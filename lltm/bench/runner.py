@@ -15,7 +15,7 @@ from .cases import (CELL_BASELINES, DTYPES, REFERENCE_SETS_BAR, SEQUENCE_BASELIN
                     Workload, check, default_impls, lstm_loop_impl, tolerance)
 from .report import (Progress, describe_machine, finite, format_table, load_average, median,
                      save_plot)
-from .timing import GRAPH_METRICS, METRICS, GraphTimer, Timer, reason, summarize
+from .timing import GRAPH_METRICS, METRICS, GraphTimer, Timer, attempt, reason, summarize
 
 DEFAULT_SIZES = "16,32,128;64,256,512"
 REFERENCES = ("reference", "reference_loop", "lstm_loop")  # the families' references
@@ -119,19 +119,11 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
     per_pass = max(1, math.ceil(reps / opts.passes))
     failed: dict[str, str] = {}  # implementations that raised while timed
 
-    def attempt(key: str, run) -> None:
-        if key in failed:
-            return
-        try:
-            run()
-        except Exception as error:  # noqa: BLE001
-            failed[key] = reason(error)
-
     for key, timer in timers.items():
-        attempt(key, lambda: timer.warm_up(opts.warmup))
+        attempt(failed, key, lambda: timer.warm_up(opts.warmup))
     for r in range(opts.passes):
         for key, timer in _rotated(timers, r):
-            attempt(key, lambda: timer.run_pass(per_pass))
+            attempt(failed, key, lambda: timer.run_pass(per_pass))
         progress.update(len(impls), f"{w.name}: pass {r + 1}/{opts.passes}")
 
     if w.device.type == "cuda" and opts.graphs:
@@ -142,7 +134,7 @@ def run_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progre
                 graph_timers[key].capture()  # failures become "n/a" with the reason
         for r in range(opts.passes):
             for key, gt in _rotated(graph_timers, r):
-                attempt(key, lambda: gt.run_pass(per_pass))
+                attempt(failed, key, lambda: gt.run_pass(per_pass))
         progress.update(len(impls), f"{w.name}: CUDA graphs")
 
     for rec in records:

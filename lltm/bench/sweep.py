@@ -42,7 +42,7 @@ import torch
 from .cases import Impl, Workload, bar_references, default_impls
 from .report import Progress, describe_machine, finite, load_average, median
 from .runner import Options, _rotated, check_workload, new_record
-from .timing import GraphStepTimer, StepTimer, reason, summarize
+from .timing import GraphStepTimer, StepTimer, attempt, reason, summarize
 
 BATCHES = (1, 16, 64, 256, 1024)
 SEQUENCE_HIDDEN = (64, 128, 256, 512, 1024, 2048)
@@ -280,7 +280,7 @@ def _timed_passes(timers: dict, sopts: SweepOptions, failed: dict[str, str]) -> 
     the steps (or replays) per sample of each."""
     estimates = {}
     for key, timer in timers.items():
-        _attempt(failed, key, lambda: estimates.__setitem__(key, timer.calibrate()))
+        attempt(failed, key, lambda: estimates.__setitem__(key, timer.calibrate()))
     if not estimates:
         return {}
     slowest = max(max(estimates.values()), 1e-3)
@@ -289,17 +289,8 @@ def _timed_passes(timers: dict, sopts: SweepOptions, failed: dict[str, str]) -> 
               for k, e in estimates.items()}
     for r in range(passes):
         for key, timer in _rotated({k: timers[k] for k in chunks}, r):
-            _attempt(failed, key, lambda: timer.sample(chunks[key]))
+            attempt(failed, key, lambda: timer.sample(chunks[key]))
     return chunks
-
-
-def _attempt(failed: dict[str, str], key: str, run) -> None:
-    if key in failed:
-        return
-    try:
-        run()
-    except Exception as error:  # noqa: BLE001
-        failed[key] = reason(error)
 
 
 def skipped_records(w: Workload, impls: list[Impl], why: str) -> list[dict]:

@@ -338,3 +338,14 @@ def summarize(samples: list[float]) -> dict | None:
         [samples[0]] * 9
     return {"median_us": statistics.median(samples), "p10_us": q[0], "p90_us": q[-1],
             "n": len(samples)}
+
+
+def attempt(failed: dict[str, str], key: str, run: Callable[[], object]) -> None:
+    """run() unless key already failed; an exception it raises marks key failed
+    (with the reason) instead of ending the benchmark."""
+    if key in failed:
+        return
+    try:
+        run()
+    except Exception as error:  # noqa: BLE001
+        failed[key] = reason(error)

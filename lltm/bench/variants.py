@@ -107,6 +107,9 @@ class Variant:
 AUTO = {"sequence": "lltm", "cell": "native"}
 SEQUENCE_VARIANTS = (
     Variant("lltm[cluster 16]", "lltm", {"family": "cluster", "cluster_blocks": 16}),
+    # B > 16 in one cluster walking every 16-row chunk, not a cluster a chunk
+    Variant("lltm[cluster 16, one group]", "lltm",
+            {"family": "cluster", "cluster_blocks": 16, "grid_groups": 1}),
     Variant("lltm[cluster 8]", "lltm", {"family": "cluster", "cluster_blocks": 8}),
     *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g})
       for g in GRID_SHAPES),

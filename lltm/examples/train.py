@@ -72,8 +72,21 @@ MODEL_SETTINGS = ("pixels", "hidden", "layers", "lr", "batch_size", "seed", "mod
 # ----------------------------------------------------------------------------
 # Data and models.
 
+class TrainTestData:
+    """What the training loop reads of a dataset: x_train [N, T, F] and
+    y_train [N] (and the test split), plus the batches it feeds the model."""
+
+    @property
+    def features(self) -> int:
+        return self.x_train.shape[2]
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y_train)
+
+
 @dataclasses.dataclass
-class Digits:
+class Digits(TrainTestData):
     x_train: torch.Tensor   # [N, T, F] float32 in [0, 1]
     y_train: torch.Tensor   # [N] class 0..9
     x_test: torch.Tensor
@@ -87,14 +100,6 @@ class Digits:
     @property
     def steps(self) -> int:
         return self.x_train.shape[1]
-
-    @property
-    def features(self) -> int:
-        return self.x_train.shape[2]
-
-    @property
-    def n_train(self) -> int:
-        return len(self.y_train)
 
     def train_batch(self, idx: torch.Tensor) -> tuple[tuple, torch.Tensor]:
         """The training cases ``idx``: (the model's inputs, labels)."""

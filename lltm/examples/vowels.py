@@ -69,7 +69,7 @@ MODEL_SETTINGS = ("dataset", "bidirectional", "hidden", "layers", "lr", "batch_s
 
 
 @dataclasses.dataclass
-class VariableLengthData:
+class VariableLengthData(train.TrainTestData):
     """Cases of different lengths, zero-padded: x [N, T, C] float32
     (standardised), lengths [N] int64 (on the CPU, where packing wants them),
     labels [N] class 0..classes-1."""
@@ -86,14 +86,6 @@ class VariableLengthData:
         return dataclasses.replace(self, x_train=self.x_train.to(device),
                                    y_train=self.y_train.to(device),
                                    x_test=self.x_test.to(device), y_test=self.y_test.to(device))
-
-    @property
-    def features(self) -> int:
-        return self.x_train.shape[2]
-
-    @property
-    def n_train(self) -> int:
-        return len(self.y_train)
 
     def train_batch(self, idx: torch.Tensor) -> tuple[tuple, torch.Tensor]:
         """Cases ``idx``: ((x [B, T_max, C], lengths [B]), labels), T_max the
