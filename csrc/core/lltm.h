@@ -575,14 +575,16 @@ int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int6
                                     void *gates, const void *bias, const void *old_cell,
                                     void *new_h, void *new_cell, void *stream);
 /* The rows of the batch one block of the backward step takes: a multiple
- * of its 8 slices of rows, from 8 to 64 (8 rows a thread), so that the
- * grid of 32-unit blocks x row blocks holds about 512 blocks (GPU-wide
- * parallelism at small H) and at most 65535 blocks of rows. The bias sums
- * have one line per block of rows: P = lltm_sequence_step_bias_parts. */
+ * of its 8 slices of rows, from 8 (a row a thread) to 64 (8 rows a thread:
+ * a thread's rows run one after another), so that the grid of 32-unit
+ * blocks x row blocks holds about 4096 blocks (the GPU full at any H; the
+ * H100 holds ~1000 such blocks at once) and at most 65535 blocks of rows.
+ * The bias sums have one line per block of rows: P =
+ * lltm_sequence_step_bias_parts. */
 static inline int64_t lltm_sequence_step_rows(int64_t B, int64_t H)
 {
     const int64_t unit_blocks = H > 0 ? (H + 31) / 32 : 1;
-    const int64_t want = (512 + unit_blocks - 1) / unit_blocks;
+    const int64_t want = (4096 + unit_blocks - 1) / unit_blocks;
     int64_t rows = ((B + want - 1) / want + 7) / 8 * 8;
     const int64_t fit = ((B + 65534) / 65535 + 7) / 8 * 8;
     rows = rows < 8 ? 8 : rows > 64 ? 64 : rows;

@@ -113,7 +113,13 @@ backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_, int64_t rows,
     const int64_t G = 3 * H, u = (int64_t)blockIdx.x * STEP_UNITS + lane;
     const int64_t first = (int64_t)blockIdx.y * rows;
     const int64_t last = first + rows < B ? first + rows : B;
-    A sum[3] = {0, 0, 0};
+    A *line = bias_parts + (int64_t)blockIdx.y * G;
+    /* the line's sums so far, loaded now so that their latency overlaps the
+     * rows' (0 at the first step, whose line holds no sums yet) */
+    A sum[3] = {0, 0, 0}, before[3] = {0, 0, 0};
+    if (slice == 0 && u < H && t != T_ - 1)
+        for (int g = 0; g < 3; ++g)
+            before[g] = line[g * H + u];
     if (u < H) {
         for (int64_t b = first + slice; b < last; b += STEP_SLICES) {
             const int64_t j = b * H + u;
@@ -143,9 +149,8 @@ backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_, int64_t rows,
         for (int s = 0; s < STEP_SLICES; ++s)
             for (int g = 0; g < 3; ++g)
                 total[g] += partial[s][g][lane];
-        A *line = bias_parts + (int64_t)blockIdx.y * G;
         for (int g = 0; g < 3; ++g)
-            line[g * H + u] = t == T_ - 1 ? total[g] : line[g * H + u] + total[g];
+            line[g * H + u] = before[g] + total[g];
     }
 }
 

@@ -52,7 +52,7 @@ def step_rows(B, H):
     """lltm_sequence_step_rows (lltm.h): the rows a block of the per-step
     backward kernel takes."""
     unit_blocks = ceil_div(H, 32) if H > 0 else 1
-    want = ceil_div(512, unit_blocks)
+    want = ceil_div(4096, unit_blocks)
     rows = min(64, max(8, ceil_div(ceil_div(B, want), 8) * 8))
     return max(rows, ceil_div(ceil_div(B, 65535), 8) * 8)
 
