@@ -691,28 +691,40 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
 
 def _measured(kind):
     """(dtype, tf32, T, B, H) -> {route: microseconds} of the H100 runs (tf32:
-    float32 timed with torch's TF32 setting on)."""
+    float32 timed with torch's TF32 setting on). A 16-block cluster plan that
+    ran B > 16 rows in one cluster (the only way before clusters a 16-row
+    chunk; forced since as "cluster 16, one group") is that route."""
     import json
+    import re
     out = {}
     for t in json.loads(ROUTE_DATA.read_text())["times"]:
         if t["kind"] == kind and "[" in t["impl"]:
             route = t["impl"][t["impl"].index("[") + 1:-1]
+            chunk_groups = re.search(r" r\d+/(\d+) g(\d+) ", t["plan"])
+            if route == "cluster 16" and t["B"] > 16 and chunk_groups and \
+                    chunk_groups.groups() == ("16", "1"):
+                route = "cluster 16, one group"
             key = (t["dtype"], bool(t.get("tf32")), t["T"], t["B"], t["H"])
             out.setdefault(key, {})[route] = t["us"]
     return out
 
 
 def _route_of(plan):
-    """The name under which the H100 run measured this plan."""
+    """The name under which the H100 runs measured this plan."""
     if plan.family == GRID:
         return f"grid {plan.forward.lanes}x{plan.forward.values}"
     if plan.family == CLUSTER:
-        return "cluster 16" if plan.backward.exchange == EXCHANGE_REDUCE_SCATTER else "cluster 8"
+        if plan.backward.exchange != EXCHANGE_REDUCE_SCATTER:
+            return "cluster 8"
+        one = plan.B > 16 and plan.forward.chunk == 16 and plan.forward.groups == 1
+        return "cluster 16, one group" if one else "cluster 16"
     return "steps"
 
 
 def _options_of(route):
     """lltm_sequence_plan_options forcing the plan measured as `route`."""
+    if route == "cluster 16, one group":
+        return dict(family=CLUSTER, cluster_blocks=16, grid_groups_max=1)
     if route.startswith("cluster"):
         return dict(family=CLUSTER, cluster_blocks=int(route.split()[1]))
     if route.startswith("grid"):

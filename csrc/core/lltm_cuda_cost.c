@@ -61,8 +61,15 @@
  * byte: 3.0 TB/s) */
 #define C_FLOP_FFMA 2.883e-08
 #define C_FLOP_TENSOR 3.185e-09
-#define C_FLOP_TF32 6.37e-09
 #define C_BYTE 3.352e-07
+/* the cell's float32 products on TF32 were not measured: at half the half
+ * types' tensor-core rate (the H100's TF32 : BF16 rate) */
+#define C_FLOP_TF32 (2.0 * C_FLOP_TENSOR)
+/* the sequence's products (FFMA, tensor cores, TF32; a byte) */
+#define C_SEQ_FLOP_FFMA 2.148e-08
+#define C_SEQ_FLOP_TENSOR 1.093e-09
+#define C_SEQ_FLOP_TF32 (2.0 * C_SEQ_FLOP_TENSOR)
+#define C_SEQ_BYTE 3.897e-07
 /* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
 #define C_CUBLAS_CALL 18.09
 #define C_CUBLAS_CALL_FFMA 6.374
@@ -76,11 +83,12 @@
 #define C_FUSED_ROWS 0.1226
 #define C_FUSED_K 0.03438
 /* the sequence: a call (its launches and large products' latency) */
-#define C_CALL 69.69
+#define C_CALL 70.17
 /* per step of the per-step kernels (launches, latency), and per row one
  * thread of its backward kernel walks */
-#define C_STEPS_STEP 8.225
-#define C_STEPS_ROW 0.3402
+#define C_STEPS_STEP 8.886
+#define C_STEPS_STEP_FFMA 2.14 /* more a step where the products run on FFMA */
+#define C_STEPS_ROW 0.0
 #define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
 /* the elements a (row, unit) of a step the two pointwise kernels read and
  * write: forward gates, recurrent (3 + 3), c_{t-1}, activations (3), c_t,
@@ -89,13 +97,13 @@
 #define STEPS_POINTWISE_ELEMS 23.0
 /* per step of the grid family: the exchange, a multiply-add of one thread,
  * a state value a block stages */
-#define C_GRID_STEP 3.464
-#define C_GRID_WORK 0.01013
-#define C_GRID_STAGE 5.245e-05
+#define C_GRID_STEP 3.405
+#define C_GRID_WORK 0.01028
+#define C_GRID_STAGE 7.166e-05
 /* the same for the cluster family */
-#define C_CLUSTER_STEP 1.201
-#define C_CLUSTER_WORK 0.01422
-#define C_CLUSTER_STAGE 0.000217
+#define C_CLUSTER_STEP 1.258
+#define C_CLUSTER_WORK 0.01427
+#define C_CLUSTER_STAGE 0.0002409
 /* not measured: float64 arithmetic taken at half the float32 rate (the
  * H100's FP64 : FP32 rate) */
 #define FP64_SLOWDOWN 2.0
@@ -127,18 +135,28 @@ static double elem_bytes(lltm_dtype dtype)
     return dtype == LLTM_FLOAT64 ? 8.0 : dtype == LLTM_FLOAT32 ? 4.0 : 2.0;
 }
 
+/* The rates of cuBLAS products (us a flop on FFMA, tensor cores, TF32;
+ * us a byte): the cell's one-step products, and the sequence's (its large
+ * products over all T * B rows and the per-step products run at rates the
+ * cell's small ones never reach) */
+typedef struct product_rates {
+    double ffma, tensor, tf32, byte;
+} product_rates;
+static const product_rates CELL_RATES = {C_FLOP_FFMA, C_FLOP_TENSOR, C_FLOP_TF32, C_BYTE};
+static const product_rates SEQ_RATES = {C_SEQ_FLOP_FFMA, C_SEQ_FLOP_TENSOR, C_SEQ_FLOP_TF32,
+                                        C_SEQ_BYTE};
+
 /* One cuBLAS product [M,K] x [K,N]: flops and bytes at their rates. */
-static double product_us(const lltm_cuda_device *dev, lltm_dtype dtype, double M, double N,
-                         double K)
+static double product_us(const lltm_cuda_device *dev, const product_rates *r, lltm_dtype dtype,
+                         double M, double N, double K)
 {
     const double flops = 2.0 * M * N * K;
     const double bytes = (M * K + K * N + M * N) * elem_bytes(dtype);
-    const double per_flop = !tensor_cores(dev, dtype)  ? (dtype == LLTM_FLOAT64
-                                                                ? C_FLOP_FFMA * FP64_SLOWDOWN
-                                                                : C_FLOP_FFMA)
-                            : dtype == LLTM_FLOAT32 ? C_FLOP_TF32
-                                                    : C_FLOP_TENSOR;
-    return (flops * per_flop + bytes * C_BYTE) * sm_scale(dev);
+    const double per_flop = !tensor_cores(dev, dtype)
+                                ? (dtype == LLTM_FLOAT64 ? r->ffma * FP64_SLOWDOWN : r->ffma)
+                            : dtype == LLTM_FLOAT32 ? r->tf32
+                                                    : r->tensor;
+    return (flops * per_flop + bytes * r->byte) * sm_scale(dev);
 }
 
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
@@ -163,13 +181,17 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     const lltm_dtype dt = plan->dtype;
     const double t = (double)T, b = (double)B, i = (double)I, h = (double)H;
     /* the products of every plan: x W_x^T for all steps, then dW and dx */
-    double us = C_CALL + product_us(dev, dt, t * b, 3 * h, i) +
-                product_us(dev, dt, 3 * h, h + i, t * b) + product_us(dev, dt, t * b, i, 3 * h);
+    const product_rates *r = &SEQ_RATES;
+    double us = C_CALL + product_us(dev, r, dt, t * b, 3 * h, i) +
+                product_us(dev, r, dt, 3 * h, h + i, t * b) +
+                product_us(dev, r, dt, t * b, i, 3 * h);
     if (plan->family == LLTM_SEQ_STEPS) {
         const double rows = (double)lltm_sequence_step_rows(B, H) / STEP_SLICES;
         const double bytes = STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
-        return us + t * (C_STEPS_STEP + C_STEPS_ROW * rows + C_BYTE * bytes * sm_scale(dev) +
-                         product_us(dev, dt, b, 3 * h, h) + product_us(dev, dt, b, h, 3 * h));
+        const double ffma = tensor_cores(dev, dt) ? 0.0 : C_STEPS_STEP_FFMA;
+        return us + t * (C_STEPS_STEP + ffma + C_STEPS_ROW * rows +
+                         r->byte * bytes * sm_scale(dev) + product_us(dev, r, dt, b, 3 * h, h) +
+                         product_us(dev, r, dt, b, h, 3 * h));
     }
     double work = 0, stage = 0;
     launch_work(&plan->forward, B, H, &work, &stage);
@@ -207,8 +229,10 @@ double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, 
     }
     if (route == LLTM_CELL_CUBLAS)
         return C_CUBLAS_CALL + (tensor_cores(dev, dtype) ? 0.0 : C_CUBLAS_CALL_FFMA) +
-               product_us(dev, dtype, b, 3 * h, k) + product_us(dev, dtype, 3 * h, k, b) +
-               product_us(dev, dtype, b, h, 3 * h) + product_us(dev, dtype, b, i, 3 * h);
+               product_us(dev, &CELL_RATES, dtype, b, 3 * h, k) +
+               product_us(dev, &CELL_RATES, dtype, 3 * h, k, b) +
+               product_us(dev, &CELL_RATES, dtype, b, h, 3 * h) +
+               product_us(dev, &CELL_RATES, dtype, b, i, 3 * h);
     return INFINITY;
 }
 

@@ -40,10 +40,11 @@ def ceil_div(a, b):
 # ----------------------------------------------------------------------------
 # Sequence: features of one record (one layer, forward + backward, T steps).
 
-SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "flop_tf32", "byte", "steps_step",
-             "steps_rows", "grid_step", "grid_work", "grid_stage", "cluster_step",
-             "cluster_work", "cluster_stage")
-PRODUCT_TERMS = ("flop_ffma", "flop_tensor", "byte")
+SEQ_TERMS = ("call", "seq_flop_ffma", "seq_flop_tensor", "seq_flop_tf32", "seq_byte",
+             "steps_step", "steps_step_ffma", "steps_rows", "grid_step", "grid_work",
+             "grid_stage", "cluster_step", "cluster_work", "cluster_stage")
+SEQ_PRODUCTS = {"flop_ffma": "seq_flop_ffma", "flop_tensor": "seq_flop_tensor",
+                "flop_tf32": "seq_flop_tf32", "byte": "seq_byte"}
 STEP_SLICES = 8  # lltm_cuda_sequence_steps.cu
 STEPS_POINTWISE_ELEMS = 23  # lltm_cuda_cost.c: elements the two pointwise kernels move
 
@@ -75,9 +76,11 @@ def launch_work(launch, B):
 
 
 def sequence_features(rec):
+    """The sequence's products have rates of their own (seq_*): its large
+    products over T * B rows and its per-step ones are not the cell's."""
     T, B, I, H, dtype = rec["T"], rec["B"], rec["I"], rec["H"], rec["dtype"]
     plan, tf32 = rec["plan"], rec.get("tf32", False)
-    f = dict.fromkeys(SEQ_TERMS, 0.0)
+    f = dict.fromkeys(SEQ_TERMS + tuple(SEQ_PRODUCTS), 0.0)
     f["call"] = 1.0
     # the products of every plan: x W_x^T for all steps, then dW and dx
     gemm_features(T * B, 3 * H, I, dtype, f, tf32)
@@ -86,12 +89,13 @@ def sequence_features(rec):
     family = plan["family"]
     if family == "steps":
         f["steps_step"] = T
+        f["steps_step_ffma"] = T if dtype not in HALF and not tf32 else 0.0
         f["steps_rows"] = T * step_rows(B, H) / STEP_SLICES
-        sub = dict.fromkeys(SEQ_TERMS, 0.0)
+        sub = dict.fromkeys(SEQ_PRODUCTS, 0.0)
         gemm_features(B, 3 * H, H, dtype, sub, tf32)   # h W_h^T
         gemm_features(B, H, 3 * H, dtype, sub, tf32)   # dG W_h
         sub["byte"] += STEPS_POINTWISE_ELEMS * B * H * ELEM[dtype]  # the pointwise kernels
-        for k in ("flop_ffma", "flop_tensor", "flop_tf32", "byte"):
+        for k in SEQ_PRODUCTS:
             f[k] += T * sub[k]
     else:
         work = stage = 0.0
@@ -102,6 +106,8 @@ def sequence_features(rec):
         f[f"{family}_step"] = T
         f[f"{family}_work"] = T * work
         f[f"{family}_stage"] = T * stage
+    for k, name in SEQ_PRODUCTS.items():
+        f[name] = f.pop(k)
     return f
 
 
@@ -268,7 +274,9 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
            "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "flop_tf32": "C_FLOP_TF32",
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
-           "steps_rows": "C_STEPS_ROW"}
+           "steps_rows": "C_STEPS_ROW", "steps_step_ffma": "C_STEPS_STEP_FFMA",
+           "seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",
+           "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE"}
 
 
 def compact_plan(plan) -> str:
@@ -312,18 +320,14 @@ def main(argv=None):
     seq, cell = sequence_rows(results), cell_rows(results)
     if not seq and not cell:
         sys.exit("no CUDA times with plans in " + " ".join(args.json))
-    # the cell first: its cuBLAS route is products and launches only, which
-    # sets the product rates that the sequence's products then share
-    products = {}
     if cell:
         coef = fit(cell, CELL_TERMS)
         report(cell, coef, "cell", args.tolerance)
         print_c(coef)
-        products = {t: coef[t] for t in PRODUCT_TERMS}
     if seq:
-        coef = fit(seq, SEQ_TERMS, fixed=products)
+        coef = fit(seq, SEQ_TERMS)
         report(seq, coef, "sequence", args.tolerance)
-        print_c({t: c for t, c in coef.items() if t not in products})
+        print_c(coef)
     if args.write_data:
         keep = []
         for r in seq + cell:
