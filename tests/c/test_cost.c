@@ -122,6 +122,50 @@ int main(void)
                   lltm_sequence_plan_cost_cuda(&volta, &steps, 100, 256, 512, 1024),
               "no TF32 before 8.0", 256, 1024, names[d]);
     }
+    /* Where the per-step family and the persistent grid trade places, as
+     * measured on the H100 (T = 100, I = H/2, us of one forward + backward,
+     * docs/performance.md): per-step kernels at large B x H in bfloat16
+     * (B256/H1024: 3,247 against the 32x32 grid's 21,662; B1024/H256: 2,334
+     * against 16x32's 10,718) and in float32 on TF32; the grid at small B or
+     * H (float32 B1/H1024: 1,522 against 2,000; bfloat16 B64/H128, 16x8:
+     * 769 against 982). */
+    {
+        struct {
+            lltm_dtype dtype;
+            int tf32;
+            int64_t B, H;
+            int lanes, values, groups;
+            int steps_cheaper;
+        } cases[] = {
+            {LLTM_BFLOAT16, 0, 256, 1024, 32, 32, 1, 1},
+            {LLTM_BFLOAT16, 0, 1024, 256, 16, 32, 8, 1},
+            {LLTM_FLOAT32, 1, 256, 1024, 32, 32, 1, 1},
+            {LLTM_FLOAT32, 1, 1024, 512, 16, 32, 4, 1},
+            {LLTM_FLOAT32, 0, 1, 1024, 32, 32, 1, 0},
+            {LLTM_BFLOAT16, 0, 64, 128, 16, 8, 4, 0},
+            {LLTM_FLOAT32, 0, 16, 512, 32, 16, 1, 0},
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+            lltm_cuda_device d = dev;
+            d.tf32 = cases[k].tf32;
+            lltm_sequence_plan steps;
+            memset(&steps, 0, sizeof steps);
+            steps.family = LLTM_SEQ_STEPS;
+            steps.dtype = cases[k].dtype;
+            const int64_t B = cases[k].B, H = cases[k].H;
+            const lltm_sequence_plan g = grid_plan(cases[k].dtype, B, H, cases[k].lanes,
+                                                   cases[k].values, cases[k].groups);
+            const double s_us = lltm_sequence_plan_cost_cuda(&d, &steps, 100, B, H / 2, H);
+            const double g_us = lltm_sequence_plan_cost_cuda(&d, &g, 100, B, H / 2, H);
+            const char *what = cases[k].tf32                        ? "float32 on TF32"
+                               : cases[k].dtype == LLTM_FLOAT32 ? "float32"
+                                                                : "bfloat16";
+            check((s_us < g_us) == cases[k].steps_cheaper,
+                  cases[k].steps_cheaper ? "per-step kernels cheaper than the grid"
+                                         : "the grid cheaper than per-step kernels",
+                  B, H, what);
+        }
+    }
     /* invalid questions */
     lltm_sequence_plan none;
     memset(&none, 0, sizeof none);
