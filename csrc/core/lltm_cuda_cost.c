@@ -24,7 +24,8 @@
  *               directions) at the FFMA rate of one thread, plus the state
  *               values its block stages (passes x chunk rows x H)
  *   cluster     the same terms for thread-block clusters (the exchange in
- *               distributed shared memory)
+ *               distributed shared memory); both persistent families also
+ *               pay for the gates and states a step moves through memory
  *   cell        fused: one step's latency (three launches), its flops at
  *               the FFMA rate, and the reductions one thread runs alone (over
  *               the B rows for the weight gradient, over K = I + H for the
@@ -66,10 +67,10 @@
  * types' tensor-core rate (the H100's TF32 : BF16 rate) */
 #define C_FLOP_TF32 (2.0 * C_FLOP_TENSOR)
 /* the sequence's products (FFMA, tensor cores, TF32; a byte) */
-#define C_SEQ_FLOP_FFMA 2.148e-08
-#define C_SEQ_FLOP_TENSOR 1.093e-09
+#define C_SEQ_FLOP_FFMA 1.908e-08
+#define C_SEQ_FLOP_TENSOR 1.134e-09
 #define C_SEQ_FLOP_TF32 (2.0 * C_SEQ_FLOP_TENSOR)
-#define C_SEQ_BYTE 3.897e-07
+#define C_SEQ_BYTE 3.752e-07
 /* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
 #define C_CUBLAS_CALL 18.09
 #define C_CUBLAS_CALL_FFMA 6.374
@@ -83,11 +84,11 @@
 #define C_FUSED_ROWS 0.1226
 #define C_FUSED_K 0.03438
 /* the sequence: a call (its launches and large products' latency) */
-#define C_CALL 70.17
+#define C_CALL 68.74
 /* per step of the per-step kernels (launches, latency), and per row one
  * thread of its backward kernel walks */
-#define C_STEPS_STEP 8.886
-#define C_STEPS_STEP_FFMA 2.14 /* more a step where the products run on FFMA */
+#define C_STEPS_STEP 8.959
+#define C_STEPS_STEP_FFMA 2.303 /* more a step where the products run on FFMA */
 #define C_STEPS_ROW 0.0
 #define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
 /* the elements a (row, unit) of a step the two pointwise kernels read and
@@ -97,13 +98,16 @@
 #define STEPS_POINTWISE_ELEMS 23.0
 /* per step of the grid family: the exchange, a multiply-add of one thread,
  * a state value a block stages */
-#define C_GRID_STEP 3.405
-#define C_GRID_WORK 0.01028
-#define C_GRID_STAGE 7.166e-05
+#define C_GRID_STEP 3.426
+#define C_GRID_WORK 0.009528
+#define C_GRID_STAGE 5.91e-05
 /* the same for the cluster family */
-#define C_CLUSTER_STEP 1.258
-#define C_CLUSTER_WORK 0.01427
-#define C_CLUSTER_STAGE 0.0002409
+#define C_CLUSTER_STEP 1.246
+#define C_CLUSTER_WORK 0.01455
+#define C_CLUSTER_STAGE 0.0001961
+/* per byte of the gates and states a step of a persistent kernel reads and
+ * writes (STEPS_POINTWISE_ELEMS a row and unit, as the per-step kernels) */
+#define C_PERSISTENT_BYTE 1.055e-06
 /* not measured: float64 arithmetic taken at half the float32 rate (the
  * H100's FP64 : FP32 rate) */
 #define FP64_SLOWDOWN 2.0
@@ -197,11 +201,14 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     launch_work(&plan->forward, B, H, &work, &stage);
     launch_work(&plan->backward, B, H, &work, &stage);
     const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
+    /* the gates and states a step reads and writes in memory */
+    const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
     if (plan->family == LLTM_SEQ_GRID)
-        return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage);
+        return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage +
+                         memory);
     if (plan->family == LLTM_SEQ_CLUSTER)
         return us + t * (C_CLUSTER_STEP + C_CLUSTER_WORK * slow * work +
-                         C_CLUSTER_STAGE * stage);
+                         C_CLUSTER_STAGE * stage + memory);
     return INFINITY;
 }
 

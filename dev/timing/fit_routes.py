@@ -42,7 +42,7 @@ def ceil_div(a, b):
 
 SEQ_TERMS = ("call", "seq_flop_ffma", "seq_flop_tensor", "seq_flop_tf32", "seq_byte",
              "steps_step", "steps_step_ffma", "steps_rows", "grid_step", "grid_work",
-             "grid_stage", "cluster_step", "cluster_work", "cluster_stage")
+             "grid_stage", "cluster_step", "cluster_work", "cluster_stage", "persistent_byte")
 SEQ_PRODUCTS = {"flop_ffma": "seq_flop_ffma", "flop_tensor": "seq_flop_tensor",
                 "flop_tf32": "seq_flop_tf32", "byte": "seq_byte"}
 STEP_SLICES = 8  # lltm_cuda_sequence_steps.cu
@@ -106,6 +106,9 @@ def sequence_features(rec):
         f[f"{family}_step"] = T
         f[f"{family}_work"] = T * work
         f[f"{family}_stage"] = T * stage
+        # what a step reads and writes of the gates and states in memory (as
+        # the per-step kernels' pointwise passes do)
+        f["persistent_byte"] = T * STEPS_POINTWISE_ELEMS * B * H * ELEM[dtype]
     for k, name in SEQ_PRODUCTS.items():
         f[name] = f.pop(k)
     return f
@@ -276,7 +279,8 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
            "steps_rows": "C_STEPS_ROW", "steps_step_ffma": "C_STEPS_STEP_FFMA",
            "seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",
-           "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE"}
+           "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE",
+           "persistent_byte": "C_PERSISTENT_BYTE"}
 
 
 def compact_plan(plan) -> str:
