@@ -89,7 +89,7 @@ def sequence_features(rec):
     family = plan["family"]
     if family == "steps":
         f["steps_step"] = T
-        f["steps_step_ffma"] = T if dtype not in HALF and not tf32 else 0.0
+        f["steps_step_ffma"] = T if dtype not in HALF else 0.0  # split-K products (FFMA, TF32)
         f["steps_rows"] = T * step_rows(B, H) / STEP_SLICES
         sub = dict.fromkeys(SEQ_PRODUCTS, 0.0)
         gemm_features(B, 3 * H, H, dtype, sub, tf32)   # h W_h^T
