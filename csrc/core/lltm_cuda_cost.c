@@ -14,10 +14,9 @@
  *               it reads and writes at the memory rate; rates per SM, so
  *               they scale with the SM count
  *   steps       per step: the launches and latencies of the per-step
- *               kernels, the rows one thread of the backward kernel walks
- *               (lltm_sequence_step_rows / 8), the bytes both pointwise
- *               kernels move at the memory rate, plus two products (h W_h^T,
- *               dG W_h)
+ *               kernels (more in float32 / float64, whose per-step products
+ *               cuBLAS splits), the bytes both pointwise kernels move at the
+ *               memory rate, plus two products (h W_h^T, dG W_h)
  *   grid        per step: the latency of the exchange (grid barriers,
  *               state through global memory), plus each thread's
  *               multiply-adds (passes over its chunks x rows x values, both
@@ -50,13 +49,15 @@
 /*
  * Fitted by dev/timing/fit_routes.py (non-negative least squares on
  * relative errors) to `python -m lltm.bench --sweep --sweep-variants` on one
- * H100 80GB HBM3 (132 SMs; torch 2.11.0+cu130), 2026-11-24 05:10 UTC, tree
- * f8aeba6: 429 sequence times (every plan family and grid layout forced, B
- * 1..1024, H 64..2048, T 20, 100 and 1000, float32 and bfloat16; at H =
- * 2048 the library's choice, the per-step kernels) and 108
- * cell times (both routes, B 1..1024, H 128, 512, 1024). The cell's cuBLAS
- * route (products and launches only) was fitted first; its product rates
- * are the sequence's too. Median relative error 11% (cell), 10% (sequence).
+ * H100 80GB HBM3 (132 SMs; torch 2.11.0+cu130): the run of 2026-11-24 05:10
+ * UTC, tree f8aeba6 (every plan family and grid layout forced, B 1..1024, H
+ * 64..2048, T 20, 100 and 1000, float32 and bfloat16; its per-step times,
+ * from the kernels before the 2-D grid, left out; 108 cell times, both
+ * routes, B 1..1024, H 128, 512, 1024) and the run of 08:40 UTC, tree
+ * f82d008 (every family, B 1, 16, 64, 256, 1024 x H 64..2048, T 100): 407
+ * sequence times. The cell's coefficients alone, the sequence's (its
+ * product rates included) together. Median relative error 11% (cell), 7.8%
+ * (sequence).
  */
 /* cuBLAS products (per flop: 35 TFLOPS FFMA, 314 TFLOPS tensor cores; per
  * byte: 3.0 TB/s) */
@@ -89,14 +90,13 @@
 #define C_FUSED_K 0.03438
 /* the sequence: a call (its launches and large products' latency) */
 #define C_CALL 68.53
-/* per step of the per-step kernels (launches, latency), and per row one
- * thread of its backward kernel walks */
+/* per step of the per-step kernels (four launches, latency; a term per row
+ * one thread of the backward kernel walks, lltm_sequence_step_rows / 8,
+ * fitted to 0 and left out) */
 #define C_STEPS_STEP 9.12
 /* more a step in float32 and float64: cuBLAS's per-step products there
  * (FFMA, or TF32) split K and add a reduce kernel */
 #define C_STEPS_STEP_FFMA 2.174
-#define C_STEPS_ROW 0.0
-#define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
 /* the elements a (row, unit) of a step the two pointwise kernels read and
  * write: forward gates, recurrent (3 + 3), c_{t-1}, activations (3), c_t,
  * h_t; backward activations (3), c_t, grad_output, dh, dc in, dG (3), dc
@@ -196,13 +196,11 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
                 product_us(dev, r, dt, 3 * h, h + i, t * b) +
                 product_us(dev, r, dt, t * b, i, 3 * h);
     if (plan->family == LLTM_SEQ_STEPS) {
-        const double rows = (double)lltm_sequence_step_rows(B, H) / STEP_SLICES;
         const double bytes = STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
         const int half = dt == LLTM_FLOAT16 || dt == LLTM_BFLOAT16;
         const double ffma = half ? 0.0 : C_STEPS_STEP_FFMA;
-        return us + t * (C_STEPS_STEP + ffma + C_STEPS_ROW * rows +
-                         r->byte * bytes * sm_scale(dev) + product_us(dev, r, dt, b, 3 * h, h) +
-                         product_us(dev, r, dt, b, h, 3 * h));
+        return us + t * (C_STEPS_STEP + ffma + r->byte * bytes * sm_scale(dev) +
+                         product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
     }
     double work = 0, stage = 0;
     launch_work(&plan->forward, B, H, &work, &stage);

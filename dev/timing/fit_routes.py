@@ -41,21 +41,11 @@ def ceil_div(a, b):
 # Sequence: features of one record (one layer, forward + backward, T steps).
 
 SEQ_TERMS = ("call", "seq_flop_ffma", "seq_flop_tensor", "seq_flop_tf32", "seq_byte",
-             "steps_step", "steps_step_ffma", "steps_rows", "grid_step", "grid_work",
+             "steps_step", "steps_step_ffma", "grid_step", "grid_work",
              "grid_stage", "cluster_step", "cluster_work", "cluster_stage", "persistent_byte")
 SEQ_PRODUCTS = {"flop_ffma": "seq_flop_ffma", "flop_tensor": "seq_flop_tensor",
                 "flop_tf32": "seq_flop_tf32", "byte": "seq_byte"}
-STEP_SLICES = 8  # lltm_cuda_sequence_steps.cu
 STEPS_POINTWISE_ELEMS = 23  # lltm_cuda_cost.c: elements the two pointwise kernels move
-
-
-def step_rows(B, H):
-    """lltm_sequence_step_rows (lltm.h): the rows a block of the per-step
-    backward kernel takes."""
-    unit_blocks = ceil_div(H, 32) if H > 0 else 1
-    want = ceil_div(4096, unit_blocks)
-    rows = min(64, max(8, ceil_div(ceil_div(B, want), 8) * 8))
-    return max(rows, ceil_div(ceil_div(B, 65535), 8) * 8)
 
 
 def gemm_features(M, N, K, dtype, f, tf32=False):
@@ -90,7 +80,6 @@ def sequence_features(rec):
     if family == "steps":
         f["steps_step"] = T
         f["steps_step_ffma"] = T if dtype not in HALF else 0.0  # split-K products (FFMA, TF32)
-        f["steps_rows"] = T * step_rows(B, H) / STEP_SLICES
         sub = dict.fromkeys(SEQ_PRODUCTS, 0.0)
         gemm_features(B, 3 * H, H, dtype, sub, tf32)   # h W_h^T
         gemm_features(B, H, 3 * H, dtype, sub, tf32)   # dG W_h
@@ -277,7 +266,7 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
            "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "flop_tf32": "C_FLOP_TF32",
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
-           "steps_rows": "C_STEPS_ROW", "steps_step_ffma": "C_STEPS_STEP_FFMA",
+           "steps_step_ffma": "C_STEPS_STEP_FFMA",
            "seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",
            "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE",
            "persistent_byte": "C_PERSISTENT_BYTE"}
@@ -296,9 +285,15 @@ def compact_plan(plan) -> str:
            f"b{f['blocks']}; bwd {plan['backward']['exchange']} g{plan['backward']['groups']}"
 
 
-def print_c(coef):
+def print_c(coef, rows=()):
+    """The coefficients as C; a term no record has (e.g. TF32 where no run
+    timed it) is marked, not given as 0."""
+    seen = {t for r in rows for t, v in r["features"].items() if v}
     for term, value in coef.items():
-        print(f"#define {C_NAMES[term]} {value:.4g}")
+        if rows and term not in seen:
+            print(f"/* {C_NAMES[term]}: not in the data */")
+        else:
+            print(f"#define {C_NAMES[term]} {value:.4g}")
 
 
 def main(argv=None):
@@ -327,11 +322,11 @@ def main(argv=None):
     if cell:
         coef = fit(cell, CELL_TERMS)
         report(cell, coef, "cell", args.tolerance)
-        print_c(coef)
+        print_c(coef, cell)
     if seq:
         coef = fit(seq, SEQ_TERMS)
         report(seq, coef, "sequence", args.tolerance)
-        print_c(coef)
+        print_c(coef, seq)
     if args.write_data:
         keep = []
         for r in seq + cell:
