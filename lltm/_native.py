@@ -94,8 +94,10 @@ def _register_refusing_cuda_kernels(message: str) -> None:
         raise RuntimeError(message)
 
     _refusing_library = torch.library.Library("lltm", "IMPL")  # noqa: TOR901
-    for op in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward"):
-        _refusing_library.impl(op, refuse, "CUDA")
+    for prefix in ("", "_"):  # the operators and their autograd-free twins (lltm/_ops.py)
+        for op in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward",
+                   "sequence_forward.lengths", "sequence_backward.lengths"):
+            _refusing_library.impl(prefix + op, refuse, "CUDA")
 
 
 def load_from(paths: dict[str, Path]) -> ctypes.CDLL:

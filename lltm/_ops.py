@@ -1,12 +1,20 @@
 """What torch needs besides the C kernels: fake (meta) implementations for
 tracing and torch.compile, and autograd formulas tying forward to backward.
-Both are registered in Python because the stable C ABI has no autograd API."""
+Both are registered in Python because the stable C ABI has no autograd API.
+
+Every operator exists twice (csrc/binding/ops.h): the public one
+(``lltm::cell_forward``), whose autograd kernel is registered here, and the
+same C kernels under the name with a leading underscore
+(``lltm::_cell_forward``), with no autograd kernel. The autograd formulas
+call the underscored ones: the graphs torch.compile builds from them hold
+those, and running such a graph reaches the kernels without entering Python
+(the public operators' autograd kernel is a Python function, entered on
+every call whether gradients are needed or not)."""
 from __future__ import annotations
 
 import types
 
 import torch
-import torch._library.autograd
 import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -27,6 +35,16 @@ def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
         if t.dtype != first.dtype:
             raise RuntimeError(f"{op}: all tensors must have one dtype: "
                                f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
+
+
+def _register_fake(name: str):
+    """Registers the decorated function as the fake kernel of lltm::name and
+    of its autograd-free twin lltm::_name."""
+    def register(fake):
+        torch.library.register_fake(f"lltm::{name}")(fake)
+        torch.library.register_fake(f"lltm::_{name}")(fake)
+        return fake
+    return register
 
 
 def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
@@ -50,7 +68,7 @@ def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, 
     return B, I, H
 
 
-@torch.library.register_fake("lltm::cell_forward")
+@_register_fake("cell_forward")
 def _cell_forward_fake(input, weights, bias, old_h, old_cell):
     op = "lltm::cell_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
@@ -77,7 +95,7 @@ def _masked(op: str, results: tuple, output_mask) -> tuple:
 _ALL = (True,) * 5  # every gradient: the backward operators' default output_mask
 
 
-@torch.library.register_fake("lltm::cell_backward")
+@_register_fake("cell_backward")
 def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
                         output_mask=_ALL):
     op = "lltm::cell_backward"
@@ -108,6 +126,11 @@ def _cell_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
+# the autograd-free twins the backward formulas call
+_cell_backward_kernel = torch.ops.lltm._cell_backward.default
+_sequence_backward_kernel = torch.ops.lltm._sequence_backward
+
+
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
     if grad_h is None:
@@ -122,11 +145,12 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
             grad_h, grad_cell, input, weights, bias, old_h, old_cell)
     else:
         # Only the gradients autograd asks for (the products of the others
-        # are not run; they come back None).
-        with torch._C._AutoDispatchBelowAutograd():
-            d_input, d_weights, d_bias, d_old_h, d_old_cell = (
-                torch.ops.lltm.cell_backward.default(grad_h, grad_cell, new_cell, gates, input,
-                                                     old_h, weights, ctx.needs_input_grad))
+        # are not run; they come back None). Gradient mode is off and the
+        # twin has no autograd kernel: no guard below autograd needed (each
+        # _AutoDispatchBelowAutograd costs ~3.5 us of host time on a 2-core
+        # CPU host).
+        d_input, d_weights, d_bias, d_old_h, d_old_cell = _cell_backward_kernel(
+            grad_h, grad_cell, new_cell, gates, input, old_h, weights, ctx.needs_input_grad)
     if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
@@ -147,7 +171,7 @@ def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[i
     return T, B, I, H
 
 
-@torch.library.register_fake("lltm::sequence_forward")
+@_register_fake("sequence_forward")
 def _sequence_forward_fake(input, weights, bias, h0, c0):
     op = "lltm::sequence_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, h0=h0, c0=c0)
@@ -161,7 +185,7 @@ def _sequence_forward_fake(input, weights, bias, h0, c0):
             h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
 
 
-@torch.library.register_fake("lltm::sequence_backward")
+@_register_fake("sequence_backward")
 def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                             cells, gates, output_mask=_ALL):
     op = "lltm::sequence_backward"
@@ -189,14 +213,14 @@ def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) 
                            f"{lengths.device}")
 
 
-@torch.library.register_fake("lltm::sequence_forward.lengths")
+@_register_fake("sequence_forward.lengths")
 def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
     outputs = _sequence_forward_fake(input, weights, bias, h0, c0)
     _check_lengths("lltm::sequence_forward", lengths, input, input.shape[1])
     return outputs
 
 
-@torch.library.register_fake("lltm::sequence_backward.lengths")
+@_register_fake("sequence_backward.lengths")
 def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates, lengths, output_mask=_ALL):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
@@ -235,12 +259,10 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
     else:  # only the gradients autograd asks for, as in _cell_backward
-        op = (torch.ops.lltm.sequence_backward.lengths if lengths
-              else torch.ops.lltm.sequence_backward.default)
-        with torch._C._AutoDispatchBelowAutograd():
-            d_input, d_weights, d_bias, d_h0, d_c0 = op(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-                ctx.needs_input_grad[:5])
+        op = _sequence_backward_kernel.lengths if lengths else _sequence_backward_kernel.default
+        d_input, d_weights, d_bias, d_h0, d_c0 = op(
+            grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+            ctx.needs_input_grad[:5])
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
     # lengths (an integer tensor) has no gradient
@@ -268,27 +290,30 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
                                     setup_context=_no_context)
 
 
-# --- eager fast path ------------------------------------------------------------------
-# torch.library's generic autograd layer (what register_autograd installs) runs
-# ~20 us of Python per call on the CPU host, more than a whole small step. For
-# eager calls we wrap the same setup_context / backward in a plain
-# autograd.Function whose forward runs the op below autograd. torch.compile,
-# opcheck and direct torch.ops calls keep using the registered formula.
-# The Functions are in the setup_context style, so torch.func transforms work:
-# vmap runs forward through the ops' batching rules (lltm/_vmap.py), grad and
-# vjp through the backward above (its differentiable branch: torch.func
-# records the backward's graph), forward-mode AD (dual tensors) through jvp.
+# --- the Functions -------------------------------------------------------------------
+# One autograd.Function per forward operator, whose forward runs the
+# operator's autograd-free twin: eager_call enters it directly (the
+# operator's Python autograd kernel, entered through the dispatcher, costs
+# more host time than a whole small step), and the autograd kernel
+# registered below for direct torch.ops calls, torch.compile, export and
+# opcheck enters the same Function (the cell's plainest eager call takes
+# CellStep, below). The Functions are in the setup_context style, so
+# torch.func transforms work: vmap runs forward through the ops' batching
+# rules (lltm/_vmap.py), grad and vjp through the backward above (its
+# differentiable branch: torch.func records the backward's graph),
+# forward-mode AD (dual tensors) through jvp.
 # Under torch.func's forward-mode transforms (jvp, jacfwd, hessian) the step
 # runs in plain PyTorch operations instead: functorch would not differentiate
 # the Function's jvp again.
 
 def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: int):
-    """The autograd.Function of a forward operator: forward runs ``op`` below
-    autograd; ``tangents(*inputs, *input_tangents)`` gives the tangents of
-    the differentiable outputs (the rest get None)."""
+    """The autograd.Function of a forward operator: forward runs ``op`` (an
+    autograd-free twin); ``tangents(*inputs, *input_tangents)`` gives the
+    tangents of the differentiable outputs (the rest get None)."""
     def forward(*args):
-        with torch._C._AutoDispatchBelowAutograd():
-            return op(*args)
+        # A Function's forward runs with gradient mode off, and op has no
+        # autograd kernel: it goes straight to its device kernel.
+        return op(*args)
 
     def jvp(ctx, *input_tangents):
         out = tangents(*ctx.saved_tensors, *input_tangents)
@@ -298,28 +323,29 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
         namespace.update(generate_vmap_rule=True, forward=staticmethod(forward),
                          setup_context=staticmethod(setup_context),
                          backward=staticmethod(backward), jvp=staticmethod(jvp),
-                         __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__} "
-                                                      "with autograd (eager_call).")
+                         __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__[1:]} "
+                                                      "with autograd.")
     function = types.new_class(name, (torch.autograd.Function,), exec_body=body)
     # Function.apply's Python wrapper exists for functorch transforms (and
     # default arguments, which forward has none of); outside transforms
     # eager_call goes straight to the C apply it ends in: ~2 us less host
     # time per call, a tenth of a small CUDA step's forward.
     function.c_apply = super(torch.autograd.Function, function).apply
+    function.kernel = op
     return function
 
 
-CellForward = _op_function("CellForward", torch.ops.lltm.cell_forward.default,
+CellForward = _op_function("CellForward", torch.ops.lltm._cell_forward.default,
                            _cell_setup_context, _cell_backward,
                            lambda *a: _differentiable.cell_jvp(*a)[2:], 3)
-SequenceForward = _op_function("SequenceForward", torch.ops.lltm.sequence_forward.default,
+SequenceForward = _op_function("SequenceForward", torch.ops.lltm._sequence_forward.default,
                                _sequence_setup_context, _sequence_backward,
                                _differentiable.sequence_jvp, 5)
 
 
 # The lengths overload: saved tensors are (*inputs, lengths), tangents six.
 SequenceLengthsForward = _op_function(
-    "SequenceLengthsForward", torch.ops.lltm.sequence_forward.lengths,
+    "SequenceLengthsForward", torch.ops.lltm._sequence_forward.lengths,
     _sequence_setup_context, _sequence_backward,
     lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
 
@@ -335,9 +361,10 @@ _sync_float32_tf32 = _native.sync_float32_tf32
 
 def eager_call(function, op, *args):
     """``op(*args)`` with autograd, through ``function`` (CellForward or
-    SequenceForward, whose forward is op) when eager and some input needs a
-    gradient or a tangent; under torch.autocast in the autocast dtype."""
-    if _is_compiling():
+    SequenceForward, whose forward is op's autograd-free twin) when eager and
+    some input needs a gradient or a tangent; under torch.autocast in the
+    autocast dtype."""
+    if _is_compiling():  # (dynamo reads no attributes of a Function: op is passed)
         return op(*args)
     if args[0].is_cuda:  # the kernels' cost models follow torch's TF32 setting
         _sync_float32_tf32()
@@ -349,8 +376,47 @@ def eager_call(function, op, *args):
             return _FORWARD_MATH[function](*args)
         return function.apply(*args)
     if _autocast_enabled():
-        return _autocast.eager_call(lambda a: _eager(function, op, a), args)
-    return _eager(function, op, args)
+        return _autocast.eager_call(lambda a: _eager(function, a), args)
+    return _eager(function, args)
+
+
+class CellStep(torch.autograd.Function):
+    """The cell's eager step where it is plainest and most frequent (gradients
+    needed, no transform, no tangent, no autocast, not compiling): CellForward
+    with two outputs, the gate activations saved as an intermediate. Fewer
+    outputs to wrap and mark: ~5 us less host time a step than CellForward
+    on the 2-core CPU host."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, old_h, old_cell):
+        new_h, new_cell, gates = _cell_forward_kernel(input, weights, bias, old_h, old_cell)
+        ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
+        ctx.set_materialize_grads(False)  # as CellForward's
+        return new_h, new_cell
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_cell):
+        return _cell_backward(ctx, grad_h, grad_cell, None)
+
+
+_cell_forward_kernel = torch.ops.lltm._cell_forward.default
+_cell_step = super(torch.autograd.Function, CellStep).apply  # the C apply, as c_apply
+
+
+def cell(input, weights, bias, old_h, old_cell):
+    """(new_h, new_cell) of lltm::cell_forward with autograd: lltm.functional.lltm_cell."""
+    if not (_is_compiling() or _transforms_active() or _autocast_enabled()
+            or _forward_ad._current_level >= 0) and _grad_enabled() and _any_requires_grad(
+                input, weights, bias, old_h, old_cell) and not (
+                _is_wrapped(input) or _is_wrapped(weights) or _is_wrapped(bias)
+                or _is_wrapped(old_h) or _is_wrapped(old_cell)):
+        return _cell_step(input, weights, bias, old_h, old_cell)
+    new_h, new_cell, _gates = eager_call(CellForward, _cell_forward, input, weights, bias,
+                                         old_h, old_cell)
+    return new_h, new_cell
+
+
+_cell_forward = torch.ops.lltm.cell_forward.default
 
 
 def _under_functorch_jvp() -> bool:
@@ -362,27 +428,24 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  SequenceLengthsForward: _differentiable.sequence_forward}
 
 
-def _eager(function, op, args):
+def _eager(function, args):
     """eager_call outside transforms and autocast: through the Function's C
-    apply where a gradient or a tangent is needed, else the op alone."""
+    apply where a gradient or a tangent is needed, else its operator alone."""
     if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
-        for a in args:
-            if _is_wrapped(a):  # left over from a finished transform: apply unwraps it
-                return function.apply(*args)
+        if any(map(_is_wrapped, args)):  # left over from a finished transform: apply unwraps
+            return function.apply(*args)
         return function.c_apply(*args)
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
+    return function.kernel(*args)  # no gradient to track: the autograd-free twin
 
 
 # --- the operators' autograd kernels --------------------------------------------------
-# What torch.library.register_autograd installs (torch.library's generated
-# autograd.Function over the same setup_context / backward: torch.compile,
-# export, opcheck and direct torch.ops calls), plus forward mode: that kernel
-# knows no tangents and would drop them silently, so a call with a tangent
-# goes through the Function above and its jvp. torch.func's derivative
-# transforms reach this kernel one level at a time, where a Function cannot
-# be told apart from its transforms: they get a clear error (lltm.functional
-# supports them); vmap alone is handled before autograd (lltm/_vmap.py).
+# Direct torch.ops.lltm calls, torch.compile, export and opcheck: the same
+# Functions as eager_call (forward and forward mode). Without a gradient or a
+# tangent to track, the underscored operator below autograd. torch.func's
+# derivative transforms reach this kernel one level at a time, where a
+# Function cannot be told apart from its transforms: they get a clear error
+# (lltm.functional supports them); vmap alone is handled before autograd
+# (lltm/_vmap.py).
 
 def _has_tangent(args) -> bool:
     return _forward_ad._current_level >= 0 and any(
@@ -398,34 +461,25 @@ def _transform_error(name: str) -> RuntimeError:
         "torch.vmap alone works on the operator.")
 
 
-def _register_autograd(name: str, function, backward, setup_context,
-                       overload: str = "default") -> None:
-    qualname = f"lltm::{name}" if overload == "default" else f"lltm::{name}.{overload}"
-    try:  # torch's private builder of register_autograd's kernel (torch 2.4 - 2.13)
-        generated = torch._library.autograd.make_autograd_impl(
-            getattr(getattr(torch.ops.lltm, name), overload),
-            torch._library.autograd.Info(backward, setup_context))
-    except (AttributeError, TypeError):  # laid out otherwise: no forward mode via torch.ops
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-        return
+_after_autograd = torch._C._after_autograd_keyset
+
+
+def _register_autograd(name: str, function, overload: str = "default") -> None:
+    kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
 
     def autograd_kernel(keyset, *args):
-        if _has_tangent(args):
-            if torch._C._are_functorch_transforms_active():
+        if (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
+            if _transforms_active():
                 raise _transform_error(name)
             return function.c_apply(*args)
-        if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
-                a.requires_grad for a in args):
-            raise _transform_error(name)
-        return generated(keyset, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return kernel.redispatch(keyset & _after_autograd, *args)
 
-    _autograd_library.impl(qualname.split("::")[1], autograd_kernel, "Autograd",
-                           with_keyset=True)
+    _autograd_library.impl(name if overload == "default" else f"{name}.{overload}",
+                           autograd_kernel, "Autograd", with_keyset=True)
 
 
 _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
-_register_autograd("cell_forward", CellForward, _cell_backward, _cell_setup_context)
-_register_autograd("sequence_forward", SequenceForward, _sequence_backward,
-                   _sequence_setup_context)
-_register_autograd("sequence_forward", SequenceLengthsForward, _sequence_backward,
-                   _sequence_setup_context, overload="lengths")
+_register_autograd("cell_forward", CellForward)
+_register_autograd("sequence_forward", SequenceForward)
+_register_autograd("sequence_forward", SequenceLengthsForward, overload="lengths")

@@ -25,33 +25,35 @@ def _loop(op, info, in_dims, args):
     return outputs, tuple(None if o is None else 0 for o in outputs)
 
 
-def _cell_forward_vmap(info, in_dims, input, weights, bias, old_h, old_cell):
-    op = torch.ops.lltm.cell_forward.default
-    if in_dims[1] is not None or in_dims[2] is not None:
-        return _loop(op, info, in_dims, (input, weights, bias, old_h, old_cell))
-    n = info.batch_size
-    x, h, c = (_front(t, d, n) for t, d in ((input, in_dims[0]), (old_h, in_dims[3]),
-                                             (old_cell, in_dims[4])))
-    B = x.shape[1]
-    outs = op(x.reshape(n * B, -1), weights, bias, h.reshape(n * B, -1), c.reshape(n * B, -1))
-    return tuple(o.view(n, B, -1) for o in outs), (0, 0, 0)
+def _cell_forward_vmap(op):
+    def rule(info, in_dims, input, weights, bias, old_h, old_cell):
+        if in_dims[1] is not None or in_dims[2] is not None:
+            return _loop(op, info, in_dims, (input, weights, bias, old_h, old_cell))
+        n = info.batch_size
+        x, h, c = (_front(t, d, n) for t, d in ((input, in_dims[0]), (old_h, in_dims[3]),
+                                                 (old_cell, in_dims[4])))
+        B = x.shape[1]
+        outs = op(x.reshape(n * B, -1), weights, bias, h.reshape(n * B, -1),
+                  c.reshape(n * B, -1))
+        return tuple(o.view(n, B, -1) for o in outs), (0, 0, 0)
+    return rule
 
 
-def _sequence_forward_vmap(info, in_dims, input, weights, bias, h0, c0, *lengths):
-    # lengths: the lengths overload's [B] (folded into the batch like the state)
-    op = (torch.ops.lltm.sequence_forward.lengths if lengths
-          else torch.ops.lltm.sequence_forward.default)
-    if in_dims[1] is not None or in_dims[2] is not None:
-        return _loop(op, info, in_dims, (input, weights, bias, h0, c0, *lengths))
-    n = info.batch_size
-    x = _front(input, in_dims[0], n).movedim(0, 1)  # [T, N, B, I]
-    h, c = _front(h0, in_dims[3], n), _front(c0, in_dims[4], n)
-    T, _, B, I = x.shape
-    folded = [_front(lengths[0], in_dims[5], n).reshape(n * B)] if lengths else []
-    out, h_n, c_n, cells, gates = op(x.reshape(T, n * B, I), weights, bias,
-                                     h.reshape(n * B, -1), c.reshape(n * B, -1), *folded)
-    return ((out.view(T, n, B, -1), h_n.view(n, B, -1), c_n.view(n, B, -1),
-             cells.view(T, n, B, -1), gates.view(T, n, B, -1)), (1, 0, 0, 1, 1))
+def _sequence_forward_vmap(op):
+    def rule(info, in_dims, input, weights, bias, h0, c0, *lengths):
+        # lengths: the lengths overload's [B] (folded into the batch like the state)
+        if in_dims[1] is not None or in_dims[2] is not None:
+            return _loop(op, info, in_dims, (input, weights, bias, h0, c0, *lengths))
+        n = info.batch_size
+        x = _front(input, in_dims[0], n).movedim(0, 1)  # [T, N, B, I]
+        h, c = _front(h0, in_dims[3], n), _front(c0, in_dims[4], n)
+        T, _, B, I = x.shape
+        folded = [_front(lengths[0], in_dims[5], n).reshape(n * B)] if lengths else []
+        out, h_n, c_n, cells, gates = op(x.reshape(T, n * B, I), weights, bias,
+                                         h.reshape(n * B, -1), c.reshape(n * B, -1), *folded)
+        return ((out.view(T, n, B, -1), h_n.view(n, B, -1), c_n.view(n, B, -1),
+                 cells.view(T, n, B, -1), gates.view(T, n, B, -1)), (1, 0, 0, 1, 1))
+    return rule
 
 
 def _backward_vmap(op):
@@ -60,12 +62,16 @@ def _backward_vmap(op):
     return rule
 
 
-torch.library.register_vmap("lltm::cell_forward", _cell_forward_vmap)
-torch.library.register_vmap("lltm::sequence_forward", _sequence_forward_vmap)
-torch.library.register_vmap("lltm::cell_backward",
-                            _backward_vmap(torch.ops.lltm.cell_backward.default))
-torch.library.register_vmap("lltm::sequence_backward",
-                            _backward_vmap(torch.ops.lltm.sequence_backward.default))
-torch.library.register_vmap("lltm::sequence_forward.lengths", _sequence_forward_vmap)
-torch.library.register_vmap("lltm::sequence_backward.lengths",
-                            _backward_vmap(torch.ops.lltm.sequence_backward.lengths))
+# Each rule calls the operator it batches: the public one, or its
+# autograd-free twin (lltm/_ops.py), which the autograd formulas call.
+for _prefix in ("", "_"):
+    for _name, _make in (("cell_forward", _cell_forward_vmap),
+                         ("cell_backward", _backward_vmap),
+                         ("sequence_forward", _sequence_forward_vmap),
+                         ("sequence_backward", _backward_vmap)):
+        _packet = getattr(torch.ops.lltm, _prefix + _name)
+        for _overload in (("default", "lengths") if _name.startswith("sequence")
+                          else ("default",)):
+            _qualname = f"lltm::{_prefix}{_name}" + (
+                "" if _overload == "default" else f".{_overload}")
+            torch.library.register_vmap(_qualname, _make(getattr(_packet, _overload)))

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import CellForward, SequenceForward, SequenceLengthsForward, eager_call
+from . import _ops
+from ._ops import SequenceForward, SequenceLengthsForward, eager_call
+
+_sequence_forward = torch.ops.lltm.sequence_forward  # bound once
 
 _CELL_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
 _SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
@@ -27,12 +30,10 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
     Differentiable in every argument.
     """
     try:
-        new_h, new_cell, _gates = eager_call(CellForward, torch.ops.lltm.cell_forward.default,
-                                             input, weights, bias, old_h, old_cell)
+        return _ops.cell(input, weights, bias, old_h, old_cell)
     except (AttributeError, TypeError, RuntimeError):
         _check_tensors("lltm_cell", _CELL_ARGS, (input, weights, bias, old_h, old_cell))
         raise
-    return new_h, new_cell
 
 
 def _host_lengths(lengths, input: torch.Tensor) -> torch.Tensor:
@@ -74,13 +75,13 @@ def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor
             bias = weights.new_zeros(weights.shape[0])
         if lengths is None:
             output, h_n, c_n, _cells, _gates = eager_call(
-                SequenceForward, torch.ops.lltm.sequence_forward.default, input, weights, bias,
+                SequenceForward, _sequence_forward.default, input, weights, bias,
                 h0, c0)
         else:
             if not isinstance(lengths, torch.Tensor) or lengths.device != input.device:
                 lengths = _host_lengths(lengths, input).to(input.device)
             output, h_n, c_n, _cells, _gates = eager_call(
-                SequenceLengthsForward, torch.ops.lltm.sequence_forward.lengths, input, weights,
+                SequenceLengthsForward, _sequence_forward.lengths, input, weights,
                 bias, h0, c0, lengths)
     except (AttributeError, TypeError, RuntimeError):
         _check_tensors("lltm_sequence", _SEQUENCE_ARGS, (input, weights, bias, h0, c0),

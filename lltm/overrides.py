@@ -13,7 +13,9 @@ the variables and what each forces::
         output, _ = lltm.LLTM(32, 128).cuda()(x)
 
 Without the CUDA library (a CPU-only install) the overrides are accepted and
-have nothing to act on.
+have nothing to act on. ``wavefront(chunks=...)`` (``LLTM_WAVEFRONT_CHUNKS``)
+forces lltm.LLTM's own choice, on any device: the time chunks over which it
+overlaps stacked layers (lltm/_wavefront.py).
 """
 from __future__ import annotations
 
@@ -119,6 +121,18 @@ def _dtype_code(dtype) -> int:
     return _DTYPE_CODES[name]
 
 
+def _plan_dict(plan: _Plan) -> dict:
+    def launch(l):
+        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
+                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
+                "groups": l.groups, "smem": l.smem}
+    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
+           "workspace_bytes": plan.workspace_bytes}
+    if out["family"] != "steps":
+        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
+    return out
+
+
 def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                            device: int | None = None) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
@@ -138,16 +152,30 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     index = torch.cuda.current_device() if device is None else device
     if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan)) != 0:
         return None
+    return _plan_dict(plan)
 
-    def launch(l):
-        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
-                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
-                "groups": l.groups, "smem": l.smem}
-    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
-           "workspace_bytes": plan.workspace_bytes}
-    if out["family"] != "steps":
-        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
-    return out
+
+def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+                           device: int | None = None) -> tuple[dict, float] | None:
+    """(plan, us): the plan in force for one layer of these sizes, as
+    :func:`sequence_plan_in_force` gives it, and the GPU time of one forward
+    + backward that the library's cost model predicts for it (microseconds;
+    docs/cuda-plans.md, "The cost model"). None where no plan fits, or
+    without the CUDA library."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    _native.sync_float32_tf32()
+    fn = lib.lltm_cuda_sequence_cost_in_force
+    fn.restype = ctypes.c_int
+    fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
+                   + [ctypes.c_void_p, ctypes.c_void_p])
+    plan, cost = _Plan(), ctypes.c_double()
+    index = torch.cuda.current_device() if device is None else device
+    if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan), ctypes.byref(cost)) != 0:
+        return None
+    return _plan_dict(plan), cost.value
 
 
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
@@ -239,8 +267,63 @@ def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
     return policy, plan
 
 
+# --- stacked layers: the wavefront's time chunks (lltm/_wavefront.py) ---------------
+# Not a choice of the CUDA library: lltm.LLTM's own, in Python. None: chosen
+# by itself (1 on the CPU, under torch.compile and torch.func); n >= 1: n
+# chunks (at most T) wherever the stack can be chunked, on any device.
+
+_wavefront_chunks: int | None = None
+
+
+def _check_chunks(name: str, chunks) -> None:
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)
+                               or chunks < 1):
+        raise ValueError(f"{name} must be an int >= 1 or None, got {chunks!r}")
+
+
+def current_wavefront_chunks() -> int | None:
+    """The time chunks forced on stacked layers (None: lltm.LLTM chooses)."""
+    return _wavefront_chunks
+
+
+def set_wavefront_chunks(chunks: int | None) -> None:
+    global _wavefront_chunks
+    _check_chunks("chunks", chunks)
+    _wavefront_chunks = chunks
+
+
+@contextlib.contextmanager
+def wavefront(chunks: int | None):
+    """Force the number of time chunks over which lltm.LLTM pipelines its
+    stacked unidirectional layers inside the block (1: the layers one after
+    the other, one call each; None: its own choice), then restore it."""
+    before = _wavefront_chunks
+    set_wavefront_chunks(chunks)
+    try:
+        yield
+    finally:
+        set_wavefront_chunks(before)
+
+
+def _wavefront_from_environment(environ=os.environ) -> int | None:
+    value = environ.get("LLTM_WAVEFRONT_CHUNKS", "").strip()
+    if not value or value == "auto":
+        return None
+    try:
+        chunks = int(value)
+    except ValueError:
+        chunks = value
+    try:
+        _check_chunks("LLTM_WAVEFRONT_CHUNKS", chunks)
+    except ValueError as exc:
+        raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
+                         "(see lltm/overrides.py)") from None
+    return chunks
+
+
 def apply_environment() -> None:
     """Read the variables above (once, at import) and set the overrides."""
-    global _matmul, _plan
+    global _matmul, _plan, _wavefront_chunks
     _matmul, _plan = _from_environment()
+    _wavefront_chunks = _wavefront_from_environment()
     _apply()

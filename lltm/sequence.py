@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import functional, reference
+from . import _wavefront, functional, reference
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
@@ -383,6 +383,10 @@ class LLTM(torch.nn.Module):
         Returns (output [T, B, D*H], (h_n, c_n))."""
         run_layer = _LAYERS[self.impl]
         D = self.num_directions
+        if D == 1 and self.impl == "native":  # stacked layers overlapped
+            chunks = _wavefront.chunks_for(x, self.hidden_size, self.num_layers)
+            if chunks > 1:
+                return _wavefront.run(self, x, h0, c0, chunks, lengths)
         reverse_index = None
         if D == 2 and lengths is not None:
             reverse_index = _reverse_index(lengths, x.shape[0])

@@ -12,7 +12,9 @@
 #                                  default sizes, the large cell in float32 and
 #                                  bfloat16, the sequence at T=1000; then what an
 #                                  autograd step costs on this host
-#                                  (dev/timing/host_floor.py)
+#                                  (dev/timing/host_floor.py), and a small model's
+#                                  training step eager and under torch.compile
+#                                  (dev/timing/compiled_model.py)
 #   bash scripts/gpu.sh rows       variable lengths and both directions: the CUDA
 #                                  tests of per-row lengths, then the benchmark's
 #                                  bidirectional and packed rows against cuDNN
@@ -168,6 +170,8 @@ for MODE in "${MODES[@]}"; do
             --sizes 16,32,128 --seq-len 1000 --only lltm,lstm --json "$OUT/bench_t1000.json"
         stage host-floor 120 host_floor.log $PY dev/timing/host_floor.py --device cuda \
             --sizes 16,32,128 --single-thread
+        stage compiled-model 300 compiled_model.log $PY dev/timing/compiled_model.py \
+            --device cuda
         ;;
     rows)
         stage rows-tests 420 rows_tests.log $PYTEST tests/test_cuda_sequence_lengths.py \
@@ -237,6 +241,7 @@ show "ERROR SUMMARY|RACECHECK SUMMARY|sanitize driver" memcheck_cuda.log raceche
 show "^launches" launches.log
 show "^(B=|forward|bwd_|empty)" cell_tiles.log
 show "^B=" host_floor.log
+show "^\| (lltm|reference) |graph break|cudagraph skip" compiled_model.log
 show "^\| (B|16|64)|reference cells /|^check" sequence_timing.log
 show "Warp Cycles Per Issued|Issued Warp Per Scheduler|Duration" profile_details.txt
 stages_ok

@@ -302,3 +302,25 @@ def test_zero_state_size_is_rejected(B, I):
     with pytest.raises(RuntimeError, match=r"lltm::cell_backward: old_h has state size H = 0; "
                                            r"expected H > 0"):
         torch.ops.lltm.cell_backward(empty, empty, empty, empty, x, h, W)
+
+
+def test_eager_routes_and_their_gradients_agree():
+    """With gradients needed the eager step runs CellStep (two outputs), with
+    a tangent CellForward (its jvp), without gradients no Function at all; the
+    gradients of the first equal those of the public operator's autograd."""
+    import torch.autograd.forward_ad as fwAD
+    x, W, b, h, c = cell_inputs(3, 5, 7, requires_grad=True)
+    new_h, new_cell = lltm.functional.lltm_cell(x, W, b, h, c)
+    assert type(new_h.grad_fn).__name__ == "CellStepBackward"
+    with torch.no_grad():
+        assert lltm.functional.lltm_cell(x, W, b, h, c)[0].grad_fn is None
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.detach(), torch.randn_like(x))
+        out = lltm.functional.lltm_cell(dual, W, b, h, c)[0]
+        assert type(out.grad_fn).__name__ == "CellForwardBackward"
+    gh, gc = torch.randn_like(new_h), torch.randn_like(new_cell)
+    got = torch.autograd.grad((new_h, new_cell), (x, W, b, h, c), (gh, gc))
+    op_h, op_c, _ = torch.ops.lltm.cell_forward(x, W, b, h, c)
+    want = torch.autograd.grad((op_h, op_c), (x, W, b, h, c), (gh, gc))
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

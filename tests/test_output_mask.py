@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import lltm
+from lltm import _ops
 from conftest import cell_inputs
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -141,15 +142,18 @@ def test_autograd_computes_only_what_is_needed(fn, make, dtype, device):
 
 
 def test_backward_asks_only_for_needed_gradients(monkeypatch):
-    """The autograd formulas pass ctx.needs_input_grad as the mask."""
+    """The autograd formulas pass ctx.needs_input_grad as the mask (to the
+    backward operators' autograd-free twins, which they call)."""
     seen = []
-    for name in ("cell_backward", "sequence_backward"):
-        op = getattr(torch.ops.lltm, name).default
 
-        def spy(*args, _op=op):
+    def spy_on(op):
+        def spy(*args):
             seen.append(tuple(args[-1]))
-            return _op(*args)
-        monkeypatch.setattr(torch.ops.lltm, name, type("Op", (), {"default": spy}))
+            return op(*args)
+        return spy
+    monkeypatch.setattr(_ops, "_cell_backward_kernel", spy_on(_ops._cell_backward_kernel))
+    monkeypatch.setattr(_ops, "_sequence_backward_kernel", type("Op", (), {
+        "default": spy_on(_ops._sequence_backward_kernel.default)}))
     x, W, b, h, c = cell_inputs(3, 4, 5)
     W.requires_grad_()
     b.requires_grad_()

@@ -12,15 +12,17 @@
 
 #define LLTM_NAMESPACE "lltm"
 
-#define LLTM_SCHEMA_CELL_FORWARD                                                   \
-    "cell_forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "      \
+/* Each operator's arguments and returns; the schemas below put a name before
+ * them. */
+#define LLTM_SIGNATURE_CELL_FORWARD                                                \
+    "(Tensor input, Tensor weights, Tensor bias, Tensor old_h, "                  \
     "Tensor old_cell) -> (Tensor new_h, Tensor new_cell, Tensor gates)"
 /* The backward operators' output_mask (ATen's convention, as in
  * aten::convolution_backward): which of the five gradients to compute; the
  * others are not computed and come back undefined (None in Python). */
 #define LLTM_SCHEMA_OUTPUT_MASK "bool[5] output_mask=[True, True, True, True, True]"
-#define LLTM_SCHEMA_CELL_BACKWARD                                                  \
-    "cell_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, "            \
+#define LLTM_SIGNATURE_CELL_BACKWARD                                               \
+    "(Tensor grad_h, Tensor grad_cell, Tensor new_cell, "                         \
     "Tensor gates, Tensor input, Tensor old_h, Tensor weights, "                  \
     LLTM_SCHEMA_OUTPUT_MASK ") -> "                                              \
     "(Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "                 \
@@ -28,12 +30,12 @@
 /* One layer over a whole sequence: input [T,B,I], h0/c0 [B,H]; output
  * [T,B,H] = h_1..h_T, h_n/c_n [B,H] = the last state (h0/c0 when T == 0);
  * cells [T,B,H] and gates [T,B,3H] (activations) are kept for the backward. */
-#define LLTM_SCHEMA_SEQUENCE_FORWARD                                               \
-    "sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, "     \
+#define LLTM_SIGNATURE_SEQUENCE_FORWARD                                            \
+    "(Tensor input, Tensor weights, Tensor bias, Tensor h0, "                     \
     "Tensor c0) -> (Tensor output, Tensor h_n, Tensor c_n, Tensor cells, "        \
     "Tensor gates)"
-#define LLTM_SCHEMA_SEQUENCE_BACKWARD                                              \
-    "sequence_backward(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, "    \
+#define LLTM_SIGNATURE_SEQUENCE_BACKWARD                                           \
+    "(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, "                     \
     "Tensor input, Tensor weights, Tensor h0, Tensor output, Tensor cells, "      \
     "Tensor gates, " LLTM_SCHEMA_OUTPUT_MASK ") -> (Tensor grad_input, "         \
     "Tensor grad_weights, Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
@@ -42,16 +44,40 @@
  * each in [1, T]; row b stops after its first lengths[b] steps (output 0
  * beyond them, h_n/c_n its state after them; lltm.h). The overloads share
  * the kernels of the operators above (the argument count tells them apart). */
-#define LLTM_SCHEMA_SEQUENCE_FORWARD_LENGTHS                                       \
-    "sequence_forward.lengths(Tensor input, Tensor weights, Tensor bias, "        \
+#define LLTM_SIGNATURE_SEQUENCE_FORWARD_LENGTHS                                    \
+    "(Tensor input, Tensor weights, Tensor bias, "                                \
     "Tensor h0, Tensor c0, Tensor lengths) -> (Tensor output, Tensor h_n, "       \
     "Tensor c_n, Tensor cells, Tensor gates)"
-#define LLTM_SCHEMA_SEQUENCE_BACKWARD_LENGTHS                                      \
-    "sequence_backward.lengths(Tensor grad_output, Tensor grad_h_n, "             \
+#define LLTM_SIGNATURE_SEQUENCE_BACKWARD_LENGTHS                                   \
+    "(Tensor grad_output, Tensor grad_h_n, "                                      \
     "Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, Tensor output, "   \
     "Tensor cells, Tensor gates, Tensor lengths, " LLTM_SCHEMA_OUTPUT_MASK        \
     ") -> (Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "            \
     "Tensor grad_h0, Tensor grad_c0)"
+
+/* LLTM_OPERATORS(X) calls X(name, signature, CPU kernel, CUDA kernel) for
+ * every operator. Each comes twice: the public operator (lltm::cell_forward:
+ * Python registers its autograd formula, lltm/_ops.py) and the same kernels
+ * under the name with a leading underscore (lltm::_cell_forward), which no
+ * autograd kernel is registered for. The autograd formulas call the
+ * underscored ones, so the graphs torch.compile makes of them hold those,
+ * and running a graph passes no Python on its way to the kernels (the
+ * public operators' autograd kernel is a Python function, entered on every
+ * call, with gradients needed or not). */
+#define LLTM_OPERATORS_ONCE(X, prefix)                                             \
+    X(prefix "cell_forward", LLTM_SIGNATURE_CELL_FORWARD,                          \
+      lltm_cell_forward_cpu, lltm_cell_forward_cuda)                               \
+    X(prefix "cell_backward", LLTM_SIGNATURE_CELL_BACKWARD,                        \
+      lltm_cell_backward_cpu, lltm_cell_backward_cuda)                             \
+    X(prefix "sequence_forward", LLTM_SIGNATURE_SEQUENCE_FORWARD,                  \
+      lltm_sequence_forward_cpu_boxed, lltm_sequence_forward_cuda_boxed)           \
+    X(prefix "sequence_backward", LLTM_SIGNATURE_SEQUENCE_BACKWARD,                \
+      lltm_sequence_backward_cpu_boxed, lltm_sequence_backward_cuda_boxed)         \
+    X(prefix "sequence_forward.lengths", LLTM_SIGNATURE_SEQUENCE_FORWARD_LENGTHS,  \
+      lltm_sequence_forward_cpu_boxed, lltm_sequence_forward_cuda_boxed)           \
+    X(prefix "sequence_backward.lengths", LLTM_SIGNATURE_SEQUENCE_BACKWARD_LENGTHS, \
+      lltm_sequence_backward_cpu_boxed, lltm_sequence_backward_cuda_boxed)
+#define LLTM_OPERATORS(X) LLTM_OPERATORS_ONCE(X, "") LLTM_OPERATORS_ONCE(X, "_")
 
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
                                   uint64_t num_outputs);

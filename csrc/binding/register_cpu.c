@@ -22,23 +22,13 @@ typedef struct kernel_entry {
     lltm_boxed_kernel fn;
 } kernel_entry;
 
-static const char *const schemas[] = {
-    LLTM_SCHEMA_CELL_FORWARD,
-    LLTM_SCHEMA_CELL_BACKWARD,
-    LLTM_SCHEMA_SEQUENCE_FORWARD,
-    LLTM_SCHEMA_SEQUENCE_BACKWARD,
-    LLTM_SCHEMA_SEQUENCE_FORWARD_LENGTHS,
-    LLTM_SCHEMA_SEQUENCE_BACKWARD_LENGTHS,
-};
+#define LLTM_SCHEMA(name, signature, cpu, cuda) name signature,
+static const char *const schemas[] = {LLTM_OPERATORS(LLTM_SCHEMA)};
+#undef LLTM_SCHEMA
 
-static const kernel_entry cpu_kernels[] = {
-    {"cell_forward", lltm_cell_forward_cpu},
-    {"cell_backward", lltm_cell_backward_cpu},
-    {"sequence_forward", lltm_sequence_forward_cpu_boxed},
-    {"sequence_backward", lltm_sequence_backward_cpu_boxed},
-    {"sequence_forward.lengths", lltm_sequence_forward_cpu_boxed},
-    {"sequence_backward.lengths", lltm_sequence_backward_cpu_boxed},
-};
+#define LLTM_CPU_KERNEL(name, signature, cpu, cuda) {name, cpu},
+static const kernel_entry cpu_kernels[] = {LLTM_OPERATORS(LLTM_CPU_KERNEL)};
+#undef LLTM_CPU_KERNEL
 
 LLTM_EXPORT int lltm_register(char *err, size_t err_len)
 {

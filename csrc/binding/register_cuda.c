@@ -23,14 +23,9 @@ typedef struct kernel_entry {
     lltm_boxed_kernel fn;
 } kernel_entry;
 
-static const kernel_entry cuda_kernels[] = {
-    {"cell_forward", lltm_cell_forward_cuda},
-    {"cell_backward", lltm_cell_backward_cuda},
-    {"sequence_forward", lltm_sequence_forward_cuda_boxed},
-    {"sequence_backward", lltm_sequence_backward_cuda_boxed},
-    {"sequence_forward.lengths", lltm_sequence_forward_cuda_boxed},
-    {"sequence_backward.lengths", lltm_sequence_backward_cuda_boxed},
-};
+#define LLTM_CUDA_KERNEL(name, signature, cpu, cuda) {name, cuda},
+static const kernel_entry cuda_kernels[] = {LLTM_OPERATORS(LLTM_CUDA_KERNEL)};
+#undef LLTM_CUDA_KERNEL
 
 LLTM_EXPORT int lltm_cuda_register(char *err, size_t err_len)
 {

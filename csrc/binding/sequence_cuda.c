@@ -83,6 +83,30 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, in
     return lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
 }
 
+/* The GPU time, in microseconds, of one forward + backward of that layer as
+ * the library's cost model predicts it for the plan in force (lltm.LLTM
+ * chooses how many time chunks its stacked layers overlap in from it,
+ * lltm/_wavefront.py). Returns an lltm_status, as above. */
+__attribute__((visibility("default"))) int
+lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, int64_t I,
+                                 int64_t H, lltm_sequence_plan *plan, double *cost)
+{
+    lltm_sequence_plan_options options;
+    lltm_cuda_device dev;
+    if (!plan || !cost)
+        return LLTM_ERR_ARGUMENT;
+    plan_options(&options);
+    int status = lltm_cuda_device_query(device, &dev);
+    if (status != LLTM_OK)
+        return status;
+    dev.tf32 = lltm_cuda_float32_tf32();
+    status = lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
+    if (status != LLTM_OK)
+        return status;
+    *cost = lltm_sequence_plan_cost_cuda(&dev, plan, T, B, I, H);
+    return LLTM_OK;
+}
+
 /* Either operator (the signatures: sequence_cpu.c). */
 static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
                           uint64_t num_outputs)

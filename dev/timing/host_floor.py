@@ -10,7 +10,13 @@ Rows, each a median of interleaved passes of back-to-back steps
                   nothing (two clones; saves 5 tensors, returns 5 gradients):
                   the cost of the Python autograd machinery alone
   cpp_floor       one torch.mm through autograd: a C++ node, no Python
-  native_ops      lltm.cell_forward then lltm.cell_backward, no autograd
+  native_ops      the two operators' own time: lltm::_cell_forward then
+                  lltm::_cell_backward (the autograd-free twins, which
+                  compiled graphs and the autograd formulas call), no autograd
+  native_ops_public
+                  the public lltm::cell_forward then lltm::cell_backward on
+                  tensors needing no gradient: the same plus the operators'
+                  Python autograd kernel, entered on every call
   native          lltm.functional.lltm_cell (what users call)
   reference       the tutorial's Python LLTM
 and with --single-thread, the same steps with
@@ -18,7 +24,11 @@ torch.autograd.set_multithreading_enabled(False) ("*_1thread"): on CUDA
 the engine then runs the backward on the calling thread instead of handing
 it to its device thread and waiting to be handed it back, which is what the
 difference measures. (Users get the default, multithreaded engine; the
-benchmark times that.)
+benchmark times that.) Each size's line ends with the host time of the cell
+above the floor, (native - function_floor) / native_ops: what lltm's autograd
+glue adds over an autograd.Function that does nothing, in units of the
+operators' own time; of the medians, and of the 10th percentiles (steadier
+on a noisy host).
 """
 from __future__ import annotations
 
@@ -53,18 +63,22 @@ def cases(device, B, I, H):
     x, W, b, h, c = leaves = (leaf(B, I), leaf(3 * H, I + H), leaf(3 * H), leaf(B, H), leaf(B, H))
     gh, gc = torch.randn(B, H, device=device), torch.randn(B, H, device=device)
     grad = torch.autograd.grad
-    fwd, bwd = torch.ops.lltm.cell_forward.default, torch.ops.lltm.cell_backward.default
     plain = [t.detach() for t in leaves]
 
-    def native_ops():
-        new_h, new_c, gates = fwd(*plain)
-        bwd(gh, gc, new_c, gates, plain[0], plain[3], plain[1])
+    def ops(fwd, bwd):
+        def run():
+            new_h, new_c, gates = fwd(*plain)
+            bwd(gh, gc, new_c, gates, plain[0], plain[3], plain[1])
+        return run
 
     hh = leaf(B, B)
     return {
         "function_floor": lambda: grad(Floor.apply(*leaves), leaves, (gh, gc)),
         "cpp_floor": lambda: grad(torch.mm(hh, hh), (hh,), (torch.ones_like(hh),)),
-        "native_ops": native_ops,
+        "native_ops": ops(torch.ops.lltm._cell_forward.default,
+                          torch.ops.lltm._cell_backward.default),
+        "native_ops_public": ops(torch.ops.lltm.cell_forward.default,
+                                 torch.ops.lltm.cell_backward.default),
         "native": lambda: grad(lltm.functional.lltm_cell(*leaves), leaves, (gh, gc)),
         "reference": lambda: grad(reference.lltm_cell(*leaves), leaves, (gh, gc)),
     }
@@ -94,7 +108,7 @@ def main() -> None:
         table = cases(device, B, I, H)
         if args.single_thread:
             table.update({f"{name}_1thread": single_threaded(step) for name, step in
-                          list(table.items()) if name != "native_ops"})
+                          list(table.items()) if not name.startswith("native_ops")})
         samples = {name: [] for name in table}
         for name, f in table.items():  # warm-up
             for _ in range(20):
@@ -111,8 +125,15 @@ def main() -> None:
                     f()
                 sync()
                 samples[name].append((time.perf_counter_ns() - start) / 1e3 / args.steps)
+        median = {name: statistics.median(v) for name, v in samples.items()}
+        p10 = {name: sorted(v)[len(v) // 10] for name, v in samples.items()}
+
+        def glue(q):
+            return (q["native"] - q["function_floor"]) / q["native_ops"]
         print(f"B={B} I={I} H={H}: " + ", ".join(
-            f"{name} {statistics.median(v):.1f}" for name, v in samples.items()))
+            f"{name} {m:.1f}" for name, m in median.items())
+              + f"; (native - function_floor) / native_ops {glue(median):.2f} "
+                f"(of the 10th percentiles: {glue(p10):.2f})")
 
 
 if __name__ == "__main__":

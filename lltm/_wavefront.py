@@ -1,0 +1,260 @@
+"""Stacked unidirectional layers of :class:`lltm.LLTM` pipelined over time
+chunks (a wavefront): the layers overlap instead of running one after the
+other.
+
+T steps are split into C chunks. Layer l's chunk k is one call of the
+sequence operator (``lltm.functional.lltm_sequence``) whose initial state is
+the state at the end of its chunk k-1 and whose input is layer l-1's output
+of chunk k. On CUDA each layer has its own stream (layer 0 the current one,
+layers above side streams): chunk (l, k) waits for (l-1, k) through an event,
+and for (l, k-1) by stream order, so up to min(L, C) chunks run at once, the
+calls issued diagonal by diagonal. The current stream joins the side streams
+at the end. Autograd runs each call's backward on the stream its forward ran
+on, with the engine's cross-stream synchronisation, so the backward overlaps
+the same way (in reverse). One layer of T steps costing t, L layers cost
+about (C + L - 1) / C * t plus C - 1 more calls a layer (each pays its
+launches and its input projection's set-up) instead of L * t.
+
+The same chunked calls run without streams on the CPU, under torch.compile
+and under torch.func transforms (one after the other: correct, no overlap);
+there C = 1 (one call a layer, the plain path) unless
+``lltm.overrides.wavefront(chunks=...)`` forces a count, which the tests use
+to compare the chunked path with the plain one everywhere.
+
+Rows of variable lengths are chunked too: in chunk (t0, Tc) row b runs
+clamp(length - t0, 0, Tc) steps; a row that finished before the chunk starts
+runs one step there (the operator takes lengths >= 1) whose output and state
+are replaced by 0 and the state it came in with (the gradients of that step
+are then zero). Not chunked: a single layer, and bidirectional layers (the
+reverse direction needs the whole of the layer below).
+docs/design.md ("Stacked layers") has how C is chosen.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import overrides
+
+# The automatic choice (automatic_chunks; docs/design.md, "Stacked layers"):
+# no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
+# call costs CALL_US of GPU time besides its steps (its launches, the input
+# projection's and the persistent kernels' start, the backward's products'
+# set-up) and, in eager mode, HOST_CALL_US of host time (forward and
+# backward); chunked only where predicted to take at most GAIN of the time.
+MIN_CHUNK_STEPS = 8
+MAX_CHUNKS = 16
+CALL_US = 110.0
+HOST_CALL_US = 200.0
+GAIN = 0.9
+
+_STREAMS: dict = {}
+_CHOICES: dict = {}
+_CHOICES_SIZE = 256
+
+
+def _streams(device: torch.device, count: int) -> list:
+    """``count`` side streams of ``device``, made once and reused (one per
+    layer above the first)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    pool = _STREAMS.setdefault(index, [])
+    while len(pool) < count:
+        pool.append(torch.cuda.Stream(device=index))
+    return pool[:count]
+
+
+def _overlapping(x: torch.Tensor) -> bool:
+    """Whether the chunks may run on several streams: CUDA, eager or under
+    CUDA-graph capture (fork and join of streams are legal there); not while
+    torch.compile traces nor under torch.func transforms."""
+    return (x.is_cuda and not torch.compiler.is_compiling()
+            and not torch._C._are_functorch_transforms_active())
+
+
+def _split(T: int, chunks: int) -> list[int]:
+    """T steps in ``chunks`` (<= T) near-equal chunks, the longer ones first."""
+    base, extra = divmod(T, chunks)
+    return [base + (k < extra) for k in range(chunks)]
+
+
+def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concurrent: float,
+                   host_us: float = 0.0) -> float:
+    """Microseconds of one forward + backward of L layers over T steps in C
+    chunks: a call costs call_us plus step_us a step (on the GPU) and host_us
+    of host time; at most ``concurrent`` layers' kernels fit on the GPU at
+    once. The wavefront takes C + L - 1 chunk times; with fewer than L
+    kernels at once, L C chunk calls shared out over ``concurrent``; the host
+    issues L C calls."""
+    chunk = call_us + step_us * T / C
+    if C == 1:
+        return L * max(chunk, host_us)
+    return max((C + L - 1) * chunk, L * C * chunk / concurrent, L * C * host_us)
+
+
+def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: float,
+                host_us: float = 0.0) -> int:
+    """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
+    least :func:`predicted_time`; 1 unless that saves at least 1 - GAIN of
+    the layers one after the other."""
+    top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
+    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us)
+             for C in range(1, top + 1)}
+    best = min(times, key=times.get)
+    return best if times[best] <= GAIN * times[1] else 1
+
+
+def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
+                     dtype: torch.dtype, device: torch.device,
+                     capturing: bool = True) -> int:
+    """The number of chunks the wavefront uses by itself for L layers of
+    these sizes on ``device`` (1: the layers one after the other): CUDA only;
+    :func:`best_chunks` for the plan the library would run a layer with, its
+    time per step from the library's cost model, CALL_US a call, as many
+    layers at once as the plan's blocks fit on the SMs (one for the per-step
+    family, whose products spread over the GPU), and in eager mode
+    (``capturing`` False) HOST_CALL_US of host time a call."""
+    if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
+    found = _CHOICES.get(key)
+    if found is None:
+        found = _choose(T, B, H, L, dtype, index, capturing)
+        if len(_CHOICES) >= _CHOICES_SIZE:
+            del _CHOICES[next(iter(_CHOICES))]
+        _CHOICES[key] = found
+    return found
+
+
+def _choose(T, B, H, L, dtype, index, capturing) -> int:
+    # the layers above the first read H features
+    long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
+    short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
+    if long is None or short is None:
+        return 1
+    plan, cost = long
+    step_us = max(0.0, (cost - short[1]) / (T - T // 2))
+    sms = torch.cuda.get_device_properties(index).multi_processor_count
+    concurrent = layers_at_once(plan, L, B, H, dtype, sms)
+    return best_chunks(L, T, CALL_US, step_us, concurrent, 0.0 if capturing else HOST_CALL_US)
+
+
+def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype, sms: int) -> float:
+    """How many layers' kernels run at once at full speed: for the persistent
+    plans, as many as their blocks fit on the SMs; for the per-step family,
+    whose products spread over the GPU, one in float32 and float64 (their
+    products on FFMA fill it: at B256/H1024 chunks saved 9%) and, in the half
+    types, from 3 at B*H = 32768 down to 1.6 at 262144 (measured), as
+    3 (32768 / (B H))^0.3."""
+    if plan["family"] == "steps":
+        if dtype not in (torch.float16, torch.bfloat16):
+            return 1
+        return max(1.0, min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3))
+    blocks = max(plan[d]["blocks"] * max(plan[d]["groups"], 1) for d in ("forward", "backward"))
+    return max(1, min(L, sms // max(blocks, 1)))
+
+
+def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
+    """The number of time chunks for L stacked layers over x [T, B, I]: the
+    count forced by ``lltm.overrides.wavefront`` (at most T), else
+    :func:`automatic_chunks` (1 under torch.compile and torch.func)."""
+    T, B, I = x.shape
+    if T < 2 or L < 2:
+        return 1
+    forced = overrides.current_wavefront_chunks()
+    if forced is not None:
+        return min(forced, T)
+    if not _overlapping(x):
+        return 1
+    return automatic_chunks(T, B, I, H, L, x.dtype, x.device,
+                            torch.cuda.is_current_stream_capturing())
+
+
+def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
+    """Per chunk (t0, Tc): the rows' lengths within it, clamp(length - t0, 1,
+    Tc), and [B, 1] True where a row finished before the chunk starts (None
+    for the first chunk, where none has). A finished row runs one step there
+    (the operator takes lengths >= 1) whose results the caller discards."""
+    per_chunk, finished, t0 = [], [], 0
+    for size in sizes:
+        per_chunk.append((lengths - t0).clamp(1, size))
+        finished.append((lengths <= t0).unsqueeze(1) if t0 else None)
+        t0 += size
+    return per_chunk, finished
+
+
+def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int,
+        lengths: torch.Tensor | None = None):
+    """All of ``module``'s (an lltm.LLTM, one direction, native layers)
+    layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H];
+    row b stops after lengths[b] steps (an int64 [B] tensor on x's device,
+    each in [1, T]; None: all T). Returns (output [T, B, H], (h_n, c_n)) as
+    LLTM._run does."""
+    from .functional import lltm_sequence
+
+    L = module.num_layers
+    dropout = module.dropout if module.training and module.dropout > 0 else 0.0
+    sizes = _split(x.shape[0], chunks)
+    inputs = list(x.split(sizes, dim=0))  # layer 0's, then each layer's
+    states = [(h0[k], c0[k]) for k in range(L)]
+    params = [module.layer_parameters(k) for k in range(L)]
+    last = [None] * chunks  # the top layer's output chunks
+    chunk_lengths, finished = _chunk_lengths(lengths, sizes) if lengths is not None else ((), ())
+
+    streams = None
+    if _overlapping(x):
+        current = torch.cuda.current_stream(x.device)
+        streams = [current, *_streams(x.device, L - 1)]
+        for side in streams[1:]:  # after the work that made x, h0, c0 and the parameters
+            side.wait_stream(current)
+            if lengths is not None:  # made here, read there
+                for t in (*chunk_lengths, *finished[1:]):
+                    t.record_stream(side)
+
+    def call(k: int, layer: int) -> None:
+        weights, bias = params[layer]
+        if lengths is None:
+            out, states[layer] = lltm_sequence(inputs[k], weights, bias, *states[layer])
+        else:
+            out, (h, c) = lltm_sequence(inputs[k], weights, bias, *states[layer],
+                                        lengths=chunk_lengths[k])
+            done = finished[k]
+            if done is not None:  # rows finished before this chunk: output 0, state kept
+                out = out.masked_fill(done, 0)
+                h0_k, c0_k = states[layer]
+                h, c = torch.where(done, h0_k, h), torch.where(done, c0_k, c)
+            states[layer] = (h, c)
+        if layer < L - 1:
+            if dropout:
+                out = F.dropout(out, p=dropout, training=True)
+            inputs[k] = out  # layer + 1 reads it next
+        else:
+            last[k] = out
+
+    # Diagonal d holds the chunks (layer, d - layer); each is issued after the
+    # chunk below it (previous diagonal) and its own layer's previous chunk.
+    # Top layer first within a diagonal: when (layer, k) waits on layer - 1's
+    # stream, the newest work there is (layer - 1, k), not (layer - 1, k + 1).
+    for d in range(chunks + L - 1):
+        for layer in range(min(d, L - 1), -1, -1):
+            k = d - layer
+            if k >= chunks:
+                break
+            if streams is None:
+                call(k, layer)
+                continue
+            stream = streams[layer]
+            if layer:
+                stream.wait_stream(streams[layer - 1])
+                inputs[k].record_stream(stream)  # made on the stream below, read here
+            with torch.cuda.stream(stream):
+                call(k, layer)
+
+    if streams is not None:
+        for side in streams[1:]:
+            current.wait_stream(side)
+        if L > 1:  # made on side streams, read on the current one from here on
+            for t in (*last, *(t for layer in range(1, L) for t in states[layer])):
+                t.record_stream(current)
+    output = last[0] if chunks == 1 else torch.cat(last, dim=0)
+    return output, (torch.stack([h for h, _ in states]), torch.stack([c for _, c in states]))
