@@ -165,6 +165,40 @@ def has_cuda_kernels() -> bool:
     return "cuda" in _loaded
 
 
+def _float32_tf32() -> bool:
+    """Whether torch lets float32 matrix products (aten::mm) run on TF32:
+    torch.backends.cuda.matmul.fp32_precision (which also reflects the older
+    allow_tf32 and set_float32_matmul_precision), read the cheap way."""
+    try:
+        return torch._C._get_fp32_precision_getter("cuda", "matmul") == "tf32"
+    except (AttributeError, RuntimeError):
+        try:
+            return bool(torch.backends.cuda.matmul.allow_tf32)
+        except RuntimeError:
+            return False
+
+
+_float32_tf32_copied = False  # the library starts with 0
+
+
+def sync_float32_tf32() -> None:
+    """Copies torch's TF32 setting for float32 products to the CUDA library,
+    whose cost models (csrc/core/lltm_cuda_cost.c) then rate its float32
+    cuBLAS products at the TF32 or the FFMA rate. Whether the products use
+    TF32 is aten::mm's own decision, from the same setting; this only keeps
+    the choice of kernels in step with it (called at each eager call on CUDA
+    tensors: lltm._ops.eager_call; a compiled graph runs with the setting of
+    the last eager call)."""
+    global _float32_tf32_copied
+    lib = _loaded.get("cuda")
+    if lib is None:
+        return
+    now = _float32_tf32()
+    if now != _float32_tf32_copied:
+        lib.lltm_cuda_set_float32_tf32(int(now))
+        _float32_tf32_copied = now
+
+
 def build_info() -> dict:
     """How the loaded native libraries were built: the torch versions they load
     on, CPU / CUDA, the GPU architectures, compilers and flags, the build key,

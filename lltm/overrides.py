@@ -144,6 +144,7 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     if lib is None:
         return None
     import torch
+    _native.sync_float32_tf32()
     fn = lib.lltm_cuda_sequence_plan_in_force
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
@@ -165,6 +166,7 @@ def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     if lib is None:
         return None
     import torch
+    _native.sync_float32_tf32()
     fn = lib.lltm_cuda_sequence_cost_in_force
     fn.restype = ctypes.c_int
     fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
@@ -185,6 +187,7 @@ def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
     if lib is None:
         return None
     import torch
+    _native.sync_float32_tf32()
     fn = lib.lltm_cuda_cell_route_in_force
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 3

@@ -1,8 +1,9 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
-grid, B split over batch groups; per-step), float32 and bfloat16, sizes with
-padded units, two to four 16-row chunks, the 16-block shape's batch split
-(B <= 16) and I = 0; each also with rows of their own lengths. Run by
+grid, B split over batch groups; per-step, over several blocks of units and
+of rows), float32 and bfloat16, sizes with padded units, two to four 16-row
+chunks, the 16-block shape's batch split (B <= 16) and I = 0; each also with
+rows of their own lengths. Run by
 scripts/gpu_check.sh (mode tests) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
@@ -23,7 +24,8 @@ CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          # B = 13, 2: the batch split (four clusters of 4-row chunks, one)
          "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100), (3, 13, 4, 128)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
-         "steps": [(3, 17, 5, 33)]}
+         # B = 70, 300: several blocks of rows in the backward step (bias sums' lines)
+         "steps": [(3, 17, 5, 33), (3, 70, 5, 40), (2, 300, 8, 129)]}
 
 
 def clusters_available() -> bool:

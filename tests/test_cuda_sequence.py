@@ -227,6 +227,26 @@ def test_deterministic(route):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("route", ["steps"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
+                         ids=lambda d: str(d).split(".")[-1])
+def test_steps_many_blocks_of_rows(route, dtype):
+    """The per-step kernels over many blocks of rows and units (B = 301: the
+    backward's bias sums in 38 lines, the last block of rows short; H = 161:
+    6 blocks of units, the last partial) against the reference, and bitwise
+    the same twice."""
+    compare(4, 301, 33, 161, dtype)
+    args, _ = seq_inputs(3, 301, 33, 161, dtype)
+    runs = []
+    for _ in range(2):
+        nat = [a.clone().requires_grad_() for a in args]
+        out, h_n, c_n = native_sequence(*nat)
+        (out.float().sum() + (h_n.float() * c_n.float()).sum()).backward()
+        runs.append([out, h_n, c_n] + [a.grad for a in nat])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("route", CLUSTERS + ["grid"], indirect=True)
 def test_side_stream_and_cuda_graph(route):
     T, B, I, H = 4, 3, 5, 40

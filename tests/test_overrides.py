@@ -83,3 +83,25 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     assert layout(overrides._Launch) == layout(Launch)
     assert layout(overrides._Plan) == layout(Plan)
     assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)
+
+
+@pytest.mark.parametrize("allow", ["allow_tf32", "precision"])
+def test_the_cost_models_follow_torchs_tf32_setting(allow):
+    """Not an override: the CUDA library's cost models rate float32 cuBLAS
+    products at the TF32 rate exactly when torch lets aten::mm use TF32 (read
+    by lltm._native._float32_tf32, copied at each eager call on CUDA tensors;
+    the effect on the choice: tests/c/test_cost.c)."""
+    import torch
+    from lltm import _native
+    before = torch.get_float32_matmul_precision()
+    assert _native._float32_tf32() is (before != "highest")
+    try:
+        if allow == "allow_tf32":
+            torch.backends.cuda.matmul.allow_tf32 = True
+        else:
+            torch.set_float32_matmul_precision("high")
+        assert _native._float32_tf32() is True
+        _native.sync_float32_tf32()  # without the CUDA library: nothing to copy to
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert _native._float32_tf32() is (before != "highest")

@@ -29,6 +29,23 @@ __attribute__((visibility("default"))) int lltm_cuda_set_matmul_policy(int polic
     return atomic_exchange(&matmul_policy, policy);
 }
 
+/* Whether float32 products through aten::mm may run on TF32 (torch's float32
+ * matmul precision, which aten::mm itself follows): the cost models' rate of
+ * those products. The stable ABI has no reader of torch's setting: lltm's
+ * Python keeps this copy of it (lltm/_ops.py, at each eager call on CUDA
+ * tensors). */
+static atomic_int float32_tf32;
+
+__attribute__((visibility("default"))) int lltm_cuda_set_float32_tf32(int allowed)
+{
+    return atomic_exchange(&float32_tf32, allowed != 0);
+}
+
+int lltm_cuda_float32_tf32(void)
+{
+    return atomic_load_explicit(&float32_tf32, memory_order_relaxed);
+}
+
 /* The device's properties for the cost model, asked once per device. */
 enum { MAX_DEVICES = 64 };
 static lltm_cuda_device device_cache[MAX_DEVICES];
@@ -39,6 +56,7 @@ static int device_properties(int device, lltm_cuda_device *out)
     const bool cacheable = device >= 0 && device < MAX_DEVICES;
     if (cacheable && atomic_load(&device_state[device]) == 2) {
         *out = device_cache[device];
+        out->tf32 = lltm_cuda_float32_tf32();
         return LLTM_OK;
     }
     const int status = lltm_cuda_device_query(device, out);
@@ -48,6 +66,7 @@ static int device_properties(int device, lltm_cuda_device *out)
         device_cache[device] = *out;
         atomic_store(&device_state[device], 2);
     }
+    out->tf32 = lltm_cuda_float32_tf32();
     return status;
 }
 

@@ -107,4 +107,10 @@ void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
 enum { LLTM_MATMUL_AUTO = 0, LLTM_MATMUL_FUSED = 1, LLTM_MATMUL_CUBLAS = 2 };
 int lltm_cuda_set_matmul_policy(int policy);
 
+/* Whether float32 products through aten::mm may run on TF32 (torch's
+ * setting, which lltm's Python copies here: csrc/binding/cell_cuda.c); the
+ * cost models' lltm_cuda_device.tf32. The setter returns the previous value. */
+int lltm_cuda_set_float32_tf32(int allowed);
+int lltm_cuda_float32_tf32(void);
+
 #endif /* LLTM_BINDING_OPS_H */

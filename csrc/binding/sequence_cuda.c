@@ -71,6 +71,7 @@ static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_pl
     status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return lltm_core_failed(err, "lltm_cuda_device_query", status);
+    dev.tf32 = lltm_cuda_float32_tf32();
     status = lltm_sequence_plan_cuda(&dev, d->dtype, d->T, d->B, d->I, d->H, &options, plan);
     if (status != LLTM_OK)
         return lltm_fail(err, "no plan of the forced kernel family (lltm.overrides) fits "
@@ -96,6 +97,7 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, in
     const int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
+    dev.tf32 = lltm_cuda_float32_tf32();
     return lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
 }
 
@@ -115,6 +117,7 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, in
     int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
+    dev.tf32 = lltm_cuda_float32_tf32();
     status = lltm_sequence_plan_cuda(&dev, (lltm_dtype)dtype, T, B, I, H, &options, plan);
     if (status != LLTM_OK)
         return status;

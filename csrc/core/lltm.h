@@ -367,6 +367,13 @@ typedef struct lltm_cuda_device {
                               * older PTX) */
     int code_arch;           /* virtual architecture of the library's code that
                               * runs on this device (e.g. 80 for compute_80 PTX) */
+    int tf32;                /* nonzero: float32 products through the gemm
+                              * callback may run on TF32 tensor cores (the
+                              * caller's setting: the binding's aten::mm follows
+                              * torch's float32 matmul precision); the cost
+                              * model then takes them at the TF32 rate from
+                              * compute capability 8.0. lltm_cuda_device_query
+                              * leaves it 0. */
 } lltm_cuda_device;
 
 int lltm_cuda_device_query(int device, lltm_cuda_device *out);
@@ -560,30 +567,52 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
  *   gates 0, h_t 0, c_t = c_{t-1}).
  * Backward step t of T: grad_output [B,H] dL/dh_t from the output; grad_h
  *   [B,H] dL/dh_t through step t+1, grad_h_n [B,H] from h_n (used at each
- *   row's last step, lengths[b] - 1 or T - 1); grad_cell [B,H] in/out:
- *   dL/dc_t -> dL/dc_{t-1} (unchanged for rows past their length, whose
- *   gate gradients are 0); cell [B,H] c_t; gates [B,G] activations;
- *   grad_gates [B,G] out; the bias gradient accumulates into bias_acc [G]
- *   of the accumulation type (float32 for float16/bfloat16);
- *   lltm_sequence_convert_cuda rounds it at the end. */
+ *   row's last step, lengths[b] - 1 or T - 1); grad_c_next [B,H] dL/dc_t;
+ *   grad_cell [B,H] out: dL/dc_{t-1} (may be grad_c_next: in place; for
+ *   rows past their length dL/dc_t, and their gate gradients are 0); cell
+ *   [B,H] c_t; gates [B,G] activations; grad_gates [B,G] out. The bias
+ *   gradient, without atomics: bias_parts [P,G] of the accumulation type
+ *   (float32 for float16/bfloat16), P = lltm_sequence_step_bias_parts(B, H),
+ *   one line per block of rows, written at step T - 1 and added to at the
+ *   steps after it (so the steps run T - 1 down to 0, as the layer does);
+ *   lltm_sequence_bias_sum_cuda sums the lines in order into grad_bias [G]
+ *   of the dtype at the end (deterministic). */
 int lltm_sequence_forward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
                                     const int64_t *lengths, const void *recurrent,
                                     void *gates, const void *bias, const void *old_cell,
                                     void *new_h, void *new_cell, void *stream);
+/* The rows of the batch one block of the backward step takes: a multiple
+ * of its 8 slices of rows, from 8 (a row a thread) to 64 (8 rows a thread:
+ * a thread's rows run one after another), so that the grid of 32-unit
+ * blocks x row blocks holds about 4096 blocks (the GPU full at any H; the
+ * H100 holds ~1000 such blocks at once) and at most 65535 blocks of rows.
+ * The bias sums have one line per block of rows: P =
+ * lltm_sequence_step_bias_parts. */
+static inline int64_t lltm_sequence_step_rows(int64_t B, int64_t H)
+{
+    const int64_t unit_blocks = H > 0 ? (H + 31) / 32 : 1;
+    const int64_t want = (4096 + unit_blocks - 1) / unit_blocks;
+    int64_t rows = ((B + want - 1) / want + 7) / 8 * 8;
+    const int64_t fit = ((B + 65534) / 65535 + 7) / 8 * 8;
+    rows = rows < 8 ? 8 : rows > 64 ? 64 : rows;
+    return rows > fit ? rows : fit;
+}
+int64_t lltm_sequence_step_bias_parts(int64_t B, int64_t H);
 int lltm_sequence_backward_step_cuda(lltm_dtype dtype, int64_t B, int64_t H, int64_t t,
                                      int64_t T, const int64_t *lengths,
                                      const void *grad_output, const void *grad_h,
-                                     const void *grad_h_n, void *grad_cell,
-                                     const void *cell, const void *gates,
-                                     void *grad_gates, void *bias_acc, void *stream);
+                                     const void *grad_h_n, const void *grad_c_next,
+                                     void *grad_cell, const void *cell, const void *gates,
+                                     void *grad_gates, void *bias_parts, void *stream);
 /* h_n [B,H] = row b of output [T,B,H] at step lengths[b] - 1 (lengths [B]
  * int64 on the device, each in [1, T]; others are clamped into [1, T]) */
 int lltm_sequence_last_state_cuda(lltm_dtype dtype, int64_t T, int64_t B, int64_t H,
                                   const int64_t *lengths, const void *output, void *h_n,
                                   void *stream);
-/* dst [n] (dtype) = src [n] (its accumulation type) */
-int lltm_sequence_convert_cuda(lltm_dtype dtype, int64_t n, const void *src,
-                               void *dst, void *stream);
+/* grad_bias [G] (dtype) = the sum of bias_parts [P,G] (its accumulation
+ * type) over its P lines, in line order */
+int lltm_sequence_bias_sum_cuda(lltm_dtype dtype, int64_t P, int64_t G, const void *bias_parts,
+                                void *grad_bias, void *stream);
 
 /* Small matrix products, for the binding where a library call (aten::mm:
  * ~40 us of host time on the GPU machine) costs more than the product's GPU

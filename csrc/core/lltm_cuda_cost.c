@@ -8,18 +8,23 @@
  * The terms (each a time per unit, fitted on an H100):
  *   products    every cuBLAS product (aten::mm through the binding): its
  *               flops at the FFMA rate, or the tensor-core rate for the half
- *               types where the device has tensor cores for them, plus the
- *               bytes it reads and writes at the memory rate; rates per SM,
- *               so they scale with the SM count
+ *               types where the device has tensor cores for them, or the
+ *               TF32 rate for float32 where the caller lets its products run
+ *               on TF32 (dev->tf32, compute capability 8.0+), plus the bytes
+ *               it reads and writes at the memory rate; rates per SM, so
+ *               they scale with the SM count
  *   steps       per step: the launches and latencies of the per-step
- *               kernels, plus two products (h W_h^T, dG W_h)
+ *               kernels (more in float32 / float64, whose per-step products
+ *               cuBLAS splits), the bytes both pointwise kernels move at the
+ *               memory rate, plus two products (h W_h^T, dG W_h)
  *   grid        per step: the latency of the exchange (grid barriers,
  *               state through global memory), plus each thread's
  *               multiply-adds (passes over its chunks x rows x values, both
  *               directions) at the FFMA rate of one thread, plus the state
  *               values its block stages (passes x chunk rows x H)
  *   cluster     the same terms for thread-block clusters (the exchange in
- *               distributed shared memory)
+ *               distributed shared memory); both persistent families also
+ *               pay for the gates and states a step moves through memory
  *   cell        fused: one step's latency (three launches), its flops at
  *               the FFMA rate, and the reductions one thread runs alone (over
  *               the B rows for the weight gradient, over K = I + H for the
@@ -44,19 +49,33 @@
 /*
  * Fitted by dev/timing/fit_routes.py (non-negative least squares on
  * relative errors) to `python -m lltm.bench --sweep --sweep-variants` on one
- * H100 80GB HBM3 (132 SMs; torch 2.11.0+cu130), 2026-11-24 05:10 UTC, tree
- * f8aeba6: 429 sequence times (every plan family and grid layout forced, B
- * 1..1024, H 64..2048, T 20, 100 and 1000, float32 and bfloat16; at H =
- * 2048 the library's choice, the per-step kernels) and 108
- * cell times (both routes, B 1..1024, H 128, 512, 1024). The cell's cuBLAS
- * route (products and launches only) was fitted first; its product rates
- * are the sequence's too. Median relative error 11% (cell), 10% (sequence).
+ * H100 80GB HBM3 (132 SMs; torch 2.11.0+cu130): the run of 2026-11-24 05:10
+ * UTC, tree f8aeba6 (every plan family and grid layout forced, B 1..1024, H
+ * 64..2048, T 20, 100 and 1000, float32 and bfloat16; its per-step times,
+ * from the kernels before the 2-D grid, left out; 108 cell times, both
+ * routes, B 1..1024, H 128, 512, 1024) and the run of 08:40 UTC, tree
+ * f82d008 (every family, B 1, 16, 64, 256, 1024 x H 64..2048, T 100): 407
+ * sequence times. The cell's coefficients alone, the sequence's (its
+ * product rates included) together. Median relative error 11% (cell), 7.8%
+ * (sequence).
  */
 /* cuBLAS products (per flop: 35 TFLOPS FFMA, 314 TFLOPS tensor cores; per
  * byte: 3.0 TB/s) */
 #define C_FLOP_FFMA 2.883e-08
 #define C_FLOP_TENSOR 3.185e-09
 #define C_BYTE 3.352e-07
+/* the cell's float32 products on TF32 were not measured: at half the half
+ * types' tensor-core rate (the H100's TF32 : BF16 rate) */
+#define C_FLOP_TF32 (2.0 * C_FLOP_TENSOR)
+/* the sequence's products (FFMA, tensor cores, TF32; a byte) */
+#define C_SEQ_FLOP_FFMA 1.917e-08
+#define C_SEQ_FLOP_TENSOR 1.152e-09
+/* TF32: no sweep timed it (its check failed on the bench's old bar); set
+ * to 4.0e-9 from the per-step family's GPU time on TF32 at float32
+ * B256/H1024 (5,945 us, 3.2e-9 would fit it) and B1024/H256 (3,751 us,
+ * 5.8e-9), T = 100 (dev/timing/sequence_profile.py --graph --tf32) */
+#define C_SEQ_FLOP_TF32 4.0e-09
+#define C_SEQ_BYTE 3.673e-07
 /* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
 #define C_CUBLAS_CALL 18.09
 #define C_CUBLAS_CALL_FFMA 6.374
@@ -70,22 +89,31 @@
 #define C_FUSED_ROWS 0.1226
 #define C_FUSED_K 0.03438
 /* the sequence: a call (its launches and large products' latency) */
-#define C_CALL 69.69
-/* per step of the per-step kernels (launches, latency), and per row one
- * thread of its backward kernel walks (measured on the kernel that walked
- * the whole batch; it now walks ceil(B / STEP_SLICES) rows) */
-#define C_STEPS_STEP 8.225
-#define C_STEPS_ROW 0.3402
-#define STEP_SLICES 8 /* lltm_cuda_sequence_steps.cu */
+#define C_CALL 68.53
+/* per step of the per-step kernels (four launches, latency; a term per row
+ * one thread of the backward kernel walks, lltm_sequence_step_rows / 8,
+ * fitted to 0 and left out) */
+#define C_STEPS_STEP 9.12
+/* more a step in float32 and float64: cuBLAS's per-step products there
+ * (FFMA, or TF32) split K and add a reduce kernel */
+#define C_STEPS_STEP_FFMA 2.174
+/* the elements a (row, unit) of a step the two pointwise kernels read and
+ * write: forward gates, recurrent (3 + 3), c_{t-1}, activations (3), c_t,
+ * h_t; backward activations (3), c_t, grad_output, dh, dc in, dG (3), dc
+ * out */
+#define STEPS_POINTWISE_ELEMS 23.0
 /* per step of the grid family: the exchange, a multiply-add of one thread,
  * a state value a block stages */
-#define C_GRID_STEP 3.464
-#define C_GRID_WORK 0.01013
-#define C_GRID_STAGE 5.245e-05
+#define C_GRID_STEP 3.447
+#define C_GRID_WORK 0.009531
+#define C_GRID_STAGE 5.83e-05
 /* the same for the cluster family */
-#define C_CLUSTER_STEP 1.201
-#define C_CLUSTER_WORK 0.01422
-#define C_CLUSTER_STAGE 0.000217
+#define C_CLUSTER_STEP 1.281
+#define C_CLUSTER_WORK 0.01451
+#define C_CLUSTER_STAGE 0.0001918
+/* per byte of the gates and states a step of a persistent kernel reads and
+ * writes (STEPS_POINTWISE_ELEMS a row and unit, as the per-step kernels) */
+#define C_PERSISTENT_BYTE 1.055e-06
 /* not measured: float64 arithmetic taken at half the float32 rate (the
  * H100's FP64 : FP32 rate) */
 #define FP64_SLOWDOWN 2.0
@@ -102,6 +130,8 @@ static int tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
         return dev->major >= 7;
     if (dtype == LLTM_BFLOAT16)
         return dev->major >= 8;
+    if (dtype == LLTM_FLOAT32)
+        return dev->tf32 && dev->major >= 8;
     return 0;
 }
 
@@ -115,16 +145,28 @@ static double elem_bytes(lltm_dtype dtype)
     return dtype == LLTM_FLOAT64 ? 8.0 : dtype == LLTM_FLOAT32 ? 4.0 : 2.0;
 }
 
+/* The rates of cuBLAS products (us a flop on FFMA, tensor cores, TF32;
+ * us a byte): the cell's one-step products, and the sequence's (its large
+ * products over all T * B rows and the per-step products run at rates the
+ * cell's small ones never reach) */
+typedef struct product_rates {
+    double ffma, tensor, tf32, byte;
+} product_rates;
+static const product_rates CELL_RATES = {C_FLOP_FFMA, C_FLOP_TENSOR, C_FLOP_TF32, C_BYTE};
+static const product_rates SEQ_RATES = {C_SEQ_FLOP_FFMA, C_SEQ_FLOP_TENSOR, C_SEQ_FLOP_TF32,
+                                        C_SEQ_BYTE};
+
 /* One cuBLAS product [M,K] x [K,N]: flops and bytes at their rates. */
-static double product_us(const lltm_cuda_device *dev, lltm_dtype dtype, double M, double N,
-                         double K)
+static double product_us(const lltm_cuda_device *dev, const product_rates *r, lltm_dtype dtype,
+                         double M, double N, double K)
 {
     const double flops = 2.0 * M * N * K;
     const double bytes = (M * K + K * N + M * N) * elem_bytes(dtype);
-    const double per_flop = tensor_cores(dev, dtype) ? C_FLOP_TENSOR
-                            : dtype == LLTM_FLOAT64  ? C_FLOP_FFMA * FP64_SLOWDOWN
-                                                     : C_FLOP_FFMA;
-    return (flops * per_flop + bytes * C_BYTE) * sm_scale(dev);
+    const double per_flop = !tensor_cores(dev, dtype)
+                                ? (dtype == LLTM_FLOAT64 ? r->ffma * FP64_SLOWDOWN : r->ffma)
+                            : dtype == LLTM_FLOAT32 ? r->tf32
+                                                    : r->tensor;
+    return (flops * per_flop + bytes * r->byte) * sm_scale(dev);
 }
 
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
@@ -149,20 +191,29 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     const lltm_dtype dt = plan->dtype;
     const double t = (double)T, b = (double)B, i = (double)I, h = (double)H;
     /* the products of every plan: x W_x^T for all steps, then dW and dx */
-    double us = C_CALL + product_us(dev, dt, t * b, 3 * h, i) +
-                product_us(dev, dt, 3 * h, h + i, t * b) + product_us(dev, dt, t * b, i, 3 * h);
-    if (plan->family == LLTM_SEQ_STEPS)
-        return us + t * (C_STEPS_STEP + C_STEPS_ROW * ceil_div_d(B, STEP_SLICES) +
-                         product_us(dev, dt, b, 3 * h, h) + product_us(dev, dt, b, h, 3 * h));
+    const product_rates *r = &SEQ_RATES;
+    double us = C_CALL + product_us(dev, r, dt, t * b, 3 * h, i) +
+                product_us(dev, r, dt, 3 * h, h + i, t * b) +
+                product_us(dev, r, dt, t * b, i, 3 * h);
+    if (plan->family == LLTM_SEQ_STEPS) {
+        const double bytes = STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
+        const int half = dt == LLTM_FLOAT16 || dt == LLTM_BFLOAT16;
+        const double ffma = half ? 0.0 : C_STEPS_STEP_FFMA;
+        return us + t * (C_STEPS_STEP + ffma + r->byte * bytes * sm_scale(dev) +
+                         product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
+    }
     double work = 0, stage = 0;
     launch_work(&plan->forward, B, H, &work, &stage);
     launch_work(&plan->backward, B, H, &work, &stage);
     const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
+    /* the gates and states a step reads and writes in memory */
+    const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
     if (plan->family == LLTM_SEQ_GRID)
-        return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage);
+        return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage +
+                         memory);
     if (plan->family == LLTM_SEQ_CLUSTER)
         return us + t * (C_CLUSTER_STEP + C_CLUSTER_WORK * slow * work +
-                         C_CLUSTER_STAGE * stage);
+                         C_CLUSTER_STAGE * stage + memory);
     return INFINITY;
 }
 
@@ -190,8 +241,10 @@ double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, 
     }
     if (route == LLTM_CELL_CUBLAS)
         return C_CUBLAS_CALL + (tensor_cores(dev, dtype) ? 0.0 : C_CUBLAS_CALL_FFMA) +
-               product_us(dev, dtype, b, 3 * h, k) + product_us(dev, dtype, 3 * h, k, b) +
-               product_us(dev, dtype, b, h, 3 * h) + product_us(dev, dtype, b, i, 3 * h);
+               product_us(dev, &CELL_RATES, dtype, b, 3 * h, k) +
+               product_us(dev, &CELL_RATES, dtype, 3 * h, k, b) +
+               product_us(dev, &CELL_RATES, dtype, b, h, 3 * h) +
+               product_us(dev, &CELL_RATES, dtype, b, i, 3 * h);
     return INFINITY;
 }
 

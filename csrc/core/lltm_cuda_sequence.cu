@@ -103,8 +103,6 @@ bool persistent(const lltm_sequence_plan *plan)
     return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER;
 }
 
-bool half_type(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
-
 /* bytes of an element (0: unknown dtype) */
 size_t elem_size(lltm_dtype dtype)
 {
@@ -145,6 +143,14 @@ int call_gemm(lltm_gemm gemm, void *gemm_ctx, lltm_dtype dtype, int64_t M, int64
                : LLTM_ERR_GEMM;
 }
 
+/* the per-step backward's bias sums: lltm_sequence_step_bias_parts lines
+ * of G in the accumulation type */
+size_t steps_bias_bytes(const lltm_sequence_plan *plan, int64_t B, int64_t H)
+{
+    const size_t acc = plan->dtype == LLTM_FLOAT64 ? sizeof(double) : sizeof(float);
+    return (size_t)(lltm_sequence_step_bias_parts(B, H) * 3 * H) * acc;
+}
+
 bool layer_args_ok(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I, int64_t H)
 {
     return plan && !lltm_seq::bad_sizes(T, B, I, H) &&
@@ -172,9 +178,7 @@ size_t lltm_sequence_backward_workspace_cuda(const lltm_sequence_plan *plan, int
     if (!layer_args_ok(plan, T, B, I, H) || T * B == 0)
         return 0;
     const size_t elem = elem_size(plan->dtype);
-    const size_t first = persistent(plan) ? plan->workspace_bytes
-                         : half_type(plan->dtype) ? (size_t)(3 * H) * sizeof(float)
-                                                  : 0;
+    const size_t first = persistent(plan) ? plan->workspace_bytes : steps_bias_bytes(plan, B, H);
     /* then dG [T,B,G], [h_prev | x] [T*B, H+I], and where the caller wants
      * no gradient of h0, c0 or the bias, the kernels' places for them:
      * [B,H], [B,H], [G] */
@@ -277,12 +281,10 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
             status = lltm_cuda_zero(grad_input, (size_t)(TB * I) * elem, stream);
         return status;
     }
-    /* workspace: the plan's (or the bias sums of the half types), dG, hx,
+    /* workspace: the plan's (per-step kernels: the bias sums' lines), dG, hx,
      * then where the kernels put the gradients of h0, c0 and the bias that
      * the caller does not want */
-    const size_t first = persistent(plan) ? plan->workspace_bytes
-                         : half_type(dtype) ? (size_t)G * sizeof(float)
-                                            : 0;
+    const size_t first = persistent(plan) ? plan->workspace_bytes : steps_bias_bytes(plan, B, H);
     void *dG = (char *)workspace + round_up(first);
     void *hx = (char *)dG + round_up((size_t)(TB * G) * elem);
     void *spare_h0 = (char *)hx + round_up((size_t)(TB * K) * elem);
@@ -295,27 +297,26 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
             plan, T, B, I, H, grad_output, grad_h_n, grad_c_n, weights, cells, gates, dG,
             d_bias, d_h0, d_c0, first ? workspace : NULL, lengths, stream);
     } else {
-        /* per step, reverse time: the pointwise kernel (dG_t, dc in place in
-         * d_c0, bias sums), then dh = dG_t W_h (the caller's gemm) into d_h0;
-         * the first step's product only where grad_h0 is wanted */
-        void *bias_acc = half_type(dtype) ? workspace : d_bias;
-        const size_t acc_bytes = (size_t)G * (half_type(dtype) ? sizeof(float) : elem);
-        status = lltm_cuda_zero(bias_acc, acc_bytes, stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy(d_c0, grad_c_n, state_bytes, stream);
-        const void *dh_next = grad_h_n;
+        /* per step, reverse time: the pointwise kernel (dG_t, dL/dc_{t-1}
+         * into d_c0, from grad_c_n at the first step and in place after,
+         * the bias sums' lines), then dh = dG_t W_h (the caller's gemm) into
+         * d_h0; the first step's product only where grad_h0 is wanted; then
+         * the bias sums' lines summed into d_bias */
+        const void *dh_next = grad_h_n, *dc_next = grad_c_n;
         for (int64_t t = T - 1; t >= 0 && status == LLTM_OK; --t) {
             status = lltm_sequence_backward_step_cuda(
                 dtype, B, H, t, T, lengths, at(grad_output, t * B * H, elem), dh_next, grad_h_n,
-                d_c0, at(cells, t * B * H, elem), at(gates, t * B * G, elem),
-                at(dG, t * B * G, elem), bias_acc, stream);
+                dc_next, d_c0, at(cells, t * B * H, elem), at(gates, t * B * G, elem),
+                at(dG, t * B * G, elem), workspace, stream);
             if (status == LLTM_OK && (t > 0 || grad_h0))
                 status = call_gemm(gemm, gemm_ctx, dtype, B, H, G, at(dG, t * B * G, elem), G, 1,
                                    weights, K, 1, d_h0, H);
             dh_next = d_h0;
+            dc_next = d_c0;
         }
-        if (status == LLTM_OK && half_type(dtype))
-            status = lltm_sequence_convert_cuda(dtype, G, bias_acc, d_bias, stream);
+        if (status == LLTM_OK)
+            status = lltm_sequence_bias_sum_cuda(dtype, lltm_sequence_step_bias_parts(B, H), G,
+                                                 workspace, d_bias, stream);
     }
     if (status != LLTM_OK)
         return status;

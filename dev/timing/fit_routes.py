@@ -2,7 +2,14 @@
 to the times of ``python -m lltm.bench --sweep --sweep-variants`` (variants.json),
 and says how well the model then chooses.
 
-    python3 dev/timing/fit_routes.py variants.json [--write-data tests/data/routes-h100.json]
+    python3 dev/timing/fit_routes.py variants.json [more.json ...] [--steps-from K]
+        [--write-data tests/data/routes-h100.json]
+
+Several runs may be given (later files replace a shape's times of earlier
+ones, implementation by implementation; each run's float32 products on TF32
+or not as its machine record says: a run with torch's allow_tf32 on fits the
+TF32 rate); ``--steps-from K``: the per-step family's times only from the
+K-th file on (0-based; earlier runs timed an older per-step kernel).
 
 The model is linear in its coefficients (each a time per unit of a feature),
 so they are fitted by least squares on relative errors, all of them >= 0.
@@ -33,19 +40,21 @@ def ceil_div(a, b):
 # ----------------------------------------------------------------------------
 # Sequence: features of one record (one layer, forward + backward, T steps).
 
-SEQ_TERMS = ("call", "flop_ffma", "flop_tensor", "byte", "steps_step", "steps_rows",
-             "grid_step", "grid_work", "grid_stage", "cluster_step", "cluster_work",
-             "cluster_stage")
-PRODUCT_TERMS = ("flop_ffma", "flop_tensor", "byte")
-# the rows one thread of the per-step backward kernel walks: the measured
-# kernel ran one slice (the whole batch); the library's now runs 8
-MEASURED_STEP_SLICES = 1
+SEQ_TERMS = ("call", "seq_flop_ffma", "seq_flop_tensor", "seq_flop_tf32", "seq_byte",
+             "steps_step", "steps_step_ffma", "grid_step", "grid_work",
+             "grid_stage", "cluster_step", "cluster_work", "cluster_stage", "persistent_byte")
+SEQ_PRODUCTS = {"flop_ffma": "seq_flop_ffma", "flop_tensor": "seq_flop_tensor",
+                "flop_tf32": "seq_flop_tf32", "byte": "seq_byte"}
+STEPS_POINTWISE_ELEMS = 23  # lltm_cuda_cost.c: elements the two pointwise kernels move
 
 
-def gemm_features(M, N, K, dtype, f):
+def gemm_features(M, N, K, dtype, f, tf32=False):
     """One matrix product through cuBLAS: its flops (tensor cores for the half
-    types, FFMA otherwise) and the bytes it reads and writes."""
-    f["flop_tensor" if dtype in HALF else "flop_ffma"] += 2.0 * M * N * K
+    types, TF32 for float32 where allowed, FFMA otherwise) and the bytes it
+    reads and writes."""
+    rate = "flop_tensor" if dtype in HALF else "flop_tf32" if (tf32 and dtype == "float32") \
+        else "flop_ffma"
+    f[rate] += 2.0 * M * N * K
     f["byte"] += float(M * K + K * N + M * N) * ELEM[dtype]
 
 
@@ -57,22 +66,25 @@ def launch_work(launch, B):
 
 
 def sequence_features(rec):
+    """The sequence's products have rates of their own (seq_*): its large
+    products over T * B rows and its per-step ones are not the cell's."""
     T, B, I, H, dtype = rec["T"], rec["B"], rec["I"], rec["H"], rec["dtype"]
-    plan = rec["plan"]
-    f = dict.fromkeys(SEQ_TERMS, 0.0)
+    plan, tf32 = rec["plan"], rec.get("tf32", False)
+    f = dict.fromkeys(SEQ_TERMS + tuple(SEQ_PRODUCTS), 0.0)
     f["call"] = 1.0
     # the products of every plan: x W_x^T for all steps, then dW and dx
-    gemm_features(T * B, 3 * H, I, dtype, f)
-    gemm_features(3 * H, H + I, T * B, dtype, f)
-    gemm_features(T * B, I, 3 * H, dtype, f)
+    gemm_features(T * B, 3 * H, I, dtype, f, tf32)
+    gemm_features(3 * H, H + I, T * B, dtype, f, tf32)
+    gemm_features(T * B, I, 3 * H, dtype, f, tf32)
     family = plan["family"]
     if family == "steps":
         f["steps_step"] = T
-        f["steps_rows"] = T * ceil_div(B, MEASURED_STEP_SLICES)
-        sub = dict.fromkeys(SEQ_TERMS, 0.0)
-        gemm_features(B, 3 * H, H, dtype, sub)   # h W_h^T
-        gemm_features(B, H, 3 * H, dtype, sub)   # dG W_h
-        for k in ("flop_ffma", "flop_tensor", "byte"):
+        f["steps_step_ffma"] = T if dtype not in HALF else 0.0  # split-K products (FFMA, TF32)
+        sub = dict.fromkeys(SEQ_PRODUCTS, 0.0)
+        gemm_features(B, 3 * H, H, dtype, sub, tf32)   # h W_h^T
+        gemm_features(B, H, 3 * H, dtype, sub, tf32)   # dG W_h
+        sub["byte"] += STEPS_POINTWISE_ELEMS * B * H * ELEM[dtype]  # the pointwise kernels
+        for k in SEQ_PRODUCTS:
             f[k] += T * sub[k]
     else:
         work = stage = 0.0
@@ -83,6 +95,11 @@ def sequence_features(rec):
         f[f"{family}_step"] = T
         f[f"{family}_work"] = T * work
         f[f"{family}_stage"] = T * stage
+        # what a step reads and writes of the gates and states in memory (as
+        # the per-step kernels' pointwise passes do)
+        f["persistent_byte"] = T * STEPS_POINTWISE_ELEMS * B * H * ELEM[dtype]
+    for k, name in SEQ_PRODUCTS.items():
+        f[name] = f.pop(k)
     return f
 
 
@@ -181,7 +198,8 @@ def sequence_rows(results):
     """The forced plans' times, and the library's choice where it ran a plan
     no forced one was timed in (H = 2048: the per-step kernels, the only
     plan there)."""
-    forced = {(r["dtype"], r["T"], r["B"], r["H"], r["plan"]["family"]) for r in results
+    forced = {(r["dtype"], r["tf32"], r["T"], r["B"], r["H"], r["plan"]["family"])
+              for r in results
               if r["kind"] == "sequence" and r["impl"].startswith("lltm[")
               and r["status"] == "ok" and isinstance(r.get("plan"), dict)
               and "family" in r["plan"] and timed(r)}
@@ -191,7 +209,7 @@ def sequence_rows(results):
                 or rec["status"] != "ok" or not isinstance(rec.get("plan"), dict) \
                 or "family" not in rec["plan"]:
             continue
-        if rec["impl"] == "lltm" and (rec["dtype"], rec["T"], rec["B"], rec["H"],
+        if rec["impl"] == "lltm" and (rec["dtype"], rec["tf32"], rec["T"], rec["B"], rec["H"],
                                       rec["plan"]["family"]) in forced:
             continue
         us = timed(rec)
@@ -223,7 +241,7 @@ def report(rows, coef, name, tolerance):
     shapes = {}
     for r in rows:
         rec = r["rec"]
-        key = (rec["dtype"], rec["T"], rec["B"], rec["H"])
+        key = (rec["dtype"] + (" tf32" if rec.get("tf32") else ""), rec["T"], rec["B"], rec["H"])
         shapes.setdefault(key, []).append(r)
     agree = 0
     for key, rs in sorted(shapes.items()):
@@ -246,9 +264,12 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
            "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
-           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K",
+           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "flop_tf32": "C_FLOP_TF32",
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
-           "steps_rows": "C_STEPS_ROW"}
+           "steps_step_ffma": "C_STEPS_STEP_FFMA",
+           "seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",
+           "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE",
+           "persistent_byte": "C_PERSISTENT_BYTE"}
 
 
 def compact_plan(plan) -> str:
@@ -264,39 +285,54 @@ def compact_plan(plan) -> str:
            f"b{f['blocks']}; bwd {plan['backward']['exchange']} g{plan['backward']['groups']}"
 
 
-def print_c(coef):
+def print_c(coef, rows=()):
+    """The coefficients as C; a term no record has (e.g. TF32 where no run
+    timed it) is marked, not given as 0."""
+    seen = {t for r in rows for t, v in r["features"].items() if v}
     for term, value in coef.items():
-        print(f"#define {C_NAMES[term]} {value:.4g}")
+        if rows and term not in seen:
+            print(f"/* {C_NAMES[term]}: not in the data */")
+        else:
+            print(f"#define {C_NAMES[term]} {value:.4g}")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json")
+    parser.add_argument("json", nargs="+")
+    parser.add_argument("--steps-from", type=int, default=0, metavar="K")
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--write-data", metavar="PATH")
     args = parser.parse_args(argv)
-    data = load(args.json)
-    results = data["results"]
+    merged = {}
+    for index, path in enumerate(args.json):
+        data = load(path)
+        tf32 = bool((data["machine"].get("tf32") or {}).get("matmul"))
+        for rec in data["results"]:
+            plan = rec.get("plan")
+            if index < args.steps_from and isinstance(plan, dict) \
+                    and plan.get("family") == "steps":
+                continue
+            rec = dict(rec, tf32=tf32 and rec["dtype"] == "float32")
+            merged[(rec["kind"], rec["dtype"], rec["tf32"], rec["T"], rec["B"], rec["H"],
+                    rec["impl"])] = rec
+    results = list(merged.values())
     seq, cell = sequence_rows(results), cell_rows(results)
     if not seq and not cell:
-        sys.exit("no CUDA times with plans in " + args.json)
-    # the cell first: its cuBLAS route is products and launches only, which
-    # sets the product rates that the sequence's products then share
-    products = {}
+        sys.exit("no CUDA times with plans in " + " ".join(args.json))
     if cell:
         coef = fit(cell, CELL_TERMS)
         report(cell, coef, "cell", args.tolerance)
-        print_c(coef)
-        products = {t: coef[t] for t in PRODUCT_TERMS}
+        print_c(coef, cell)
     if seq:
-        coef = fit(seq, SEQ_TERMS, fixed=products)
+        coef = fit(seq, SEQ_TERMS)
         report(seq, coef, "sequence", args.tolerance)
-        print_c({t: c for t, c in coef.items() if t not in products})
+        print_c(coef, seq)
     if args.write_data:
         keep = []
         for r in seq + cell:
             rec = r["rec"]
             keep.append({k: rec[k] for k in ("kind", "dtype", "T", "B", "I", "H", "impl")}
+                        | ({"tf32": True} if rec["tf32"] else {})
                         | {"plan": compact_plan(rec["plan"]), "us": round(r["us"], 2)})
         with open(args.write_data, "w") as f:
             f.write('{"machine": ' + json.dumps({k: data["machine"].get(k) for k in

@@ -25,7 +25,7 @@ CORE = ROOT / "csrc" / "core"
 EMU = ROOT / "tests" / "cuda_emu"
 sys.path.insert(0, str(ROOT / "tests"))
 
-DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "float32-tf32": 0}
 FAMILIES = {1: "steps", 2: "grid", 3: "cluster"}
 EXCHANGES = {2: "bc", 3: "rs"}
 
@@ -67,7 +67,8 @@ def main(argv=None):
     parser.add_argument("--T", type=int, default=100)
     parser.add_argument("--batches", default="1,4,16,17,32,64,65,128,256,1024")
     parser.add_argument("--hidden", default="32,64,128,129,256,512,513,1024,1025,2048")
-    parser.add_argument("--dtypes", default="float32,bfloat16,float64")
+    parser.add_argument("--dtypes", default="float32,float32-tf32,bfloat16,float64",
+                        help="float32-tf32: float32 with torch's TF32 setting on")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(Path(tmp))
@@ -85,6 +86,7 @@ def main(argv=None):
             for H in map(int, args.hidden.split(",")):
                 cells = []
                 for dt in dtypes:
+                    dev.tf32 = int(dt.endswith("-tf32"))
                     plan = Plan()
                     status = lib.lltm_sequence_plan_cuda(ctypes.byref(dev), DTYPES[dt], args.T, B,
                                                          max(1, H // 2), H,

@@ -29,7 +29,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import lltm
 
-from .cases import TF32_TOLERANCE, TOLERANCE, Case, check, synchronize
+from .cases import TF32_TOLERANCE, TOLERANCE, Case, check, synchronize, uses_tf32
 from .report import describe_machine, load_average
 from .timing import GraphTimer, Timer, reason
 
@@ -182,15 +182,14 @@ def cases(row: str, device: torch.device, dtype: torch.dtype, seed: int,
 def bar(case: Case, bar_case: Case, dtype: torch.dtype, device: torch.device) -> float:
     if dtype == torch.float64:
         return TOLERANCE[dtype]
-    if dtype == torch.float32 and device.type == "cuda" and (
-            torch.backends.cuda.matmul.allow_tf32
-            or (case.uses_cudnn and torch.backends.cudnn.allow_tf32)):
-        return TF32_TOLERANCE
+    floor = TF32_TOLERANCE if uses_tf32(dtype, device, case) else TOLERANCE[dtype]
+    if floor == TF32_TOLERANCE and case.uses_cudnn:
+        return floor
     try:
         own = check(bar_case)[0]
     except Exception:  # noqa: BLE001 - then the fixed tolerance
         own = 0.0
-    return max(TOLERANCE[dtype], 2 * own)
+    return max(floor, 2 * own)
 
 
 # ----------------------------------------------------------------------------

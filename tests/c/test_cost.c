@@ -4,7 +4,8 @@
  * sizes, infinite for invalid ones; more steps, rows or units never cheaper;
  * fewer SMs make the products dearer and leave the persistent kernels' per-
  * step terms alone; tensor cores only where the device has them for the
- * dtype; the cell's choice is one of its routes and the cheaper of the two.
+ * dtype, TF32 for float32 only where the caller allows it; the cell's
+ * choice is one of its routes and the cheaper of the two.
  * (Whether the choices match the H100's measurements: tests/
  * test_cuda_sequence_emulated.py.)
  */
@@ -96,6 +97,75 @@ int main(void)
     check(lltm_cell_route_cost_cuda(&volta, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024) ==
               lltm_cell_route_cost_cuda(&dev, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024),
           "float16 tensor cores from 7.0", 256, 1024, "float16");
+    /* TF32: float32 products at the TF32 rate only where the caller allows
+     * it (dev.tf32) and the device has it (8.0+); other dtypes unchanged */
+    lltm_cuda_device tf32 = dev, volta_tf32 = volta;
+    tf32.tf32 = volta_tf32.tf32 = 1;
+    for (int d = 0; d < 4; ++d) {
+        lltm_sequence_plan steps;
+        memset(&steps, 0, sizeof steps);
+        steps.family = LLTM_SEQ_STEPS;
+        steps.dtype = dtypes[d];
+        const double off = lltm_sequence_plan_cost_cuda(&dev, &steps, 100, 256, 512, 1024);
+        const double on = lltm_sequence_plan_cost_cuda(&tf32, &steps, 100, 256, 512, 1024);
+        const double cell_off =
+            lltm_cell_route_cost_cuda(&dev, dtypes[d], LLTM_CELL_CUBLAS, 256, 512, 1024);
+        const double cell_on =
+            lltm_cell_route_cost_cuda(&tf32, dtypes[d], LLTM_CELL_CUBLAS, 256, 512, 1024);
+        if (dtypes[d] == LLTM_FLOAT32)
+            check(on < 0.5 * off && cell_on < cell_off, "TF32 products cheaper", 256, 1024,
+                  names[d]);
+        else
+            check(on == off && cell_on == cell_off, "TF32 leaves other dtypes alone", 256, 1024,
+                  names[d]);
+        check(lltm_sequence_plan_cost_cuda(&volta_tf32, &steps, 100, 256, 512, 1024) ==
+                  lltm_sequence_plan_cost_cuda(&volta, &steps, 100, 256, 512, 1024),
+              "no TF32 before 8.0", 256, 1024, names[d]);
+    }
+    /* Where the per-step family and the persistent grid trade places, as
+     * measured on the H100 (T = 100, I = H/2, us of one forward + backward,
+     * docs/performance.md): per-step kernels at large B x H in bfloat16
+     * (B256/H1024: 3,247 against the 32x32 grid's 21,662; B1024/H256: 2,334
+     * against 16x32's 10,718) and in float32 on TF32; the grid at small B or
+     * H (float32 B1/H1024: 1,522 against 2,000; bfloat16 B64/H128, 16x8:
+     * 769 against 982). */
+    {
+        struct {
+            lltm_dtype dtype;
+            int tf32;
+            int64_t B, H;
+            int lanes, values, groups;
+            int steps_cheaper;
+        } cases[] = {
+            {LLTM_BFLOAT16, 0, 256, 1024, 32, 32, 1, 1},
+            {LLTM_BFLOAT16, 0, 1024, 256, 16, 32, 8, 1},
+            {LLTM_FLOAT32, 1, 256, 1024, 32, 32, 1, 1},
+            {LLTM_FLOAT32, 1, 1024, 512, 16, 32, 4, 1},
+            {LLTM_FLOAT32, 0, 1, 1024, 32, 32, 1, 0},
+            {LLTM_BFLOAT16, 0, 64, 128, 16, 8, 4, 0},
+            {LLTM_FLOAT32, 0, 16, 512, 32, 16, 1, 0},
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+            lltm_cuda_device d = dev;
+            d.tf32 = cases[k].tf32;
+            lltm_sequence_plan steps;
+            memset(&steps, 0, sizeof steps);
+            steps.family = LLTM_SEQ_STEPS;
+            steps.dtype = cases[k].dtype;
+            const int64_t B = cases[k].B, H = cases[k].H;
+            const lltm_sequence_plan g = grid_plan(cases[k].dtype, B, H, cases[k].lanes,
+                                                   cases[k].values, cases[k].groups);
+            const double s_us = lltm_sequence_plan_cost_cuda(&d, &steps, 100, B, H / 2, H);
+            const double g_us = lltm_sequence_plan_cost_cuda(&d, &g, 100, B, H / 2, H);
+            const char *what = cases[k].tf32                        ? "float32 on TF32"
+                               : cases[k].dtype == LLTM_FLOAT32 ? "float32"
+                                                                : "bfloat16";
+            check((s_us < g_us) == cases[k].steps_cheaper,
+                  cases[k].steps_cheaper ? "per-step kernels cheaper than the grid"
+                                         : "the grid cheaper than per-step kernels",
+                  B, H, what);
+        }
+    }
     /* invalid questions */
     lltm_sequence_plan none;
     memset(&none, 0, sizeof none);
