@@ -75,3 +75,11 @@ def require_sktime():
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def emu(tmp_path_factory):
+    """The CUDA sequence kernels compiled against the fiber emulator, one
+    library for the session (tests/sequence_emu.py)."""
+    import sequence_emu
+    return sequence_emu.build(tmp_path_factory)

@@ -65,7 +65,7 @@ def test_bad_constraints_are_refused_and_change_nothing():
 def test_what_runs_is_reported_and_matches_the_c_structs():
     """sequence_plan_in_force / cell_route_in_force: the plan and route the
     CUDA operators would run (None without the CUDA library); their ctypes
-    structs have the layout of lltm.h's (tests/test_cuda_sequence_emulated.py
+    structs have the layout of lltm.h's (tests/sequence_emu.py
     declares the same from the header)."""
     import ctypes
     if overrides._cuda_library() is None:
@@ -75,7 +75,7 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     with pytest.raises(ValueError, match="dtype must be one of"):
         overrides._dtype_code("int8")
     assert overrides._dtype_code("torch.bfloat16") == 3
-    from test_cuda_sequence_emulated import Launch, Plan  # checked against the C there
+    from sequence_emu import Launch, Plan  # checked against the C in the emulator tests
 
     def layout(struct):
         return [(name, ctypes.sizeof(t), getattr(struct, name).offset)

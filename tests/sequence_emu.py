@@ -1,0 +1,133 @@
+"""The CUDA sequence kernels (csrc/core/lltm_cuda_seq*.cu) compiled by g++
+against the fiber emulator of tests/cuda_emu, and the ctypes view of their C
+API (lltm.h): the device and plan structs, the chooser, the launchers. Used
+through the session fixture ``emu`` (conftest.py) by
+tests/test_cuda_sequence_emulated.py (the kernels against the reference)
+and tests/test_cuda_routes_emulated.py (the choice against the H100's
+measurements)."""
+import ctypes
+import hashlib
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "csrc" / "core"
+# every translation unit of the sequence code (lltm_cuda_sequence.cuh lists the parts)
+CU_SOURCES = sorted(CORE.glob("lltm_cuda_seq*.cu")) + [CORE / "lltm_cuda_util.cu",
+                                                        CORE / "lltm_cuda_cost.c"]
+EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
+              torch.bfloat16: 4e-2}
+ANY, STEPS, GRID, CLUSTER = 0, 1, 2, 3  # lltm_sequence_plan.family
+EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER = 1, 2, 3
+
+
+class Device(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("device", "major", "minor", "sm_count", "smem_optin", "cooperative_launch",
+                 "cluster_launch", "code_arch", "tf32")]
+
+
+class Launch(ctypes.Structure):
+    _fields_ = [("lanes", ctypes.c_int), ("values", ctypes.c_int), ("rows", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int),
+                ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
+
+
+class Plan(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_int), ("dtype", ctypes.c_int), ("B", ctypes.c_int64),
+                ("H", ctypes.c_int64), ("forward", Launch), ("backward", Launch),
+                ("workspace_bytes", ctypes.c_size_t)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int) for name in
+                ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
+                 "cluster_chunk", "concurrent")]
+
+
+# the plans the tests ask the chooser for (lltm_sequence_plan_options):
+# the cluster family in both of its shapes (8 blocks of 16 units, 16 blocks
+# of 8), the 16-block kernels without their batch split (chunk 16: the
+# layout of B > 16) and with chunks of 8 rows (where 4-row clusters do not
+# fit), and every grid layout
+PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
+         "cluster_32_4": dict(family=CLUSTER, cluster_blocks=16),
+         "cluster_32_4_nosplit": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=16),
+         "cluster_32_4_split8": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=8),
+         "grid_16_8": dict(family=GRID, grid_lanes=16, grid_values=8),
+         "grid_32_16": dict(family=GRID, grid_lanes=32, grid_values=16),
+         "grid_32_32": dict(family=GRID, grid_lanes=32, grid_values=32),
+         "grid_16_32": dict(family=GRID, grid_lanes=16, grid_values=32)}
+
+
+def build(tmp_path_factory):
+    """The sequence's .cu files compiled as they are by g++ against the
+    fiber emulator (one object a unit, two at a time), linked into one
+    library."""
+    headers = sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh")) + [EMU_INCLUDE / "cuda_runtime.h"]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
+    out = tmp_path_factory.mktemp("cuda_emu_sequence")
+    flags = ["g++", "-std=c++17", "-O1", "-fPIC", "-Wall", "-Wextra", "-Wno-unknown-pragmas",
+             "-Werror", "-x", "c++", "-I", str(EMU_INCLUDE),
+             "-I", str(CORE)]
+
+    def compile_one(src):
+        obj = out / f"{src.stem}_{digest}.o"
+        proc = subprocess.run(flags + ["-c", str(src), "-o", str(obj)], capture_output=True,
+                              text=True)
+        return obj, proc
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, CU_SOURCES))
+    for obj, proc in results:
+        assert proc.returncode == 0, proc.stderr
+    lib = out / "libsequence_emu.so"
+    proc = subprocess.run(["g++", "-shared", "-o", str(lib)] + [str(o) for o, _ in results],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return _declare(ctypes.CDLL(str(lib)))
+
+
+def device(lib, **changes):
+    """The emulated device (an H100's properties), with `changes`"""
+    dev = Device()
+    assert lib.lltm_cuda_device_query(0, ctypes.byref(dev)) == 0
+    for name, value in changes.items():
+        setattr(dev, name, value)
+    return dev
+
+
+def make_plan(lib, dtype, T, B, I, H, dev=None, **options):
+    """(status, Plan) of the chooser for these sizes and options"""
+    plan = Plan()
+    status = lib.lltm_sequence_plan_cuda(ctypes.byref(dev or device(lib)), DTYPE_CODES[dtype],
+                                         T, B, I, H, ctypes.byref(Options(**options)),
+                                         ctypes.byref(plan))
+    return status, plan
+
+
+def _declare(lib):
+    i64, p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.lltm_cuda_device_query.argtypes = [i32, p]
+    lib.lltm_sequence_plan_cuda.argtypes = [p, i32, i64, i64, i64, i64, p, p]
+    lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 10
+    lib.lltm_sequence_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 13
+    lib.lltm_sequence_forward_step_cuda.argtypes = [i32, i64, i64, i64] + [p] * 8
+    lib.lltm_sequence_backward_step_cuda.argtypes = [i32, i64, i64, i64, i64] + [p] * 11
+    lib.lltm_sequence_step_bias_parts.argtypes = [i64, i64]
+    lib.lltm_sequence_step_bias_parts.restype = i64
+    lib.lltm_sequence_last_state_cuda.argtypes = [i32, i64, i64, i64, p, p, p, p]
+    lib.lltm_sequence_bias_sum_cuda.argtypes = [i32, i64, i64, p, p, p]
+    for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda, lib.lltm_sequence_forward_persistent_cuda,
+               lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
+               lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_last_state_cuda,
+               lib.lltm_sequence_bias_sum_cuda):
+        fn.restype = ctypes.c_int
+    return lib

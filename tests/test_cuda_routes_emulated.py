@@ -1,0 +1,169 @@
+"""The choice of the CUDA library's cost model (csrc/core/lltm_cuda_cost.c),
+made by the chooser compiled against the fiber emulator (tests/sequence_emu.py),
+against the times measured on an H100: the chosen plan or cell route is the
+fastest measured or close to it, and the cost of the choice is smooth."""
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from sequence_emu import CLUSTER, DTYPE_CODES, EXCHANGE_REDUCE_SCATTER, GRID, STEPS, device, make_plan
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+# ----------------------------------------------------------------------------
+# The choice by the cost model (csrc/core/lltm_cuda_cost.c) against the times
+# measured on an H100 (python -m lltm.bench --sweep --sweep-variants; the
+# medians kept by dev/timing/fit_routes.py --write-data).
+
+ROUTE_DATA = Path(__file__).resolve().parent / "data" / "routes-h100.json"
+# the chosen route's measured time may exceed the fastest measured by this
+# much: the model's median error is 10-11% (the sequence's largest miss on
+# the H100 data: 17%, bfloat16 B=4 H=1024; the cell's: 24%, float32 B=1
+# H=512, 26 against 21 us)
+SEQUENCE_TOLERANCE, CELL_TOLERANCE = 0.20, 0.25
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                "float16": torch.float16, "float64": torch.float64}
+
+
+def _measured(kind):
+    """(dtype, tf32, T, B, H) -> {route: microseconds} of the H100 runs (tf32:
+    float32 timed with torch's TF32 setting on). A 16-block cluster plan that
+    ran B > 16 rows in one cluster (the only way before clusters a 16-row
+    chunk; forced since as "cluster 16, one group") is that route."""
+    import json
+    import re
+    out = {}
+    for t in json.loads(ROUTE_DATA.read_text())["times"]:
+        if t["kind"] == kind and "[" in t["impl"]:
+            route = t["impl"][t["impl"].index("[") + 1:-1]
+            chunk_groups = re.search(r" r\d+/(\d+) g(\d+) ", t["plan"])
+            if route == "cluster 16" and t["B"] > 16 and chunk_groups and \
+                    chunk_groups.groups() == ("16", "1"):
+                route = "cluster 16, one group"
+            key = (t["dtype"], bool(t.get("tf32")), t["T"], t["B"], t["H"])
+            out.setdefault(key, {})[route] = t["us"]
+    return out
+
+
+def _route_of(plan):
+    """The name under which the H100 runs measured this plan."""
+    if plan.family == GRID:
+        return f"grid {plan.forward.lanes}x{plan.forward.values}"
+    if plan.family == CLUSTER:
+        if plan.backward.exchange != EXCHANGE_REDUCE_SCATTER:
+            return "cluster 8"
+        one = plan.B > 16 and plan.forward.chunk == 16 and plan.forward.groups == 1
+        return "cluster 16, one group" if one else "cluster 16"
+    return "steps"
+
+
+def _options_of(route):
+    """lltm_sequence_plan_options forcing the plan measured as `route`."""
+    if route == "cluster 16, one group":
+        return dict(family=CLUSTER, cluster_blocks=16, grid_groups_max=1)
+    if route.startswith("cluster"):
+        return dict(family=CLUSTER, cluster_blocks=int(route.split()[1]))
+    if route.startswith("grid"):
+        lanes, values = map(int, route.split()[1].split("x"))
+        return dict(family=GRID, grid_lanes=lanes, grid_values=values)
+    return dict(family=STEPS)
+
+
+def test_sequence_choices_on_an_h100_are_the_fastest_measured(emu):
+    """At every shape of the H100 run, the plan the model costs cheapest
+    among those measured there is the fastest measured, or within
+    SEQUENCE_TOLERANCE of it; where the chooser's own pick is a plan the runs
+    did not time, it is one of those named below."""
+    emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
+        [ctypes.c_int64] * 4
+    emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+    misses, unmeasured, shapes = [], [], _measured("sequence")
+    assert len(shapes) >= 100
+    for (dtype, tf32, T, B, H), times in sorted(shapes.items()):
+        I = max(1, H // 2)
+        dev = device(emu, tf32=int(tf32))
+
+        def cost(**options):
+            status, plan = make_plan(emu, TORCH_DTYPES[dtype], T, B, I, H, dev=dev, **options)
+            assert status == 0, (dtype, T, B, H, options)
+            return emu.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), T, B,
+                                                    I, H), plan
+        picked = min(times, key=lambda r: cost(**_options_of(r))[0])
+        fastest = min(times, key=times.get)
+        if times[picked] > (1 + SEQUENCE_TOLERANCE) * times[fastest]:
+            misses.append(f"{dtype}{' tf32' if tf32 else ''} T={T} B={B} H={H}: {picked} "
+                          f"({times[picked]} us), {fastest} {times[fastest]} us")
+        chosen = _route_of(cost()[1])
+        if chosen not in times:
+            unmeasured.append((chosen, dtype, T, B, H))
+    assert not misses, "\n".join(misses)
+    # not timed there: the per-step kernels at shapes the runs skipped; the
+    # 16-block cluster at 16 < B <= 64, now a cluster a 16-row chunk (newer
+    # than the runs, which timed one cluster walking the chunks: "cluster 16,
+    # one group"); and the 16-block cluster at float32 T=1000 B=16 H=128,
+    # which the 05:10 run's check found off (5.4e-3 against a bar of 4.5e-3,
+    # twice the float32 reference loop's own error: a long float32
+    # recurrence; the 8-block cluster passed)
+    others = [u for u in unmeasured if u[0] != "steps" and not (
+        u[0] == "cluster 16" and u[2] == 100 and 16 < u[3] <= 64 and u[4] <= 128)]
+    assert others == [("cluster 16", "float32", 1000, 16, 128)], unmeasured
+
+
+def test_cell_choices_on_an_h100_are_the_faster_measured(emu):
+    emu.lltm_cell_route_cuda.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_int64] * 3
+    emu.lltm_cell_route_cuda.restype = ctypes.c_int
+    dev, misses, shapes = device(emu), [], _measured("cell")
+    assert len(shapes) >= 20
+    for (dtype, _, _, B, H), times in sorted(shapes.items()):
+        route = emu.lltm_cell_route_cuda(ctypes.byref(dev), DTYPE_CODES[TORCH_DTYPES[dtype]], B,
+                                         max(1, H // 2), H)
+        chosen, fastest = {1: "fused", 2: "cublas"}[route], min(times, key=times.get)
+        if times[chosen] > (1 + CELL_TOLERANCE) * times[fastest]:
+            misses.append(f"{dtype} B={B} H={H}: {chosen} ({times[chosen]} us), "
+                          f"{fastest} {times[fastest]} us")
+    assert not misses, "\n".join(misses)
+
+
+# where the plans that can run change: a cluster holds H <= 128 and B <= 64
+# (and splits the batch for B <= 16), a grid layout H <= 128, 512 or 1024
+# (past these the time does jump: the faster plans cannot run there)
+LIMITS_H, LIMITS_B = (128, 512, 1024), (16, 64)
+SMOOTH_RATIO = 1.5  # a 17th row, a second 16-row chunk: work steps within a plan
+
+
+def test_the_cost_of_the_choice_is_smooth_and_deterministic(emu):
+    """Neighbouring shapes (B or H one apart) get neighbouring predicted
+    costs for the plan chosen wherever the same plans can run: the choice
+    moves where two plans' costs cross, not at a threshold of its own; the
+    same question gets the same plan."""
+    emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
+        [ctypes.c_int64] * 4
+    emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+
+    def cost(dtype, B, H):
+        status, plan = make_plan(emu, dtype, 100, B, max(1, H // 2), H, dev=dev)
+        assert status == 0
+        again = make_plan(emu, dtype, 100, B, max(1, H // 2), H, dev=dev)[1]
+        assert bytes(again) == bytes(plan)
+        return emu.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), 100, B,
+                                                max(1, H // 2), H)
+    worst = (1.0, None)
+    # float32 also with its products on TF32 (torch's setting)
+    for dtype, tf32 in ((torch.float32, 0), (torch.float32, 1), (torch.bfloat16, 0)):
+        dev = device(emu, tf32=tf32)
+        for B in (1, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1023):
+            for H in (63, 64, 127, 128, 129, 255, 256, 511, 512, 513, 1023, 1024, 1025, 2047):
+                c = cost(dtype, B, H)
+                for nb, nh in ((B + 1, H), (B, H + 1)):
+                    if (nh != H and H in LIMITS_H) or (nb != B and B in LIMITS_B):
+                        continue
+                    n = cost(dtype, nb, nh)
+                    ratio = max(c, n) / min(c, n)
+                    if ratio > worst[0]:
+                        worst = (ratio, (str(dtype), tf32, B, H, nb, nh))
+    assert worst[0] < SMOOTH_RATIO, worst
