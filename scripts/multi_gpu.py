@@ -302,6 +302,16 @@ def run_spawned(rank: int, world: int, port: int, checks, seed: int | None = Non
         dist.destroy_process_group()
 
 
+def settle() -> None:
+    """Wait for every rank before the group is torn down: a gloo rank that
+    closes its sockets while its peer is still finishing the last collective
+    can abort the peer ("terminate called without an active exception", seen
+    once under a loaded CI machine)."""
+    dist.barrier()
+    if dist.get_backend() == "nccl":
+        torch.cuda.synchronize()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

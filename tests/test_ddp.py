@@ -82,6 +82,8 @@ def _gradient_worker(rank, port, kind, backend, out_dir):
                            y[rank * share:(rank + 1) * share].to(device))
         torch.save({k: g.cpu() for k, g in grads.items()},
                    os.path.join(out_dir, f"{kind}-rank{rank}.pt"))
+        del ddp_model  # its reducer holds the group's pending work
+        multi_gpu.settle()
     finally:
         dist.destroy_process_group()
 

@@ -176,6 +176,8 @@ def _worker(rank, port, backend, out_dir):
                 grads = {n.replace("module.", ""): _full(p.grad).detach().cpu()
                          for n, p in model.named_parameters()}
                 torch.save(grads, os.path.join(out_dir, f"{wrapper}-{kind}-rank{rank}.pt"))
+                del model
+        dist.barrier()  # all ranks done first: a gloo peer closing early can abort the other
     finally:
         dist.destroy_process_group()
 
