@@ -31,13 +31,14 @@ FAMILIES = {"auto": 0, "steps": 1, "grid": 2, "cluster": 3}
 CLUSTER_BLOCKS = (8, 16)
 CLUSTER_CHUNKS = (4, 8, 16)
 GRID_SHAPES = ("16x8", "16x32", "32x16", "32x32")
+GRID_CHUNKS = (4, 16)
 
 
 class _PlanOptions(ctypes.Structure):
     """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent")]
+                 "cluster_chunk", "concurrent", "grid_chunk")]
 
 
 class _Launch(ctypes.Structure):
@@ -62,12 +63,14 @@ class SequencePlan:
     cluster_chunk: int | None = None
     grid_shape: str | None = None
     grid_groups: int | None = None
+    grid_chunk: int | None = None
 
     def __post_init__(self):
         _check("family", self.family, FAMILIES)
         _check("cluster_blocks", self.cluster_blocks, CLUSTER_BLOCKS)
         _check("cluster_chunk", self.cluster_chunk, CLUSTER_CHUNKS)
         _check("grid_shape", self.grid_shape, GRID_SHAPES)
+        _check("grid_chunk", self.grid_chunk, GRID_CHUNKS)
         groups = self.grid_groups
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
                                    or groups < 1):
@@ -76,7 +79,8 @@ class SequencePlan:
     def as_struct(self) -> _PlanOptions:
         lanes, values = map(int, self.grid_shape.split("x")) if self.grid_shape else (0, 0)
         return _PlanOptions(FAMILIES[self.family], lanes, values, self.grid_groups or 0,
-                            self.cluster_blocks or 0, self.cluster_chunk or 0)
+                            self.cluster_blocks or 0, self.cluster_chunk or 0, 0,
+                            self.grid_chunk or 0)
 
 
 def _check(name, value, allowed):
@@ -260,7 +264,8 @@ def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
                             cluster_blocks=integer("LLTM_CUDA_CLUSTER_BLOCKS"),
                             cluster_chunk=integer("LLTM_CUDA_CLUSTER_CHUNK"),
                             grid_shape=text("LLTM_CUDA_GRID_SHAPE"),
-                            grid_groups=integer("LLTM_CUDA_GRID_GROUPS"))
+                            grid_groups=integer("LLTM_CUDA_GRID_GROUPS"),
+                            grid_chunk=integer("LLTM_CUDA_GRID_CHUNK"))
     except ValueError as exc:
         raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
                          "(see lltm/overrides.py)") from None

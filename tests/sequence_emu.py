@@ -49,7 +49,7 @@ class Plan(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent")]
+                 "cluster_chunk", "concurrent", "grid_chunk")]
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):
@@ -64,7 +64,11 @@ PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
          "grid_16_8": dict(family=GRID, grid_lanes=16, grid_values=8),
          "grid_32_16": dict(family=GRID, grid_lanes=32, grid_values=16),
          "grid_32_32": dict(family=GRID, grid_lanes=32, grid_values=32),
-         "grid_16_32": dict(family=GRID, grid_lanes=16, grid_values=32)}
+         "grid_16_32": dict(family=GRID, grid_lanes=16, grid_values=32),
+         "grid_16_8_c4": dict(family=GRID, grid_lanes=16, grid_values=8, grid_chunk=4),
+         "grid_32_16_c4": dict(family=GRID, grid_lanes=32, grid_values=16, grid_chunk=4),
+         "grid_32_32_c4": dict(family=GRID, grid_lanes=32, grid_values=32, grid_chunk=4),
+         "grid_16_32_c4": dict(family=GRID, grid_lanes=16, grid_values=32, grid_chunk=4)}
 
 
 def build(tmp_path_factory):

@@ -35,7 +35,8 @@ def test_every_variant_is_checked_timed_and_summarized(tmp_path):
         assert rec["figure"] == "step"  # the CPU: no CUDA graphs
         stat = rec["step"]
         assert stat["n"] >= 3 and 0 < stat["p10_us"] <= stat["median_us"] <= stat["p90_us"]
-    assert seq["lltm[grid 16x8]"]["variant"]["plan"] == {"family": "grid", "grid_shape": "16x8"}
+    assert seq["lltm[grid 16x8]"]["variant"]["plan"] == {"family": "grid", "grid_shape": "16x8",
+                                                         "grid_chunk": 16}
     assert cell["native[cublas]"]["variant"]["matmul"] == "cublas"
     assert seq["lltm"]["variant"] is None and seq["lltm"]["plan"] is None  # no CUDA here
 

@@ -142,6 +142,24 @@ def test_grid_shapes_and_batch_groups(route, shape, groups, dtype):
         compare(3, 50, 5, 70, dtype)
 
 
+@pytest.mark.parametrize("route", ["grid"], indirect=True)
+@pytest.mark.parametrize("groups", [1, 3, None])
+@pytest.mark.parametrize("shape", ["16x8", "16x32", "32x16", "32x32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_grid_small_chunks(route, shape, groups, dtype):
+    """Every grid shape in 4-row chunks: B = 13 (4 chunks, the last one of a
+    row) over 1 group walking all four, 3 (capped: one walks two) or one
+    group a chunk; B = 3 (one chunk, a padding row); H past one block's
+    units. float64 has no 32-value shapes: refused."""
+    with lltm.overrides.sequence_plan(grid_shape=shape, grid_groups=groups, grid_chunk=4):
+        if dtype == torch.float64 and shape.endswith("x32"):
+            with pytest.raises(RuntimeError, match="no plan of the forced kernel family"):
+                compare(3, 13, 5, 70, dtype)
+            return
+        compare(3, 13, 5, 70, dtype)
+        compare(4, 3, 6, 37, dtype)
+
+
 @pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
 @pytest.mark.parametrize("through", [(0,), (1,), (2,)])
 def test_gradients_through_each_output(route, through):

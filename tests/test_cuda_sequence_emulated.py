@@ -233,11 +233,33 @@ def test_grid_batch_groups(emu, plan, dtype, groups):
     grid_groups_max) take 2, 1 and 1 of them, None: one group a chunk,
     1: every block takes every chunk. The bias gradient is summed over the
     groups through the workspace."""
-    options = dict(PLANS[plan], grid_groups_max=groups or 0)
+    options = dict(PLANS[plan], grid_groups_max=groups or 0, grid_chunk=16)
 
     def check(p):
         assert p.forward.groups == p.backward.groups == (groups or 4)
     _run_case(emu, options, dtype, 3, 50, 5, 20, check)
+
+
+@pytest.mark.parametrize("groups", [1, 3, None])
+@pytest.mark.parametrize("lengths", [False, True])
+@pytest.mark.parametrize("plan,dtype", [("grid_16_8_c4", torch.float32),
+                                        ("grid_32_16_c4", torch.bfloat16),
+                                        ("grid_16_32_c4", torch.float64)])
+def test_grid_small_chunks(emu, plan, dtype, groups, lengths):
+    """The grid layouts in 4-row chunks: B = 13 is 4 chunks, the last one
+    of a row; 3 groups take 2, 1 and 1 of them (a group walking two small
+    chunks), None: one group a chunk, 1: one group walking all four; with
+    per-row lengths too."""
+    if dtype == torch.float64:  # no 32-value layouts in float64
+        plan = "grid_16_8_c4"
+    T, B = 4, 13
+    options = dict(PLANS[plan], grid_groups_max=groups or 0)
+
+    def check(p):
+        assert (p.forward.chunk, p.forward.rows, p.backward.chunk) == (4, 4, 4)
+        assert p.forward.groups == p.backward.groups == (groups or 4)
+    _run_case(emu, options, dtype, T, B, 5, 20, check,
+              lengths=_lengths(T, B) if lengths else None)
 
 
 @pytest.mark.parametrize("plan", [p for p in PLANS if p.startswith("cluster")])
@@ -264,7 +286,9 @@ def test_plan_choice(emu):
         assert status == 0 and plan.family == GRID
         assert (plan.forward.lanes, plan.forward.values) == (plan.backward.lanes,
                                                              plan.backward.values)
-        return plan.forward.lanes, plan.forward.values, plan.forward.groups
+        assert (plan.forward.chunk, plan.forward.groups) == (plan.backward.chunk,
+                                                             plan.backward.groups)
+        return plan.forward.lanes, plan.forward.values, plan.forward.groups, plan.forward.chunk
     # clusters where a batch of at most 16 rows splits into 4-row clusters
     assert _family(emu, f32, 16, 128) == (0, CLUSTER)
     assert _family(emu, bf16, 1, 64) == (0, CLUSTER)
@@ -277,10 +301,22 @@ def test_plan_choice(emu):
         assert status == 0 and plan.family == CLUSTER
         assert (plan.forward.chunk, plan.forward.groups) == (16, groups)
         assert (plan.backward.chunk, plan.backward.groups) == (16, groups)
-    assert grid(f32, 65, 128) == (16, 8, 5)  # beyond the clusters' 64 rows
-    assert grid(f32, 16, 256) == (32, 16, 1)
-    assert grid(f32, 64, 512) == (16, 32, 4)  # 32 unit blocks x 4 batch groups
-    assert grid(f32, 32, 512) == (32, 16, 2)  # 64 unit blocks x 2 groups
+    assert grid(f32, 65, 128) == (16, 8, 16, 4)  # beyond the clusters' 64 rows
+    assert grid(f32, 64, 512) == (16, 32, 4, 16)  # 32 unit blocks x 4 batch groups
+    assert grid(f32, 32, 512) == (16, 32, 4, 4)  # 32 unit blocks x 4 groups of 2 chunks
+    # 4-row chunks where they cut a thread's multiply-adds a step: at small B
+    # (B = 16 at H = 256: 4 groups of a quarter of them, not 1 group of 16
+    # rows; H100 float32: 600 us against 1,102) and at B = 64, H = 256 (8
+    # groups of 16 blocks walking 2 chunks: 1,186 us against 1,303 for 4
+    # groups of 32 blocks and one 16-row chunk)
+    assert grid(f32, 16, 256) == (32, 16, 4, 4)
+    assert grid(f32, 64, 256) == (16, 32, 8, 4)
+    assert grid(f32, 256, 64) == (16, 8, 33, 4)
+    assert grid(bf16, 1, 256) == (32, 16, 1, 4)
+    assert grid(f32, 4, 1024) == (32, 32, 1, 4)
+    assert grid(f32, 16, 256, grid_chunk=16) == (32, 16, 1, 16)
+    assert grid(f32, 64, 256, family=GRID, grid_chunk=4)[2:] == (8, 4)  # forced: 2 passes
+    assert make_plan(emu, f32, 100, 16, 128, 256, grid_chunk=8)[0] != 0  # no such chunk
     # large B x H: per-step products (cuBLAS) beat a grid walking many chunks
     assert _family(emu, f32, 1024, 1024) == (0, STEPS)
     assert _family(emu, bf16, 256, 1024) == (0, STEPS)
@@ -288,7 +324,7 @@ def test_plan_choice(emu):
     assert _family(emu, f64, 8, 600) == (0, STEPS)
     # forced
     assert grid(f32, 16, 100, family=GRID)[:2] == (16, 8)  # grid asked for: its cheapest
-    assert grid(f64, 64, 512, family=GRID) == (32, 16, 2)  # no 16x32 in float64
+    assert grid(f64, 64, 512, family=GRID)[:3] == (32, 16, 2)  # no 16x32 in float64
     assert grid(f32, 64, 1024, family=GRID)[:2] == (32, 32)
     assert _family(emu, f32, 16, 100, family=STEPS) == (0, STEPS)  # steps asked for
     assert _family(emu, f32, 16, 300, family=CLUSTER)[0] != 0  # no cluster plan that large

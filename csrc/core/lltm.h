@@ -431,6 +431,8 @@ typedef struct lltm_sequence_plan {
  *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
  *                   batch split into clusters of chunks of that many rows
+ *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the
+ *                   cheaper by the cost model)
  *   concurrent      0 or 1: the layer has the device to itself; 2: two
  *                   layers of these sizes run at once on it (the two
  *                   directions of a bidirectional layer, on two streams):
@@ -439,7 +441,7 @@ typedef struct lltm_sequence_plan {
  *                   that neither waits for the other to finish */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
-    int concurrent;
+    int concurrent, grid_chunk;
 } lltm_sequence_plan_options;
 
 /*

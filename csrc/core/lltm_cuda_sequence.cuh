@@ -32,7 +32,8 @@
 namespace lltm_seq {
 
 constexpr int NT = 256;   /* threads per block of every persistent kernel */
-constexpr int BC = 16;    /* batch rows per chunk of the grid kernels */
+constexpr int BC = 16;    /* batch rows per chunk of the persistent kernels */
+constexpr int GRID_SMALL_CHUNK = 4; /* the grid kernels' other chunk, for small B */
 constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
 constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H */
 
@@ -66,10 +67,13 @@ inline size_t acc_bytes(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 8 : 4
 
 /* Dynamic shared memory of each kernel, acc = bytes of its accumulation
  * type; rows = the batch rows of one group, padded to whole chunks. */
-inline size_t grid_forward_smem(size_t acc, int ks, int kr) { return (size_t)BC * ks * kr * acc; }
-inline size_t grid_backward_smem(size_t acc, int ks, int kr)
+inline size_t grid_forward_smem(size_t acc, int ks, int kr, int ch)
 {
-    return (size_t)BC * ks * 3 * kr * acc;
+    return (size_t)ch * ks * kr * acc;
+}
+inline size_t grid_backward_smem(size_t acc, int ks, int kr, int ch)
+{
+    return (size_t)ch * ks * 3 * kr * acc;
 }
 /* vec: values of a 16-byte vector (16 / acc) */
 inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_t rows, int ch)
@@ -97,7 +101,7 @@ inline int64_t group_rows(int64_t B, int ch, int64_t groups)
 /* The per-family, per-dtype units. kernel lookups: the kernel function for
  * the chooser's occupancy queries (NULL: not in the library). Launchers:
  * LLTM_ERR_ARGUMENT for a layout the library has no kernel of. */
-template <typename T> const void *grid_kernel(bool forward, int lanes, int values);
+template <typename T> const void *grid_kernel(bool forward, int lanes, int values, int chunk);
 template <typename T>
 int grid_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
 template <typename T>
@@ -111,7 +115,7 @@ template <typename T>
 int cluster_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
 
 #define LLTM_SEQ_DECLARE_UNITS(T)                                                            \
-    template <> const void *grid_kernel<T>(bool forward, int lanes, int values);              \
+    template <> const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk);   \
     template <>                                                                              \
     int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
                         cudaStream_t stream);                                                \

@@ -127,21 +127,21 @@ __device__ __forceinline__ void reduce_rows(A (&acc)[ROWS * PER], int s)
 }
 
 /*
- * Stage rows [b0, b0+BC) x columns [0, ncols) of src (row-major, `nrows`
+ * Stage rows [b0, b0+ROWS) x columns [0, ncols) of src (row-major, `nrows`
  * rows of ncols, accumulation type, written by other blocks: read through
- * L2 with __ldcg) into dst[BC][LD] in shared memory, zero beyond nrows and
+ * L2 with __ldcg) into dst[ROWS][LD] in shared memory, zero beyond nrows and
  * ncols. The loads of a group are all issued before the first store, so a
  * group costs one L2 round trip, not one per element (16-byte vectors when
  * rows are 16-byte multiples). Call from every thread of the block.
  */
-template <typename A, int LD>
+template <typename A, int LD, int ROWS = BC>
 __device__ __forceinline__ void stage_rows(A *__restrict__ dst, const A *__restrict__ src,
                                            int64_t nrows, int64_t b0, int64_t ncols, int tid)
 {
     typedef typename vec_of<A>::type V;
     constexpr int VEC = vec_of<A>::n, GROUP = 16;
     if (ncols % VEC == 0) {
-        constexpr int ROW_V = LD / VEC, NV = BC * ROW_V, PER = (NV + NT - 1) / NT;
+        constexpr int ROW_V = LD / VEC, NV = ROWS * ROW_V, PER = (NV + NT - 1) / NT;
 #pragma unroll 1 /* one group's registers at a time */
         for (int n0 = 0; n0 < PER; n0 += GROUP) {
             V v[GROUP];
@@ -161,7 +161,7 @@ __device__ __forceinline__ void stage_rows(A *__restrict__ dst, const A *__restr
             }
         }
     } else {
-        constexpr int NS = BC * LD, PER = (NS + NT - 1) / NT;
+        constexpr int NS = ROWS * LD, PER = (NS + NT - 1) / NT;
 #pragma unroll 1
         for (int n0 = 0; n0 < PER; n0 += GROUP) {
             A v[GROUP];

@@ -3,10 +3,13 @@
  * (lltm.h: family LLTM_SEQ_GRID) and their launchers, for one dtype: each
  * lltm_cuda_seq_grid_<dtype>.cu instantiates them (LLTM_SEQ_GRID_UNIT).
  *
- * A cooperative launch of unit blocks x batch groups: the 16-row chunks of
- * B are shared out over as many copies of the unit blocks as the device
- * holds (each copy keeps its own W_h), so a block stages and multiplies
- * fewer chunks per step. Each step a block writes its results to global
+ * A cooperative launch of unit blocks x batch groups: the chunks of B (CH
+ * rows: 16, or 4 where B is small) are shared out over as many copies of
+ * the unit blocks as the device holds (each copy keeps its own W_h), so a
+ * block stages and multiplies fewer chunks per step. A thread's
+ * multiply-adds a step grow with the rows of a chunk, padding rows
+ * included: B <= 4 in 16-row chunks does 4x the work it needs, and B = 16
+ * in one 16-row chunk 4x what four 4-row chunks side by side do. Each step a block writes its results to global
  * memory, meets the others at grid.sync() and stages the state back from
  * L2 into shared memory. Layouts (lanes x values): 16x8 (H <= 128), 32x16
  * (H <= 512), 16x32 and 32x32 (H <= 512 and 1024; not float64: the
@@ -22,7 +25,7 @@ namespace {
 /*
  * Forward recurrence. The grid is unit_blocks x groups blocks (groups =
  * gridDim.x / unit_blocks, see grid_groups): block n owns units
- * u = (n % unit_blocks)*U + j (j = tid / KS) for the 16-row chunks c of the
+ * u = (n % unit_blocks)*U + j (j = tid / KS) for the CH-row chunks c of the
  * batch with c % groups == n / unit_blocks (splitting the batch spreads a
  * small H over more SMs: each block stages and multiplies fewer chunks per
  * step). Lane s (tid % KS) of a unit holds W_h[q*H + u, k] for
@@ -32,7 +35,7 @@ namespace {
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
  *   the half types; NULL for float32/float64, which use output/cells.
  */
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int CH>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         const T *__restrict__ h0, const T *__restrict__ c0,
@@ -46,16 +49,17 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR;
     constexpr bool SAME = std::is_same<T, A>::value; /* state lives in the outputs */
-    static_assert(KR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    static_assert(KR % VEC == 0 && KS >= CH && KS <= 32 && NT % KS == 0 && CH <= BC,
+                  "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
-    A *hs = reinterpret_cast<A *>(smem_raw); /* [BC][KP]: h_{t-1} of one chunk */
+    A *hs = reinterpret_cast<A *>(smem_raw); /* [CH][KP]: h_{t-1} of one chunk */
 
     const int tid = threadIdx.x, s = tid % KS;
     const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
     const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
-    const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * BC, row_step = groups * BC;
+    const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * CH, row_step = groups * CH;
     const bool unit_ok = u < H;
-    const bool owner = s < BC; /* holds a row after the reduction */
+    const bool owner = s < CH; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
 
     A w[3][KR], b_i, b_o, b_z;
@@ -63,7 +67,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 
     for (int64_t t = 0; t < steps; ++t) {
         for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
-            const int64_t b = b0 + (s & (BC - 1));
+            const int64_t b = b0 + (s & (CH - 1));
             const bool row_ok = owner && unit_ok && b < B;
             T *grow = gates + (t * B + b) * G;
             /* this lane's pointwise inputs, fetched before the dot products */
@@ -81,26 +85,26 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 else
                     c_prev = c_work[b * H + u];
             }
-            /* stage h_{t-1} of rows b0 .. b0+BC-1 (zero beyond B and H) */
+            /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
             if (t == 0) {
-                for (int e = tid; e < BC * KP; e += NT) {
+                for (int e = tid; e < CH * KP; e += NT) {
                     const int64_t row = b0 + e / KP, k = e % KP;
                     hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
                 }
             } else if constexpr (SAME) {
-                stage_rows<A, KP>(hs, reinterpret_cast<const A *>(output) + (t - 1) * BH, B, b0,
-                                  H, tid);
+                stage_rows<A, KP, CH>(hs, reinterpret_cast<const A *>(output) + (t - 1) * BH, B,
+                                      b0, H, tid);
             } else {
-                stage_rows<A, KP>(hs, h_work + ((t - 1) & 1) * BH, B, b0, H, tid);
+                stage_rows<A, KP, CH>(hs, h_work + ((t - 1) & 1) * BH, B, b0, H, tid);
             }
             __syncthreads();
 
-            A acc[BC * 3];
+            A acc[CH * 3];
 #pragma unroll
-            for (int v = 0; v < BC * 3; ++v)
+            for (int v = 0; v < CH * 3; ++v)
                 acc[v] = 0;
 #pragma unroll
-            for (int bb = 0; bb < BC; ++bb) {
+            for (int bb = 0; bb < CH; ++bb) {
 #pragma unroll
                 for (int kv = 0; kv < KR / VEC; ++kv) {
                     const V hv = *reinterpret_cast<const V *>(&hs[bb * KP + (kv * KS + s) * VEC]);
@@ -111,7 +115,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                             acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
                 }
             }
-            reduce_rows<KS, BC, 3>(acc, s);
+            reduce_rows<KS, CH, 3>(acc, s);
 
             if (row_ok) {
                 A i, o, z, c, h;
@@ -145,7 +149,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * block reads the staged chunk once per warp-slice group rather than once
  * per pair of units: half the shared-memory traffic of a unit-major layout,
  * which bound this kernel. The KS partial sums of each (row, unit) meet in
- * shared memory and thread t = bb*U + j (t < BC*U) adds them in slice order
+ * shared memory and thread t = bb*U + j (t < CH*U) adds them in slice order
  * (deterministic) and runs the pointwise step of row b0 + bb, unit j.
  *   grad_output [T,B,H], grad_h_n, grad_c_n [B,H], cells [T,B,H],
  *   gates [T,B,G] (activations)
@@ -156,7 +160,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   bias_work [groups,G] (accumulation type): each group's bias sums, added
  *   in group order at the end (deterministic); NULL when groups == 1.
  */
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int CH>
 __global__ void __launch_bounds__(NT, 1)
 sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
@@ -175,19 +179,20 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     constexpr int SUM_LD = KS * U + U; /* a row's partial sums (+U: rows on other banks) */
     constexpr bool SAME = std::is_same<T, A>::value;
     static_assert(RR % VEC == 0 && 32 % U == 0 && (NT / 32) * (32 / U) == KS, "configuration");
-    static_assert(BC * SUM_LD <= BC * RP && 3 * BC * U <= BC * RP, "sums fit in the staging");
+    static_assert(SUM_LD <= RP && 3 * U <= RP && CH * U <= NT && CH <= BC,
+                  "sums fit in the staging");
     LLTM_DYNAMIC_SMEM(smem_raw);
-    A *ds = reinterpret_cast<A *>(smem_raw); /* [BC][RP]: dG_{t+1} of one chunk */
-    A *sums = ds; /* [BC][SUM_LD], reusing ds once a chunk's products are formed */
+    A *ds = reinterpret_cast<A *>(smem_raw); /* [CH][RP]: dG_{t+1} of one chunk */
+    A *sums = ds; /* [CH][SUM_LD], reusing ds once a chunk's products are formed */
 
     const int tid = threadIdx.x, lane = tid % 32;
     const int j = lane % U, s = (tid / 32) * (32 / U) + lane / U; /* this lane's products */
     const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
     const int64_t group = blockIdx.x / unit_blocks, unit0 = (blockIdx.x % unit_blocks) * U;
-    const int64_t first_row = group * BC, row_step = groups * BC;
+    const int64_t first_row = group * CH, row_step = groups * CH;
     const int64_t G = 3 * H, BH = B * H, BG = B * G;
     /* this thread's pointwise work: row b0 + own_bb, unit own_u */
-    const bool owner = tid < BC * U;
+    const bool owner = tid < CH * U;
     const int own_bb = tid / U;
     const int64_t own_u = unit0 + tid % U;
     A *dc_state = SAME ? reinterpret_cast<A *>(grad_c0) : dc_work;
@@ -204,21 +209,21 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             }
     }
 
-    /* stage dG_t of rows b0 .. b0+BC-1, form this lane's share of dG_t W_h
+    /* stage dG_t of rows b0 .. b0+CH-1, form this lane's share of dG_t W_h
      * for unit j, and return the sum of the shares of (own_bb, own_u) */
     auto dh_from = [&](int64_t t, int64_t b0) -> A {
         if constexpr (SAME)
-            stage_rows<A, RP>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0, G,
-                              tid);
+            stage_rows<A, RP, CH>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0,
+                                  G, tid);
         else
-            stage_rows<A, RP>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
+            stage_rows<A, RP, CH>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
         __syncthreads();
-        A acc[BC];
+        A acc[CH];
 #pragma unroll
-        for (int bb = 0; bb < BC; ++bb)
+        for (int bb = 0; bb < CH; ++bb)
             acc[bb] = 0;
 #pragma unroll
-        for (int bb = 0; bb < BC; ++bb) {
+        for (int bb = 0; bb < CH; ++bb) {
 #pragma unroll
             for (int rv = 0; rv < RR / VEC; ++rv) {
                 const V dv = *reinterpret_cast<const V *>(&ds[bb * RP + (rv * KS + s) * VEC]);
@@ -229,7 +234,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
         __syncthreads(); /* every lane is done with ds: the sums reuse it */
 #pragma unroll
-        for (int bb = 0; bb < BC; ++bb)
+        for (int bb = 0; bb < CH; ++bb)
             sums[bb * SUM_LD + s * U + j] = acc[bb];
         __syncthreads();
         A total = 0;
@@ -302,11 +307,11 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
     }
     /* bias: the owners of each unit add their row sums (fixed order) */
-    A *bias_rows = ds; /* [3][BC][U] */
+    A *bias_rows = ds; /* [3][CH][U] */
     if (owner)
 #pragma unroll
         for (int q = 0; q < 3; ++q)
-            bias_rows[(q * BC + own_bb) * U + tid % U] = bias_sum[q];
+            bias_rows[(q * CH + own_bb) * U + tid % U] = bias_sum[q];
     __syncthreads();
     const bool unit_writer = tid < U && unit0 + tid < H;
     const int64_t u = unit0 + tid;
@@ -314,8 +319,8 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     for (int q = 0; q < 3; ++q) {
         bias_sum[q] = 0;
         if (unit_writer)
-            for (int bb = 0; bb < BC; ++bb)
-                bias_sum[q] += bias_rows[(q * BC + bb) * U + tid];
+            for (int bb = 0; bb < CH; ++bb)
+                bias_sum[q] += bias_rows[(q * CH + bb) * U + tid];
     }
     if (groups > 1) { /* then the groups' sums, in group order */
         if (unit_writer)
@@ -362,13 +367,13 @@ inline int allow_smem(const void *kernel, size_t smem)
     return LLTM_OK;
 }
 
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int CH>
 int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
                      cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    auto kernel = sequence_forward_kernel<T, KS, KR>;
-    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), KS, KR);
+    auto kernel = sequence_forward_kernel<T, KS, KR, CH>;
+    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);
@@ -387,13 +392,13 @@ int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args
         (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths));
 }
 
-template <typename T, int KS, int KR>
+template <typename T, int KS, int KR, int CH>
 int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                       cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    auto kernel = sequence_backward_kernel<T, KS, KR>;
-    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), KS, KR);
+    auto kernel = sequence_backward_kernel<T, KS, KR, CH>;
+    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);
@@ -421,20 +426,28 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
         a.lengths));
 }
 
-/* The layouts of the library (float64: not those of 32 values a lane) and
- * what the chooser picks them for: see lltm.h, lltm_sequence_plan_cuda. */
-template <typename T> const void *grid_kernel_of(bool forward, int lanes, int values)
-{
-#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
-    if (lanes == KS && values == KR)                                                         \
-        return forward ? (const void *)sequence_forward_kernel<T, KS, KR>                   \
-                       : (const void *)sequence_backward_kernel<T, KS, KR>;
-    LLTM_SEQ_GRID_CASE(16, 8)
-    LLTM_SEQ_GRID_CASE(32, 16)
-    if constexpr (!std::is_same<T, double>::value) {
-        LLTM_SEQ_GRID_CASE(32, 32)
-        LLTM_SEQ_GRID_CASE(16, 32)
+/* The layouts of the library (lanes x values; float64: not those of 32
+ * values a lane), each in chunks of 16 rows and of 4, and what the chooser
+ * picks them for: see lltm.h, lltm_sequence_plan_cuda. */
+#define LLTM_SEQ_GRID_LAYOUTS(X)                                                             \
+    X(16, 8, 16)                                                                             \
+    X(16, 8, 4)                                                                              \
+    X(32, 16, 16)                                                                            \
+    X(32, 16, 4)                                                                             \
+    if constexpr (!std::is_same<T, double>::value) {                                         \
+        X(32, 32, 16)                                                                        \
+        X(32, 32, 4)                                                                         \
+        X(16, 32, 16)                                                                        \
+        X(16, 32, 4)                                                                         \
     }
+
+template <typename T> const void *grid_kernel_of(bool forward, int lanes, int values, int chunk)
+{
+#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
+    if (lanes == KS && values == KR && chunk == CH)                                          \
+        return forward ? (const void *)sequence_forward_kernel<T, KS, KR, CH>               \
+                       : (const void *)sequence_backward_kernel<T, KS, KR, CH>;
+    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
     return NULL;
 }
@@ -443,15 +456,10 @@ template <typename T>
 int grid_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
                     cudaStream_t stream)
 {
-#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
-    if (l.lanes == KS && l.values == KR)                                                     \
-        return run_grid_forward<T, KS, KR>(l, a, stream);
-    LLTM_SEQ_GRID_CASE(16, 8)
-    LLTM_SEQ_GRID_CASE(32, 16)
-    if constexpr (!std::is_same<T, double>::value) {
-        LLTM_SEQ_GRID_CASE(32, 32)
-        LLTM_SEQ_GRID_CASE(16, 32)
-    }
+#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
+    if (l.lanes == KS && l.values == KR && l.chunk == CH)                                    \
+        return run_grid_forward<T, KS, KR, CH>(l, a, stream);
+    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
     return LLTM_ERR_ARGUMENT;
 }
@@ -460,15 +468,10 @@ template <typename T>
 int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                      cudaStream_t stream)
 {
-#define LLTM_SEQ_GRID_CASE(KS, KR)                                                           \
-    if (l.lanes == KS && l.values == KR)                                                     \
-        return run_grid_backward<T, KS, KR>(l, a, stream);
-    LLTM_SEQ_GRID_CASE(16, 8)
-    LLTM_SEQ_GRID_CASE(32, 16)
-    if constexpr (!std::is_same<T, double>::value) {
-        LLTM_SEQ_GRID_CASE(32, 32)
-        LLTM_SEQ_GRID_CASE(16, 32)
-    }
+#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
+    if (l.lanes == KS && l.values == KR && l.chunk == CH)                                    \
+        return run_grid_backward<T, KS, KR, CH>(l, a, stream);
+    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
     return LLTM_ERR_ARGUMENT;
 }
@@ -478,9 +481,9 @@ int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_arg
 /* The exported functions of one dtype's unit (lltm_cuda_sequence.cuh) */
 #define LLTM_SEQ_GRID_UNIT(T)                                                                \
     namespace lltm_seq {                                                                     \
-    template <> const void *grid_kernel<T>(bool forward, int lanes, int values)              \
+    template <> const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk)   \
     {                                                                                        \
-        return grid_kernel_of<T>(forward, lanes, values);                                    \
+        return grid_kernel_of<T>(forward, lanes, values, chunk);                             \
     }                                                                                        \
     template <>                                                                              \
     int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \

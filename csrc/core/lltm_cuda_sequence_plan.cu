@@ -33,9 +33,9 @@ bool known_dtype(lltm_dtype dtype)
 
 bool cached_device(const lltm_cuda_device &dev) { return dev.device >= 0 && dev.device < MAX_DEVICES; }
 
-const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values)
+const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk)
 {
-    LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values), nullptr);
+    LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values, chunk), nullptr);
 }
 const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l)
 {
@@ -52,6 +52,9 @@ struct grid_layout {
 };
 constexpr grid_layout GRID_LAYOUTS[] = {{16, 8}, {16, 32}, {32, 16}, {32, 32}};
 constexpr int NUM_GRID_LAYOUTS = 4;
+/* The rows of a chunk each layout comes in (a tie keeps the first). */
+constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
+constexpr int NUM_GRID_CHUNKS = 2;
 
 /* How many blocks of `kernel` (smem bytes each) can run at once on the
  * device as a cooperative grid (blocks per SM x SMs; 0 without cooperative
@@ -75,19 +78,24 @@ int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_dev
 }
 
 /* max_resident_blocks of a layout's two kernels plus one (0: not asked yet) */
-int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS];
+int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNKS];
 
-int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout)
+int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout,
+                             int chunk_index)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
-    int64_t *slot = cached_device(dev) ? &resident_cache[dev.device][dtype][layout] : nullptr;
+    const int ch = GRID_CHUNKS[chunk_index];
+    int64_t *slot =
+        cached_device(dev) ? &resident_cache[dev.device][dtype][layout][chunk_index] : nullptr;
     int64_t resident = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) - 1 : -1;
     if (resident < 0) {
         const size_t acc = acc_bytes(dtype);
-        const int64_t f = max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values),
-                                              grid_forward_smem(acc, g.lanes, g.values), dev);
-        const int64_t b = max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values),
-                                              grid_backward_smem(acc, g.lanes, g.values), dev);
+        const int64_t f =
+            max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values, ch),
+                                grid_forward_smem(acc, g.lanes, g.values, ch), dev);
+        const int64_t b =
+            max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values, ch),
+                                grid_backward_smem(acc, g.lanes, g.values, ch), dev);
         resident = f < b ? f : b;
         if (slot)
             __atomic_store_n(slot, resident + 1, __ATOMIC_RELAXED);
@@ -96,12 +104,12 @@ int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int 
 }
 
 /* Batch groups of a grid layout (the grid is unit_blocks x groups): as many
- * as fit beside the unit blocks, at most one per 16-row chunk of B, at most
+ * as fit beside the unit blocks, at most one per ch-row chunk of B, at most
  * `cap` (0: no cap). */
-int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int64_t cap)
+int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int ch, int64_t cap)
 {
     int64_t groups = resident / unit_blocks;
-    const int64_t chunks = ceil_div(B, BC);
+    const int64_t chunks = ceil_div(B, ch);
     if (groups > chunks)
         groups = chunks;
     if (cap >= 1 && cap < groups)
@@ -109,37 +117,38 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int64_t ca
     return groups < 1 ? 1 : groups;
 }
 
-/* Whether a grid layout runs B, H here (H within lanes * values,
- * co-resident, in the library for the dtype; `concurrent` such grids at
- * once, each with its share of the resident blocks), and its batch groups. */
-bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int64_t B, int64_t H,
-               int64_t cap, int concurrent, int64_t *groups)
+/* Whether a grid layout in chunks of GRID_CHUNKS[chunk_index] rows runs B,
+ * H here (H within lanes * values, co-resident, in the library for the
+ * dtype; `concurrent` such grids at once, each with its share of the
+ * resident blocks), and its batch groups. */
+bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int chunk_index,
+               int64_t B, int64_t H, int64_t cap, int concurrent, int64_t *groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
         return false;
-    const int64_t resident = grid_resident_blocks(dev, dtype, layout) / concurrent;
+    const int64_t resident = grid_resident_blocks(dev, dtype, layout, chunk_index) / concurrent;
     const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
     if (unit_blocks > resident)
         return false;
-    *groups = grid_groups(resident, unit_blocks, B, cap);
+    *groups = grid_groups(resident, unit_blocks, B, GRID_CHUNKS[chunk_index], cap);
     return true;
 }
 
-lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int64_t H,
+lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int ch, int64_t H,
                                  int64_t groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     lltm_sequence_launch l = {};
     l.lanes = g.lanes;
     l.values = g.values;
-    l.rows = BC;
-    l.chunk = BC;
+    l.rows = ch;
+    l.chunk = ch;
     l.exchange = LLTM_SEQ_EXCHANGE_GLOBAL;
     l.blocks = ceil_div(H, NT / g.lanes);
     l.groups = groups;
-    l.smem = forward ? grid_forward_smem(acc_bytes(dtype), g.lanes, g.values)
-                     : grid_backward_smem(acc_bytes(dtype), g.lanes, g.values);
+    l.smem = forward ? grid_forward_smem(acc_bytes(dtype), g.lanes, g.values, ch)
+                     : grid_backward_smem(acc_bytes(dtype), g.lanes, g.values, ch);
     return l;
 }
 
@@ -431,7 +440,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     static const lltm_sequence_plan_options none = {};
     const lltm_sequence_plan_options &o = options ? *options : none;
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
-        o.concurrent > MAX_CONCURRENT)
+        o.concurrent > MAX_CONCURRENT ||
+        (o.grid_chunk != 0 && o.grid_chunk != BC && o.grid_chunk != GRID_SMALL_CHUNK))
         return LLTM_ERR_ARGUMENT;
     const int concurrent = o.concurrent > 1 ? o.concurrent : 1;
     memset(plan, 0, sizeof *plan);
@@ -445,7 +455,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     /* Every plan that can run these sizes here (within the options), each
      * costed by the model (lltm_cuda_cost.c); the cheapest wins, a tie the
      * first considered: per-step kernels, clusters (16 blocks, then 8),
-     * the grid layouts in GRID_LAYOUTS order. */
+     * the grid layouts in GRID_LAYOUTS order, each in 16-row chunks, then
+     * in 4-row ones. */
     lltm_sequence_plan candidate = *plan;
     double best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_cost_cuda(dev, plan, T, B, I, H)
                                            : INFINITY;
@@ -475,13 +486,18 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             const grid_layout g = GRID_LAYOUTS[k];
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
-            int64_t groups = 1;
-            if (!grid_fits(*dev, dtype, k, B, H, o.grid_groups_max, concurrent, &groups))
-                continue;
-            candidate.family = LLTM_SEQ_GRID;
-            candidate.forward = grid_launch(dtype, true, k, H, groups);
-            candidate.backward = grid_launch(dtype, false, k, H, groups);
-            consider();
+            for (int c = 0; c < NUM_GRID_CHUNKS; ++c) {
+                const int ch = GRID_CHUNKS[c];
+                if (o.grid_chunk && o.grid_chunk != ch)
+                    continue;
+                int64_t groups = 1;
+                if (!grid_fits(*dev, dtype, k, c, B, H, o.grid_groups_max, concurrent, &groups))
+                    continue;
+                candidate.family = LLTM_SEQ_GRID;
+                candidate.forward = grid_launch(dtype, true, k, ch, H, groups);
+                candidate.backward = grid_launch(dtype, false, k, ch, H, groups);
+                consider();
+            }
         }
     }
     if (plan->family == LLTM_SEQ_STEPS)

@@ -92,8 +92,8 @@ def make_step(module, x, D, H, lengths=None, packed=False):
     current stream) with fixed output gradients."""
     g = torch.Generator(device="cpu").manual_seed(1)
     B = x.shape[1]
-    h = (torch.randn(D, B, H, generator=g) * 0.5).to(x.device).requires_grad_()
-    c = (torch.randn(D, B, H, generator=g) * 0.5).to(x.device).requires_grad_()
+    h = (torch.randn(D, B, H, generator=g) * 0.5).to(x.device, x.dtype).requires_grad_()
+    c = (torch.randn(D, B, H, generator=g) * 0.5).to(x.device, x.dtype).requires_grad_()
     if packed:
         p = pack_padded_sequence(x, lengths, enforce_sorted=False)
         leaf = p.data.detach().requires_grad_()
@@ -107,7 +107,7 @@ def make_step(module, x, D, H, lengths=None, packed=False):
         out, (h_n, c_n) = module(inp, (h, c))
         return (out.data if packed else out), h_n, c_n
     outs = forward()
-    grads = [torch.randn(o.shape, generator=g).to(x.device) for o in outs]
+    grads = [torch.randn(o.shape, generator=g).to(x.device, o.dtype) for o in outs]
 
     def step():
         return torch.autograd.grad(forward(), [leaf, h, c, *params], grads)

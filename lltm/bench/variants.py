@@ -95,6 +95,9 @@ class Variant:
             rows = 32 if dtype == torch.float64 else 64
             if H > 128 or B > rows:
                 return f"cluster plans hold H <= 128 and B <= {rows}"
+        if family == "grid" and "grid_shape" not in self.plan:  # the cheapest layout
+            most = 512 if dtype == torch.float64 else 1024
+            return f"grid layouts hold H <= {most}" if H > most else None
         if family == "grid":
             lanes, values = map(int, self.plan["grid_shape"].split("x"))
             if H > lanes * values:
@@ -111,8 +114,11 @@ SEQUENCE_VARIANTS = (
     Variant("lltm[cluster 16, one group]", "lltm",
             {"family": "cluster", "cluster_blocks": 16, "grid_groups": 1}),
     Variant("lltm[cluster 8]", "lltm", {"family": "cluster", "cluster_blocks": 8}),
-    *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g})
+    *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g, "grid_chunk": 16})
       for g in GRID_SHAPES),
+    # the cheapest grid layout in 4-row chunks (the chooser takes them where
+    # every chunk gets a batch group of its own)
+    Variant("lltm[grid, 4-row chunks]", "lltm", {"family": "grid", "grid_chunk": 4}),
     Variant("lltm[steps]", "lltm", {"family": "steps"}),
 )
 CELL_VARIANTS = (Variant("native[fused]", "native", {}, "fused"),
