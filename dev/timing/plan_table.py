@@ -51,7 +51,8 @@ def describe(p) -> str:
     family = FAMILIES.get(p.family, str(p.family))
     f, b = p.forward, p.backward
     if family == "grid":
-        return f"grid {f.lanes}x{f.values}, {f.blocks * f.groups} blocks ({f.groups} groups)"
+        return (f"grid {f.lanes}x{f.values}/{f.chunk}, {f.blocks * f.groups} blocks "
+                f"({f.groups} groups)")
     if family == "cluster":
         shape = "16x8u" if b.exchange == 3 else "8x16u"  # blocks x units a block
         split = f" x{f.groups}" if f.groups > 1 else ""
@@ -62,7 +63,7 @@ def describe(p) -> str:
 
 
 def main(argv=None):
-    from test_cuda_sequence_emulated import Device, Options, Plan  # the ctypes structs
+    from sequence_emu import Device, Options, Plan  # the ctypes structs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--T", type=int, default=100)
     parser.add_argument("--batches", default="1,4,16,17,32,64,65,128,256,1024")
