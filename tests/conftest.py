@@ -79,7 +79,7 @@ def require_sktime():
 
 @pytest.fixture(scope="session")
 def emu(tmp_path_factory):
-    """The CUDA sequence kernels compiled against the fiber emulator, one
-    library for the session (tests/sequence_emu.py)."""
+    """The CUDA sequence kernels compiled against the fiber emulator, built
+    once per test run (tests/sequence_emu.py)."""
     import sequence_emu
     return sequence_emu.build(tmp_path_factory)

@@ -1,7 +1,7 @@
 """The CUDA sequence kernels (csrc/core/lltm_cuda_seq*.cu) compiled by g++
 against the fiber emulator of tests/cuda_emu, and the ctypes view of their C
 API (lltm.h): the device and plan structs, the chooser, the launchers. Used
-through the session fixture ``emu`` (conftest.py) by
+through the fixture ``emu`` (conftest.py, built once per test run) by
 tests/test_cuda_sequence_emulated.py (the kernels against the reference)
 and tests/test_cuda_routes_emulated.py (the choice against the H100's
 measurements)."""

@@ -244,14 +244,12 @@ def test_grid_batch_groups(emu, plan, dtype, groups):
 @pytest.mark.parametrize("lengths", [False, True])
 @pytest.mark.parametrize("plan,dtype", [("grid_16_8_c4", torch.float32),
                                         ("grid_32_16_c4", torch.bfloat16),
-                                        ("grid_16_32_c4", torch.float64)])
+                                        ("grid_16_8_c4", torch.float64)])
 def test_grid_small_chunks(emu, plan, dtype, groups, lengths):
     """The grid layouts in 4-row chunks: B = 13 is 4 chunks, the last one
     of a row; 3 groups take 2, 1 and 1 of them (a group walking two small
     chunks), None: one group a chunk, 1: one group walking all four; with
     per-row lengths too."""
-    if dtype == torch.float64:  # no 32-value layouts in float64
-        plan = "grid_16_8_c4"
     T, B = 4, 13
     options = dict(PLANS[plan], grid_groups_max=groups or 0)
 

@@ -77,7 +77,7 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     with pytest.raises(ValueError, match="dtype must be one of"):
         overrides._dtype_code("int8")
     assert overrides._dtype_code("torch.bfloat16") == 3
-    from sequence_emu import Launch, Plan  # checked against the C in the emulator tests
+    from sequence_emu import Launch, Options, Plan  # checked against the C in the emulator tests
 
     def layout(struct):
         return [(name, ctypes.sizeof(t), getattr(struct, name).offset)
@@ -85,6 +85,7 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     assert layout(overrides._Launch) == layout(Launch)
     assert layout(overrides._Plan) == layout(Plan)
     assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)
+    assert layout(overrides._PlanOptions) == layout(Options)
 
 
 @pytest.mark.parametrize("allow", ["allow_tf32", "precision"])

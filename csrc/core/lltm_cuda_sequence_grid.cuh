@@ -9,9 +9,9 @@
  * block stages and multiplies fewer chunks per step. A thread's
  * multiply-adds a step grow with the rows of a chunk, padding rows
  * included: B <= 4 in 16-row chunks does 4x the work it needs, and B = 16
- * in one 16-row chunk 4x what four 4-row chunks side by side do. Each step a block writes its results to global
- * memory, meets the others at grid.sync() and stages the state back from
- * L2 into shared memory. Layouts (lanes x values): 16x8 (H <= 128), 32x16
+ * in one 16-row chunk 4x what four 4-row chunks side by side do. Each step
+ * a block writes its results to global memory, meets the others at
+ * grid.sync() and stages the state back from L2 into shared memory. Layouts (lanes x values): 16x8 (H <= 128), 32x16
  * (H <= 512), 16x32 and 32x32 (H <= 512 and 1024; not float64: the
  * registers that hold W_h); which one runs is the plan's.
  */

@@ -58,29 +58,27 @@ def graph_us(step, replays=20, passes=7):
         step()
     graph.replay()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(passes):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / replays)
+    us = median_event_us(graph.replay, replays, passes)
     del graph
-    return statistics.median(samples)
+    return us
 
 
 def eager_us(step, n=30, passes=5):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    return median_event_us(step, n, passes)
+
+
+def median_event_us(run, n, passes):
+    """Median microseconds of one run(), timed by CUDA events around n calls,
+    over `passes` passes."""
     samples = []
     for _ in range(passes):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(n):
-            step()
+            run()
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / n)

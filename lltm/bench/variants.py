@@ -116,8 +116,8 @@ SEQUENCE_VARIANTS = (
     Variant("lltm[cluster 8]", "lltm", {"family": "cluster", "cluster_blocks": 8}),
     *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g, "grid_chunk": 16})
       for g in GRID_SHAPES),
-    # the cheapest grid layout in 4-row chunks (the chooser takes them where
-    # every chunk gets a batch group of its own)
+    # the cheapest grid layout in 4-row chunks (the chooser weighs them
+    # against 16-row ones by the cost model)
     Variant("lltm[grid, 4-row chunks]", "lltm", {"family": "grid", "grid_chunk": 4}),
     Variant("lltm[steps]", "lltm", {"family": "steps"}),
 )
