@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import copy
 import datetime
+import faulthandler
 import os
 import random
 import socket
@@ -303,10 +304,8 @@ def run_spawned(rank: int, world: int, port: int, checks, seed: int | None = Non
 
 
 def settle() -> None:
-    """Wait for every rank before the group is torn down: a gloo rank that
-    closes its sockets while its peer is still finishing the last collective
-    can abort the peer ("terminate called without an active exception", seen
-    once under a loaded CI machine)."""
+    """Wait for every rank before the group is torn down, so that no rank
+    closes its sockets while a peer still finishes the last collective."""
     dist.barrier()
     if dist.get_backend() == "nccl":
         torch.cuda.synchronize()
@@ -318,15 +317,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _worker_entry(rank: int, fn, args) -> None:
+    """fn(rank, *args) in a started process. A Python traceback of every
+    thread goes to stderr if the process is killed by a signal (a gloo abort
+    then says where it happened). After fn returns, the process leaves at once
+    with status 0: fn has destroyed its process group and written its results,
+    and interpreter finalization with torch.distributed's threads still being
+    wound down was seen to abort a gloo process now and then on a loaded
+    machine ("terminate called without an active exception", SIGABRT), the
+    same worker passing in every rerun. An exception in fn still fails the
+    process, with its traceback, as torch.multiprocessing reports it."""
+    faulthandler.enable(all_threads=True)
+    fn(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def start(fn, args, world: int = 2, timeout_s: float = 240) -> None:
     """fn(rank, *args) in ``world`` fresh processes; a process's exception is
     raised here (torch.multiprocessing.ProcessRaisedException, with its
     traceback); processes still running after ``timeout_s`` are killed and
     TimeoutError raised. The processes are started with the "spawn" method
     (each imports torch afresh: a process forked from one that has imported
-    torch's compiler was seen to hang)."""
+    torch's compiler was seen to hang) and end as _worker_entry says."""
     import torch.multiprocessing as mp
-    context = mp.start_processes(fn, args=args, nprocs=world, join=False, start_method="spawn")
+    context = mp.start_processes(_worker_entry, args=(fn, args), nprocs=world, join=False,
+                                 start_method="spawn")
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=0.5):
         if time.monotonic() > deadline:

@@ -156,3 +156,26 @@ def test_multi_gpu_script_under_torchrun():
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "2 processes, gloo, cpu" in run.stdout, run.stdout
     assert "all 2 checks passed" in run.stdout, run.stdout
+
+
+def _failing_worker(rank, how):
+    if rank == 1:
+        if how == "raise":
+            raise ValueError("worker 1 failed")
+        os.abort()
+
+
+@pytest.mark.parametrize("how", ["raise", "abort"])
+def test_process_starter_reports_a_failed_worker(how, capfd):
+    """The starter's clean exit after a worker returns must not hide a worker
+    that raised (its traceback comes back) or died by a signal (faulthandler
+    prints where)."""
+    import torch.multiprocessing as mp
+    expected = mp.ProcessRaisedException if how == "raise" else mp.ProcessExitedException
+    with pytest.raises(expected) as info:
+        multi_gpu.start(_failing_worker, (how,), WORLD, TIMEOUT_S)
+    if how == "raise":
+        assert "worker 1 failed" in str(info.value)
+    else:
+        assert "SIGABRT" in str(info.value)
+        assert "_failing_worker" in capfd.readouterr().err

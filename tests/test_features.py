@@ -3,15 +3,17 @@ covers: torch.compile's modes, activation checkpointing, deterministic
 algorithms, DDP and FSDP2 (fully_shard); each against eager / one process."""
 import datetime
 import os
-import socket
-import time
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import lltm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import multi_gpu  # noqa: E402  (the process starter)
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -129,12 +131,6 @@ BACKENDS = [pytest.param("gloo", id="gloo-cpu"),
 WRAPPERS = ["ddp", "fsdp2"]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _device(backend, rank=0):
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
@@ -177,7 +173,7 @@ def _worker(rank, port, backend, out_dir):
                          for n, p in model.named_parameters()}
                 torch.save(grads, os.path.join(out_dir, f"{wrapper}-{kind}-rank{rank}.pt"))
                 del model
-        dist.barrier()  # all ranks done first: a gloo peer closing early can abort the other
+        multi_gpu.settle()
     finally:
         dist.destroy_process_group()
 
@@ -187,15 +183,11 @@ def distributed_grads(request, tmp_path_factory):
     """Runs every wrapper and kind in one pair of processes."""
     backend = request.param
     out_dir = tmp_path_factory.mktemp(backend)
-    context = mp.spawn(_worker, args=(_free_port(), backend, str(out_dir)), nprocs=WORLD,
-                       join=False)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            pytest.fail(f"processes still running after {TIMEOUT_S} s")
+    try:
+        multi_gpu.start(_worker, (multi_gpu.free_port(), backend, str(out_dir)), WORLD,
+                        TIMEOUT_S)
+    except TimeoutError as e:
+        pytest.fail(str(e))
     return backend, out_dir
 
 
