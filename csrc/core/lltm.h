@@ -148,7 +148,9 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * has no gate gradient (so no share of dW, db or dx), dL/dh_n enters at
  * step lengths[b] - 1, and grad_output past the row's end is not read. The
  * CPU calls take lengths in host memory, check them (LLTM_ERR_ARGUMENT)
- * and run max(lengths) steps; the CUDA calls take them in device memory,
+ * and run max(lengths) steps, each step's products over rows 0 .. m-1, m
+ * one past the last row still running (rows sorted longest first, as in a
+ * packed batch, leave every stopped row out); the CUDA calls take them in device memory,
  * which the host does not read: they run all T steps (a caller cuts T to
  * the longest row), and values out of range give undefined results but
  * no access outside the arrays.

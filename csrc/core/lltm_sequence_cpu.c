@@ -320,6 +320,20 @@ static int check_call(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t
     return LLTM_OK;
 }
 
+/* Rows 0 .. m-1 at step t hold every row still running (t < lengths[b];
+ * lengths NULL: all B): the per-step products leave out the rows after the
+ * last running one. A packed batch is sorted longest first, so there every
+ * row that has stopped is left out. */
+static int64_t running_rows(int64_t B, const int64_t *lengths, int64_t t)
+{
+    if (lengths == NULL)
+        return B;
+    int64_t m = B;
+    while (m > 0 && lengths[m - 1] <= t)
+        --m;
+    return m;
+}
+
 /* The steps to run: T, or the longest row's length (each in [1, T]; -1 if
  * one is not). */
 static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
@@ -395,8 +409,8 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
          * reads it). */
         const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
         if (t < steps)
-            status = product(gemm, gemm_ctx, dtype, elem, B, G, H, h_prev, H, 1, W_h_t, G, 1,
-                             recurrent, G);
+            status = product(gemm, gemm_ctx, dtype, elem, running_rows(B, lengths, t), G, H,
+                             h_prev, H, 1, W_h_t, G, 1, recurrent, G);
         if (status != LLTM_OK)
             break;
         sequence_forward_args args = {.B = B,
@@ -480,12 +494,14 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
             return status;
         if (t >= steps) /* every row has stopped: dG[t] is 0 */
             continue;
-        /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H] */
+        /* dL/dh_{t-1} [B,H] = dG[t] [B,G] W_h [G,H], for the rows running at
+         * t: a row that stopped reads no dh again (grad_h_n at its last step),
+         * and at t = 0 every row runs, so all of grad_h0 is written. */
         void *dh_prev = t > 0 ? dh : grad_h0;
         if (dh_prev == NULL)
             break;
-        status = product(gemm, gemm_ctx, dtype, elem, B, H, G, at(d_gates, t * B * G, elem),
-                         G, 1, weights, K, 1, dh_prev, H);
+        status = product(gemm, gemm_ctx, dtype, elem, running_rows(B, a->lengths, t), H, G,
+                         at(d_gates, t * B * G, elem), G, 1, weights, K, 1, dh_prev, H);
         if (status != LLTM_OK)
             return status;
         dh_next = dh;

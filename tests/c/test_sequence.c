@@ -18,7 +18,8 @@
 /* The naive gemm: each sum in long double, stored in the dtype. */
 typedef struct gemm_log {
     int calls;
-    int fail_at; /* fail the call with this index (0-based); -1: never */
+    int fail_at;    /* fail the call with this index (0-based); -1: never */
+    long long rows; /* M summed over the calls */
 } gemm_log;
 
 static void put(void *p, size_t k, lltm_dtype dt, double v)
@@ -38,6 +39,7 @@ static int naive_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t
     gemm_log *log = (gemm_log *)ctx;
     if (log->calls++ == log->fail_at)
         return 1;
+    log->rows += M;
     if (M < 1 || N < 1 || K < 1 || ldc < N)
         return 2; /* the contract: the core never asks for an empty product */
     for (int64_t m = 0; m < M; ++m)
@@ -222,7 +224,7 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
         t.grad_input = got[0], t.grad_weights = got[1], t.grad_bias = got[2];
         t.grad_h0 = got[3], t.grad_c0 = got[4];
         void *work = poisoned_bytes(ws);
-        gemm_log log = {0, -1};
+        gemm_log log = {0, -1, 0};
         const int status = lltm_sequence_backward_cpu(dt, T, B, I, H, &t, work, naive_gemm, &log,
                                                       pfor);
         check(status == LLTM_OK, "backward status, some gradients", B, H, name);
@@ -247,11 +249,14 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
 }
 
 
-/* with_lengths: rows of random lengths in [1, T] (needs T >= 1) */
+/* with_lengths: rows of random lengths in [1, T] (needs T >= 1); 2: sorted
+ * longest first, as a packed batch is (the per-step products then leave out
+ * the rows that have stopped) */
 static void test_case(long long T, long long B, long long I, long long H, lltm_dtype dt,
                       lltm_parallel_for pfor, int with_lengths)
 {
-    const char *name = with_lengths ? "lengths" : dtype_name(dt);
+    const char *name = with_lengths == 2 ? "sorted lengths" : with_lengths ? "lengths"
+                                                                           : dtype_name(dt);
     const long long G = 3 * H, K = I + H;
     const size_t nx = (size_t)(T * B * I), nW = (size_t)(G * K), nS = (size_t)(B * H);
     const size_t nTH = (size_t)(T * B * H), nTG = (size_t)(T * B * G);
@@ -268,6 +273,12 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
         len[r] = 1 + rand() % T;
         steps = len[r] > steps ? len[r] : steps;
     }
+    for (long long r = 1; r < B && with_lengths == 2; ++r) /* insertion sort, descending */
+        for (long long q = r; q > 0 && len[q - 1] < len[q]; --q) {
+            const int64_t l = len[q];
+            len[q] = len[q - 1];
+            len[q - 1] = l;
+        }
     L.len = with_lengths ? len : NULL;
     void *x = rounded(L.x, nx, dt), *W = rounded(L.W, nW, dt), *b = rounded(L.b, (size_t)G, dt);
     void *h0 = rounded(L.h0, nS, dt), *c0 = rounded(L.c0, nS, dt);
@@ -279,7 +290,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     void *cells = poisoned(nTH, dt), *gates = poisoned(nTG, dt);
     const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, B, H);
     void *work_f = poisoned_bytes(ws_f);
-    gemm_log log = {0, -1};
+    gemm_log log = {0, -1, 0};
     const lltm_sequence_forward_tensors fwd = {x,   W,   b,     h0,    c0,   out,
                                                h_n, c_n, cells, gates, L.len};
     int status = lltm_sequence_forward_cpu(dt, T, B, I, H, &fwd, work_f, naive_gemm, &log, pfor);
@@ -317,6 +328,20 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
      * the steps: T, or up to the longest row */
     const long long want_calls = T * B == 0 ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
+    /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
+     * last row still running at step t (B without lengths); x W_x^T, dW_h,
+     * dW_x and dx take steps*B (dW's M is G) */
+    long long step_rows = 0;
+    for (long long t = 0; t < steps; ++t) {
+        long long m = B;
+        while (L.len && m > 0 && L.len[m - 1] <= t)
+            --m;
+        step_rows += m;
+    }
+    const long long want_rows = T * B == 0 ? 0
+                                           : 2 * step_rows + G + (I > 0) * (steps * B + G +
+                                                                            steps * B);
+    check(log.rows == want_rows, "rows of the matrix products", B, H, name);
     void *const full[5] = {d_x, d_W, d_b, d_h0, d_c0};
     if (pfor == lltm_serial_for)
         test_wanted_subsets(T, B, I, H, steps, dt, pfor, &bwd, full);
@@ -349,18 +374,18 @@ static void test_errors(void)
                                                 buf + 740, NULL};
     /* every product of both directions fails in turn: the failure comes back */
     for (int fail_at = 0; fail_at < 1 + (int)T; ++fail_at) {
-        gemm_log log = {0, fail_at};
+        gemm_log log = {0, fail_at, 0};
         check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
                                         lltm_serial_for) == LLTM_ERR_GEMM,
               "forward reports a failed product", B, H, "float64");
     }
     for (int fail_at = 0; fail_at < (int)T + 3; ++fail_at) {
-        gemm_log log = {0, fail_at};
+        gemm_log log = {0, fail_at, 0};
         check(lltm_sequence_backward_cpu(LLTM_FLOAT64, T, B, I, H, &bwd, work, naive_gemm, &log,
                                          lltm_serial_for) == LLTM_ERR_GEMM,
               "backward reports a failed product", B, H, "float64");
     }
-    gemm_log log = {0, -1};
+    gemm_log log = {0, -1, 0};
     check(lltm_sequence_forward_cpu(LLTM_FLOAT64, T, B, I, H, &fwd, work, naive_gemm, &log,
                                     failing_for) == LLTM_ERR_PARALLEL,
           "forward reports a failed parallel-for", B, H, "float64");
@@ -421,7 +446,7 @@ int main(void)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; ++d)
             for (size_t r = 0; r < 2; ++r)
-                for (int with_lengths = 0; with_lengths <= (shapes[s][0] > 0); ++with_lengths)
+                for (int with_lengths = 0; with_lengths <= 2 * (shapes[s][0] > 0); ++with_lengths)
                     test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
                               dtypes[d], runners[r], with_lengths);
     test_errors();
