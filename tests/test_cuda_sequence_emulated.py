@@ -182,6 +182,25 @@ def test_persistent_kernels_lengths_batch_groups(emu, plan):
               lengths=_lengths(4, 13))
 
 
+GRID_PLANS = [p for p in PLANS if PLANS[p]["family"] == GRID]
+
+
+@pytest.mark.parametrize("groups", [1, 0], ids=["one-group", "groups"])
+@pytest.mark.parametrize("plan", GRID_PLANS)
+def test_grid_chunks_that_stopped(emu, plan, groups):
+    """Lengths sorted longest first, as a packed batch's are: whole chunks of
+    rows stop while others run, and the grid kernels form no product for
+    them (forward: h_{t-1} W_h; backward: dG_{t+1} W_h), one group of blocks
+    or the chunks spread over several."""
+    T, B = 9, 37
+    longer = torch.sort(torch.randint(4, T + 1, (B - 8,)), descending=True).values
+    longer[0] = T
+    short = torch.tensor([3, 3, 2, 2, 2, 1, 1, 1])  # chunks that stop early
+    lengths = torch.cat([longer, short]).to(torch.int64)
+    _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), torch.float32, T, B, 3, 20,
+              lengths=lengths)
+
+
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
                                     ("cluster_32_4_nosplit", 128),

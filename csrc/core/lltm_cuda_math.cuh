@@ -102,6 +102,22 @@ __device__ __forceinline__ int64_t row_steps(const int64_t *__restrict__ lengths
     return lengths ? __ldg(lengths + b) : steps;
 }
 
+/* Steps of the longest of batch rows b0 .. b0+n-1 (those below B): past
+ * them a chunk of rows has no product to form. The same for every thread
+ * that passes the same b0, so a block may branch on it. */
+__device__ __forceinline__ int64_t chunk_steps(const int64_t *__restrict__ lengths, int64_t b0,
+                                               int n, int64_t B, int64_t steps)
+{
+    if (!lengths)
+        return steps;
+    int64_t longest = 0;
+    for (int k = 0; k < n && b0 + k < B; ++k) {
+        const int64_t l = __ldg(lengths + b0 + k);
+        longest = l > longest ? l : longest;
+    }
+    return longest;
+}
+
 } // namespace
 
 /* One switch per C launcher: the lltm_dtype picks the element type T for

@@ -11,9 +11,11 @@
  * included: B <= 4 in 16-row chunks does 4x the work it needs, and B = 16
  * in one 16-row chunk 4x what four 4-row chunks side by side do. Each step
  * a block writes its results to global memory, meets the others at
- * grid.sync() and stages the state back from L2 into shared memory. Layouts (lanes x values): 16x8 (H <= 128), 32x16
- * (H <= 512), 16x32 and 32x32 (H <= 512 and 1024; not float64: the
- * registers that hold W_h); which one runs is the plan's.
+ * grid.sync() and stages the state back from L2 into shared memory; a
+ * chunk whose rows have all stopped (lengths) forms no product. Layouts
+ * (lanes x values): 16x8 (H <= 128), 32x16 (H <= 512), 16x32 and 32x32
+ * (H <= 512 and 1024; not float64: the registers that hold W_h); which one
+ * runs is the plan's.
  */
 #ifndef LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
 #define LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
@@ -85,37 +87,43 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 else
                     c_prev = c_work[b * H + u];
             }
-            /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
-            if (t == 0) {
-                for (int e = tid; e < CH * KP; e += NT) {
-                    const int64_t row = b0 + e / KP, k = e % KP;
-                    hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
-                }
-            } else if constexpr (SAME) {
-                stage_rows<A, KP, CH>(hs, reinterpret_cast<const A *>(output) + (t - 1) * BH, B,
-                                      b0, H, tid);
-            } else {
-                stage_rows<A, KP, CH>(hs, h_work + ((t - 1) & 1) * BH, B, b0, H, tid);
-            }
-            __syncthreads();
-
+            /* Every row of the chunk has stopped (uniform over the block):
+             * no product; the rows' outputs are still written below. */
+            const bool chunk_live = t < chunk_steps(lengths, b0, CH, B, steps);
             A acc[CH * 3];
 #pragma unroll
             for (int v = 0; v < CH * 3; ++v)
                 acc[v] = 0;
-#pragma unroll
-            for (int bb = 0; bb < CH; ++bb) {
-#pragma unroll
-                for (int kv = 0; kv < KR / VEC; ++kv) {
-                    const V hv = *reinterpret_cast<const V *>(&hs[bb * KP + (kv * KS + s) * VEC]);
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-#pragma unroll
-                        for (int q = 0; q < 3; ++q)
-                            acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
+            if (chunk_live) {
+                /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
+                if (t == 0) {
+                    for (int e = tid; e < CH * KP; e += NT) {
+                        const int64_t row = b0 + e / KP, k = e % KP;
+                        hs[e] = (row < B && k < H) ? to_acc(h0[row * H + k]) : A(0);
+                    }
+                } else if constexpr (SAME) {
+                    stage_rows<A, KP, CH>(hs, reinterpret_cast<const A *>(output) + (t - 1) * BH,
+                                          B, b0, H, tid);
+                } else {
+                    stage_rows<A, KP, CH>(hs, h_work + ((t - 1) & 1) * BH, B, b0, H, tid);
                 }
+                __syncthreads();
+
+#pragma unroll
+                for (int bb = 0; bb < CH; ++bb) {
+#pragma unroll
+                    for (int kv = 0; kv < KR / VEC; ++kv) {
+                        const V hv =
+                            *reinterpret_cast<const V *>(&hs[bb * KP + (kv * KS + s) * VEC]);
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                            for (int q = 0; q < 3; ++q)
+                                acc[bb * 3 + q] += w[q][kv * VEC + e] * component(hv, e);
+                    }
+                }
+                reduce_rows<KS, CH, 3>(acc, s);
             }
-            reduce_rows<KS, CH, 3>(acc, s);
 
             if (row_ok) {
                 A i, o, z, c, h;
@@ -131,7 +139,8 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                     h_work[(t & 1) * BH + b * H + u] = h;
                 }
             }
-            __syncthreads(); /* hs is restaged by the next chunk */
+            if (chunk_live)
+                __syncthreads(); /* hs is restaged by the next chunk */
         }
         if (t + 1 < steps)
             step_barrier(); /* h_t of every unit is written */
@@ -270,8 +279,11 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                  * ended before it unchanged */
                 dc_in = last ? to_acc(grad_c_n[b * H + own_u]) : dc_state[b * H + own_u];
             }
+            /* dG_{t+1} W_h: none at the last step (uniform over the grid),
+             * and none once every row of the chunk stopped by step t+1 (its
+             * dG_{t+1} is 0; uniform over the block) */
             A from_above = 0;
-            if (!last) /* uniform over the grid */
+            if (!last && t + 1 < chunk_steps(lengths, b0, CH, B, steps))
                 from_above = dh_from(t + 1, b0);
             if (row_ok) {
                 A d[3], dc;
