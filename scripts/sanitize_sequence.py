@@ -1,10 +1,10 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
 grid in 16-row chunks, B split over batch groups, and in 4-row chunks;
-per-step, over several blocks of units and of rows), float32 and bfloat16, sizes with padded units, two to four 16-row
-chunks, the 16-block shape's batch split (B <= 16) and I = 0; each also with
-rows of their own lengths. Run by
-scripts/gpu_check.sh (mode tests) as
+per-step, over several blocks of units and of rows), float32 and bfloat16,
+sizes with padded units, two to four 16-row chunks, the 16-block shape's
+batch split (B <= 16) and I = 0; each also with rows of their own lengths,
+sorted longest first. Run by scripts/gpu.sh (mode sanitize) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
 
@@ -70,8 +70,11 @@ def main() -> int:
                 assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
                     (route, dtype, T, B, I, H)
                 runs += 1
-                # rows stopping at their own lengths (1 .. T, the first row T)
-                lengths = torch.randint(1, T + 1, (B,), device="cuda")
+                # rows stopping at their own lengths (1 .. T, the first row T),
+                # sorted longest first as a packed batch's are: whole chunks of
+                # rows stop while others run (the grid kernels skip them)
+                lengths = torch.sort(torch.randint(1, T + 1, (B,), device="cuda"),
+                                     descending=True).values
                 lengths[0] = T
                 out, h_n, c_n, cells, gates = torch.ops.lltm.sequence_forward.lengths(
                     x, W, b, h, c, lengths)

@@ -15,9 +15,13 @@ from test_sequence_lengths import per_row_reference
 SHAPES = [(6, 5, 3, 7), (5, 19, 4, 128), (4, 3, 0, 33), (3, 40, 9, 129), (2, 4, 8, 1000)]
 
 
-def random_lengths(T, B, seed=0):
+def random_lengths(T, B, seed=0, longest_first=False):
+    """Lengths in [1, T], T and 1 among them; longest_first: sorted as a
+    packed batch's are (whole chunks of rows then stop while others run)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
+    if longest_first:
+        lengths = torch.sort(lengths, descending=True).values
     lengths[0] = T
     lengths[-1] = 1
     return lengths
@@ -27,12 +31,13 @@ def random_lengths(T, B, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
                          ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("T,B,I,H", SHAPES)
-def test_lengths_match_per_row_reference(route, dtype, T, B, I, H):
+@pytest.mark.parametrize("order", ["random", "longest-first"])
+def test_lengths_match_per_row_reference(route, dtype, T, B, I, H, order):
     if not route_fits(route, H, dtype) or (route.startswith("cluster") and B > 32
                                            and dtype == torch.float64):
         pytest.skip("no plan of this family for these sizes")
     args, ref_args = seq_inputs(T, B, I, H, dtype)
-    lengths = random_lengths(T, B)
+    lengths = random_lengths(T, B, longest_first=order == "longest-first")
     nat = [a.clone().requires_grad_() for a in args]
     ref = [a.clone().requires_grad_() for a in ref_args]
     out, (h_n, c_n) = lltm.functional.lltm_sequence(*nat, lengths=lengths.cuda())
