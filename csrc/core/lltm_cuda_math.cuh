@@ -118,6 +118,37 @@ __device__ __forceinline__ int64_t chunk_steps(const int64_t *__restrict__ lengt
     return longest;
 }
 
+/* The steps of a block's first two chunks of rows (chunk j starts at row
+ * first_row + j*row_step), read once before the time loop: they do not
+ * change with t, and read at each step their latency lies on the step's path
+ * (a chunk's staging waits for them). Later chunks read theirs each step.
+ * chunk: chunk_steps of the whole chunk; row: row_steps of the chunk's row
+ * `r` (past B: 0). */
+struct block_steps {
+    int64_t chunk0, chunk1, row0, row1;
+    __device__ block_steps(const int64_t *__restrict__ lengths, int64_t first_row,
+                           int64_t row_step, int n, int r, int64_t B, int64_t steps)
+        : chunk0(chunk_steps(lengths, first_row, n, B, steps)),
+          chunk1(chunk_steps(lengths, first_row + row_step, n, B, steps)),
+          row0(first_row + r < B ? row_steps(lengths, first_row + r, steps) : 0),
+          row1(first_row + row_step + r < B ? row_steps(lengths, first_row + row_step + r, steps)
+                                            : 0)
+    {
+    }
+    /* chunk j of the block, starting at row b0 */
+    __device__ int64_t chunk(const int64_t *__restrict__ lengths, int64_t j, int64_t b0, int n,
+                             int64_t B, int64_t steps) const
+    {
+        return j == 0 ? chunk0 : j == 1 ? chunk1 : chunk_steps(lengths, b0, n, B, steps);
+    }
+    /* row b = b0 + r of chunk j (b < B) */
+    __device__ int64_t row(const int64_t *__restrict__ lengths, int64_t j, int64_t b,
+                           int64_t steps) const
+    {
+        return j == 0 ? row0 : j == 1 ? row1 : row_steps(lengths, b, steps);
+    }
+};
+
 } // namespace
 
 /* One switch per C launcher: the lltm_dtype picks the element type T for

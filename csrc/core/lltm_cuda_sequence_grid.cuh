@@ -67,8 +67,10 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A w[3][KR], b_i, b_o, b_z;
     load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
 
+    const block_steps ends(lengths, first_row, row_step, CH, s & (CH - 1), B, steps);
     for (int64_t t = 0; t < steps; ++t) {
-        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+        int64_t chunk = 0; /* of this block's: b0 = first_row + chunk*row_step */
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step, ++chunk) {
             const int64_t b = b0 + (s & (CH - 1));
             const bool row_ok = owner && unit_ok && b < B;
             T *grow = gates + (t * B + b) * G;
@@ -76,7 +78,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             A p_i = 0, p_o = 0, p_z = 0, c_prev = 0;
             bool live = false; /* step t lies within row b's length */
             if (row_ok) {
-                live = t < row_steps(lengths, b, steps);
+                live = t < ends.row(lengths, chunk, b, steps);
                 p_i = to_acc(grow[u]);
                 p_o = to_acc(grow[H + u]);
                 p_z = to_acc(grow[2 * H + u]);
@@ -89,7 +91,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             }
             /* Every row of the chunk has stopped (uniform over the block):
              * no product; the rows' outputs are still written below. */
-            const bool chunk_live = t < chunk_steps(lengths, b0, CH, B, steps);
+            const bool chunk_live = t < ends.chunk(lengths, chunk, b0, CH, B, steps);
             A acc[CH * 3];
 #pragma unroll
             for (int v = 0; v < CH * 3; ++v)
@@ -256,9 +258,11 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     };
 
     A bias_sum[3] = {0, 0, 0};
+    const block_steps ends(lengths, first_row, row_step, CH, own_bb, B, steps);
     for (int64_t t = steps - 1; t >= 0; --t) {
         const bool last = t == steps - 1;
-        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+        int64_t chunk = 0; /* of this block's: b0 = first_row + chunk*row_step */
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step, ++chunk) {
             const int64_t b = b0 + own_bb;
             const bool row_ok = owner && own_u < H && b < B;
             const int64_t jj = t * BH + b * H + own_u;
@@ -266,7 +270,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             A i = 0, o = 0, z = 0, c = 0, dh = 0, dc_in = 0;
             bool live = false; /* step t lies within row b's length */
             if (row_ok) {
-                const int64_t row_end = row_steps(lengths, b, steps);
+                const int64_t row_end = ends.row(lengths, chunk, b, steps);
                 live = t < row_end;
                 i = to_acc(arow[own_u]);
                 o = to_acc(arow[H + own_u]);
@@ -283,7 +287,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
              * and none once every row of the chunk stopped by step t+1 (its
              * dG_{t+1} is 0; uniform over the block) */
             A from_above = 0;
-            if (!last && t + 1 < chunk_steps(lengths, b0, CH, B, steps))
+            if (!last && t + 1 < ends.chunk(lengths, chunk, b0, CH, B, steps))
                 from_above = dh_from(t + 1, b0);
             if (row_ok) {
                 A d[3], dc;
