@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _wavefront, functional, reference
+from . import _directions, _packed, _wavefront, functional, reference
 from ._directions import BothDirections
 from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
@@ -325,27 +325,25 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: a PackedSequence's data must be [N, I], got "
                              f"{list(data.shape)}")
         self._check_features(data.shape[1])
-        # Padded [T, B, I] in the packed (sorted) order: step t holds the
-        # first batch_sizes[t] rows. Element k of data sits at t*B + b there:
-        # one scatter in, one gather out, positions computed on the host.
+        # Padded [T, B, I] in the packed (sorted) order, moved both ways by
+        # gathers (_packed), the index tensors made on the host once per layout.
         T, B = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
-
-        def build():
-            live = torch.arange(B).unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B]
-            return live.flatten().nonzero().squeeze(1), live.sum(0)
-        positions, lengths = _on_device(("packed", tuple(batch_sizes.tolist())), data.device,
-                                        build)
-        x = data.new_zeros(T * B, data.shape[1]).index_copy(0, positions, data).view(T, B, -1)
+        positions, sources, lengths = _on_device(("packed", tuple(batch_sizes.tolist())),
+                                                 data.device,
+                                                 lambda: _packed.layout(batch_sizes))
+        x = _packed.to_padded(data, positions, sources, T, B)
         h0, c0 = self._initial_state(state, x, B, True)
         if state is not None and sorted_indices is not None:
             # nn.LSTM: hx comes in the original batch order (zeros need no reordering)
-            h0, c0 = h0.index_select(1, sorted_indices), c0.index_select(1, sorted_indices)
+            h0 = _packed.permute_rows(h0, sorted_indices, unsorted_indices)
+            c0 = _packed.permute_rows(c0, sorted_indices, unsorted_indices)
         if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
             lengths = None
         out, (h_n, c_n) = self._run(x, h0, c0, lengths)
-        out_data = out.reshape(T * B, -1).index_select(0, positions)
+        out_data = _packed.to_packed(out, positions, sources)
         if unsorted_indices is not None:
-            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
+            h_n = _packed.permute_rows(h_n, unsorted_indices, sorted_indices)
+            c_n = _packed.permute_rows(c_n, unsorted_indices, sorted_indices)
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
                 (h_n, c_n))
 

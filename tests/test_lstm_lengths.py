@@ -306,3 +306,47 @@ def test_bidirectional_lengths_gradgradcheck():
         return out, c_n
     x = torch.randn(T, B, I, dtype=F64, requires_grad=True)
     assert torch.autograd.gradgradcheck(f, (x, *state(m, B, True)))
+
+
+def test_packed_gradgradcheck():
+    """A PackedSequence's rows move to the kernels' layout and back by
+    gathers whose gradients are gathers again: second derivatives through
+    them, with the state reordered (enforce_sorted=False)."""
+    T, I, H = 3, 2, 2
+    lengths = [2, 3, 1]
+    m = make(I, H, False)
+
+    def f(x, h0, c0):
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, (h_n, c_n) = m(packed, (h0, c0))
+        return out.data, h_n, c_n
+    x = torch.randn(T, len(lengths), I, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(f, (x, *state(m, len(lengths), True)))
+
+
+@pytest.mark.parametrize("move", ["to_padded", "to_packed", "permute_rows_1", "permute_rows_2"])
+def test_packed_moves_match_index_select(move):
+    """Each move of rows and its gradient equal index_select's (whose
+    gradient is a scatter-add), on a layout with rows of unequal lengths."""
+    from lltm import _packed
+    batch_sizes = torch.tensor([4, 3, 3, 1])
+    positions, sources, lengths = _packed.layout(batch_sizes)
+    assert lengths.tolist() == [4, 3, 3, 1]
+    T, B, N = 4, 4, int(batch_sizes.sum())
+    if move == "to_padded":
+        src = torch.randn(N, 3, dtype=F64, requires_grad=True)
+        got = _packed.to_padded(src, positions, sources, T, B)
+        want = src.new_zeros(T * B, 3).index_copy(0, positions, src).view(T, B, 3)
+    elif move == "to_packed":
+        src = torch.randn(T, B, 3, dtype=F64, requires_grad=True)
+        got = _packed.to_packed(src, positions, sources)
+        want = src.reshape(T * B, 3).index_select(0, positions)
+    else:
+        src = torch.randn(int(move[-1]), B, 3, dtype=F64, requires_grad=True)
+        order = torch.tensor([2, 0, 3, 1])
+        got = _packed.permute_rows(src, order, torch.argsort(order))
+        want = src.index_select(1, order)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    grad = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad(got, src, grad)[0],
+                               torch.autograd.grad(want, src, grad)[0], rtol=0, atol=0)
