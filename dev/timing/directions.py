@@ -8,7 +8,8 @@ kernel (torch.profiler).
     python3 dev/timing/directions.py [--bi B,I,H,T] [--packed B,I,H,T] [--plans auto,...]
 
 Plans: auto (the library's choice), c16 (16-block clusters), c16c8 (16-block
-clusters of 8-row chunks), c16c16, c8 (8-block clusters), grid, steps.
+clusters of 8-row chunks), c16c16, c8 (8-block clusters), grid (grid4, grid16:
+4- or 16-row chunks), steps.
 Every lltm result is first compared with the same module's output on the
 CPU in float64.
 """
@@ -35,6 +36,8 @@ PLANS = {
     "c16c16": dict(family="cluster", cluster_blocks=16, cluster_chunk=16),
     "c8": dict(family="cluster", cluster_blocks=8),
     "grid": dict(family="grid"),
+    "grid4": dict(family="grid", grid_chunk=4),
+    "grid16": dict(family="grid", grid_chunk=16),
     "steps": dict(family="steps"),
 }
 
@@ -152,7 +155,7 @@ def describe(T, B, I, H):
             + " b:{blocks}x{groups}/{chunk}".format(**plan["backward"]))
 
 
-def bidirectional(B, I, H, T, plans):
+def bidirectional(B, I, H, T, plans, kernels=False):
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device="cuda")
     bi = lltm.LLTM(I, H, bidirectional=True, device="cuda")
@@ -183,6 +186,9 @@ def bidirectional(B, I, H, T, plans):
             print(f"| {name} | {desc} | {err:.1e} | {g1:.0f} | {gc:.0f} | {gw:.0f} | {gs:.0f} "
                   f"| {gc / g1:.2f} "
                   f"| {e1:.0f} | {ec:.0f} |")
+            if name == "auto" and kernels:
+                kernel_table(s1, "one direction, eager")
+                kernel_table(sb, "both directions, eager")
         except Exception as error:  # noqa: BLE001
             print(f"| {name} | failed: {type(error).__name__}: {str(error)[:200]} |")
             torch.cuda.synchronize()
@@ -232,10 +238,12 @@ def main():
     parser.add_argument("--packed", type=sizes, default=(64, 64, 256, 200))
     parser.add_argument("--plans", default="auto,c16c8,c16c16,c8,grid")
     parser.add_argument("--skip", default="", help="bidirectional and/or packed")
+    parser.add_argument("--kernels", action="store_true",
+                        help="GPU time by kernel of the library's plan, one and both directions")
     args = parser.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if "bidirectional" not in args.skip:
-        bidirectional(*args.bi, args.plans.split(","))
+        bidirectional(*args.bi, args.plans.split(","), args.kernels)
     if "packed" not in args.skip:
         packed(*args.packed)
 
