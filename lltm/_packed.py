@@ -10,37 +10,35 @@ map: one kernel a pass, no atomics, deterministic, and differentiable again
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 class Gather(torch.autograd.Function):
-    """``src.index_select(dim, index)``, whose gradient is
-    ``grad.index_select(dim, back)``: ``back`` is the inverse of ``index``.
-    With ``pad``, src gets one zero row at its end first (dim 0), which is
-    where ``index`` points for the rows that take none; ``back_pad`` says
-    the same of the gradient's gather (``to_packed``'s gradient pads, as
-    ``to_padded`` does; a permutation pads in neither direction)."""
+    """``src.index_select(0, index)``, whose gradient is
+    ``grad.index_select(0, back)``: ``back`` is the inverse of ``index``.
+    With ``pad``, src gets one zero row at its end first, which is where
+    ``index`` points for the rows that take none; ``back_pad`` says the same
+    of the gradient's gather (``to_packed``'s gradient pads, as
+    ``to_padded`` does)."""
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(src, dim: int, index, back, pad: bool, back_pad: bool):
-        if pad:
-            src = torch.cat([src, src.new_zeros((1,) + tuple(src.shape[1:]))])
-        if dim == 1 and src.shape[0] == 1:  # one layer's state: rows of [B, H], a faster kernel
-            return src[0].index_select(0, index).unsqueeze(0)
-        return src.index_select(dim, index)
+    def forward(src, index, back, pad: bool, back_pad: bool):
+        if pad:  # one zero row at the end of dim 0: one kernel
+            src = F.pad(src, (0, 0) * (src.dim() - 1) + (0, 1))
+        return src.index_select(0, index)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, dim, index, back, pad, back_pad = inputs
+        _, index, back, pad, back_pad = inputs
         ctx.save_for_backward(index, back)
-        ctx.dim, ctx.pad, ctx.back_pad = dim, pad, back_pad
+        ctx.pad, ctx.back_pad = pad, back_pad
 
     @staticmethod
     def backward(ctx, grad):
         index, back = ctx.saved_tensors
-        return (Gather.apply(grad, ctx.dim, back, index, ctx.back_pad, ctx.pad),
-                None, None, None, None, None)
+        return Gather.apply(grad, back, index, ctx.back_pad, ctx.pad), None, None, None, None
 
 
 def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor,
@@ -48,21 +46,45 @@ def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor
     """[N, F] packed rows -> [T, B, F], zero where no row runs. positions [N]:
     the padded position (t*B + b) of each packed row; sources [T*B]: the
     packed row at each padded position, N where there is none."""
-    return Gather.apply(data, 0, sources, positions, True, False).view(T, B, -1)
+    return Gather.apply(data, sources, positions, True, False).view(T, B, -1)
 
 
 def to_packed(padded: torch.Tensor, positions: torch.Tensor,
               sources: torch.Tensor) -> torch.Tensor:
     """[T, B, F] -> [N, F], the rows at positions (the inverse of to_padded)."""
-    return Gather.apply(padded.reshape(-1, padded.shape[-1]), 0, positions, sources, False,
-                        True)
+    return Gather.apply(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True)
 
 
-def permute_rows(state: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor
-                 ) -> torch.Tensor:
-    """state [L, B, H] with its batch rows taken in ``order`` (a permutation
+class PermuteRows(torch.autograd.Function):
+    """(h [L, B, H], c [L, B, H]) with their batch rows taken in ``order`` (a
+    permutation whose inverse is ``inverse``): both states in one node, as
+    host time per call is what this costs at the sizes where it runs."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(h, c, order, inverse):
+        if h.shape[0] == 1:  # one layer: rows of [B, H], dim 0 is the faster kernel
+            return (h[0].index_select(0, order).unsqueeze(0),
+                    c[0].index_select(0, order).unsqueeze(0))
+        return h.index_select(1, order), c.index_select(1, order)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[2], inputs[3])
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_c):
+        order, inverse = ctx.saved_tensors
+        grad_h, grad_c = PermuteRows.apply(grad_h, grad_c, inverse, order)
+        return grad_h, grad_c, None, None
+
+
+def permute_rows(h: torch.Tensor, c: torch.Tensor, order: torch.Tensor,
+                 inverse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """h, c [L, B, H] with their batch rows taken in ``order`` (a permutation
     whose inverse is ``inverse``)."""
-    return Gather.apply(state, 1, order, inverse, False, False)
+    return PermuteRows.apply(h, c, order, inverse)
 
 
 def layout(batch_sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

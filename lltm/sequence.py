@@ -335,15 +335,13 @@ class LLTM(torch.nn.Module):
         h0, c0 = self._initial_state(state, x, B, True)
         if state is not None and sorted_indices is not None:
             # nn.LSTM: hx comes in the original batch order (zeros need no reordering)
-            h0 = _packed.permute_rows(h0, sorted_indices, unsorted_indices)
-            c0 = _packed.permute_rows(c0, sorted_indices, unsorted_indices)
+            h0, c0 = _packed.permute_rows(h0, c0, sorted_indices, unsorted_indices)
         if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
             lengths = None
         out, (h_n, c_n) = self._run(x, h0, c0, lengths)
         out_data = _packed.to_packed(out, positions, sources)
         if unsorted_indices is not None:
-            h_n = _packed.permute_rows(h_n, unsorted_indices, sorted_indices)
-            c_n = _packed.permute_rows(c_n, unsorted_indices, sorted_indices)
+            h_n, c_n = _packed.permute_rows(h_n, c_n, unsorted_indices, sorted_indices)
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
                 (h_n, c_n))
 

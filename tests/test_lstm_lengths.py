@@ -341,11 +341,18 @@ def test_packed_moves_match_index_select(move):
         src = torch.randn(T, B, 3, dtype=F64, requires_grad=True)
         got = _packed.to_packed(src, positions, sources)
         want = src.reshape(T * B, 3).index_select(0, positions)
-    else:
-        src = torch.randn(int(move[-1]), B, 3, dtype=F64, requires_grad=True)
+    else:  # both states at once: each row's own gradient must come back to it
+        L = int(move[-1])
+        src = torch.randn(L, B, 3, dtype=F64, requires_grad=True)
+        other = torch.randn(L, B, 3, dtype=F64, requires_grad=True)
         order = torch.tensor([2, 0, 3, 1])
-        got = _packed.permute_rows(src, order, torch.argsort(order))
-        want = src.index_select(1, order)
+        got_h, got_c = _packed.permute_rows(src, other, order, torch.argsort(order))
+        torch.testing.assert_close(got_c, other.index_select(1, order), rtol=0, atol=0)
+        grad_c = torch.randn_like(got_c)
+        torch.testing.assert_close(torch.autograd.grad(got_c, other, grad_c, retain_graph=True)[0],
+                                   torch.autograd.grad(other.index_select(1, order), other,
+                                                       grad_c)[0], rtol=0, atol=0)
+        got, want = got_h, src.index_select(1, order)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     grad = torch.randn_like(got)
     torch.testing.assert_close(torch.autograd.grad(got, src, grad)[0],
