@@ -5,7 +5,11 @@ by gathers in both passes.
 atomics on CUDA). Every move here is a one-to-one map of rows, or one with
 padding rows that take no row, so its gradient is the gather by the inverse
 map: one kernel a pass, no atomics, deterministic, and differentiable again
-(the backward is itself a gather).
+(the backward is itself a move).
+
+A move into the padded layout and the state's rows into the packed order are
+one autograd node, as are the way back out: at the sizes where a packed step
+is host-bound, each node's Python costs about as much as its kernels.
 """
 from __future__ import annotations
 
@@ -13,78 +17,62 @@ import torch
 import torch.nn.functional as F
 
 
-class Gather(torch.autograd.Function):
-    """``src.index_select(0, index)``, whose gradient is
-    ``grad.index_select(0, back)``: ``back`` is the inverse of ``index``.
-    With ``pad``, src gets one zero row at its end first, which is where
-    ``index`` points for the rows that take none; ``back_pad`` says the same
-    of the gradient's gather (``to_packed``'s gradient pads, as
-    ``to_padded`` does)."""
+def _permute(state: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """state [L, B, H] with its batch rows taken in ``order``."""
+    if state.shape[0] == 1:  # one layer: rows of [B, H], dim 0 is the faster kernel
+        return state[0].index_select(0, order).unsqueeze(0)
+    return state.index_select(1, order)
 
-    generate_vmap_rule = True
+
+class Move(torch.autograd.Function):
+    """(rows [M, F], *states [L, B, H]) -> (rows.index_select(0, index),
+    *states with their batch rows taken in ``order``). With ``pad``, rows
+    get one zero row at their end first, which is where ``index`` points for
+    the rows that take none. The gradient is the same move back: ``back``
+    (the inverse of index; ``back_pad`` says whether that gather pads) and
+    ``inverse`` (of order).
+
+    The forward takes ctx: a separate setup_context makes every apply bind
+    the arguments to forward's signature (inspect.signature), which costs
+    more host time than the move itself at small sizes."""
 
     @staticmethod
-    def forward(src, index, back, pad: bool, back_pad: bool):
-        if pad:  # one zero row at the end of dim 0: one kernel
-            src = F.pad(src, (0, 0) * (src.dim() - 1) + (0, 1))
-        return src.index_select(0, index)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, index, back, pad, back_pad = inputs
-        ctx.save_for_backward(index, back)
+    def forward(ctx, rows, index, back, pad: bool, back_pad: bool, order, inverse, *states):
+        ctx.save_for_backward(index, back, order, inverse)
         ctx.pad, ctx.back_pad = pad, back_pad
+        if pad:  # one zero row at the end of dim 0: one kernel
+            rows = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, 1))
+        return (rows.index_select(0, index), *(_permute(s, order) for s in states))
 
     @staticmethod
-    def backward(ctx, grad):
-        index, back = ctx.saved_tensors
-        return Gather.apply(grad, back, index, ctx.back_pad, ctx.pad), None, None, None, None
+    def backward(ctx, grad_rows, *grad_states):
+        index, back, order, inverse = ctx.saved_tensors
+        grads = Move.apply(grad_rows, back, index, ctx.back_pad, ctx.pad, inverse, order,
+                           *grad_states)
+        return (grads[0], None, None, None, None, None, None, *grads[1:])
 
 
-def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor,
-              T: int, B: int) -> torch.Tensor:
-    """[N, F] packed rows -> [T, B, F], zero where no row runs. positions [N]:
-    the padded position (t*B + b) of each packed row; sources [T*B]: the
-    packed row at each padded position, N where there is none."""
-    return Gather.apply(data, sources, positions, True, False).view(T, B, -1)
+def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor, T: int,
+              B: int, states: tuple = (), order=None, inverse=None) -> tuple:
+    """[N, F] packed rows -> [T, B, F], zero where no row runs; and each of
+    ``states`` [L, B, H] with its rows taken in ``order`` (inverse:
+    ``inverse``), if given. positions [N]: the padded position (t*B + b) of
+    each packed row; sources [T*B]: the packed row at each padded position,
+    N where there is none. Returns (padded, *states)."""
+    if order is None:
+        states = ()
+    moved = Move.apply(data, sources, positions, True, False, order, inverse, *states)
+    return (moved[0].view(T, B, -1), *moved[1:])
 
 
-def to_packed(padded: torch.Tensor, positions: torch.Tensor,
-              sources: torch.Tensor) -> torch.Tensor:
-    """[T, B, F] -> [N, F], the rows at positions (the inverse of to_padded)."""
-    return Gather.apply(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True)
-
-
-class PermuteRows(torch.autograd.Function):
-    """(h [L, B, H], c [L, B, H]) with their batch rows taken in ``order`` (a
-    permutation whose inverse is ``inverse``): both states in one node, as
-    host time per call is what this costs at the sizes where it runs."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(h, c, order, inverse):
-        if h.shape[0] == 1:  # one layer: rows of [B, H], dim 0 is the faster kernel
-            return (h[0].index_select(0, order).unsqueeze(0),
-                    c[0].index_select(0, order).unsqueeze(0))
-        return h.index_select(1, order), c.index_select(1, order)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[2], inputs[3])
-
-    @staticmethod
-    def backward(ctx, grad_h, grad_c):
-        order, inverse = ctx.saved_tensors
-        grad_h, grad_c = PermuteRows.apply(grad_h, grad_c, inverse, order)
-        return grad_h, grad_c, None, None
-
-
-def permute_rows(h: torch.Tensor, c: torch.Tensor, order: torch.Tensor,
-                 inverse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """h, c [L, B, H] with their batch rows taken in ``order`` (a permutation
-    whose inverse is ``inverse``)."""
-    return PermuteRows.apply(h, c, order, inverse)
+def to_packed(padded: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor,
+              states: tuple = (), order=None, inverse=None) -> tuple:
+    """[T, B, F] -> [N, F], the rows at positions (the inverse of to_padded);
+    and ``states`` reordered as there. Returns (data, *states)."""
+    if order is None:
+        states = ()
+    return Move.apply(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True,
+                      order, inverse, *states)
 
 
 def layout(batch_sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -68,9 +68,10 @@ _INDEX_CACHE_SIZE = 32
 
 def _on_device(key: tuple, device: torch.device, build):
     """The tensors build() makes on the CPU, on ``device``: made once per key
-    and device, then reused (no host-to-device copy per call, which a CUDA
-    graph capture would refuse; the most recent keys are kept)."""
-    if torch.compiler.is_compiling() or device.type == "cpu":
+    and device, then reused (no rebuild per call, and on CUDA no host-to-device
+    copy per call, which a CUDA graph capture would refuse; the latest keys
+    are kept). Callers only read them."""
+    if torch.compiler.is_compiling():
         return tuple(t.to(device) for t in build())
     key = (key, device)
     found = _INDEX_CACHE.get(key)
@@ -331,17 +332,21 @@ class LLTM(torch.nn.Module):
         positions, sources, lengths = _on_device(("packed", tuple(batch_sizes.tolist())),
                                                  data.device,
                                                  lambda: _packed.layout(batch_sizes))
-        x = _packed.to_padded(data, positions, sources, T, B)
-        h0, c0 = self._initial_state(state, x, B, True)
-        if state is not None and sorted_indices is not None:
-            # nn.LSTM: hx comes in the original batch order (zeros need no reordering)
-            h0, c0 = _packed.permute_rows(h0, c0, sorted_indices, unsorted_indices)
+        h0, c0 = self._initial_state(state, data, B, True)
+        # nn.LSTM: hx comes in the original batch order (zeros need no reordering),
+        # h_n and c_n go back to it
+        order = sorted_indices if state is not None else None
+        x, *moved = _packed.to_padded(data, positions, sources, T, B, (h0, c0), order,
+                                      unsorted_indices)
+        if moved:
+            h0, c0 = moved
         if not B or int(batch_sizes[-1]) == B:  # every row runs all T steps
             lengths = None
         out, (h_n, c_n) = self._run(x, h0, c0, lengths)
-        out_data = _packed.to_packed(out, positions, sources)
-        if unsorted_indices is not None:
-            h_n, c_n = _packed.permute_rows(h_n, c_n, unsorted_indices, sorted_indices)
+        out_data, *moved = _packed.to_packed(out, positions, sources, (h_n, c_n),
+                                             unsorted_indices, sorted_indices)
+        if moved:
+            h_n, c_n = moved
         return (PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices),
                 (h_n, c_n))
 

@@ -324,36 +324,35 @@ def test_packed_gradgradcheck():
     assert torch.autograd.gradgradcheck(f, (x, *state(m, len(lengths), True)))
 
 
-@pytest.mark.parametrize("move", ["to_padded", "to_packed", "permute_rows_1", "permute_rows_2"])
-def test_packed_moves_match_index_select(move):
-    """Each move of rows and its gradient equal index_select's (whose
-    gradient is a scatter-add), on a layout with rows of unequal lengths."""
+@pytest.mark.parametrize("states", [0, 1, 2], ids=["rows", "states_1_layer", "states_2_layers"])
+@pytest.mark.parametrize("move", ["to_padded", "to_packed"])
+def test_packed_moves_match_index_select(move, states):
+    """Each move of rows (with the states' rows reordered in the same node,
+    where asked) and every gradient equal index_select's (whose gradient is
+    a scatter-add), on a layout with rows of unequal lengths."""
     from lltm import _packed
     batch_sizes = torch.tensor([4, 3, 3, 1])
     positions, sources, lengths = _packed.layout(batch_sizes)
     assert lengths.tolist() == [4, 3, 3, 1]
     T, B, N = 4, 4, int(batch_sizes.sum())
+    order = torch.tensor([2, 0, 3, 1])
+    h, c = (torch.randn(states or 1, B, 5, dtype=F64, requires_grad=True) for _ in range(2))
+    moved = (h, c) if states else ()
     if move == "to_padded":
         src = torch.randn(N, 3, dtype=F64, requires_grad=True)
-        got = _packed.to_padded(src, positions, sources, T, B)
+        got = _packed.to_padded(src, positions, sources, T, B, moved, order,
+                                torch.argsort(order))
         want = src.new_zeros(T * B, 3).index_copy(0, positions, src).view(T, B, 3)
-    elif move == "to_packed":
+    else:
         src = torch.randn(T, B, 3, dtype=F64, requires_grad=True)
-        got = _packed.to_packed(src, positions, sources)
+        got = _packed.to_packed(src, positions, sources, moved, order, torch.argsort(order))
         want = src.reshape(T * B, 3).index_select(0, positions)
-    else:  # both states at once: each row's own gradient must come back to it
-        L = int(move[-1])
-        src = torch.randn(L, B, 3, dtype=F64, requires_grad=True)
-        other = torch.randn(L, B, 3, dtype=F64, requires_grad=True)
-        order = torch.tensor([2, 0, 3, 1])
-        got_h, got_c = _packed.permute_rows(src, other, order, torch.argsort(order))
-        torch.testing.assert_close(got_c, other.index_select(1, order), rtol=0, atol=0)
-        grad_c = torch.randn_like(got_c)
-        torch.testing.assert_close(torch.autograd.grad(got_c, other, grad_c, retain_graph=True)[0],
-                                   torch.autograd.grad(other.index_select(1, order), other,
-                                                       grad_c)[0], rtol=0, atol=0)
-        got, want = got_h, src.index_select(1, order)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    grad = torch.randn_like(got)
-    torch.testing.assert_close(torch.autograd.grad(got, src, grad)[0],
-                               torch.autograd.grad(want, src, grad)[0], rtol=0, atol=0)
+    wants = (want, *(s.index_select(1, order) for s in moved))
+    assert len(got) == len(wants)
+    for g, w in zip(got, wants):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    grads = [torch.randn_like(w) for w in wants]
+    inputs = (src, *moved)
+    for g, w in zip(torch.autograd.grad(got, inputs, grads),
+                    torch.autograd.grad(wants, inputs, grads)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
