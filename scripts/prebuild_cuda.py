@@ -8,8 +8,11 @@ source, every header; not the host compiler), and compiles otherwise.
     # then on the GPU machine (the folder carried there):
     LLTM_PREBUILT_CUDA=build/prebuilt-cuda python3 lltm/build.py --cuda yes
 
-The architectures must be the ones the GPU machine's build picks: its GPUs
-(an H100: 9.0) unless TORCH_CUDA_ARCH_LIST is set there.
+The architectures must be the ones the GPU machine's build picks: its
+TORCH_CUDA_ARCH_LIST where set (CUDA containers often set one, such as 9.0a:
+`echo $TORCH_CUDA_ARCH_LIST` there), else its GPUs (an H100: 9.0). Every later
+`import lltm` from a checkout with an in-place build compiles for the same
+list, so it must not differ between the build and the run either.
 """
 from __future__ import annotations
 
