@@ -5,12 +5,12 @@
 #
 #   bash scripts/gpu.sh tests      every test (CPU and CUDA), and the CUDA cell's
 #                                  kernel launches per step: tests-cuda, then
-#                                  tests-rest (about 11 minutes on an H100)
+#                                  tests-rest (about 12 minutes on an H100)
 #   bash scripts/gpu.sh tests-cuda the test files that run the CUDA kernels most
 #                                  (test_cuda_*, the LSTM-on-CUDA, bidirectional,
 #                                  graph-capture, sharing and compiled-graph files)
 #                                  and the launch counts (about 5 minutes)
-#   bash scripts/gpu.sh tests-rest every other test file (about 6 minutes)
+#   bash scripts/gpu.sh tests-rest every other test file (about 7 minutes)
 #   bash scripts/gpu.sh sanitize   compute-sanitizer memcheck and racecheck over
 #                                  the cell and sequence kernels
 #                                  (scripts/sanitize_cuda.py, sanitize_sequence.py)
