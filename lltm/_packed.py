@@ -9,7 +9,9 @@ map: one kernel a pass, no atomics, deterministic, and differentiable again
 
 A move into the padded layout and the state's rows into the packed order are
 one autograd node, as are the way back out: at the sizes where a packed step
-is host-bound, each node's Python costs about as much as its kernels.
+is host-bound, each node's Python costs about as much as its kernels. The
+node works under torch.func transforms (setup_context, a generated vmap
+rule) and is entered through the C apply outside them (_move).
 """
 from __future__ import annotations
 
@@ -30,26 +32,40 @@ class Move(torch.autograd.Function):
     get one zero row at their end first, which is where ``index`` points for
     the rows that take none. The gradient is the same move back: ``back``
     (the inverse of index; ``back_pad`` says whether that gather pads) and
-    ``inverse`` (of order).
+    ``inverse`` (of order). Entered through :func:`_move`."""
 
-    The forward takes ctx: a separate setup_context makes every apply bind
-    the arguments to forward's signature (inspect.signature), which costs
-    more host time than the move itself at small sizes."""
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, rows, index, back, pad: bool, back_pad: bool, order, inverse, *states):
-        ctx.save_for_backward(index, back, order, inverse)
-        ctx.pad, ctx.back_pad = pad, back_pad
+    def forward(rows, index, back, pad: bool, back_pad: bool, order, inverse, *states):
         if pad:  # one zero row at the end of dim 0: one kernel
             rows = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, 1))
         return (rows.index_select(0, index), *(_permute(s, order) for s in states))
 
     @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, index, back, pad, back_pad, order, inverse = inputs[:7]
+        ctx.save_for_backward(index, back, order, inverse)
+        ctx.pad, ctx.back_pad = pad, back_pad
+
+    @staticmethod
     def backward(ctx, grad_rows, *grad_states):
         index, back, order, inverse = ctx.saved_tensors
-        grads = Move.apply(grad_rows, back, index, ctx.back_pad, ctx.pad, inverse, order,
-                           *grad_states)
+        grads = _move(grad_rows, back, index, ctx.back_pad, ctx.pad, inverse, order,
+                      *grad_states)
         return (grads[0], None, None, None, None, None, None, *grads[1:])
+
+
+# Function.apply's Python wrapper binds the arguments to forward's signature
+# (inspect.signature) on every call, for functorch transforms: more host
+# time than the move itself at small sizes. Outside transforms the C apply it
+# ends in is entered directly, as lltm/_ops.py does for the operators.
+_c_apply = super(torch.autograd.Function, Move).apply
+_transforms_active = torch._C._are_functorch_transforms_active
+
+
+def _move(*args):
+    return Move.apply(*args) if _transforms_active() else _c_apply(*args)
 
 
 def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor, T: int,
@@ -61,7 +77,7 @@ def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor
     N where there is none. Returns (padded, *states)."""
     if order is None:
         states = ()
-    moved = Move.apply(data, sources, positions, True, False, order, inverse, *states)
+    moved = _move(data, sources, positions, True, False, order, inverse, *states)
     return (moved[0].view(T, B, -1), *moved[1:])
 
 
@@ -71,8 +87,8 @@ def to_packed(padded: torch.Tensor, positions: torch.Tensor, sources: torch.Tens
     and ``states`` reordered as there. Returns (data, *states)."""
     if order is None:
         states = ()
-    return Move.apply(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True,
-                      order, inverse, *states)
+    return _move(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True, order,
+                 inverse, *states)
 
 
 def layout(batch_sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -324,6 +324,27 @@ def test_packed_gradgradcheck():
     assert torch.autograd.gradgradcheck(f, (x, *state(m, len(lengths), True)))
 
 
+def test_packed_under_torch_func_vjp_and_jacrev():
+    """torch.func's vjp and jacrev through a packed call (state reordered,
+    enforce_sorted=False) give autograd's gradients: the moves of the packed
+    layout work under functorch transforms."""
+    T, I, H = 4, 2, 3
+    lengths = [4, 2, 3]
+    m = make(I, H, False)
+    h0, c0 = state(m, len(lengths))
+    x = torch.randn(T, len(lengths), I, dtype=F64)
+
+    def f(x):
+        out, (h_n, c_n) = m(pack_padded_sequence(x, lengths, enforce_sorted=False), (h0, c0))
+        return (out.data * torch.arange(out.data.numel(), dtype=F64).view_as(out.data)).sum() \
+            + (h_n * c_n).sum()
+    leaf = x.clone().requires_grad_()
+    want, = torch.autograd.grad(f(leaf), leaf)
+    got = torch.func.vjp(f, x)[1](torch.tensor(1.0, dtype=F64))[0]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.func.jacrev(f)(x), want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("states", [0, 1, 2], ids=["rows", "states_1_layer", "states_2_layers"])
 @pytest.mark.parametrize("move", ["to_padded", "to_packed"])
 def test_packed_moves_match_index_select(move, states):
