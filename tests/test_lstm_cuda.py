@@ -152,6 +152,27 @@ def test_directions_plan_for_a_shared_device():
             assert shared[d]["groups"] <= alone[d]["groups"]
 
 
+def test_both_directions_keep_the_plan_of_one_on_hopper():
+    """On an H100-class GPU (compute capability 9.x, 132 SMs or more) the
+    plan for two directions at float32 B16/H128 is the plan for one: the
+    4-row reduce-scatter backward runs blocks of 128 threads, two to an SM,
+    so both directions' eight clusters of 16 blocks fit at once (with
+    256-thread blocks seven did, and the backward fell back to 8-row chunks:
+    1.32x one direction's time instead of 1.28x)."""
+    from lltm import _sharing
+    props = torch.cuda.get_device_properties(0)
+    if props.major != 9 or props.multi_processor_count < 132:
+        pytest.skip(f"not an H100-class GPU ({props.name})")
+    f32 = torch.float32
+    alone = lltm.overrides.sequence_plan_in_force(f32, 100, 16, 32, 128)
+    if alone["family"] != "cluster":
+        pytest.skip("the library's code for this GPU has no cluster kernels")
+    with _sharing.sharing_device(2):
+        shared = lltm.overrides.sequence_plan_in_force(f32, 100, 16, 32, 128)
+    assert alone["backward"]["chunk"] == 4 and alone["backward"]["groups"] == 4
+    assert shared == alone
+
+
 @pytest.mark.parametrize("lengths", [None, [5, 7, 2, 3]])
 def test_per_operator_concurrent_path_matches_one_node(lengths):
     """The per-operator form (each direction's operator on its own stream,

@@ -86,6 +86,16 @@ inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_
     const int64_t vec = 16 / (int64_t)acc, U = NT / ks;
     return 16 + acc * (size_t)(2 * rows * (3 * ks * kr + vec) + 2 * BC * 3 * U + rows * U);
 }
+/* Threads a block of the reduce-scatter backward: its product step covers
+ * a chunk's rows x CLUSTER_MAX_H / (16 / acc) pieces of 16 bytes, one a
+ * thread, NT at most. A 4-row chunk (4-byte types) takes 128: with NT, half
+ * the threads had no work, and at ~170 - 185 registers a thread one block
+ * filled an SM, so two directions' clusters of 4-row chunks (eight of 16
+ * blocks) did not fit an H100 at once; two 128-thread blocks share an SM. */
+constexpr int cluster_backward_rs_threads(size_t acc, int ch)
+{
+    return ch * CLUSTER_MAX_H * (int)acc / 16 < NT ? ch * CLUSTER_MAX_H * (int)acc / 16 : NT;
+}
 inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch)
 {
     constexpr int U = RS_UNITS, RANKS = CLUSTER_MAX_H / U;
@@ -158,10 +168,11 @@ inline cudaError_t cluster_attributes(const void *kernel, int64_t blocks, size_t
     return e;
 }
 
-/* The launch of `clusters` clusters of `blocks` blocks, smem bytes each, on
- * `stream`; *attr holds the cluster size. */
+/* The launch of `clusters` clusters of `blocks` blocks of `threads`, smem
+ * bytes each, on `stream`; *attr holds the cluster size. */
 inline cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream_t stream,
-                                         cudaLaunchAttribute *attr, int64_t clusters = 1)
+                                         cudaLaunchAttribute *attr, int64_t clusters = 1,
+                                         int threads = NT)
 {
     attr->id = cudaLaunchAttributeClusterDimension;
     attr->val.clusterDim.x = (unsigned)blocks;
@@ -169,7 +180,7 @@ inline cudaLaunchConfig_t cluster_config(int64_t blocks, size_t smem, cudaStream
     attr->val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3((unsigned)(blocks * clusters));
-    config.blockDim = dim3(NT);
+    config.blockDim = dim3((unsigned)threads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attr;

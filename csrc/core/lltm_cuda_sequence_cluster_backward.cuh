@@ -218,8 +218,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * the H100 at B16/I32/H128 T=1000 (scripts/sequence_timing.py, alternating
  * runs): forward+backward 4.55-4.60 ms against 5.76-5.78 ms broadcast.
  *
- * Threads, two roles per chunk of BC rows:
- *   pointwise: thread tid < BC*U: unit j = tid % U, row b0 + tid / U
+ * Threads (NB: CH x 32 in the 4-byte types, 256 at most), two roles per
+ * chunk of CH rows:
+ *   pointwise: thread tid < CH*U: unit j = tid % U, row b0 + tid / U
  *   product:   thread (kg = tid % KG, bg = tid / KG) forms the partial of
  *              PK = 16 / sizeof(A) units k = kg*PK + e (one 16-byte piece)
  *              over rows bg*RB .. bg*RB+RB-1 of the chunk, from W_h[R_n, k]
@@ -241,8 +242,9 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   tiles [2][CH][3U] (shared): this block's dG of one chunk (i|o|z rows)
  *   dcs [BPL][U] (shared): dL/dc of this block's units
  */
-template <typename T, int U, int CH = BC>
-__global__ void __launch_bounds__(NT, 1)
+template <typename T, int U, int CH = BC,
+          int NB = lltm_seq::cluster_backward_rs_threads(sizeof(typename acc_of<T>::type), CH)>
+__global__ void __launch_bounds__(NB, 1)
 sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                     const T *__restrict__ grad_output,
                                     const T *__restrict__ grad_h_n,
@@ -258,12 +260,12 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int PK = 16 / (int)sizeof(A), VEC = vec_of<A>::n, R = 3 * U;
-    /* RB rows a product thread: 1 where a chunk has fewer rows than the
-     * threads cover (CH * KG < NT; the rest of the threads idle then) */
+    /* NB threads (lltm_seq::cluster_backward_rs_threads: every one a
+     * product thread), RB rows each */
     constexpr int RANKS = lltm_seq::CLUSTER_MAX_H / U, KG = RANKS * U / PK;
-    constexpr int RB = CH * KG >= NT ? CH * KG / NT : 1;
-    static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NT % KG == 0 &&
-                      (CH * KG % NT == 0 || NT % (CH * KG) == 0) && CH * U <= NT && CH <= BC,
+    constexpr int RB = CH * KG >= NB ? CH * KG / NB : 1;
+    static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NB % KG == 0 &&
+                      (CH * KG % NB == 0 || NB % (CH * KG) == 0) && CH * U <= NB && CH <= BC,
                   "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
     const int ranks = (int)((H + U - 1) / U);
@@ -475,7 +477,7 @@ int run_cluster_backward_broadcast(const lltm_sequence_launch &l,
     const size_t smem = lltm_seq::cluster_backward_broadcast_smem(sizeof(A), KS, KR,
                                                                   ceil_div(a.B, BC) * BC);
     return launch_status(launch_cluster(
-        sequence_backward_cluster_kernel<T, KS, KR>, l.blocks, 1, smem, stream, a.steps, a.B,
+        sequence_backward_cluster_kernel<T, KS, KR>, l.blocks, 1, smem, stream, NT, a.steps, a.B,
         a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
         (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
         (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, a.lengths));
@@ -504,7 +506,7 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
         sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups), CH);
     const int status = launch_status(launch_cluster(
         sequence_backward_cluster_rs_kernel<T, U, CH>, l.blocks, l.groups, smem, stream,
-        a.steps, a.B, a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n,
+        lltm_seq::cluster_backward_rs_threads(sizeof(A), CH), a.steps, a.B, a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n,
         (const T *)a.grad_c_n, (const T *)a.weights, (const T *)a.cells, (const T *)a.gates,
         (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work,
         a.lengths));

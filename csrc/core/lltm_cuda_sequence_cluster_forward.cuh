@@ -243,7 +243,7 @@ int run_cluster_forward(const lltm_sequence_launch &l, const lltm_seq::forward_a
         sizeof(A), KS, KR, U, lltm_seq::group_rows(a.B, CH, l.groups), CH);
     return launch_status(launch_cluster(
         sequence_forward_cluster_kernel<T, KS, KR, RW, CH>, l.blocks, l.groups, smem, stream,
-        a.steps, a.B, a.H, a.I + a.H, (const T *)a.h0, (const T *)a.c0, (const T *)a.weights,
+        NT, a.steps, a.B, a.H, a.I + a.H, (const T *)a.h0, (const T *)a.c0, (const T *)a.weights,
         (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells, a.lengths));
 }
 

@@ -272,17 +272,18 @@ __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *ba
 }
 
 
-/* One launch as `clusters` clusters of `blocks` blocks (the grid). */
+/* One launch as `clusters` clusters of `blocks` blocks (the grid) of
+ * `threads` (NT but for the reduce-scatter backward's small chunks). */
 template <typename... P, typename... Args>
 cudaError_t launch_cluster(void (*kernel)(P...), int64_t blocks, int64_t clusters, size_t smem,
-                           cudaStream_t stream, Args... args)
+                           cudaStream_t stream, int threads, Args... args)
 {
     const cudaError_t e = lltm_seq::cluster_attributes((const void *)kernel, blocks, smem);
     if (e != cudaSuccess)
         return e;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t config =
-        lltm_seq::cluster_config(blocks, smem, stream, &attr, clusters);
+        lltm_seq::cluster_config(blocks, smem, stream, &attr, clusters, threads);
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 

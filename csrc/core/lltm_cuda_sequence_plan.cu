@@ -157,7 +157,7 @@ lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int
 /* Whether `clusters` clusters of `blocks` blocks of `kernel`, smem bytes
  * each, can run at once on the device (sets the kernel's attributes). */
 bool cluster_fits(const void *kernel, int64_t blocks, size_t smem, const lltm_cuda_device &dev,
-                  int64_t clusters = 1)
+                  int64_t clusters = 1, int threads = NT)
 {
     if (!kernel || dev.major < 9 || !dev.cluster_launch || smem > (size_t)dev.smem_optin)
         return false;
@@ -166,7 +166,7 @@ bool cluster_fits(const void *kernel, int64_t blocks, size_t smem, const lltm_cu
         return false;
     }
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr);
+    const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr, 1, threads);
     int resident = 0;
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess) {
         cudaGetLastError();
@@ -208,8 +208,11 @@ lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange
 bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
                  const lltm_cuda_device &dev, int concurrent)
 {
+    const int threads = !forward && l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER
+                            ? cluster_backward_rs_threads(acc_bytes(dtype), l.chunk)
+                            : NT;
     return cluster_fits(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev,
-                        l.groups * concurrent);
+                        l.groups * concurrent, threads);
 }
 
 /* The two cluster shapes (lanes x values of the backward's unit layout):
