@@ -21,7 +21,10 @@ batches):
   fsdp_bf16   FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16,
               reduce_dtype=float32): gradients equal the mean of bfloat16
               gradients of each process's batch, and are near float32's
-The model of the checks other than ddp: Linear -> LLTM (2 layers) -> a loop of
+  packed      DDP of a bidirectional LLTM (2 layers) over PackedSequences of
+              rows of their own lengths (enforce_sorted=False): gradients of
+              each of 2 SGD steps and the parameters after them
+The model of the checks other than ddp and packed: Linear -> LLTM (2 layers) -> a loop of
 LLTMCell over the LLTM's output -> Linear. Inputs are random, drawn from a
 seed that process 0 picks (printed; --seed fixes it).
 
@@ -53,7 +56,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lltm  # noqa: E402
 
-CHECKS = ("ddp", "no_sync", "compile", "fsdp", "fsdp_bf16")
+CHECKS = ("ddp", "no_sync", "compile", "fsdp", "fsdp_bf16", "packed")
 FEATURES, STEPS, HIDDEN, CLASSES = 6, 5, 12, 5
 BATCH = 16           # the global batch: split evenly between processes
 MICRO_BATCHES = 2    # per process, in no_sync
@@ -76,6 +79,24 @@ class Net(torch.nn.Module):
         for y_t in y.unbind(1):
             state = self.cell(y_t, state)
         return self.head(state[0])
+
+
+class PackedNet(torch.nn.Module):
+    """Linear -> bidirectional LLTM (2 layers) over a PackedSequence -> Linear
+    on the last layer's final states of both directions."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(FEATURES, HIDDEN)
+        self.rnn = lltm.LLTM(HIDDEN, HIDDEN, 2, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(2 * HIDDEN, CLASSES)
+
+    def forward(self, x, lengths):  # [B, T, F], lengths [B] (CPU) -> logits [B, classes]
+        from torch.nn.utils.rnn import pack_padded_sequence
+        packed = pack_padded_sequence(torch.tanh(self.inp(x)), lengths, batch_first=True,
+                                      enforce_sorted=False)
+        _, (h_n, _) = self.rnn(packed)
+        return self.head(torch.cat([h_n[-2], h_n[-1]], 1))
 
 
 class Context:
@@ -129,10 +150,11 @@ def assert_equal(got: dict, want: dict, what: str, ctx: Context, tol=FLOAT32):
                                    msg=lambda m: f"rank {ctx.rank} {what} {name}: {m}")
 
 
-def _step(model, optimizer, x, y, owner=None) -> dict:
-    """One optimizer step; the gradients of ``owner`` (default: the model)."""
+def _step(model, optimizer, x, y, owner=None, lengths=None) -> dict:
+    """One optimizer step; the gradients of ``owner`` (default: the model).
+    ``lengths``: the rows' lengths, for a model over packed sequences."""
     optimizer.zero_grad()
-    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(model(x) if lengths is None else model(x, lengths), y).backward()
     grads = _grads(owner or model)
     optimizer.step()
     return grads
@@ -266,9 +288,27 @@ def check_fsdp_bf16(ctx: Context) -> None:
                  tol=dict(rtol=1e-4, atol=1e-5))
 
 
+def check_packed(ctx: Context) -> None:
+    torch.manual_seed(ctx.seed)
+    single = PackedNet().to(ctx.device)
+    model = DDP(copy.deepcopy(single))
+    opt_single = torch.optim.SGD(single.parameters(), lr=0.5, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    for step in range(2):
+        x, y = ctx.batch(step)
+        g = torch.Generator().manual_seed(ctx.seed * 1000 + step + 500)
+        lengths = torch.randint(1, STEPS + 1, (BATCH,), generator=g)
+        lengths[0] = STEPS  # some row runs every step
+        want = _step(single, opt_single, x, y, lengths=lengths)
+        got = _step(model, opt, ctx.shard(x), ctx.shard(y), model.module,
+                    lengths=ctx.shard(lengths))
+        assert_equal(got, want, f"step {step} gradient", ctx)
+    assert_equal(_params(model.module), _params(single), "parameters after 2 steps", ctx)
+
+
 def run_checks(ctx: Context, checks, compile_backend: str = "inductor", log=print) -> None:
     table = {"ddp": check_ddp, "no_sync": check_no_sync, "fsdp": check_fsdp,
-             "fsdp_bf16": check_fsdp_bf16,
+             "fsdp_bf16": check_fsdp_bf16, "packed": check_packed,
              "compile": lambda c: check_compile(c, compile_backend)}
     for name in checks:
         t0 = time.perf_counter()

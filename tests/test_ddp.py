@@ -138,6 +138,13 @@ def test_no_sync_accumulation_equals_single_process():
     multi_gpu.spawn(["no_sync"], timeout_s=TIMEOUT_S)
 
 
+def test_ddp_of_a_bidirectional_lltm_over_packed_sequences():
+    """DDP of a bidirectional 2-layer LLTM fed PackedSequences of rows of
+    their own lengths (unsorted): gradients of 2 SGD steps and the
+    parameters after them equal one process over the whole batch."""
+    multi_gpu.spawn(["packed"], timeout_s=TIMEOUT_S)
+
+
 def test_ddp_under_torch_compile():
     """torch.compile of the DDP model (inductor; the DDP optimizer splits the
     graph at bucket boundaries): gradients and parameters after 2 steps equal
