@@ -29,7 +29,8 @@
 #                                  (tests/multi_gpu and the second_device tests);
 #                                  over NCCL with torchrun (scripts/multi_gpu.py):
 #                                  DDP of the example, no_sync, DDP under
-#                                  torch.compile, FSDP2 in float32 and bfloat16
+#                                  torch.compile, FSDP2 in float32 and bfloat16,
+#                                  DDP of a bidirectional LLTM over packed batches
 #                                  mixed precision, each against one process; the
 #                                  training example under torchrun
 #   bash scripts/gpu.sh lab [WHAT] the timing tools of dev/timing (dev/README.md),
@@ -203,7 +204,9 @@ for MODE in "${MODES[@]}"; do
     multi)
         stage second-device 150 second_device.log $PYTEST tests/multi_gpu \
             tests/test_cuda_cell.py tests/test_cuda_sequence.py -k second_device
-        stage ddp-fsdp-tests 150 ddp.log $PYTEST tests/test_ddp.py tests/test_fsdp.py
+        stage ddp-fsdp-tests 300 ddp.log $PYTEST -n 4 --dist load tests/test_ddp.py \
+            tests/test_fsdp.py
+        stage features-nccl 150 features_nccl.log $PYTEST tests/test_features.py -k nccl
         stage multi-gpu-nccl 180 multi_gpu.log $PY -m torch.distributed.run --standalone \
             --nproc_per_node=2 scripts/multi_gpu.py --backend nccl --device cuda
         stage torchrun-example 110 torchrun.log $PY -m torch.distributed.run --standalone \
