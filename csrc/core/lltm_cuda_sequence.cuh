@@ -94,7 +94,8 @@ inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_
  * blocks) did not fit an H100 at once; two 128-thread blocks share an SM. */
 constexpr int cluster_backward_rs_threads(size_t acc, int ch)
 {
-    return ch * CLUSTER_MAX_H * (int)acc / 16 < NT ? ch * CLUSTER_MAX_H * (int)acc / 16 : NT;
+    const int pieces = ch * CLUSTER_MAX_H * (int)acc / 16;
+    return pieces < NT ? pieces : NT;
 }
 inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch)
 {

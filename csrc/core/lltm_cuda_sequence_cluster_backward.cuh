@@ -263,9 +263,9 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     /* NB threads (lltm_seq::cluster_backward_rs_threads: every one a
      * product thread), RB rows each */
     constexpr int RANKS = lltm_seq::CLUSTER_MAX_H / U, KG = RANKS * U / PK;
-    constexpr int RB = CH * KG >= NB ? CH * KG / NB : 1;
+    constexpr int RB = CH * KG / NB;
     static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NB % KG == 0 &&
-                      (CH * KG % NB == 0 || NB % (CH * KG) == 0) && CH * U <= NB && CH <= BC,
+                      CH * KG % NB == 0 && CH * U <= NB && CH <= BC,
                   "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
     const int ranks = (int)((H + U - 1) / U);
@@ -506,10 +506,10 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
         sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups), CH);
     const int status = launch_status(launch_cluster(
         sequence_backward_cluster_rs_kernel<T, U, CH>, l.blocks, l.groups, smem, stream,
-        lltm_seq::cluster_backward_rs_threads(sizeof(A), CH), a.steps, a.B, a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n,
-        (const T *)a.grad_c_n, (const T *)a.weights, (const T *)a.cells, (const T *)a.gates,
-        (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work,
-        a.lengths));
+        lltm_seq::cluster_backward_rs_threads(sizeof(A), CH), a.steps, a.B, a.H, a.I + a.H,
+        (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
+        (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
+        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work, a.lengths));
     if (status != LLTM_OK || l.groups == 1)
         return status;
     LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(
