@@ -119,9 +119,9 @@ class Context:
         y = torch.randint(0, CLASSES, (BATCH,), generator=g)
         return x.to(self.device), y.to(self.device)
 
-    def net(self) -> Net:
+    def net(self, cls=Net) -> torch.nn.Module:
         torch.manual_seed(self.seed)
-        return Net().to(self.device)
+        return cls().to(self.device)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -289,9 +289,7 @@ def check_fsdp_bf16(ctx: Context) -> None:
 
 
 def check_packed(ctx: Context) -> None:
-    torch.manual_seed(ctx.seed)
-    single = PackedNet().to(ctx.device)
-    model = DDP(copy.deepcopy(single))
+    single, model = ctx.net(PackedNet), DDP(ctx.net(PackedNet))
     opt_single = torch.optim.SGD(single.parameters(), lr=0.5, momentum=0.9)
     opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     for step in range(2):
