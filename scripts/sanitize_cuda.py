@@ -17,7 +17,7 @@ import lltm  # noqa: E402
 from lltm import _native  # noqa: E402
 
 SHAPES = [(1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 300, 17),
-          (64, 17, 65), (2, 0, 4), (7, 128, 7)]
+          (64, 17, 65), (2, 0, 4), (7, 128, 7), (200, 9, 40)]
 LARGE = (300, 100, 777)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

@@ -239,9 +239,12 @@ def test_outputs_fully_written(policy, dtype):
                 assert not torch.isnan(t).any(), f"{name} has unwritten (NaN) elements"
 
 
-def test_backward_is_deterministic():
-    with matmul_policy("fused"):
-        x, W, b, h, c = cell_inputs(64, 48, 96, torch.float32, device="cuda")
+@pytest.mark.parametrize("policy", ["fused", "cublas"])
+def test_backward_is_deterministic(policy):
+    """Bitwise the same twice (B = 200: the cuBLAS route's bias gradient adds
+    the sums of seven row chunks)."""
+    with matmul_policy(policy):
+        x, W, b, h, c = cell_inputs(200, 48, 96, torch.float32, device="cuda")
         new_h, new_cell, gates = torch.ops.lltm.cell_forward(x, W, b, h, c)
         gh, gc = torch.randn_like(new_h), torch.randn_like(new_cell)
         first = torch.ops.lltm.cell_backward(gh, gc, new_cell, gates, x, h, W)
@@ -308,6 +311,27 @@ def test_kernel_launch_counts(policy):
         else:
             bwd = [n for n in bwd if "splitKreduce" not in n]
             assert len(fwd) == 3 and len(bwd) == 4, (fwd, bwd)
+
+
+def test_kernel_launch_counts_of_a_large_batch():
+    """From B = 129 the cuBLAS route's pointwise backward splits the batch
+    over blocks, and one more kernel adds the chunks' bias sums: the
+    library's two kernels, then the three products (cuBLAS may run a product
+    as more than one kernel at these sizes)."""
+    with matmul_policy("cublas"):
+        args = [a.requires_grad_() for a in cell_inputs(200, 32, 128, torch.float32, device="cuda")]
+        up = (torch.randn(200, 128, device="cuda"), torch.randn(200, 128, device="cuda"))
+        for _ in range(2):
+            torch.autograd.backward(lltm.functional.lltm_cell(*args), up)
+        for a in args:
+            a.grad = None
+        out = lltm.functional.lltm_cell(*args)
+        bwd = _kernel_launches(lambda: torch.autograd.backward(out, up))
+        print(f"\nlaunches backward {len(bwd)}: {bwd}")
+        ours = [n for n in bwd if "anonymous namespace" in n]
+        assert len(ours) == 2 and bwd[:2] == ours, bwd
+        assert "backward_pointwise_kernel" in ours[0] and "bias_sum_kernel" in ours[1], bwd
+        assert len(bwd) >= 5, bwd
 
 
 @pytest.mark.parametrize("policy", ["fused", "cublas"])

@@ -69,7 +69,9 @@ def _declare(lib):
     lib.lltm_cell_backward_fused_cuda.argtypes = [i32, i64, i64, i64] + [p] * 14
     lib.lltm_concat_state_input_cuda.argtypes = [i32, i64, i64, i64] + [p] * 4
     lib.lltm_cell_forward_pointwise_cuda.argtypes = [i32, i64, i64] + [p] * 6
-    lib.lltm_cell_backward_pointwise_cuda.argtypes = [i32, i64, i64, i64] + [p] * 11
+    lib.lltm_cell_backward_pointwise_cuda.argtypes = [i32, i64, i64, i64] + [p] * 12
+    lib.lltm_cell_backward_pointwise_workspace_cuda.argtypes = [i32, i64, i64]
+    lib.lltm_cell_backward_pointwise_workspace_cuda.restype = ctypes.c_size_t
     for fn in (lib.lltm_cell_forward_fused_cuda, lib.lltm_cell_backward_fused_cuda,
                lib.lltm_concat_state_input_cuda, lib.lltm_cell_forward_pointwise_cuda,
                lib.lltm_cell_backward_pointwise_cuda):
@@ -196,10 +198,12 @@ def test_fused_backward_without_some_gradients(emu_libs, variant, dtype, B, I, H
 
 
 @pytest.mark.parametrize("dtype", list(DTYPE_CODES))
-@pytest.mark.parametrize("B,I,H", [(1, 1, 1), (3, 7, 5), (40, 3, 70), (2, 0, 4)])
+@pytest.mark.parametrize("B,I,H", [(1, 1, 1), (3, 7, 5), (40, 3, 70), (2, 0, 4), (128, 2, 9),
+                                   (201, 2, 33)])
 def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):
     """The cuBLAS route: concat, mm (torch here), forward pointwise; backward
-    pointwise (with X), mm."""
+    pointwise (with X), mm. From B = 129 the backward splits the batch: the
+    bias gradient's sums go through the workspace."""
     lib = emu_libs["default"]
     code = DTYPE_CODES[dtype]
     (x, W, b, h, c), ref_args = _inputs(B, I, H, dtype)
@@ -220,10 +224,17 @@ def test_pointwise_pieces_with_torch_matmul(emu_libs, dtype, B, I, H):
     grad_cell = torch.randn(B, H, dtype=torch.float64).to(dtype)
     d_gates, d_c, d_b, X2 = (Guarded((B, 3 * H), dtype), Guarded((B, H), dtype),
                              Guarded((3 * H,), dtype), Guarded((B, I + H), dtype))
+    workspace_bytes = lib.lltm_cell_backward_pointwise_workspace_cuda(code, B, H)
+    assert (workspace_bytes > 0) == (B > 128)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    workspace = Guarded((workspace_bytes // acc.itemsize,), acc)
     assert lib.lltm_cell_backward_pointwise_cuda(
         code, B, I, H, as_ptr(grad_h), as_ptr(grad_cell), as_ptr(new_cell.value), as_ptr(gates.value),
-        as_ptr(h), as_ptr(x), d_gates.ptr, d_c.ptr, d_b.ptr, X2.ptr, None) == 0
+        as_ptr(h), as_ptr(x), d_gates.ptr, d_c.ptr, d_b.ptr, X2.ptr,
+        workspace.ptr if workspace_bytes else None, None) == 0
     assert torch.equal(X2.check("X"), torch.cat([h, x], dim=1))
+    if workspace_bytes:  # every partial sum written, nothing around it
+        workspace.check("workspace")
     dG = d_gates.check("grad_gates").double()
     r_x, r_W, r_b, r_h_grad, r_c_grad = backward(grad_h.double(), grad_cell.double())
     _close("grad_bias", d_b.check("grad_bias"), r_b, dtype)

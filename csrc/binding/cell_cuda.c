@@ -8,7 +8,8 @@
  *   Host overhead dominates small steps, so fewer launches win there.
  * - cuBLAS: the matrix products through aten::mm.out (tensor cores for the
  *   half types), around the core's pointwise kernels; forward 3 launches
- *   (X = [h, x], mm, pointwise), backward 4 (pointwise + X, three mm).
+ *   (X = [h, x], mm, pointwise), backward 4 (pointwise + X, three mm), 5
+ *   where the batch is large enough to split the bias gradient's sum.
  * The automatic choice takes the cheaper by the core's cost model
  * (lltm_cell_route_cuda, csrc/core/lltm_cuda_cost.c: latencies, flops and
  * bytes, from the device's properties and the sizes);
@@ -249,17 +250,21 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
          * dX = dG W as two products on column slices of W, straight into
          * grad_old_h and grad_input. */
         AtenTensorHandle X = NULL, d_gates_t = NULL, W_h = NULL, W_x = NULL;
-        void *X_data = NULL;
+        void *X_data = NULL, *workspace = NULL;
+        const size_t workspace_bytes =
+            lltm_cell_backward_pointwise_workspace_cuda(d.dtype, d.B, d.H);
         const int64_t X_sizes[2] = {d.B, K}, Gt_sizes[2] = {G, d.B}, Gt_strides[2] = {1, G};
         if ((mask[D_WEIGHTS] &&
              (lltm_empty(2, X_sizes, &a[0], &owned, &X, &X_data, &err) ||
               lltm_view(d_gates, 2, Gt_sizes, Gt_strides, &owned, &d_gates_t, &err))) ||
             (mask[D_OLD_H] && column_slice(a[6].handle, G, K, 0, d.H, &owned, &W_h, &err)) ||
-            (mask[D_INPUT] && column_slice(a[6].handle, G, K, d.H, d.I, &owned, &W_x, &err)))
+            (mask[D_INPUT] && column_slice(a[6].handle, G, K, d.H, d.I, &owned, &W_x, &err)) ||
+            (workspace_bytes > 0 &&
+             lltm_workspace(workspace_bytes, &a[0], &owned, &workspace, &err)))
             goto fail;
         status = lltm_cell_backward_pointwise_cuda(
             d.dtype, d.B, d.I, d.H, a[0].data, a[1].data, a[2].data, a[3].data, a[5].data,
-            a[4].data, d_gates_data, data[D_OLD_CELL], data[D_BIAS], X_data, stream);
+            a[4].data, d_gates_data, data[D_OLD_CELL], data[D_BIAS], X_data, workspace, stream);
         if (status != LLTM_OK) {
             lltm_core_failed(&err, "lltm_cell_backward_pointwise_cuda", status);
             goto fail;

@@ -319,18 +319,25 @@ int lltm_cell_forward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t H,
                                      const void *old_cell, void *new_h,
                                      void *new_cell, void *stream);
 
-/* Backward pointwise part in one kernel: gate gradients, d_old_cell, the bias
- * gradient (fixed-order batch sum) and, if X is not NULL, X = [h, x].
+/* Backward pointwise part: gate gradients, d_old_cell, the bias gradient
+ * (fixed-order batch sum) and, if X is not NULL, X = [h, x]; one kernel, and
+ * a second that adds the row chunks' bias sums where the batch is split
+ * (workspace bytes > 0).
  *   grad_h, grad_cell, new_cell [B,H], gates [B,G], old_h [B,H], input [B,I]
  *   grad_gates [B,G] out, grad_old_cell [B,H] out, grad_bias [G] out,
- *   X [B,I+H] out or NULL */
+ *   X [B,I+H] out or NULL
+ *   workspace  lltm_cell_backward_pointwise_workspace_cuda bytes, 8-byte
+ *              aligned (NULL if 0) */
+size_t lltm_cell_backward_pointwise_workspace_cuda(lltm_dtype dtype, int64_t B,
+                                                   int64_t H);
 int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
                                       int64_t H, const void *grad_h,
                                       const void *grad_cell,
                                       const void *new_cell, const void *gates,
                                       const void *old_h, const void *input,
                                       void *grad_gates, void *grad_old_cell,
-                                      void *grad_bias, void *X, void *stream);
+                                      void *grad_bias, void *X, void *workspace,
+                                      void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* CUDA, sequence (csrc/core/lltm_cuda_seq*.cu; liblltm_cuda.so only)       */
