@@ -27,7 +27,8 @@
  * Pointwise (the binding runs the matrix products through aten::mm, i.e.
  * cuBLAS and tensor cores): concat (X = [h, x]), forward_pointwise,
  * backward_pointwise (gate gradients, d_old_cell, bias gradient and X in one
- * launch).
+ * launch; above 128 rows the batch is split into row chunks and
+ * bias_sum adds their bias sums).
  *
  * Precision: float32 and float64 compute in their own type (double math
  * functions for double); float16 and bfloat16 load, convert to float,
