@@ -1,6 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck): every CUDA cell
-kernel, both routes, every dtype, the shapes of tests/test_cuda_cell.py, and
-the large tile configurations once. Run by scripts/gpu_check.sh as
+kernel, both routes, every dtype, the shapes of tests/test_cuda_cell.py (each
+tile configuration of the fused kernels among them), and the large tile
+configurations once more in float32. Run by scripts/gpu_check.sh as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_cuda.py
 
@@ -17,7 +18,8 @@ import lltm  # noqa: E402
 from lltm import _native  # noqa: E402
 
 SHAPES = [(1, 1, 1), (1, 5, 3), (3, 7, 5), (3, 2, 33), (16, 32, 128), (5, 300, 17),
-          (64, 17, 65), (2, 0, 4), (7, 128, 7), (200, 9, 40)]
+          (64, 17, 65), (2, 0, 4), (7, 128, 7), (200, 9, 40),
+          (4, 200, 96), (13, 150, 257)]
 LARGE = (300, 100, 777)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

@@ -31,6 +31,9 @@ SHAPES = [  # (B, I, H): batch 1 and 3, H not a multiple of 32, I > H and I < H
 # Big enough for the large tile configurations of every fused kernel, with
 # ragged edges everywhere.
 LARGE_SHAPE = (300, 100, 777)
+# The medium tiles of every fused kernel (csrc/core/lltm_cuda_cell_tiles.h),
+# 13 of a tile's 16 rows, ragged units and columns.
+MEDIUM_SHAPE = (13, 150, 257)
 
 
 def matmul_policy(name):
@@ -73,6 +76,12 @@ def test_matches_reference(policy, dtype, B, I, H):
 def test_matches_reference_large(policy, dtype):
     with matmul_policy(policy):
         check_step(*LARGE_SHAPE, dtype)
+
+
+@pytest.mark.parametrize("dtype", list(TOL))
+def test_matches_reference_medium_tiles(dtype):
+    with matmul_policy("fused"):
+        check_step(*MEDIUM_SHAPE, dtype)
 
 
 def test_bias_1x3h_and_non_contiguous_inputs():

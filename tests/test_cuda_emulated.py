@@ -34,9 +34,15 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 # and outputs to 11 (float16) or 8 (bfloat16) significant bits.
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-# "default": the size-based choice; "large" / "small": one tile configuration
-# for every size (LLTM_CUDA_LARGE_TILE_MIN_BLOCKS).
-VARIANTS = {"default": None, "large": 1, "small": 1 << 62}
+# "default": the size-based choice; "large" / "medium" / "small": one tile
+# configuration for every size (csrc/core/lltm_cuda_cell_tiles.h's thresholds
+# forced).
+NEVER = 1 << 62
+VARIANTS = {"default": {},
+            "large": {"LARGE_TILE_MIN_BLOCKS": 1},
+            "medium": {"LARGE_TILE_MIN_BLOCKS": NEVER, "MEDIUM_TILE_MIN_BLOCKS": 1,
+                       "MEDIUM_TILE_MIN_ROWS": 0},
+            "small": {"LARGE_TILE_MIN_BLOCKS": NEVER, "MEDIUM_TILE_MIN_BLOCKS": NEVER}}
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -49,13 +55,13 @@ def emu_libs(tmp_path_factory):
     digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
     out = tmp_path_factory.mktemp("cuda_emu")
     libs = {}
-    for name, threshold in VARIANTS.items():
+    for name, thresholds in VARIANTS.items():
         lib = out / f"libcell_emu_{name}_{digest}.so"
         cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-Wall", "-Wextra",
                "-Wno-unknown-pragmas", "-Werror", "-I", str(EMU_INCLUDE), "-I", str(CORE),
                "-x", "c++"] + [str(s) for s in CU_SOURCES] + ["-o", str(lib)]
-        if threshold is not None:
-            cmd.insert(1, f"-DLLTM_CUDA_LARGE_TILE_MIN_BLOCKS={threshold}")
+        for macro, value in thresholds.items():
+            cmd.insert(1, f"-DLLTM_CUDA_{macro}={value}")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         libs[name] = _declare(ctypes.CDLL(str(lib)))

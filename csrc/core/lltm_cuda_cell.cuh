@@ -48,6 +48,7 @@
 
 #include <stdint.h>
 
+#include "lltm_cuda_cell_tiles.h"
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
 
@@ -94,15 +95,8 @@ __device__ __forceinline__ void backward_unit(int64_t b, int64_t u, int64_t H,
 }
 
 
-/* Tile configurations: "small" spreads a small problem over many blocks and
- * splits the reduction inside a block (latency-bound sizes), "large" gives
- * each thread a bigger register tile (throughput-bound sizes). A problem
- * takes the large tiles once they still make at least this many blocks. */
-#ifndef LLTM_CUDA_LARGE_TILE_MIN_BLOCKS /* tests force one configuration */
-#define LLTM_CUDA_LARGE_TILE_MIN_BLOCKS 120
-#endif
-constexpr int64_t LARGE_TILE_MIN_BLOCKS = LLTM_CUDA_LARGE_TILE_MIN_BLOCKS;
-constexpr int64_t MAX_GRID_Y = 65535;
+/* Which tiles a kernel takes: lltm_cuda_cell_tiles.h. */
+constexpr int64_t MAX_GRID_Y = LLTM_CUDA_MAX_GRID_Y;
 
 bool bad_sizes(int64_t B, int64_t I, int64_t H)
 {

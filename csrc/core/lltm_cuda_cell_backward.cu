@@ -255,46 +255,70 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
     /* dG, d_old_cell, d_bias, dW: needed even for B == 0 (zero gradients). */
     if (H > 0) {
         int status;
-        if (ceil_div(H, 32) * ceil_div(K, 128) >= LARGE_TILE_MIN_BLOCKS) {
+        const int tiles = lltm_weights_tiles(I, H);
+        if (tiles == LLTM_TILES_LARGE) {
             constexpr int TU = 32, TK = 128, RR = 6, RC = 8, BC = 16;
             const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
             if (ceil_div(H, TU) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream, backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
-                                                                 dg, dc, db, dW);
+            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
+                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
+                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
+        } else if (tiles == LLTM_TILES_MEDIUM) {
+            /* dev/timing/cell_tiles.cu, H100: 5.3 us at B16/I256/H512
+             * against 9.5 for the small tiles, 4.6 against 7.6 at B1 */
+            constexpr int TU = 16, TK = 64, RR = 3, RC = 4, BC = 16;
+            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
+            if (ceil_div(H, TU) > MAX_GRID_Y)
+                return LLTM_ERR_ARGUMENT;
+            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
+                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
+                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
         } else {
-            /* timed by scripts/cell_tiles.cu on the H100 at B16/I32/H128:
+            /* timed by dev/timing/cell_tiles.cu on the H100 at B16/I32/H128:
              * 2.78 us per launch against 3.12 for 32-column tiles */
             constexpr int TU = 8, TK = 16, RR = 3, RC = 1, BC = 16;
             const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
             if (ceil_div(H, TU) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream, backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
-                                                                 dg, dc, db, dW);
+            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
+                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
+                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
         }
         if ((status = launch_status(cudaSuccess)) != LLTM_OK)
             return status;
     }
     /* dX = dG W; with H == 0 this writes zeros into grad_input. */
     if (B > 0 && K > 0 && (dx != nullptr || dh != nullptr)) {
-        constexpr int SMALL_TK = 4; /* the small tiles' columns (grid y: K / 4) */
-        if (ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS ||
-            ceil_div(K, SMALL_TK) > MAX_GRID_Y) {
+        const int tiles = lltm_inputs_tiles(B, I, H);
+        if (tiles == LLTM_TILES_LARGE) {
             constexpr int TB = 32, TK = 64, RB = 2, RC = 4, GC = 32, KS = 1;
             const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
             if (ceil_div(K, TK) > MAX_GRID_Y)
                 return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream, backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx, dh);
+            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
+                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
+                                                                           dh);
+        } else if (tiles == LLTM_TILES_MEDIUM) {
+            /* 16 rows x 8 columns, gate rows split 8 ways
+             * (dev/timing/cell_tiles.cu, H100, B16/I256/H512: 11.2 us
+             * against 18.8 for the small tiles) */
+            constexpr int TB = 16, TK = 8, RB = 2, RC = 1, KS = 8;
+            constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
+            const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
+            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
+                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
+                                                                           dh);
         } else {
             /* 8 rows x 4 columns, gate rows split 8 ways: 3.18 us per launch
-             * against 6.54 for 16 x 8 tiles (scripts/cell_tiles.cu, H100,
+             * against 6.54 for 16 x 8 tiles (dev/timing/cell_tiles.cu, H100,
              * B16/I32/H128) */
-            constexpr int TB = 8, TK = SMALL_TK, RB = 1, RC = 1, KS = 8;
+            constexpr int TB = 8, TK = 4, RB = 1, RC = 1, KS = 8;
             constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 128 : 384;
             const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
-            if (ceil_div(K, TK) > MAX_GRID_Y)
-                return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream, backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx, dh);
+            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
+                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
+                                                                           dh);
         }
         return launch_status(cudaSuccess);
     }

@@ -26,17 +26,21 @@
  *               distributed shared memory); both persistent families also
  *               pay for the gates and states a step moves through memory
  *   cell        fused: one step's latency (three launches), its flops at
- *               the FFMA rate, and the reductions one thread runs alone (over
- *               the B rows for the weight gradient, over K = I + H for the
- *               gates and dX), which bound it where the tiles are few;
- *               cuBLAS: the latency of its seven launches, and its four
- *               products (the cell's own rates: products of one step)
+ *               the rate of each kernel's tiles (lltm_cuda_cell_tiles.h),
+ *               the reductions one thread runs alone (over the B rows for
+ *               the weight gradient, over K = I + H for the gates and dX on
+ *               the small tiles), which bound it where the tiles are few,
+ *               and the bytes of W read twice and dW written, which bound it
+ *               at small batches; cuBLAS: the latency of its seven launches,
+ *               and its four products (the cell's own rates: products of
+ *               one step)
  * Every term is a smooth function of the sizes (products, ceilings of
  * chunk counts): neighbouring shapes get neighbouring costs, and the choice
  * changes where two routes' predictions cross. The coefficients and where
  * they come from: "The coefficients" below.
  */
 #include "lltm.h"
+#include "lltm_cuda_cell_tiles.h"
 
 #include <math.h>
 
@@ -56,14 +60,17 @@
  * routes, B 1..1024, H 128, 512, 1024) and the run of 08:40 UTC, tree
  * f82d008 (every family, B 1, 16, 64, 256, 1024 x H 64..2048, T 100): 407
  * sequence times. The cell's coefficients alone, the sequence's (its
- * product rates included) together. Median relative error 11% (cell), 7.8%
- * (sequence).
+ * product rates included) together; the cell's again on 2026-11-25 00:44
+ * UTC (the fused kernels' medium tiles, the cuBLAS route's pointwise
+ * backward over row chunks): 108 times, B 1..1024 (nine values), H 128,
+ * 512, 1024, float32 and bfloat16, both routes. Median relative error 8.8%
+ * (cell), 7.8% (sequence).
  */
-/* cuBLAS products (per flop: 35 TFLOPS FFMA, 314 TFLOPS tensor cores; per
- * byte: 3.0 TB/s) */
-#define C_FLOP_FFMA 2.883e-08
-#define C_FLOP_TENSOR 3.185e-09
-#define C_BYTE 3.352e-07
+/* the cell's cuBLAS products (per flop: 38 TFLOPS FFMA, 490 TFLOPS tensor
+ * cores; per byte: 2.6 TB/s) */
+#define C_FLOP_FFMA 2.653e-08
+#define C_FLOP_TENSOR 2.03e-09
+#define C_BYTE 3.855e-07
 /* the cell's float32 products on TF32 were not measured: at half the half
  * types' tensor-core rate (the H100's TF32 : BF16 rate) */
 #define C_FLOP_TF32 (2.0 * C_FLOP_TENSOR)
@@ -77,17 +84,22 @@
 #define C_SEQ_FLOP_TF32 4.0e-09
 #define C_SEQ_BYTE 3.673e-07
 /* the cell: cuBLAS route (seven launches; FFMA products' own latency) */
-#define C_CUBLAS_CALL 18.09
-#define C_CUBLAS_CALL_FFMA 6.374
-/* the cell: fused route (a step; per flop on small and large tiles, float32
- * and the half types; per row of B and per k of I + H one thread sums) */
-#define C_FUSED_CALL 1.073
-#define C_FUSED_FLOP_SMALL 2.184e-07
-#define C_FUSED_FLOP_LARGE 5.43e-08
-#define C_FUSED_FLOP_SMALL_HALF 3.663e-07
-#define C_FUSED_FLOP_LARGE_HALF 7.003e-08
-#define C_FUSED_ROWS 0.1226
-#define C_FUSED_K 0.03438
+#define C_CUBLAS_CALL 17.58
+#define C_CUBLAS_CALL_FFMA 6.074
+/* the cell: fused route (a step; per flop on the small, medium and large
+ * tiles, float32 and the half types (the fit leaves float32's small tiles
+ * to the other terms); per row of B and per k of I + H one thread sums; per
+ * byte of W read twice and dW written) */
+#define C_FUSED_CALL 5.802
+#define C_FUSED_FLOP_SMALL 0.0
+#define C_FUSED_FLOP_MEDIUM 1.178e-07
+#define C_FUSED_FLOP_LARGE 5.214e-08
+#define C_FUSED_FLOP_SMALL_HALF 6.367e-07
+#define C_FUSED_FLOP_MEDIUM_HALF 1.976e-07
+#define C_FUSED_FLOP_LARGE_HALF 7.32e-08
+#define C_FUSED_ROWS 0.14
+#define C_FUSED_K 0.01126
+#define C_FUSED_BYTE 7.64e-07
 /* the sequence: a call (its launches and large products' latency) */
 #define C_CALL 68.53
 /* per step of the per-step kernels (four launches, latency; a term per row
@@ -117,8 +129,6 @@
 /* not measured: float64 arithmetic taken at half the float32 rate (the
  * H100's FP64 : FP32 rate) */
 #define FP64_SLOWDOWN 2.0
-/* where a fused cell kernel takes its large tiles (lltm_cuda_cell.cuh) */
-#define LARGE_TILE_MIN_BLOCKS 120
 
 /* ------------------------------------------------------------------------ */
 /* Features (dev/timing/fit_routes.py computes the same).                    */
@@ -226,18 +236,25 @@ double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, 
     if (route == LLTM_CELL_FUSED) {
         /* the three kernels (gates, dW, dX), a third of the flops each, on
          * the tiles each takes for these sizes (lltm_cuda_cell_*.cu) */
-        const int64_t K = I + H;
-        const int large[3] = {ceil_div_d(B, 64) * ceil_div_d(H, 32) >= LARGE_TILE_MIN_BLOCKS,
-                              ceil_div_d(H, 32) * ceil_div_d(K, 128) >= LARGE_TILE_MIN_BLOCKS,
-                              ceil_div_d(B, 32) * ceil_div_d(K, 64) >= LARGE_TILE_MIN_BLOCKS};
+        const int tiles[3] = {lltm_forward_tiles(B, H), lltm_weights_tiles(I, H),
+                              lltm_inputs_tiles(B, I, H)};
+        /* per flop on each kernel's tiles: [half][small, medium, large] */
+        static const double rate[2][3] = {
+            {C_FUSED_FLOP_SMALL, C_FUSED_FLOP_MEDIUM, C_FUSED_FLOP_LARGE},
+            {C_FUSED_FLOP_SMALL_HALF, C_FUSED_FLOP_MEDIUM_HALF, C_FUSED_FLOP_LARGE_HALF}};
         const int half = dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16;
         const double slow = dtype == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
         const double third = 2.0 * b * 3 * h * k; /* one product's flops */
         double us = 0;
         for (int j = 0; j < 3; ++j)
-            us += third * (large[j] ? (half ? C_FUSED_FLOP_LARGE_HALF : C_FUSED_FLOP_LARGE)
-                                    : (half ? C_FUSED_FLOP_SMALL_HALF : C_FUSED_FLOP_SMALL));
-        return C_FUSED_CALL + us * slow * sm_scale(dev) + (C_FUSED_ROWS * b + C_FUSED_K * k) * slow;
+            us += third * rate[half][tiles[j]];
+        /* a K-long sum of the forward's and of dX's small tiles, half a term
+         * each (the larger tiles split theirs further for their work) */
+        const double k_sums =
+            0.5 * ((tiles[0] == LLTM_TILES_SMALL) + (tiles[2] == LLTM_TILES_SMALL));
+        const double w_bytes = 3.0 * 3 * h * k * elem_bytes(dtype);
+        return C_FUSED_CALL + us * slow * sm_scale(dev) +
+               (C_FUSED_ROWS * b + C_FUSED_K * k * k_sums) * slow + C_FUSED_BYTE * w_bytes;
     }
     if (route == LLTM_CELL_CUBLAS)
         return C_CUBLAS_CALL + (tensor_cores(dev, dtype) ? 0.0 : C_CUBLAS_CALL_FFMA) +

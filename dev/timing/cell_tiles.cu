@@ -194,6 +194,12 @@ void backward_configs(const Buffers &d, cudaStream_t s)
     weights_config<8, 32, 3, 2, 8>(d, g, s, &want_dW);
     weights_config<4, 16, 3, 2, 16>(d, g, s, &want_dW);
     weights_config<2, 32, 3, 2, 16>(d, g, s, &want_dW);
+    weights_config<8, 64, 3, 4, 16>(d, g, s, &want_dW);
+    weights_config<16, 32, 6, 2, 16>(d, g, s, &want_dW);
+    weights_config<16, 64, 6, 4, 16>(d, g, s, &want_dW);
+    weights_config<8, 64, 3, 2, 16>(d, g, s, &want_dW);
+    weights_config<16, 64, 3, 4, 16>(d, g, s, &want_dW);
+    weights_config<32, 128, 6, 8, 16>(d, g, s, &want_dW); /* the large tiles */
 
     inputs_config<8, 4, 1, 1, 384, 8>(d, g, s, nullptr); /* shipped */
     const std::vector<float> want_dh = to_host(g.dh, d.B * d.H);
@@ -205,6 +211,12 @@ void backward_configs(const Buffers &d, cudaStream_t s)
     inputs_config<8, 8, 2, 1, 384, 8>(d, g, s, &want_dh);
     inputs_config<16, 8, 2, 1, 192, 8>(d, g, s, &want_dh);
     inputs_config<8, 4, 2, 1, 384, 16>(d, g, s, &want_dh);
+    /* the whole batch of a mid-size step in one tile row (B <= 16) */
+    inputs_config<16, 16, 2, 2, 192, 8>(d, g, s, &want_dh);
+    inputs_config<16, 16, 2, 1, 192, 4>(d, g, s, &want_dh);
+    inputs_config<16, 32, 2, 2, 128, 4>(d, g, s, &want_dh);
+    inputs_config<16, 8, 4, 1, 384, 8>(d, g, s, &want_dh);
+    inputs_config<32, 64, 2, 4, 32, 1>(d, g, s, &want_dh); /* the large tiles */
 
     for (float *p : {g.gh, g.gc, g.dg, g.dc, g.db, g.dW, g.dx, g.dh})
         CHECK(cudaFree(p));
@@ -249,6 +261,12 @@ int main(int argc, char **argv)
     forward_config<16, 8, 1, 1, 96, 2>(d, s, &want);
     forward_config<16, 4, 1, 1, 64, 4>(d, s, &want);
     forward_config<16, 4, 1, 1, 96, 4>(d, s, &want);
+    forward_config<16, 8, 1, 1, 96, 4>(d, s, &want);
+    forward_config<16, 8, 2, 1, 96, 8>(d, s, &want);
+    forward_config<16, 16, 2, 2, 64, 4>(d, s, &want);
+    forward_config<16, 8, 2, 2, 128, 8>(d, s, &want);
+    forward_config<16, 4, 2, 1, 192, 8>(d, s, &want);
+    forward_config<64, 32, 4, 2, 32, 1>(d, s, &want); /* the large tiles */
     backward_configs(d, s);
     /* an empty kernel: the floor of one graph kernel node */
     auto empty = [&](cudaStream_t st) {

@@ -106,19 +106,34 @@ def sequence_features(rec):
 # ----------------------------------------------------------------------------
 # Cell: features of one step (forward + backward) on each route.
 
-CELL_TERMS = ("fused_call", "fused_flop_small", "fused_flop_large", "fused_flop_small_half",
-              "fused_flop_large_half", "fused_rows", "fused_k", "cublas_call",
-              "cublas_call_ffma", "flop_ffma", "flop_tensor", "byte")
-LARGE_TILE_MIN_BLOCKS = 120  # csrc/core/lltm_cuda_cell.cuh: where a fused kernel takes large tiles
+CELL_TERMS = ("fused_call", "fused_flop_small", "fused_flop_medium", "fused_flop_large",
+              "fused_flop_small_half", "fused_flop_medium_half", "fused_flop_large_half",
+              "fused_rows", "fused_k", "fused_byte", "cublas_call", "cublas_call_ffma", "flop_ffma",
+              "flop_tensor", "byte")
+# csrc/core/lltm_cuda_cell_tiles.h: which tiles a fused kernel takes
+LARGE_TILE_MIN_BLOCKS, MEDIUM_TILE_MIN_BLOCKS, MEDIUM_TILE_MIN_ROWS, MAX_GRID_Y = 120, 192, 9, 65535
 
 
-def fused_large_tiles(B, I, H):
-    """Which of the fused kernels (forward, weight gradient, input gradient)
-    run their large tiles (the tile rules of lltm_cuda_cell_*.cu)."""
+def _tiles(large_blocks, small_blocks, rows_ok):
+    if large_blocks >= LARGE_TILE_MIN_BLOCKS:
+        return "large"
+    return "medium" if small_blocks >= MEDIUM_TILE_MIN_BLOCKS and rows_ok else "small"
+
+
+def fused_tiles(B, I, H):
+    """The tiles ("small", "medium", "large") of the fused kernels (forward,
+    weight gradient, input gradient): lltm_cuda_cell_tiles.h."""
     K = I + H
-    return (ceil_div(B, 64) * ceil_div(H, 32) >= LARGE_TILE_MIN_BLOCKS,
-            ceil_div(H, 32) * ceil_div(K, 128) >= LARGE_TILE_MIN_BLOCKS,
-            ceil_div(B, 32) * ceil_div(K, 64) >= LARGE_TILE_MIN_BLOCKS)
+    rows_ok = B >= MEDIUM_TILE_MIN_ROWS
+    forward = _tiles(ceil_div(B, 64) * ceil_div(H, 32), ceil_div(B, 8) * ceil_div(H, 2), rows_ok)
+    weights = _tiles(ceil_div(H, 32) * ceil_div(K, 128), ceil_div(H, 8) * ceil_div(K, 16), True)
+    if ceil_div(K, 8) > MAX_GRID_Y:
+        inputs = "large"
+    else:
+        inputs = _tiles(ceil_div(B, 32) * ceil_div(K, 64), ceil_div(B, 8) * ceil_div(K, 4), rows_ok)
+        if inputs == "small" and ceil_div(K, 4) > MAX_GRID_Y:
+            inputs = "medium"
+    return forward, weights, inputs
 
 
 def cell_features(rec):
@@ -130,12 +145,16 @@ def cell_features(rec):
     if route == "fused":
         f["fused_call"] = 1.0
         half = "_half" if dtype in HALF else ""  # the half types convert every load
-        for large in fused_large_tiles(B, I, H):  # each kernel a third of the flops
-            f[("fused_flop_large" if large else "fused_flop_small") + half] += flops / 3
+        tiles = fused_tiles(B, I, H)
+        for t in tiles:  # each kernel a third of the flops
+            f[f"fused_flop_{t}{half}"] += flops / 3
+        # W read by the forward and by dX, dW written: what bounds a small batch
+        f["fused_byte"] = 3.0 * 3 * H * K * ELEM[dtype]
         # the reductions one thread runs alone: over the B rows (the weight
-        # gradient's sums) and over K = I + H (a gate's sum, dX's sums)
+        # gradient's sums) and over K = I + H (a gate's sum, dX's sums: the
+        # small tiles', split fewest ways for their work; half a term each)
         f["fused_rows"] = float(B)
-        f["fused_k"] = float(K)
+        f["fused_k"] = float(K) * ((tiles[0] == "small") + (tiles[2] == "small")) / 2
     else:
         f["cublas_call"] = 1.0
         f["cublas_call_ffma"] = 0.0 if dtype in HALF else 1.0  # FFMA products' own latency
@@ -264,7 +283,9 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
            "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
-           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "flop_tf32": "C_FLOP_TF32",
+           "fused_flop_medium": "C_FUSED_FLOP_MEDIUM",
+           "fused_flop_medium_half": "C_FUSED_FLOP_MEDIUM_HALF",
+           "fused_rows": "C_FUSED_ROWS", "fused_k": "C_FUSED_K", "fused_byte": "C_FUSED_BYTE", "flop_tf32": "C_FLOP_TF32",
            "cublas_call": "C_CUBLAS_CALL", "cublas_call_ffma": "C_CUBLAS_CALL_FFMA",
            "steps_step_ffma": "C_STEPS_STEP_FFMA",
            "seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",

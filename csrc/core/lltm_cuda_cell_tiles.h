@@ -1,0 +1,94 @@
+/*
+ * lltm_cuda_cell_tiles.h - the tile configuration each fused CUDA cell
+ * kernel takes for a step's sizes: lltm_cuda_cell_forward.cu and
+ * lltm_cuda_cell_backward.cu launch by it, the cost model
+ * (lltm_cuda_cost.c) prices by it, dev/timing/fit_routes.py mirrors it.
+ * Plain C (no CUDA): both compilers include it.
+ *
+ *   small   8-row tiles over 2 - 8 units or 4 - 16 columns, the reduction
+ *           split inside the block: many blocks, for latency-bound sizes
+ *   medium  16-row tiles (a batch of up to 16 in one tile row) over 4 - 16
+ *           units or 8 - 64 columns: each block reads a larger piece of W,
+ *           and the operand all blocks share (X, dG) is read by fewer of them
+ *   large   big register tiles, for throughput-bound sizes
+ *
+ * A kernel takes the large tiles where they still make LARGE_MIN_BLOCKS
+ * blocks; else the medium tiles where the small ones would make
+ * MEDIUM_MIN_BLOCKS and, for the two kernels whose medium tile spans 16
+ * rows (forward, dX), the batch fills more than half of it; else the small.
+ * From dev/timing/cell_tiles.cu on the H100 (float32, GPU time a launch):
+ * at B16/I32/H128 the small tiles are the fastest of each kernel (3.3, 2.8,
+ * 3.3 us); at B16/I256/H512 the medium ones take 9.3, 5.3 and 11.2 us
+ * against 13.7, 9.5 and 18.8; at B1/I256/H512 the medium forward tile is
+ * slower (8.0 against 6.1 us), the other two faster.
+ */
+#ifndef LLTM_CORE_CUDA_CELL_TILES_H
+#define LLTM_CORE_CUDA_CELL_TILES_H
+
+#include <stdint.h>
+
+/* tests force one configuration through these */
+#ifndef LLTM_CUDA_LARGE_TILE_MIN_BLOCKS
+#define LLTM_CUDA_LARGE_TILE_MIN_BLOCKS 120
+#endif
+#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS
+#define LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS 192
+#endif
+#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_ROWS
+#define LLTM_CUDA_MEDIUM_TILE_MIN_ROWS 9
+#endif
+
+enum { LLTM_TILES_SMALL = 0, LLTM_TILES_MEDIUM = 1, LLTM_TILES_LARGE = 2 };
+
+/* the most blocks a launch takes along grid y */
+#define LLTM_CUDA_MAX_GRID_Y 65535
+
+static inline int64_t lltm_tiles_ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static inline int lltm_tiles_pick(int64_t large_blocks, int64_t small_blocks, int rows_ok)
+{
+    if (large_blocks >= LLTM_CUDA_LARGE_TILE_MIN_BLOCKS)
+        return LLTM_TILES_LARGE;
+    if (small_blocks >= LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS && rows_ok)
+        return LLTM_TILES_MEDIUM;
+    return LLTM_TILES_SMALL;
+}
+
+/* g = X W^T with the step's pointwise part: tiles of rows x units (large
+ * 64 x 32, medium 16 x 4, small 8 x 2). */
+static inline int lltm_forward_tiles(int64_t B, int64_t H)
+{
+    return lltm_tiles_pick(lltm_tiles_ceil_div(B, 64) * lltm_tiles_ceil_div(H, 32),
+                           lltm_tiles_ceil_div(B, 8) * lltm_tiles_ceil_div(H, 2),
+                           B >= LLTM_CUDA_MEDIUM_TILE_MIN_ROWS);
+}
+
+/* dW = dG^T X: tiles of units x columns (large 32 x 128, medium 16 x 64,
+ * small 8 x 16), each over the whole batch. */
+static inline int lltm_weights_tiles(int64_t I, int64_t H)
+{
+    const int64_t K = I + H;
+    return lltm_tiles_pick(lltm_tiles_ceil_div(H, 32) * lltm_tiles_ceil_div(K, 128),
+                           lltm_tiles_ceil_div(H, 8) * lltm_tiles_ceil_div(K, 16), 1);
+}
+
+/* dX = dG W: tiles of rows x columns (large 32 x 64, medium 16 x 8, small
+ * 8 x 4); never a configuration whose column tiles pass the grid's y limit
+ * (the large ones then). */
+static inline int lltm_inputs_tiles(int64_t B, int64_t I, int64_t H)
+{
+    const int64_t K = I + H;
+    if (lltm_tiles_ceil_div(K, 8) > LLTM_CUDA_MAX_GRID_Y)
+        return LLTM_TILES_LARGE;
+    const int tiles = lltm_tiles_pick(lltm_tiles_ceil_div(B, 32) * lltm_tiles_ceil_div(K, 64),
+                                      lltm_tiles_ceil_div(B, 8) * lltm_tiles_ceil_div(K, 4),
+                                      B >= LLTM_CUDA_MEDIUM_TILE_MIN_ROWS);
+    return tiles == LLTM_TILES_SMALL && lltm_tiles_ceil_div(K, 4) > LLTM_CUDA_MAX_GRID_Y
+               ? LLTM_TILES_MEDIUM
+               : tiles;
+}
+
+#endif /* LLTM_CORE_CUDA_CELL_TILES_H */
