@@ -45,8 +45,8 @@ __global__ void forward_pointwise_kernel(int64_t B, int64_t H, T *__restrict__ g
  * each thread sums its rows in turn, the block its PR lanes; with one row
  * chunk the block writes grad_bias, with several each writes its chunk's
  * sums to `partial` ([row chunks, 3H], the accumulation type) and
- * bias_sum_kernel adds them. Spread over every thread of the grid: X = [h, x]
- * for the weight gradient's matrix product.
+ * bias_sum_kernel (lltm_cuda_math.cuh) adds them. Spread over every thread
+ * of the grid: X = [h, x] for the weight gradient's matrix product.
  * Two layouts, by the rows a thread would walk:
  *   whole batch  8 units x 32 lanes, one row chunk: one launch, a block for
  *                every 8 units; up to WHOLE_BATCH_ROWS rows (4 a thread)
@@ -128,23 +128,6 @@ backward_pointwise_kernel(int64_t B, int64_t I, int64_t H, int64_t rows,
             const int64_t b = e / K, k = e % K;
             X[e] = k < H ? old_h[b * H + k] : input[b * I + (k - H)];
         }
-    }
-}
-
-/* grad_bias[e] = the sum of the row chunks' partial sums of column e, in
- * chunk order. */
-template <typename T>
-__global__ void bias_sum_kernel(int64_t chunks, int64_t G,
-                                const typename acc_of<T>::type *__restrict__ partial,
-                                T *__restrict__ grad_bias)
-{
-    typedef typename acc_of<T>::type A;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < G;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        A total = 0;
-        for (int64_t r = 0; r < chunks; ++r)
-            total += partial[r * G + e];
-        grad_bias[e] = from_acc<T>(total);
     }
 }
 

@@ -1,8 +1,9 @@
 /*
  * lltm_cuda_math.cuh - the device-side element math shared by the CUDA
  * kernels (the cell's and the sequence's): element types and their
- * accumulation type, the activations, and one step's backward for one
- * (row, unit). The CUDA twin of lltm_cpu_math.h.
+ * accumulation type, the activations, one step's backward for one (row,
+ * unit), and the fixed-order sum of a bias gradient's pieces. The CUDA twin
+ * of lltm_cpu_math.h.
  *
  * Precision: float and double compute in their own type (double math
  * functions for double, never a float detour); __half and __nv_bfloat16
@@ -14,6 +15,8 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <stdint.h>
 
 namespace {
 
@@ -148,6 +151,25 @@ struct block_steps {
         return j == 0 ? row0 : j == 1 ? row1 : row_steps(lengths, b, steps);
     }
 };
+
+/* grad_bias [G] (dtype) = the sum of the lines of parts [lines, G]
+ * (accumulation type), in line order: the fixed-order last stage of a bias
+ * gradient that blocks sum in pieces (the cell's pointwise backward over row
+ * chunks, the per-step kernels' backward). */
+template <typename T>
+__global__ void bias_sum_kernel(int64_t lines, int64_t G,
+                                const typename acc_of<T>::type *__restrict__ parts,
+                                T *__restrict__ grad_bias)
+{
+    typedef typename acc_of<T>::type A;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < G;
+         g += (int64_t)gridDim.x * blockDim.x) {
+        A total = 0;
+        for (int64_t p = 0; p < lines; ++p)
+            total += parts[p * G + g];
+        grad_bias[g] = from_acc<T>(total);
+    }
+}
 
 } // namespace
 

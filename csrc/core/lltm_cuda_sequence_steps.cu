@@ -154,23 +154,6 @@ backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_, int64_t rows,
     }
 }
 
-/* grad_bias [G] (dtype) = the sum of bias_parts' lines [parts, G]
- * (accumulation type), in line order */
-template <typename T>
-__global__ void bias_sum_kernel(int64_t parts, int64_t G,
-                                const typename acc_of<T>::type *__restrict__ bias_parts,
-                                T *__restrict__ grad_bias)
-{
-    typedef typename acc_of<T>::type A;
-    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < G;
-         g += (int64_t)gridDim.x * blockDim.x) {
-        A total = 0;
-        for (int64_t p = 0; p < parts; ++p)
-            total += bias_parts[p * G + g];
-        grad_bias[g] = from_acc<T>(total);
-    }
-}
-
 template <typename T>
 int forward_step(int64_t B, int64_t H, int64_t t, const int64_t *lengths, const void *recurrent,
                  void *gates, const void *bias, const void *old_cell, void *new_h,
