@@ -238,6 +238,78 @@ backward_inputs_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ gr
 }
 
 
+/* One launch of backward_weights_kernel with these tiles (one column tile
+ * when dW is not wanted: dG, d_old_cell and d_bias alone). */
+template <typename T, int TU, int TK, int RR, int RC, int BC>
+int launch_weights(int64_t B, int64_t I, int64_t H, const T *gh, const T *gc, const T *cn,
+                   const T *act, const T *x, const T *h, T *dg, T *dc, T *db, T *dW,
+                   cudaStream_t stream)
+{
+    const dim3 grid(dW ? (unsigned)ceil_div(I + H, TK) : 1u, (unsigned)ceil_div(H, TU));
+    if (ceil_div(H, TU) > MAX_GRID_Y)
+        return LLTM_ERR_ARGUMENT;
+    LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
+                backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
+                                                                dg, dc, db, dW);
+    return launch_status(cudaSuccess);
+}
+
+/* One launch of backward_inputs_kernel with these tiles. */
+template <typename T, int TB, int TK, int RB, int RC, int GC, int KS>
+int launch_inputs(int64_t B, int64_t I, int64_t H, const T *dg, const T *W, T *dx, T *dh,
+                  cudaStream_t stream)
+{
+    const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(I + H, TK));
+    if (ceil_div(I + H, TK) > MAX_GRID_Y)
+        return LLTM_ERR_ARGUMENT;
+    LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
+                backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx, dh);
+    return launch_status(cudaSuccess);
+}
+
+template <typename T>
+int weights_step(int64_t B, int64_t I, int64_t H, const T *gh, const T *gc, const T *cn,
+                 const T *act, const T *x, const T *h, T *dg, T *dc, T *db, T *dW,
+                 cudaStream_t stream)
+{
+    switch (lltm_weights_tiles(I, H)) {
+    case LLTM_TILES_LARGE:
+        return launch_weights<T, 32, 128, 6, 8, 16>(B, I, H, gh, gc, cn, act, x, h, dg, dc, db,
+                                                    dW, stream);
+    case LLTM_TILES_MEDIUM:
+        /* dev/timing/cell_tiles.cu, H100: 5.3 us at B16/I256/H512 against
+         * 9.5 for the small tiles, 4.6 against 7.6 at B1 */
+        return launch_weights<T, 16, 64, 3, 4, 16>(B, I, H, gh, gc, cn, act, x, h, dg, dc, db,
+                                                   dW, stream);
+    default:
+        /* timed by dev/timing/cell_tiles.cu on the H100 at B16/I32/H128:
+         * 2.78 us per launch against 3.12 for 32-column tiles */
+        return launch_weights<T, 8, 16, 3, 1, 16>(B, I, H, gh, gc, cn, act, x, h, dg, dc, db,
+                                                  dW, stream);
+    }
+}
+
+template <typename T>
+int inputs_step(int64_t B, int64_t I, int64_t H, const T *dg, const T *W, T *dx, T *dh,
+                cudaStream_t stream)
+{
+    /* gate rows staged in shared memory as far as its 48 KB allow */
+    constexpr bool wide = sizeof(typename acc_of<T>::type) == 8;
+    switch (lltm_inputs_tiles(B, I, H)) {
+    case LLTM_TILES_LARGE:
+        return launch_inputs<T, 32, 64, 2, 4, 32, 1>(B, I, H, dg, W, dx, dh, stream);
+    case LLTM_TILES_MEDIUM:
+        /* 16 rows x 8 columns, gate rows split 8 ways (dev/timing/cell_tiles.cu,
+         * H100, B16/I256/H512: 11.2 us against 18.8 for the small tiles) */
+        return launch_inputs<T, 16, 8, 2, 1, wide ? 96 : 192, 8>(B, I, H, dg, W, dx, dh, stream);
+    default:
+        /* 8 rows x 4 columns, gate rows split 8 ways: 3.18 us per launch
+         * against 6.54 for 16 x 8 tiles (dev/timing/cell_tiles.cu, H100,
+         * B16/I32/H128) */
+        return launch_inputs<T, 8, 4, 1, 1, wide ? 128 : 384, 8>(B, I, H, dg, W, dx, dh, stream);
+    }
+}
+
 template <typename T>
 int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const void *grad_cell,
                    const void *new_cell, const void *gates, const void *input,
@@ -245,83 +317,20 @@ int backward_fused(int64_t B, int64_t I, int64_t H, const void *grad_h, const vo
                    void *grad_weights, void *grad_bias, void *grad_old_h, void *grad_old_cell,
                    cudaStream_t stream)
 {
-    const T *gh = (const T *)grad_h, *gc = (const T *)grad_cell, *cn = (const T *)new_cell,
-            *act = (const T *)gates, *x = (const T *)input, *h = (const T *)old_h,
-            *W = (const T *)weights;
-    T *dg = (T *)grad_gates, *dx = (T *)grad_input, *dW = (T *)grad_weights,
-      *db = (T *)grad_bias, *dh = (T *)grad_old_h, *dc = (T *)grad_old_cell;
-    const int64_t K = I + H;
-
+    const T *W = (const T *)weights;
+    T *dg = (T *)grad_gates, *dx = (T *)grad_input, *dh = (T *)grad_old_h;
     /* dG, d_old_cell, d_bias, dW: needed even for B == 0 (zero gradients). */
     if (H > 0) {
-        int status;
-        const int tiles = lltm_weights_tiles(I, H);
-        if (tiles == LLTM_TILES_LARGE) {
-            constexpr int TU = 32, TK = 128, RR = 6, RC = 8, BC = 16;
-            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
-            if (ceil_div(H, TU) > MAX_GRID_Y)
-                return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
-                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
-                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
-        } else if (tiles == LLTM_TILES_MEDIUM) {
-            /* dev/timing/cell_tiles.cu, H100: 5.3 us at B16/I256/H512
-             * against 9.5 for the small tiles, 4.6 against 7.6 at B1 */
-            constexpr int TU = 16, TK = 64, RR = 3, RC = 4, BC = 16;
-            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
-            if (ceil_div(H, TU) > MAX_GRID_Y)
-                return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
-                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
-                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
-        } else {
-            /* timed by dev/timing/cell_tiles.cu on the H100 at B16/I32/H128:
-             * 2.78 us per launch against 3.12 for 32-column tiles */
-            constexpr int TU = 8, TK = 16, RR = 3, RC = 1, BC = 16;
-            const dim3 grid(dW ? (unsigned)ceil_div(K, TK) : 1u, (unsigned)ceil_div(H, TU));
-            if (ceil_div(H, TU) > MAX_GRID_Y)
-                return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
-                        backward_weights_kernel<T, TU, TK, RR, RC, BC>)(
-                B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
-        }
-        if ((status = launch_status(cudaSuccess)) != LLTM_OK)
+        const int status = weights_step<T>(
+            B, I, H, (const T *)grad_h, (const T *)grad_cell, (const T *)new_cell,
+            (const T *)gates, (const T *)input, (const T *)old_h, dg, (T *)grad_old_cell,
+            (T *)grad_bias, (T *)grad_weights, stream);
+        if (status != LLTM_OK)
             return status;
     }
     /* dX = dG W; with H == 0 this writes zeros into grad_input. */
-    if (B > 0 && K > 0 && (dx != nullptr || dh != nullptr)) {
-        const int tiles = lltm_inputs_tiles(B, I, H);
-        if (tiles == LLTM_TILES_LARGE) {
-            constexpr int TB = 32, TK = 64, RB = 2, RC = 4, GC = 32, KS = 1;
-            const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
-            if (ceil_div(K, TK) > MAX_GRID_Y)
-                return LLTM_ERR_ARGUMENT;
-            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
-                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
-                                                                           dh);
-        } else if (tiles == LLTM_TILES_MEDIUM) {
-            /* 16 rows x 8 columns, gate rows split 8 ways
-             * (dev/timing/cell_tiles.cu, H100, B16/I256/H512: 11.2 us
-             * against 18.8 for the small tiles) */
-            constexpr int TB = 16, TK = 8, RB = 2, RC = 1, KS = 8;
-            constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
-            const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
-            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
-                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
-                                                                           dh);
-        } else {
-            /* 8 rows x 4 columns, gate rows split 8 ways: 3.18 us per launch
-             * against 6.54 for 16 x 8 tiles (dev/timing/cell_tiles.cu, H100,
-             * B16/I32/H128) */
-            constexpr int TB = 8, TK = 4, RB = 1, RC = 1, KS = 8;
-            constexpr int GC = sizeof(typename acc_of<T>::type) == 8 ? 128 : 384;
-            const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(K, TK));
-            LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
-                        backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx,
-                                                                           dh);
-        }
-        return launch_status(cudaSuccess);
-    }
+    if (B > 0 && I + H > 0 && (dx != nullptr || dh != nullptr))
+        return inputs_step<T>(B, I, H, dg, W, dx, dh, stream);
     return LLTM_OK;
 }
 

@@ -163,6 +163,20 @@ forward_fused_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ inpu
 }
 
 
+/* One launch of forward_fused_kernel with these tiles over the step. */
+template <typename T, int TB, int TU, int RB, int RU, int KC, int KS>
+int launch_forward(int64_t B, int64_t I, int64_t H, const T *x, const T *h, const T *W,
+                   const T *b, const T *c, T *h_out, T *c_out, T *g_out, cudaStream_t stream)
+{
+    const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
+    if (ceil_div(H, TU) > MAX_GRID_Y)
+        return LLTM_ERR_ARGUMENT;
+    LLTM_LAUNCH(grid, (TB / RB) * (TU / RU) * KS, 0, stream,
+                forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>)(B, I, H, x, h, W, b, c, h_out,
+                                                                 c_out, g_out);
+    return launch_status(cudaSuccess);
+}
+
 template <typename T>
 int forward_fused(int64_t B, int64_t I, int64_t H, const void *input, const void *old_h,
                   const void *weights, const void *bias, const void *old_cell, void *new_h,
@@ -171,44 +185,27 @@ int forward_fused(int64_t B, int64_t I, int64_t H, const void *input, const void
     const T *x = (const T *)input, *h = (const T *)old_h, *W = (const T *)weights,
             *b = (const T *)bias, *c = (const T *)old_cell;
     T *h_out = (T *)new_h, *c_out = (T *)new_cell, *g_out = (T *)gates;
-    const int tiles = lltm_forward_tiles(B, H);
-    if (tiles == LLTM_TILES_LARGE) {
-        constexpr int TB = 64, TU = 32, RB = 4, RU = 2, KC = 32, KS = 1;
-        const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
-        if (ceil_div(H, TU) > MAX_GRID_Y)
-            return LLTM_ERR_ARGUMENT;
-        LLTM_LAUNCH(grid, (TB / RB) * (TU / RU) * KS, 0, stream,
-                    forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>)(B, I, H, x, h, W, b, c,
-                                                                     h_out, c_out, g_out);
-    } else if (tiles == LLTM_TILES_MEDIUM) {
-        /* the whole batch (up to 16 rows) in one tile row: W read once; K
-         * split 8 ways (dev/timing/cell_tiles.cu, H100, B16/I256/H512: 9.3
-         * us against 13.7 for the small tiles) */
-        constexpr int TB = 16, TU = 4, RB = 1, RU = 1, KS = 8;
-        constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
-        const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
-        if (ceil_div(H, TU) > MAX_GRID_Y)
-            return LLTM_ERR_ARGUMENT;
-        LLTM_LAUNCH(grid, (TB / RB) * (TU / RU) * KS, 0, stream,
-                    forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>)(B, I, H, x, h, W, b, c,
-                                                                     h_out, c_out, g_out);
-    } else {
-        /* Chunks as long as shared memory allows (48 KB static): a small K
-         * then takes one round trip to global memory. Small tiles, many
-         * blocks, K split 16 ways: the shortest latency of the configurations
-         * dev/timing/cell_tiles.cu timed on the H100 (3.2-3.45 us per launch
-         * by graph replay at B16/I32/H128 in three runs, against 4.43-4.45
-         * for 16 x 4 tiles). */
-        constexpr int TB = 8, TU = 2, RB = 1, RU = 1, KS = 16;
-        constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
-        const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
-        if (ceil_div(H, TU) > MAX_GRID_Y)
-            return LLTM_ERR_ARGUMENT;
-        LLTM_LAUNCH(grid, (TB / RB) * (TU / RU) * KS, 0, stream,
-                    forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>)(B, I, H, x, h, W, b, c,
-                                                                     h_out, c_out, g_out);
+    /* Chunks of K as long as shared memory allows (48 KB static): a small K
+     * then takes one round trip to global memory. */
+    constexpr int KC = sizeof(typename acc_of<T>::type) == 8 ? 96 : 192;
+    switch (lltm_forward_tiles(B, H)) {
+    case LLTM_TILES_LARGE:
+        return launch_forward<T, 64, 32, 4, 2, 32, 1>(B, I, H, x, h, W, b, c, h_out, c_out,
+                                                      g_out, stream);
+    case LLTM_TILES_MEDIUM:
+        /* the whole batch (up to 16 rows) in one tile row, 4 units: W read
+         * once; K split 8 ways (dev/timing/cell_tiles.cu, H100,
+         * B16/I256/H512: 9.3 us against 13.7 for the small tiles) */
+        return launch_forward<T, 16, 4, 1, 1, KC, 8>(B, I, H, x, h, W, b, c, h_out, c_out,
+                                                     g_out, stream);
+    default:
+        /* 8 rows x 2 units, many blocks, K split 16 ways: the shortest
+         * latency of the configurations dev/timing/cell_tiles.cu timed on
+         * the H100 (3.2-3.45 us per launch by graph replay at B16/I32/H128
+         * in three runs, against 4.43-4.45 for 16 x 4 tiles) */
+        return launch_forward<T, 8, 2, 1, 1, KC, 16>(B, I, H, x, h, W, b, c, h_out, c_out,
+                                                     g_out, stream);
     }
-    return launch_status(cudaSuccess);
 }
 
 } // namespace
