@@ -7,15 +7,14 @@ tutorial's Python reference and nn.LSTMCell; I = H/2, float32 and bfloat16.
     python3 dev/timing/cell_routes.py [BxH ...] [--passes N] [--kernels]
 
 Default shapes: B 1, 16, 64, 256, 1024 x H 128, 512, 1024. Microseconds a
-step, the least of --passes passes (each the median of 15 replays of a graph
-of 10 steps), implementations interleaved within a pass. --kernels: after the
+step, the least of --passes passes (each the median of 5 x 3 replays of a
+graph of 10 steps), implementations interleaved within a pass. --kernels: after the
 table, torch.profiler's GPU time per kernel of one step, for the native cell
 on each route and nn.LSTMCell.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
 from lltm import reference  # noqa: E402
+from directions import graph_us  # noqa: E402  (dev/timing/directions.py)
 
 IMPLS = [("native", "auto"), ("native", "fused"), ("native", "cublas"), ("reference", "auto"),
          ("LSTMCell", "auto")]
@@ -58,29 +58,13 @@ def make_step(impl, policy, dtype, B, I, H):  # noqa: E741
     return step
 
 
-def graph_us(step, unroll=10, replays=15):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+def step_graph_us(step, unroll=10):
+    """GPU microseconds of one step(): directions.graph_us (median of CUDA-graph
+    replays) of a graph of `unroll` steps, divided by `unroll`."""
+    def steps():
         for _ in range(unroll):
             step()
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / unroll)
-    return statistics.median(times)
+    return graph_us(steps, replays=3, passes=5) / unroll
 
 
 def kernels(step, n=5):
@@ -111,7 +95,7 @@ def main() -> None:
         for B, H in shapes:
             for _ in range(args.passes):
                 for impl, policy in IMPLS:
-                    us = graph_us(make_step(impl, policy, dtype, B, H // 2, H))
+                    us = step_graph_us(make_step(impl, policy, dtype, B, H // 2, H))
                     key = (dtype, B, H, impl, policy)
                     times[key] = min(times.get(key, us), us)
     if args.kernels:
