@@ -29,10 +29,10 @@
 #                                  (tests/multi_gpu and the second_device tests);
 #                                  over NCCL with torchrun (scripts/multi_gpu.py):
 #                                  DDP of the example, no_sync, DDP under
-#                                  torch.compile, FSDP2 in float32 and bfloat16,
-#                                  DDP of a bidirectional LLTM over packed batches
-#                                  mixed precision, each against one process; the
-#                                  training example under torchrun
+#                                  torch.compile, FSDP2 in float32 and bfloat16
+#                                  mixed precision, DDP of a bidirectional LLTM
+#                                  over packed batches, each against one process;
+#                                  the training example under torchrun
 #   bash scripts/gpu.sh lab [WHAT] the timing tools of dev/timing (dev/README.md),
 #                                  WHAT one of
 #                                    sequence  (default) kernel-level timings against

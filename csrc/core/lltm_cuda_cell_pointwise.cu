@@ -162,6 +162,22 @@ int forward_pointwise(int64_t B, int64_t H, void *gates, const void *bias, const
     return launch_status(cudaSuccess);
 }
 
+/* One launch of backward_pointwise_kernel in the layout of PU units a
+ * block, over `chunks` row chunks of `rows` rows. */
+template <typename T, int PU>
+void launch_backward_pointwise(int64_t B, int64_t I, int64_t H, int64_t chunks, int64_t rows,
+                               const void *grad_h, const void *grad_cell, const void *new_cell,
+                               const void *gates, const void *old_h, const void *input,
+                               void *grad_gates, void *grad_old_cell, void *grad_bias,
+                               typename acc_of<T>::type *partial, void *X, cudaStream_t stream)
+{
+    const dim3 grid((unsigned)(H > 0 ? ceil_div(H, PU) : 1), (unsigned)chunks);
+    LLTM_LAUNCH(grid, THREADS, 0, stream, backward_pointwise_kernel<T, PU, THREADS / PU>)(
+        B, I, H, rows, (const T *)grad_h, (const T *)grad_cell, (const T *)new_cell,
+        (const T *)gates, (const T *)old_h, (const T *)input, (T *)grad_gates,
+        (T *)grad_old_cell, (T *)grad_bias, partial, (T *)X);
+}
+
 template <typename T>
 int backward_pointwise(int64_t B, int64_t I, int64_t H, const void *grad_h,
                        const void *grad_cell, const void *new_cell, const void *gates,
@@ -173,23 +189,17 @@ int backward_pointwise(int64_t B, int64_t I, int64_t H, const void *grad_h,
     if (H == 0 && (X == nullptr || B * I == 0))
         return LLTM_OK;
     const int64_t chunks = row_chunks(B), rows = chunk_rows(B);
-    A *partial = chunks > 1 ? (A *)workspace : nullptr;
     if (chunks > 1 && H > 0 && workspace == nullptr)
         return LLTM_ERR_ARGUMENT;
-    const int pu = chunks > 1 ? CHUNKED_PU : WHOLE_PU;
-    const dim3 grid((unsigned)(H > 0 ? ceil_div(H, pu) : 1), (unsigned)chunks);
+    A *partial = chunks > 1 ? (A *)workspace : nullptr;
     if (chunks > 1)
-        LLTM_LAUNCH(grid, THREADS, 0, stream,
-                    backward_pointwise_kernel<T, CHUNKED_PU, THREADS / CHUNKED_PU>)(
-            B, I, H, rows, (const T *)grad_h, (const T *)grad_cell, (const T *)new_cell,
-            (const T *)gates, (const T *)old_h, (const T *)input, (T *)grad_gates,
-            (T *)grad_old_cell, (T *)grad_bias, partial, (T *)X);
+        launch_backward_pointwise<T, CHUNKED_PU>(B, I, H, chunks, rows, grad_h, grad_cell,
+                                                 new_cell, gates, old_h, input, grad_gates,
+                                                 grad_old_cell, grad_bias, partial, X, stream);
     else
-        LLTM_LAUNCH(grid, THREADS, 0, stream,
-                    backward_pointwise_kernel<T, WHOLE_PU, THREADS / WHOLE_PU>)(
-            B, I, H, rows, (const T *)grad_h, (const T *)grad_cell, (const T *)new_cell,
-            (const T *)gates, (const T *)old_h, (const T *)input, (T *)grad_gates,
-            (T *)grad_old_cell, (T *)grad_bias, partial, (T *)X);
+        launch_backward_pointwise<T, WHOLE_PU>(B, I, H, chunks, rows, grad_h, grad_cell,
+                                               new_cell, gates, old_h, input, grad_gates,
+                                               grad_old_cell, grad_bias, partial, X, stream);
     const int status = launch_status(cudaSuccess);
     if (status != LLTM_OK || partial == nullptr || H == 0)
         return status;
