@@ -3,7 +3,7 @@
 The library picks its own routes, the cheapest by its cost model
 (csrc/core/lltm_cuda_cost.c): the cell's matrix-product route (its fused
 kernels or cuBLAS) and the sequence's plan (per-step kernels, a cooperative
-grid, or thread-block clusters, with their shapes). Tests and
+grid, thread-block clusters, or one block a batch chunk, with their shapes). Tests and
 timing tools force one through this module, never through the C core (which
 reads no environment): from environment variables read once, when ``lltm`` is
 imported, or with the context managers below. ``docs/cuda-plans.md`` lists
@@ -27,18 +27,20 @@ from dataclasses import dataclass, fields, replace
 from . import _native
 
 MATMUL_POLICIES = {"auto": 0, "fused": 1, "cublas": 2}
-FAMILIES = {"auto": 0, "steps": 1, "grid": 2, "cluster": 3}
+FAMILIES = {"auto": 0, "steps": 1, "grid": 2, "cluster": 3, "block": 4}
 CLUSTER_BLOCKS = (8, 16)
 CLUSTER_CHUNKS = (4, 8, 16)
 GRID_SHAPES = ("16x8", "16x32", "32x16", "32x32")
 GRID_CHUNKS = (4, 16)
+BLOCK_CHUNKS = (1, 4)
+BLOCK_UNITS = 64  # the block family's H: every unit in one block (lltm.h)
 
 
 class _PlanOptions(ctypes.Structure):
     """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk")]
 
 
 class _Launch(ctypes.Structure):
@@ -64,6 +66,7 @@ class SequencePlan:
     grid_shape: str | None = None
     grid_groups: int | None = None
     grid_chunk: int | None = None
+    block_chunk: int | None = None
 
     def __post_init__(self):
         _check("family", self.family, FAMILIES)
@@ -71,6 +74,7 @@ class SequencePlan:
         _check("cluster_chunk", self.cluster_chunk, CLUSTER_CHUNKS)
         _check("grid_shape", self.grid_shape, GRID_SHAPES)
         _check("grid_chunk", self.grid_chunk, GRID_CHUNKS)
+        _check("block_chunk", self.block_chunk, BLOCK_CHUNKS)
         groups = self.grid_groups
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
                                    or groups < 1):
@@ -80,7 +84,7 @@ class SequencePlan:
         lanes, values = map(int, self.grid_shape.split("x")) if self.grid_shape else (0, 0)
         return _PlanOptions(FAMILIES[self.family], lanes, values, self.grid_groups or 0,
                             self.cluster_blocks or 0, self.cluster_chunk or 0, 0,
-                            self.grid_chunk or 0)
+                            self.grid_chunk or 0, self.block_chunk or 0)
 
 
 def _check(name, value, allowed):
@@ -115,7 +119,7 @@ def current_matmul() -> str:
 
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 _FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
-_EXCHANGES = {0: "none", 1: "global", 2: "broadcast", 3: "reduce-scatter"}
+_EXCHANGES = {0: "none", 1: "global", 2: "broadcast", 3: "reduce-scatter", 4: "local"}
 
 
 def _dtype_code(dtype) -> int:
@@ -265,7 +269,8 @@ def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
                             cluster_chunk=integer("LLTM_CUDA_CLUSTER_CHUNK"),
                             grid_shape=text("LLTM_CUDA_GRID_SHAPE"),
                             grid_groups=integer("LLTM_CUDA_GRID_GROUPS"),
-                            grid_chunk=integer("LLTM_CUDA_GRID_CHUNK"))
+                            grid_chunk=integer("LLTM_CUDA_GRID_CHUNK"),
+                            block_chunk=integer("LLTM_CUDA_BLOCK_CHUNK"))
     except ValueError as exc:
         raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
                          "(see lltm/overrides.py)") from None

@@ -1,6 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
 grid in 16-row chunks, B split over batch groups, and in 4-row chunks;
+block in 1- and 4-row chunks, one block a chunk or several chunks a block;
 per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
 batch split (B <= 16) and I = 0; each also with rows of their own lengths,
@@ -26,6 +27,10 @@ CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
          # 4-row chunks: B = 13 (4 chunks, a group each), 3 (one padded chunk)
          "grid4": [(3, 13, 5, 33), (2, 3, 4, 129), (2, 6, 3, 600)],
+         # H = 64: every unit of the block; B = 300 in 1-row chunks: blocks
+         # walking several chunks
+         "block1": [(3, 17, 5, 33), (2, 2, 0, 64), (2, 300, 3, 40)],
+         "block4": [(3, 13, 5, 64), (2, 3, 4, 7), (2, 600, 3, 50)],
          # B = 70, 300: several blocks of rows in the backward step (bias sums' lines)
          "steps": [(3, 17, 5, 33), (3, 70, 5, 40), (2, 300, 8, 129)]}
 
@@ -54,10 +59,11 @@ def main() -> int:
         if blocks and not clusters_available():
             print(f"{route}: not run (this build's code has no cluster kernels for this GPU)")
             continue
-        family = "cluster" if blocks else "grid" if route.startswith("grid") else route
+        family = "cluster" if blocks else route.rstrip("0123456789")
         chunk = {"grid": 16, "grid4": 4}.get(route)
+        block_chunk = {"block1": 1, "block4": 4}.get(route)
         lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan(
-            family=family, cluster_blocks=blocks, grid_chunk=chunk))
+            family=family, cluster_blocks=blocks, grid_chunk=chunk, block_chunk=block_chunk))
         for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
             for T, B, I, H in shapes:
                 x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype) for s in

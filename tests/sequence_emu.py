@@ -24,8 +24,8 @@ EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
-ANY, STEPS, GRID, CLUSTER = 0, 1, 2, 3  # lltm_sequence_plan.family
-EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER = 1, 2, 3
+ANY, STEPS, GRID, CLUSTER, BLOCK = 0, 1, 2, 3, 4  # lltm_sequence_plan.family
+EXCHANGE_GLOBAL, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER, EXCHANGE_LOCAL = 1, 2, 3, 4
 
 
 class Device(ctypes.Structure):
@@ -49,14 +49,14 @@ class Plan(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk")]
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):
 # the cluster family in both of its shapes (8 blocks of 16 units, 16 blocks
 # of 8), the 16-block kernels without their batch split (chunk 16: the
 # layout of B > 16) and with chunks of 8 rows (where 4-row clusters do not
-# fit), and every grid layout
+# fit), every grid layout, and the block family in both of its chunks
 PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
          "cluster_32_4": dict(family=CLUSTER, cluster_blocks=16),
          "cluster_32_4_nosplit": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=16),
@@ -68,7 +68,9 @@ PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
          "grid_16_8_c4": dict(family=GRID, grid_lanes=16, grid_values=8, grid_chunk=4),
          "grid_32_16_c4": dict(family=GRID, grid_lanes=32, grid_values=16, grid_chunk=4),
          "grid_32_32_c4": dict(family=GRID, grid_lanes=32, grid_values=32, grid_chunk=4),
-         "grid_16_32_c4": dict(family=GRID, grid_lanes=16, grid_values=32, grid_chunk=4)}
+         "grid_16_32_c4": dict(family=GRID, grid_lanes=16, grid_values=32, grid_chunk=4),
+         "block_c1": dict(family=BLOCK, block_chunk=1),
+         "block_c4": dict(family=BLOCK, block_chunk=4)}
 
 
 def build(tmp_path_factory):

@@ -8,8 +8,9 @@ kernel, thread-block clusters, H <= 128, B <= 64; in both of its shapes, 8
 blocks or 16: routes "cluster8" and "cluster16" here; and "cluster16-split8"
 and "cluster16-nosplit", the 16-block shape with its batch split in 8-row
 chunks instead of 4, and without it: one cluster of 16-row chunks also for
-B <= 16), "grid" (persistent kernel, cooperative grid), "steps" (per-step
-products + pointwise kernel) and "auto". The core reads no environment.
+B <= 16), "grid" (persistent kernel, cooperative grid), "block" (persistent
+kernel, one block a batch chunk, H <= 64), "steps" (per-step products +
+pointwise kernel) and "auto". The core reads no environment.
 
 Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 (products sum many terms), and for the half types, over >= 64 elements, also
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit", "grid",
-          "steps"]
+          "block", "steps"]
 CHUNKS = {"-split8": 8, "-nosplit": 16}  # route suffixes: the 16-block kernels' batch chunk
 CLUSTERS = ["cluster8", "cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
@@ -79,6 +80,8 @@ def route_fits(route, H, dtype):
         return H <= 128
     if route == "grid":
         return H <= (512 if dtype == torch.float64 else 1024)
+    if route == "block":
+        return H <= 64
     return True
 
 
@@ -160,13 +163,37 @@ def test_grid_small_chunks(route, shape, groups, dtype):
         compare(4, 3, 6, 37, dtype)
 
 
-@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
+@pytest.mark.parametrize("groups", [1, 3, None])
+@pytest.mark.parametrize("chunk", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_block_chunks_and_groups(chunk, groups, dtype):
+    """The block family in both of its chunks: one block walking every chunk,
+    3 blocks, or as many as run at once (at most one a chunk); H = 64 (every
+    unit of the block) and 37; B = 300 (as many blocks as run at once: more
+    chunks than blocks; a block holds all its rows' state in shared memory,
+    so one block or three cannot take 300 rows) and bitwise the same twice."""
+    with lltm.overrides.sequence_plan(family="block", block_chunk=chunk, grid_groups=groups):
+        compare(5, 13, 6, 64, dtype)
+        if groups is None:
+            compare(3, 300, 4, 37, dtype)
+        args, _ = seq_inputs(4, 21, 5, 50, dtype)
+        runs = []
+        for _ in range(2):
+            nat = [a.clone().requires_grad_() for a in args]
+            out, h_n, c_n = native_sequence(*nat)
+            (out.double().sum() + (h_n.double() * c_n.double()).sum()).backward()
+            runs.append([out, h_n, c_n] + [a.grad for a in nat])
+        for a, b in zip(*runs):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "block", "steps"], indirect=True)
 @pytest.mark.parametrize("through", [(0,), (1,), (2,)])
 def test_gradients_through_each_output(route, through):
     compare(5, 3, 4, 20, torch.float64, through=through)
 
 
-@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "block", "steps"], indirect=True)
 def test_gradcheck_float64(route):
     args, _ = seq_inputs(3, 2, 3, 5, torch.float64)
     args = [a.requires_grad_() for a in args]
@@ -198,7 +225,7 @@ def test_long_sequence_matches_cpu_op(route, T, tol):
     assert max(errors.values()) <= tol, errors
 
 
-@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "block", "steps"], indirect=True)
 def test_every_output_element_is_written(route):
     """The caching allocator hands back blocks just filled with NaN."""
     T, B, I, H = 7, 5, 6, 37
@@ -265,7 +292,7 @@ def test_steps_many_blocks_of_rows(route, dtype):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("route", CLUSTERS + ["grid"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "block"], indirect=True)
 def test_side_stream_and_cuda_graph(route):
     T, B, I, H = 4, 3, 5, 40
     args, _ = seq_inputs(T, B, I, H, torch.float32)
@@ -352,7 +379,7 @@ def test_no_plan_is_forced_by_default():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-@pytest.mark.parametrize("route", CLUSTERS + ["grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", CLUSTERS + ["grid", "block", "steps"], indirect=True)
 def test_second_device(route):
     """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the
     tensors' device (a device guard) and on its current stream."""

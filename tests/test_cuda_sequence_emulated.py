@@ -23,8 +23,9 @@ import torch
 
 from lltm import reference
 from guarded import Guarded, as_ptr
-from sequence_emu import (CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER,
-                          GRID, PLANS, STEPS, TOLERANCES, device, make_plan)
+from sequence_emu import (BLOCK, CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST, EXCHANGE_LOCAL,
+                          EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, TOLERANCES, device,
+                          make_plan)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -101,7 +102,7 @@ def _run_case(lib, options, dtype, T, B, I, H, check_plan=None, lengths=None):
     run forward and backward against the reference; lengths: see _reference."""
     status, plan = make_plan(lib, dtype, T, B, I, H, **options)
     assert status == 0, f"no plan for {options}"
-    assert plan.family in (GRID, CLUSTER)
+    assert plan.family in (GRID, CLUSTER, BLOCK)
     if check_plan:
         check_plan(plan)
     plan_ref = ctypes.byref(plan)
@@ -279,6 +280,42 @@ def test_grid_small_chunks(emu, plan, dtype, groups, lengths):
               lengths=_lengths(T, B) if lengths else None)
 
 
+@pytest.mark.parametrize("groups", [1, 3, None])
+@pytest.mark.parametrize("lengths", [False, True])
+@pytest.mark.parametrize("chunk,dtype,H", [(1, torch.float32, 64), (4, torch.float32, 61),
+                                           (4, torch.bfloat16, 64), (1, torch.float64, 33)])
+def test_block_family(emu, chunk, dtype, H, groups, lengths):
+    """The block family at its largest H (every unit in one block, the k
+    range split over 2 lanes, or 4) and one below it, B = 13: 13 one-row chunks or
+    4 four-row ones (the last of one row) over 1 block, 3 (blocks walking
+    several chunks) or one a chunk; the bias sums of the blocks added in
+    order through the workspace; with per-row lengths too."""
+    T, B = 4, 13
+    options = dict(family=BLOCK, block_chunk=chunk, grid_groups_max=groups or 0)
+
+    def check(p):
+        chunks = -(-B // chunk)
+        lanes = 2 if chunk == 1 and dtype != torch.float64 else 4  # a unit's lanes
+        for launch in (p.forward, p.backward):
+            assert (launch.lanes, launch.values, launch.rows, launch.chunk) == (lanes, 64 // lanes,
+                                                                                chunk, chunk)
+            assert (launch.exchange, launch.blocks, launch.groups) == (EXCHANGE_LOCAL, 1,
+                                                                     groups or chunks)
+        assert (p.workspace_bytes > 0) == ((groups or chunks) > 1 or dtype == torch.bfloat16)
+    _run_case(emu, options, dtype, T, B, 5, H, check,
+              lengths=_lengths(T, B) if lengths else None)
+
+
+def test_block_family_limits(emu):
+    """No block plan past 64 units or for a chunk the family has not."""
+    f32 = torch.float32
+    assert make_plan(emu, f32, 10, 4, 3, 65, family=BLOCK)[0] != 0
+    assert make_plan(emu, f32, 10, 4, 3, 64, family=BLOCK, block_chunk=2)[0] != 0
+    assert make_plan(emu, f32, 10, 4, 3, 64, family=GRID, block_chunk=2)[0] != 0
+    status, plan = make_plan(emu, f32, 10, 4, 3, 64, family=BLOCK)
+    assert status == 0 and plan.family == BLOCK
+
+
 @pytest.mark.parametrize("plan", [p for p in PLANS if p.startswith("cluster")])
 @pytest.mark.parametrize("dtype,B", [(torch.float32, 64), (torch.float64, 32),
                                      (torch.bfloat16, 49)])
@@ -308,12 +345,27 @@ def test_plan_choice(emu):
         return plan.forward.lanes, plan.forward.values, plan.forward.groups, plan.forward.chunk
     # clusters where a batch of at most 16 rows splits into 4-row clusters
     assert _family(emu, f32, 16, 128) == (0, CLUSTER)
-    assert _family(emu, bf16, 1, 64) == (0, CLUSTER)
+    # H <= 64: one block a batch chunk, in 1-row chunks (H100 float32 B16/H64:
+    # 178 us against 231 for the 16-block clusters), 4-row chunks where the
+    # rows are many (B1024/H64: 799 us against 999 in 1-row chunks, 2,831
+    # for the grid in 4-row chunks)
+    def block(dtype, B, H):
+        status, plan = make_plan(emu, dtype, 100, B, max(1, H // 2), H)
+        assert status == 0 and plan.family == BLOCK
+        assert (plan.forward.chunk, plan.forward.groups) == (plan.backward.chunk,
+                                                             plan.backward.groups)
+        return plan.forward.chunk, plan.forward.groups
+    assert block(bf16, 1, 64) == (1, 1)
+    assert block(f32, 16, 64) == (1, 16)
+    assert block(f32, 256, 64) == (1, 256)  # two 128-thread blocks an SM
+    assert block(f32, 1024, 64) == (4, 132)
+    assert block(f64, 16, 33) == (1, 16)
+    assert _family(emu, f32, 16, 65) == (0, CLUSTER)  # past the block's 64 units
     # 16 < B <= 64: a 16-block cluster a 16-row chunk, side by side (float32
     # B64/H128: 481 us, against 1,358 for one cluster walking the 4 chunks
     # and 765 for the 16x8 grid's 4 batch groups)
     for dtype, B, H, groups in ((f32, 64, 128, 4), (bf16, 64, 100, 4), (f32, 17, 128, 2),
-                                (f32, 48, 64, 3)):
+                                (f32, 48, 100, 3)):
         status, plan = make_plan(emu, dtype, 100, B, H // 2, H)
         assert status == 0 and plan.family == CLUSTER
         assert (plan.forward.chunk, plan.forward.groups) == (16, groups)
@@ -328,7 +380,7 @@ def test_plan_choice(emu):
     # groups of 32 blocks and one 16-row chunk)
     assert grid(f32, 16, 256) == (32, 16, 4, 4)
     assert grid(f32, 64, 256) == (16, 32, 8, 4)
-    assert grid(f32, 256, 64) == (16, 8, 33, 4)
+    assert grid(f32, 256, 64, family=GRID) == (16, 8, 33, 4)
     assert grid(bf16, 1, 256) == (32, 16, 1, 4)
     assert grid(f32, 4, 1024) == (32, 32, 1, 4)
     assert grid(f32, 16, 256, grid_chunk=16) == (32, 16, 1, 16)
@@ -441,12 +493,15 @@ def test_device_query_reports_the_code_that_runs(emu):
 def test_plan_without_clusters(emu, major, cluster):
     """Devices before compute capability 9.0 (or without cluster launch, as
     a Hopper GPU running code JIT-compiled from compute_80 PTX reports) get
-    the grid family where an H100 gets clusters, and run it."""
+    the grid family where an H100 gets clusters, and run it; the block
+    family (H <= 64) needs no clusters and is theirs too."""
     dev = device(emu, major=major, cluster_launch=cluster)
-    status, p = make_plan(emu, torch.float32, 100, 16, 5, 24, dev=dev)
+    status, p = make_plan(emu, torch.float32, 100, 16, 50, 100, dev=dev)
     assert status == 0 and p.family == GRID
     status, _ = make_plan(emu, torch.float32, 3, 16, 5, 24, dev=dev, family=CLUSTER)
     assert status != 0
+    status, p = make_plan(emu, torch.float32, 100, 16, 5, 24, dev=dev)
+    assert status == 0 and p.family == BLOCK
 
 
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])

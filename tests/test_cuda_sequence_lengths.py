@@ -53,7 +53,7 @@ def test_lengths_match_per_row_reference(route, dtype, T, B, I, H, order):
         assert_close(f"grad of {name}", n.grad, r.grad, dtype)
 
 
-@pytest.mark.parametrize("route", ["cluster16", "grid", "steps"], indirect=True)
+@pytest.mark.parametrize("route", ["cluster16", "grid", "block", "steps"], indirect=True)
 def test_lengths_gradcheck_float64(route):
     args, _ = seq_inputs(4, 3, 2, 5, torch.float64)
     args = [a.requires_grad_() for a in args]

@@ -18,7 +18,12 @@ def test_environment_parsed_once_into_constraints():
     assert plan == SequencePlan("cluster", 8, 16, "32x16", 3, 4)
     s = plan.as_struct()
     assert (s.family, s.cluster_blocks, s.cluster_chunk, s.grid_lanes, s.grid_values,
-            s.grid_groups_max, s.concurrent, s.grid_chunk) == (3, 8, 16, 32, 16, 3, 0, 4)
+            s.grid_groups_max, s.concurrent, s.grid_chunk, s.block_chunk) == \
+        (3, 8, 16, 32, 16, 3, 0, 4, 0)
+    _, plan = overrides._from_environment({"LLTM_CUDA_SEQUENCE": "block",
+                                           "LLTM_CUDA_BLOCK_CHUNK": "1"})
+    assert plan == SequencePlan("block", block_chunk=1)
+    assert (plan.as_struct().family, plan.as_struct().block_chunk) == (4, 1)
     assert overrides._from_environment({}) == ("auto", SequencePlan())
     assert SequencePlan().as_struct().family == 0  # no constraint: the chooser decides
 
@@ -30,6 +35,7 @@ def test_environment_parsed_once_into_constraints():
     ("LLTM_CUDA_GRID_SHAPE", "8x8", "grid_shape must be one of"),
     ("LLTM_CUDA_GRID_GROUPS", "0", "grid_groups must be an int >= 1"),
     ("LLTM_CUDA_GRID_CHUNK", "8", "grid_chunk must be one of"),
+    ("LLTM_CUDA_BLOCK_CHUNK", "2", "block_chunk must be one of"),
     ("LLTM_CUDA_MATMUL", "tensor-cores", "LLTM_CUDA_MATMUL must be one of"),
 ])
 def test_bad_environment_values_are_clear_errors(name, value, match):

@@ -392,6 +392,7 @@ enum { /* lltm_sequence_plan.family */
     LLTM_SEQ_STEPS = 1,   /* per-step kernels between per-step products */
     LLTM_SEQ_GRID = 2,    /* one cooperative grid a direction */
     LLTM_SEQ_CLUSTER = 3, /* thread-block clusters (compute capability 9.0+) */
+    LLTM_SEQ_BLOCK = 4,   /* one block a batch chunk, every unit in it (H <= 64) */
 };
 enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
     LLTM_SEQ_EXCHANGE_NONE = 0,           /* per-step kernels */
@@ -399,6 +400,7 @@ enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
     LLTM_SEQ_EXCHANGE_BROADCAST = 2,      /* cluster: every block gets all of it */
     LLTM_SEQ_EXCHANGE_REDUCE_SCATTER = 3, /* cluster backward: each block gets the
                                            * partial dh of its own units */
+    LLTM_SEQ_EXCHANGE_LOCAL = 4,          /* block: within one block's shared memory */
 };
 
 /*
@@ -407,10 +409,12 @@ enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
  * lanes of a unit split its k range, `values` k values a lane per gate
  * (W_h in registers: H <= lanes * values). B is cut into chunks of `chunk`
  * rows; a lane group works on `rows` rows of each chunk.
- *   blocks  blocks of one batch group: ceil(H / U) (the cluster's size)
+ *   blocks  blocks of one batch group: ceil(H / U) (the cluster's size;
+ *           the block family: 1, 4 lanes x 64 units)
  *   groups  batch groups: copies of the blocks, group g taking the chunks
  *           g, g + groups, ... (the grid: one cooperative launch of
- *           blocks * groups; clusters: one cluster each)
+ *           blocks * groups; clusters: one cluster each; the block family:
+ *           one block each, in one plain launch)
  *   smem    dynamic shared memory a block, bytes
  */
 typedef struct lltm_sequence_launch {
@@ -420,7 +424,7 @@ typedef struct lltm_sequence_launch {
 } lltm_sequence_launch;
 
 typedef struct lltm_sequence_plan {
-    int family;                   /* LLTM_SEQ_STEPS, _GRID or _CLUSTER */
+    int family;                   /* LLTM_SEQ_STEPS, _GRID, _CLUSTER or _BLOCK */
     lltm_dtype dtype;             /* what it was made for */
     int64_t B, H;
     lltm_sequence_launch forward, backward; /* zero for LLTM_SEQ_STEPS */
@@ -436,12 +440,14 @@ typedef struct lltm_sequence_plan {
  *                   instead of the cheapest
  *   grid_groups_max at most this many batch groups (the grid layouts'
  *                   groups of blocks; the 16-block clusters' batch groups
- *                   at B > 16: 1 keeps one cluster walking every chunk)
+ *                   at B > 16: 1 keeps one cluster walking every chunk;
+ *                   the block family's blocks)
  *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
  *                   batch split into clusters of chunks of that many rows
  *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the
  *                   cheaper by the cost model)
+ *   block_chunk     1 or 4: the block family's chunk rows (0: the cheaper)
  *   concurrent      0 or 1: the layer has the device to itself; 2: two
  *                   layers of these sizes run at once on it (the two
  *                   directions of a bidirectional layer, on two streams):
@@ -450,7 +456,7 @@ typedef struct lltm_sequence_plan {
  *                   that neither waits for the other to finish */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
-    int concurrent, grid_chunk;
+    int concurrent, grid_chunk, block_chunk;
 } lltm_sequence_plan_options;
 
 /*
@@ -460,7 +466,8 @@ typedef struct lltm_sequence_plan_options {
  * here (within the options) is costed by the cost model
  * (lltm_sequence_plan_cost_cuda, below) and the cheapest wins (a tie: the
  * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
- * order 16x8, 16x32, 32x16, 32x32). The candidates:
+ * order 16x8, 16x32, 32x16, 32x32, the block family in 1-row chunks, then
+ * 4-row ones). The candidates:
  *   per-step kernels: always.
  *   clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
  *      float64), where both kernels fit, in two shapes: 16 blocks of 8
@@ -473,6 +480,9 @@ typedef struct lltm_sequence_plan_options {
  *   grid layouts that are co-resident, the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
  *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64).
+ *   the block family (H <= 64, any compute capability): one block of all
+ *      the units a chunk of 1 or 4 rows, as many blocks as are resident at
+ *      once (at most one a chunk); no exchange between blocks.
  */
 int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t T,
                             int64_t B, int64_t I, int64_t H,
@@ -531,8 +541,8 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
                                 void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 
 /* The pieces the layer calls, for tests:
- * Forward recurrence in one launch (plan->family GRID or CLUSTER, made for
- * dtype, B and H; LLTM_ERR_ARGUMENT otherwise).
+ * Forward recurrence in one launch (plan->family GRID, CLUSTER or BLOCK,
+ * made for dtype, B and H; LLTM_ERR_ARGUMENT otherwise).
  *   h0, c0     [B,H]
  *   weights    [G,I+H]  (W_h = columns 0..H-1 are read)
  *   bias       [G]

@@ -64,7 +64,11 @@
  * UTC (the fused kernels' medium tiles, the cuBLAS route's pointwise
  * backward over row chunks): 108 times, B 1..1024 (nine values), H 128,
  * 512, 1024, float32 and bfloat16, both routes. Median relative error 8.8%
- * (cell), 7.8% (sequence).
+ * (cell), 7.8% (sequence). The block family's three coefficients alone on
+ * 2026-11-25 03:55 UTC (--only block_step,block_work,block_stage: every
+ * family forced at H 32 and 64, B 1, 4, 16, 64, 256, 1024, float32 and
+ * bfloat16, T 100; the other coefficients as they were): the model's pick
+ * within 15% of the fastest at all 24 shapes.
  */
 /* the cell's cuBLAS products (per flop: 38 TFLOPS FFMA, 490 TFLOPS tensor
  * cores; per byte: 2.6 TB/s) */
@@ -123,6 +127,11 @@
 #define C_CLUSTER_STEP 1.281
 #define C_CLUSTER_WORK 0.01451
 #define C_CLUSTER_STAGE 0.0001918
+/* the block family: a pass of a step over a batch group's chunks (its
+ * latency), a multiply-add of one thread, a state value a block stages */
+#define C_BLOCK_PASS 0.4869
+#define C_BLOCK_WORK 0.008366
+#define C_BLOCK_STAGE 0.0006165
 /* per byte of the gates and states a step of a persistent kernel reads and
  * writes (STEPS_POINTWISE_ELEMS a row and unit, as the per-step kernels) */
 #define C_PERSISTENT_BYTE 1.055e-06
@@ -224,6 +233,14 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     if (plan->family == LLTM_SEQ_CLUSTER)
         return us + t * (C_CLUSTER_STEP + C_CLUSTER_WORK * slow * work +
                          C_CLUSTER_STAGE * stage + memory);
+    if (plan->family == LLTM_SEQ_BLOCK) {
+        /* a step is one thread's chain of math a pass over the group's chunks */
+        const int64_t chunk = plan->forward.chunk > 0 ? plan->forward.chunk : 1;
+        const double passes = ceil_div_d((B + chunk - 1) / chunk,
+                                         plan->forward.groups > 0 ? plan->forward.groups : 1);
+        return us + t * (C_BLOCK_PASS * passes + C_BLOCK_WORK * slow * work +
+                         C_BLOCK_STAGE * stage + memory);
+    }
     return INFINITY;
 }
 

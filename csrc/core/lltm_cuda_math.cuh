@@ -42,8 +42,23 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(flo
 
 __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
-__device__ __forceinline__ float elu_(float x) { return x > 0.0f ? x : expm1f(x); }
+/* elu without a branch on the sign (the same values): see forward_step_math */
+__device__ __forceinline__ float elu_(float x)
+{
+    const float e = expm1f(fminf(x, 0.0f));
+    return x > 0.0f ? x : e;
+}
 __device__ __forceinline__ double elu_(double x) { return x > 0.0 ? x : expm1(x); }
+/* The sigmoid of the sequence's steps (forward_step_math): in float the
+ * reciprocal of 1 + e^-x (in [1, inf]) by MUFU.RCP, 2 ulp at most, with no
+ * branch (an IEEE division branches to a slow path past a range check). A
+ * recurrent kernel's step waits on this math in one thread; branch-free, one
+ * thread's three gates interleave. */
+__device__ __forceinline__ float step_sigmoid_(float x)
+{
+    return __fdividef(1.0f, 1.0f + expf(-x));
+}
+__device__ __forceinline__ double step_sigmoid_(double x) { return sigmoid_(x); }
 __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
 __device__ __forceinline__ double tanh_(double x) { return tanh(x); }
 
@@ -70,12 +85,12 @@ template <typename A>
 __device__ __forceinline__ void backward_step_math(bool live, A i, A o, A z, A c, A dh, A dc_in,
                                                    A d[3], A *dc_out)
 {
-    if (live) {
-        backward_math<A>(i, o, z, c, dh, dc_in, d, dc_out);
-    } else {
-        d[0] = d[1] = d[2] = A(0);
-        *dc_out = dc_in;
-    }
+    A g[3], dc;
+    backward_math<A>(i, o, z, c, dh, dc_in, g, &dc); /* selected, not branched around */
+    d[0] = live ? g[0] : A(0);
+    d[1] = live ? g[1] : A(0);
+    d[2] = live ? g[2] : A(0);
+    *dc_out = live ? dc : dc_in;
 }
 
 /* Forward of one (row, unit) from its pre-activations and c_{t-1}: the
@@ -85,16 +100,15 @@ template <typename A>
 __device__ __forceinline__ void forward_step_math(bool live, A g_i, A g_o, A g_z, A c_prev,
                                                   A *i, A *o, A *z, A *c, A *h)
 {
-    if (live) {
-        *i = sigmoid_(g_i);
-        *o = sigmoid_(g_o);
-        *z = elu_(g_z);
-        *c = c_prev + *i * *z;
-        *h = tanh_(*c) * *o;
-    } else {
-        *i = *o = *z = *h = A(0);
-        *c = c_prev;
-    }
+    /* computed for every row, then selected: no branch around the math */
+    const A si = step_sigmoid_(g_i), so = step_sigmoid_(g_o), ez = elu_(g_z);
+    const A cn = c_prev + si * ez;
+    const A hn = tanh_(cn) * so;
+    *i = live ? si : A(0);
+    *o = live ? so : A(0);
+    *z = live ? ez : A(0);
+    *c = live ? cn : c_prev;
+    *h = live ? hn : A(0);
 }
 
 /* Steps of batch row b: lengths[b] (device memory), or `steps` without

@@ -24,7 +24,9 @@ namespace {
 /* the plan was made for these arguments and runs a persistent family */
 bool plan_matches(const lltm_sequence_plan *plan, int64_t B, int64_t H)
 {
-    return plan && (plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER) &&
+    return plan &&
+           (plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER ||
+            plan->family == LLTM_SEQ_BLOCK) &&
            plan->B == B && plan->H == H;
 }
 
@@ -32,9 +34,9 @@ template <typename T>
 int forward_dispatch(const lltm_sequence_plan &plan, const lltm_seq::forward_args &a,
                      cudaStream_t stream)
 {
-    return plan.family == LLTM_SEQ_CLUSTER
-               ? lltm_seq::cluster_forward<T>(plan.forward, a, stream)
-               : lltm_seq::grid_forward<T>(plan.forward, a, stream);
+    return plan.family == LLTM_SEQ_CLUSTER ? lltm_seq::cluster_forward<T>(plan.forward, a, stream)
+           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_forward<T>(plan.forward, a, stream)
+                                           : lltm_seq::grid_forward<T>(plan.forward, a, stream);
 }
 
 template <typename T>
@@ -43,7 +45,8 @@ int backward_dispatch(const lltm_sequence_plan &plan, const lltm_seq::backward_a
 {
     return plan.family == LLTM_SEQ_CLUSTER
                ? lltm_seq::cluster_backward<T>(plan.backward, a, stream)
-               : lltm_seq::grid_backward<T>(plan.backward, a, stream);
+           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_backward<T>(plan.backward, a, stream)
+                                           : lltm_seq::grid_backward<T>(plan.backward, a, stream);
 }
 
 } // namespace
@@ -100,7 +103,8 @@ size_t round_up(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
 
 bool persistent(const lltm_sequence_plan *plan)
 {
-    return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER;
+    return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER ||
+           plan->family == LLTM_SEQ_BLOCK;
 }
 
 /* bytes of an element (0: unknown dtype) */

@@ -8,10 +8,12 @@
  *   lltm_cuda_seq_grid_<dtype>.cu     grid kernels of one dtype
  *   lltm_cuda_seq_cfwd_<dtype>.cu     cluster forward kernels of one dtype
  *   lltm_cuda_seq_cbwd_<dtype>.cu     cluster backward kernels of one dtype
+ *   lltm_cuda_seq_block_<dtype>.cu    block kernels of one dtype
  *   lltm_cuda_sequence_steps.cu       per-step kernels (fallback), convert
  *   lltm_cuda_util.cu                 small products, copies, zero fills
  * with the kernels in headers: lltm_cuda_sequence_device.cuh (shared device
- * helpers), _grid.cuh, _cluster_forward.cuh, _cluster_backward.cuh.
+ * helpers), _grid.cuh, _cluster_forward.cuh, _cluster_backward.cuh,
+ * _block.cuh.
  *
  * Each kernel family x dtype is its own translation unit (they compile in
  * parallel); it exports a launcher that takes one direction's launch of the
@@ -36,6 +38,18 @@ constexpr int BC = 16;    /* batch rows per chunk of the persistent kernels */
 constexpr int GRID_SMALL_CHUNK = 4; /* the grid kernels' other chunk, for small B */
 constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
 constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H */
+constexpr int BLOCK_UNITS = 64;    /* the block kernels' H (all units in one block) */
+constexpr int BLOCK_CHUNKS[] = {1, 4}; /* their chunk rows, in the order the chooser tries them */
+constexpr int NUM_BLOCK_CHUNKS = 2;
+/* Lanes a unit in the block kernels (acc: bytes of the accumulation type):
+ * 2 in 1-row chunks (128 threads: each lane 96 weights, one shuffle to add
+ * a unit's halves; a step is one thread's chain of math, and fewer warps
+ * issue it), 4 in 4-row chunks (each lane ends with its own row) and in
+ * float64 (96 doubles a lane would take 192 registers). */
+__host__ __device__ constexpr int block_lanes(size_t acc, int chunk)
+{
+    return chunk == 1 && acc == 4 ? 2 : 4;
+}
 
 /* lengths [B] (device memory) or NULL: row b stops after lengths[b] of the
  * `steps` steps (lltm.h) */
@@ -103,6 +117,18 @@ inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch)
     return 16 + acc * (size_t)(2 * RANKS * rows * U + 2 * ch * 3 * U + rows * U);
 }
 
+/* rows: one block's rows, padded to whole chunks (lltm_cuda_sequence_block.cuh) */
+inline size_t block_forward_smem(size_t acc, int64_t rows)
+{
+    const int64_t vec = 16 / (int64_t)acc;
+    return acc * (size_t)(2 * rows * (BLOCK_UNITS + vec) + rows * BLOCK_UNITS);
+}
+inline size_t block_backward_smem(size_t acc, int64_t rows)
+{
+    const int64_t vec = 16 / (int64_t)acc;
+    return acc * (size_t)(2 * rows * (3 * BLOCK_UNITS + vec) + rows * BLOCK_UNITS);
+}
+
 /* The rows one batch group takes: ceil(chunks / groups) chunks of ch rows */
 inline int64_t group_rows(int64_t B, int ch, int64_t groups)
 {
@@ -125,6 +151,12 @@ template <typename T> const void *cluster_backward_kernel(const lltm_sequence_la
 template <typename T>
 int cluster_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
 
+template <typename T> const void *block_kernel(bool forward, int chunk);
+template <typename T>
+int block_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
+template <typename T>
+int block_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
+
 #define LLTM_SEQ_DECLARE_UNITS(T)                                                            \
     template <> const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk);   \
     template <>                                                                              \
@@ -140,7 +172,14 @@ int cluster_backward(const lltm_sequence_launch &l, const backward_args &a, cuda
     template <> const void *cluster_backward_kernel<T>(const lltm_sequence_launch &l);       \
     template <>                                                                              \
     int cluster_backward<T>(const lltm_sequence_launch &l, const backward_args &a,           \
-                            cudaStream_t stream);
+                            cudaStream_t stream);                                            \
+    template <> const void *block_kernel<T>(bool forward, int chunk);                        \
+    template <>                                                                              \
+    int block_forward<T>(const lltm_sequence_launch &l, const forward_args &a,               \
+                         cudaStream_t stream);                                               \
+    template <>                                                                              \
+    int block_backward<T>(const lltm_sequence_launch &l, const backward_args &a,             \
+                          cudaStream_t stream);
 LLTM_SEQ_DECLARE_UNITS(float)
 LLTM_SEQ_DECLARE_UNITS(double)
 LLTM_SEQ_DECLARE_UNITS(__half)

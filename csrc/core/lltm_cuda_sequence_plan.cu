@@ -57,20 +57,26 @@ constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
 
 /* How many blocks of `kernel` (smem bytes each) can run at once on the
- * device as a cooperative grid (blocks per SM x SMs; 0 without cooperative
- * launch or where the kernel is not in the library). Raises the kernel's
+ * device (blocks per SM x SMs; 0 where the kernel is not in the library, or
+ * for a cooperative grid without cooperative launch). Raises the kernel's
  * dynamic shared-memory limit as needed. */
-int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev)
+int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
+                            bool cooperative = true, int threads = NT)
 {
-    if (!kernel || !dev.cooperative_launch || smem > (size_t)dev.smem_optin)
+    if (!kernel || (cooperative && !dev.cooperative_launch) || smem > (size_t)dev.smem_optin)
         return 0;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-        cudaSuccess) {
+    /* past the default limit only: a lower limit would refuse a later
+     * launch of the same kernel with more (the block family's smem grows
+     * with its rows) */
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+        cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -150,6 +156,73 @@ lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int
     l.smem = forward ? grid_forward_smem(acc_bytes(dtype), g.lanes, g.values, ch)
                      : grid_backward_smem(acc_bytes(dtype), g.lanes, g.values, ch);
     return l;
+}
+
+/* --------------------------------------------------------------- block -- */
+
+const void *block_kernel_for(lltm_dtype dtype, bool forward, int chunk)
+{
+    LLTM_DISPATCH_OR(dtype, block_kernel<T>(forward, chunk), nullptr);
+}
+
+/* Blocks of both block kernels in chunks of BLOCK_CHUNKS[c] rows that run at
+ * once, at the shared memory of one chunk a block (more rows a block add
+ * little of it); per device, dtype and chunk, plus one (0: not asked yet).
+ * The blocks never wait for each other: this sets how many batch groups run
+ * side by side, not whether the plan can run. */
+int64_t block_resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_BLOCK_CHUNKS];
+
+int64_t block_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int c)
+{
+    int64_t *slot = cached_device(dev) ? &block_resident_cache[dev.device][dtype][c] : nullptr;
+    int64_t resident = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) - 1 : -1;
+    if (resident < 0) {
+        const int ch = BLOCK_CHUNKS[c];
+        const size_t acc = acc_bytes(dtype);
+        const int threads = block_lanes(acc, ch) * BLOCK_UNITS;
+        const int64_t f = max_resident_blocks(block_kernel_for(dtype, true, ch),
+                                              block_forward_smem(acc, ch), dev, false, threads);
+        const int64_t b = max_resident_blocks(block_kernel_for(dtype, false, ch),
+                                              block_backward_smem(acc, ch), dev, false, threads);
+        resident = f < b ? f : b;
+        if (slot)
+            __atomic_store_n(slot, resident + 1, __ATOMIC_RELAXED);
+    }
+    return resident;
+}
+
+/* The block plan in chunks of BLOCK_CHUNKS[c] rows: one block a batch group,
+ * as many groups as run at once (a `concurrent`-th of them), at most one a
+ * chunk and at most `cap` (0: no cap). False where H is past the block's
+ * units or the rows of a group do not fit the block's shared memory. */
+bool block_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int c, int64_t B, int64_t H,
+                int64_t cap, int concurrent, lltm_sequence_plan *plan)
+{
+    if (H > BLOCK_UNITS)
+        return false;
+    const int64_t resident = block_resident_blocks(dev, dtype, c) / concurrent;
+    if (resident < 1)
+        return false;
+    const int ch = BLOCK_CHUNKS[c];
+    const int64_t groups = grid_groups(resident, 1, B, ch, cap);
+    const int64_t rows = group_rows(B, ch, groups);
+    const size_t acc = acc_bytes(dtype);
+    plan->family = LLTM_SEQ_BLOCK;
+    for (int forward = 1; forward >= 0; --forward) {
+        lltm_sequence_launch l = {};
+        l.lanes = block_lanes(acc, ch);
+        l.values = BLOCK_UNITS / l.lanes;
+        l.rows = ch;
+        l.chunk = ch;
+        l.exchange = LLTM_SEQ_EXCHANGE_LOCAL;
+        l.blocks = 1;
+        l.groups = groups;
+        l.smem = forward ? block_forward_smem(acc, rows) : block_backward_smem(acc, rows);
+        if (l.smem > (size_t)dev.smem_optin)
+            return false;
+        (forward ? plan->forward : plan->backward) = l;
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------- cluster -- */
@@ -444,7 +517,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     const lltm_sequence_plan_options &o = options ? *options : none;
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
         o.concurrent > MAX_CONCURRENT ||
-        (o.grid_chunk != 0 && o.grid_chunk != BC && o.grid_chunk != GRID_SMALL_CHUNK))
+        (o.grid_chunk != 0 && o.grid_chunk != BC && o.grid_chunk != GRID_SMALL_CHUNK) ||
+        (o.block_chunk != 0 && o.block_chunk != BLOCK_CHUNKS[0] &&
+         o.block_chunk != BLOCK_CHUNKS[1]))
         return LLTM_ERR_ARGUMENT;
     const int concurrent = o.concurrent > 1 ? o.concurrent : 1;
     memset(plan, 0, sizeof *plan);
@@ -459,7 +534,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
      * costed by the model (lltm_cuda_cost.c); the cheapest wins, a tie the
      * first considered: per-step kernels, clusters (16 blocks, then 8),
      * the grid layouts in GRID_LAYOUTS order, each in 16-row chunks, then
-     * in 4-row ones. */
+     * in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
     double best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_cost_cuda(dev, plan, T, B, I, H)
                                            : INFINITY;
@@ -501,6 +576,14 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                 candidate.backward = grid_launch(dtype, false, k, ch, H, groups);
                 consider();
             }
+        }
+    }
+    if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_BLOCK) {
+        for (int c = 0; c < NUM_BLOCK_CHUNKS; ++c) {
+            if (o.block_chunk && o.block_chunk != BLOCK_CHUNKS[c])
+                continue;
+            if (block_plan(*dev, dtype, c, B, H, o.grid_groups_max, concurrent, &candidate))
+                consider();
         }
     }
     if (plan->family == LLTM_SEQ_STEPS)

@@ -3,13 +3,16 @@ to the times of ``python -m lltm.bench --sweep --sweep-variants`` (variants.json
 and says how well the model then chooses.
 
     python3 dev/timing/fit_routes.py variants.json [more.json ...] [--steps-from K]
-        [--write-data tests/data/routes-h100.json]
+        [--write-data tests/data/routes-h100.json] [--only TERM,...]
 
 Several runs may be given (later files replace a shape's times of earlier
 ones, implementation by implementation; each run's float32 products on TF32
 or not as its machine record says: a run with torch's allow_tf32 on fits the
 TF32 rate); ``--steps-from K``: the per-step family's times only from the
 K-th file on (0-based; earlier runs timed an older per-step kernel).
+``--only TERM,...``: fit these sequence terms alone (e.g. a new family's
+``block_step,block_work,block_stage`` from a run that timed only the shapes
+it can run), every other coefficient as csrc/core/lltm_cuda_cost.c has it.
 
 The model is linear in its coefficients (each a time per unit of a feature),
 so they are fitted by least squares on relative errors, all of them >= 0.
@@ -42,7 +45,8 @@ def ceil_div(a, b):
 
 SEQ_TERMS = ("call", "seq_flop_ffma", "seq_flop_tensor", "seq_flop_tf32", "seq_byte",
              "steps_step", "steps_step_ffma", "grid_step", "grid_work",
-             "grid_stage", "cluster_step", "cluster_work", "cluster_stage", "persistent_byte")
+             "grid_stage", "cluster_step", "cluster_work", "cluster_stage", "block_step",
+             "block_work", "block_stage", "persistent_byte")
 SEQ_PRODUCTS = {"flop_ffma": "seq_flop_ffma", "flop_tensor": "seq_flop_tensor",
                 "flop_tf32": "seq_flop_tf32", "byte": "seq_byte"}
 STEPS_POINTWISE_ELEMS = 23  # lltm_cuda_cost.c: elements the two pointwise kernels move
@@ -56,6 +60,11 @@ def gemm_features(M, N, K, dtype, f, tf32=False):
         else "flop_ffma"
     f[rate] += 2.0 * M * N * K
     f["byte"] += float(M * K + K * N + M * N) * ELEM[dtype]
+
+
+def launch_passes(launch, B):
+    """The passes of a step over a batch group's chunks."""
+    return ceil_div(ceil_div(B, launch["chunk"]), launch["groups"])
 
 
 def launch_work(launch, B):
@@ -92,7 +101,9 @@ def sequence_features(rec):
             w, s = launch_work(plan[d], B)
             work += w
             stage += s * H
-        f[f"{family}_step"] = T
+        # the block family's step is one thread's chain of math a pass over
+        # its chunks: its latency counts once a pass, not once a step
+        f[f"{family}_step"] = T * (launch_passes(plan["forward"], B) if family == "block" else 1)
         f[f"{family}_work"] = T * work
         f[f"{family}_stage"] = T * stage
         # what a step reads and writes of the gates and states in memory (as
@@ -279,7 +290,9 @@ C_NAMES = {"call": "C_CALL", "flop_ffma": "C_FLOP_FFMA", "flop_tensor": "C_FLOP_
            "byte": "C_BYTE", "steps_step": "C_STEPS_STEP", "grid_step": "C_GRID_STEP",
            "grid_work": "C_GRID_WORK", "grid_stage": "C_GRID_STAGE",
            "cluster_step": "C_CLUSTER_STEP", "cluster_work": "C_CLUSTER_WORK",
-           "cluster_stage": "C_CLUSTER_STAGE", "fused_call": "C_FUSED_CALL",
+           "cluster_stage": "C_CLUSTER_STAGE", "block_step": "C_BLOCK_PASS",
+           "block_work": "C_BLOCK_WORK", "block_stage": "C_BLOCK_STAGE",
+           "fused_call": "C_FUSED_CALL",
            "fused_flop_small": "C_FUSED_FLOP_SMALL", "fused_flop_large": "C_FUSED_FLOP_LARGE",
            "fused_flop_small_half": "C_FUSED_FLOP_SMALL_HALF",
            "fused_flop_large_half": "C_FUSED_FLOP_LARGE_HALF",
@@ -318,12 +331,26 @@ def print_c(coef, rows=()):
             print(f"#define {C_NAMES[term]} {value:.4g}")
 
 
+def shipped_coefficients(terms):
+    """The coefficients of `terms` as csrc/core/lltm_cuda_cost.c defines them."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "csrc" / "core" / "lltm_cuda_cost.c").read_text()
+    values = dict(re.findall(r"^#define (C_\w+) ([-+.eE0-9]+)\s*$", text, re.M))
+    seq_names = {"seq_flop_ffma": "C_SEQ_FLOP_FFMA", "seq_flop_tensor": "C_SEQ_FLOP_TENSOR",
+                 "seq_flop_tf32": "C_SEQ_FLOP_TF32", "seq_byte": "C_SEQ_BYTE",
+                 "steps_step_ffma": "C_STEPS_STEP_FFMA",
+                 "persistent_byte": "C_PERSISTENT_BYTE"}
+    return {t: float(values[seq_names.get(t) or C_NAMES[t]]) for t in terms}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", nargs="+")
     parser.add_argument("--steps-from", type=int, default=0, metavar="K")
     parser.add_argument("--tolerance", type=float, default=0.15)
     parser.add_argument("--write-data", metavar="PATH")
+    parser.add_argument("--only", metavar="TERM,...")
     args = parser.parse_args(argv)
     merged = {}
     for index, path in enumerate(args.json):
@@ -346,7 +373,9 @@ def main(argv=None):
         report(cell, coef, "cell", args.tolerance)
         print_c(coef, cell)
     if seq:
-        coef = fit(seq, SEQ_TERMS)
+        only = args.only.split(",") if args.only else []
+        fixed = shipped_coefficients([t for t in SEQ_TERMS if t not in only]) if only else None
+        coef = fit(seq, SEQ_TERMS, fixed)
         report(seq, coef, "sequence", args.tolerance)
         print_c(coef, seq)
     if args.write_data:

@@ -26,8 +26,8 @@ EMU = ROOT / "tests" / "cuda_emu"
 sys.path.insert(0, str(ROOT / "tests"))
 
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "float32-tf32": 0}
-FAMILIES = {1: "steps", 2: "grid", 3: "cluster"}
-EXCHANGES = {2: "bc", 3: "rs"}
+FAMILIES = {1: "steps", 2: "grid", 3: "cluster", 4: "block"}
+EXCHANGES = {2: "bc", 3: "rs", 4: "local"}
 
 
 def build(out: Path) -> ctypes.CDLL:

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                         help="host ops and kernels of one forward+backward call")
     parser.add_argument("--graph", action="store_true",
                         help="GPU time of one forward+backward by CUDA-graph replay")
-    parser.add_argument("--family", choices=("auto", "steps", "grid", "cluster"),
+    parser.add_argument("--family", choices=tuple(lltm.overrides.FAMILIES),
                         default="auto", help="force lltm's plan family")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                         default="float32")

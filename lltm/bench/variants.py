@@ -7,7 +7,8 @@ shape (B, H, I = H/2, T, one layer) and dtype:
   sequence  lltm.LLTM with each plan forced through lltm.overrides: the cluster
             family in both of its shapes (16 blocks of 8 units, 8 of 16), the
             grid family in each layout that holds H (16x8, 16x32, 32x16,
-            32x32), the per-step kernels; the library's own choice
+            32x32), the block family in 1- and 4-row chunks (H <= 64), the
+            per-step kernels; the library's own choice
             ("lltm"); cuDNN's nn.LSTM; the loop of reference cells
   cell      the native cell on each matrix-product route (fused, cuBLAS) and
             on the library's choice ("native"); the reference; nn.LSTMCell
@@ -98,6 +99,8 @@ class Variant:
         if family == "grid" and "grid_shape" not in self.plan:  # the cheapest layout
             most = 512 if dtype == torch.float64 else 1024
             return f"grid layouts hold H <= {most}" if H > most else None
+        if family == "block" and H > overrides.BLOCK_UNITS:
+            return f"block plans hold H <= {overrides.BLOCK_UNITS}"
         if family == "grid":
             lanes, values = map(int, self.plan["grid_shape"].split("x"))
             if H > lanes * values:
@@ -119,6 +122,8 @@ SEQUENCE_VARIANTS = (
     # the cheapest grid layout in 4-row chunks (the chooser weighs them
     # against 16-row ones by the cost model)
     Variant("lltm[grid, 4-row chunks]", "lltm", {"family": "grid", "grid_chunk": 4}),
+    *(Variant(f"lltm[block, {c}-row chunks]", "lltm", {"family": "block", "block_chunk": c})
+      for c in overrides.BLOCK_CHUNKS),
     Variant("lltm[steps]", "lltm", {"family": "steps"}),
 )
 CELL_VARIANTS = (Variant("native[fused]", "native", {}, "fused"),

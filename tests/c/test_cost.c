@@ -41,6 +41,25 @@ static lltm_sequence_plan grid_plan(lltm_dtype dtype, int64_t B, int64_t H, int 
     return p;
 }
 
+/* the block family: one block a batch group, chunks of `chunk` rows */
+static lltm_sequence_plan block_plan(lltm_dtype dtype, int64_t B, int64_t H, int chunk,
+                                     int64_t groups)
+{
+    lltm_sequence_plan p;
+    memset(&p, 0, sizeof p);
+    p.family = LLTM_SEQ_BLOCK;
+    p.dtype = dtype;
+    p.B = B;
+    p.H = H;
+    p.forward.lanes = p.backward.lanes = chunk == 1 ? 2 : 4;
+    p.forward.values = p.backward.values = 64 / p.forward.lanes;
+    p.forward.rows = p.backward.rows = p.forward.chunk = p.backward.chunk = chunk;
+    p.forward.exchange = p.backward.exchange = LLTM_SEQ_EXCHANGE_LOCAL;
+    p.forward.blocks = p.backward.blocks = 1;
+    p.forward.groups = p.backward.groups = groups;
+    return p;
+}
+
 static int good(double us) { return isfinite(us) && us > 0; }
 
 int main(void)
@@ -74,6 +93,21 @@ int main(void)
                 check(good(fused) && good(cublas), "finite positive cell costs", B, H, names[d]);
                 check(route == (cublas < fused ? LLTM_CELL_CUBLAS : LLTM_CELL_FUSED),
                       "the cell takes the cheaper route", B, H, names[d]);
+            }
+        /* the block family: a block walking more chunks costs more a step */
+        for (int chunk = 1; chunk <= 4; chunk *= 4)
+            for (int64_t B = 1; B <= 1024; B *= 4) {
+                const lltm_sequence_plan one = block_plan(dt, B, 64, chunk, 1);
+                const int64_t chunks = (B + chunk - 1) / chunk;
+                const lltm_sequence_plan many = block_plan(dt, B, 64, chunk, chunks);
+                const double c1 = lltm_sequence_plan_cost_cuda(&dev, &one, 100, B, 32, 64);
+                const double cm = lltm_sequence_plan_cost_cuda(&dev, &many, 100, B, 32, 64);
+                check(good(c1) && good(cm), "finite positive block costs", B, chunk, names[d]);
+                check(lltm_sequence_plan_cost_cuda(&dev, &many, 200, B, 32, 64) > cm,
+                      "more steps cost more (block)", B, chunk, names[d]);
+                check(B <= chunk ? c1 == cm : c1 > cm,
+                      "one block walking every chunk costs more than a block a chunk", B,
+                      chunk, names[d]);
             }
         /* half the SMs: products dearer, a persistent step's terms unchanged */
         lltm_cuda_device half = dev;

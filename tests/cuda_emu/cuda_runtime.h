@@ -505,6 +505,9 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask)
 {
     return emu::shfl_xor(v, mask);
 }
+/* the device's fast division: MUFU.RCP, then a multiply (2 ulp at most
+ * for normal divisors); here the exact one */
+inline float __fdividef(float a, float b) { return a / b; }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 template <typename T> inline T __ldg(const T *p) { return *p; }
 
@@ -561,10 +564,13 @@ inline bool cluster_size_ok(const void *kernel, unsigned blocks)
     return blocks >= 1 && blocks <= (allowed ? 16u : 8u);
 }
 } // namespace emu
-inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int,
-                                                                 size_t)
+/* as on an H100 for the library's persistent kernels (their registers set
+ * it): one block of 256 threads an SM, two of 128 (the block family's
+ * 1-row chunks) */
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *,
+                                                                 int threads, size_t)
 {
-    *n = 1;
+    *n = threads <= 128 ? 2 : 1;
     return cudaSuccess;
 }
 inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *kernel,

@@ -1,0 +1,500 @@
+/*
+ * lltm_cuda_sequence_block.cuh - the kernels of the block family (lltm.h:
+ * LLTM_SEQ_BLOCK; H <= 64, any compute capability) and their launchers, for
+ * one dtype: each lltm_cuda_seq_block_<dtype>.cu instantiates them
+ * (LLTM_SEQ_BLOCK_UNIT). Which layout runs is the plan's.
+ *
+ * One block holds every unit of the layer: 64 units of KS lanes each
+ * (lltm_seq::block_lanes: 2 or 4), W_h in registers (forward: the unit's
+ * rows, 3 x 64/KS values a lane; backward: its column, 3 x 64/KS). The state
+ * of a step never leaves the block: each step a block reads h_{t-1}
+ * (dG_{t+1}) of its rows from one shared buffer, writes h_t (dG_t) into the
+ * other, and meets its own threads at one __syncthreads. Blocks never wait
+ * for each other, so each is a batch group on its own (block g takes the
+ * chunks g, g + groups, ...) and the groups need not be co-resident. What
+ * the cluster family spends a step on its exchange between blocks (a round
+ * trip through distributed shared memory) is gone; the price is a thread's
+ * multiply-adds: all H of a unit's k range over KS lanes.
+ *
+ * Chunks of CH rows (1 or 4): the lanes of a unit split its k range
+ * (lane s: k = (kv*KS + s)*VEC + e) for every row of the chunk; their partial
+ * sums meet by shuffles (reduce_rows), which leave lane s holding row s of a
+ * 4-row chunk (with 1-row chunks lane 0 owns the row). A step's critical
+ * path is one thread's math (products, shuffles, activations), so a 1-row
+ * chunk keeps P partial sums a gate and the activations branch-free
+ * (lltm_cuda_math.cuh), and the next step's global inputs are loaded a
+ * step ahead into registers that no copy waits on.
+ * Shared memory (accumulation type):
+ *   forward   hs [2][BPL][LD]   h of the block's rows, buffer t & 1 = h_{t-1}
+ *             cs [BPL][U]       c_{t-1} of every (row, unit)
+ *   backward  ds [2][BPL][LD3]  dG, buffer t & 1 = dG_t, gate q of unit k at
+ *                               column q*U + k
+ *             dcs [BPL][U]      dL/dc_t
+ * (BPL: the block's rows padded to whole chunks; LD = 64 + VEC,
+ * LD3 = 3*64 + VEC: rows 16-byte aligned.)
+ */
+#ifndef LLTM_CORE_CUDA_SEQUENCE_BLOCK_CUH
+#define LLTM_CORE_CUDA_SEQUENCE_BLOCK_CUH
+
+#include "lltm_cuda_sequence_device.cuh"
+
+namespace {
+
+using lltm_seq::BLOCK_UNITS;
+
+/* threads of a block kernel in chunks of `chunk` rows (lanes x 64 units) */
+template <typename T> constexpr int block_threads(int chunk)
+{
+    return lltm_seq::block_lanes(sizeof(typename acc_of<T>::type), chunk) * BLOCK_UNITS;
+}
+
+/* Forward recurrence, block family (registers as load_unit_rows). */
+template <typename T, int CH>
+__global__ void __launch_bounds__(block_threads<T>(CH), 1)
+sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                              const T *__restrict__ h0, const T *__restrict__ c0,
+                              const T *__restrict__ weights, const T *__restrict__ bias,
+                              T *__restrict__ gates, T *__restrict__ output,
+                              T *__restrict__ cells, const int64_t *__restrict__ lengths)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int KS = lltm_seq::block_lanes(sizeof(A), CH), U = BLOCK_UNITS, THREADS = KS * U,
+                  KR = U / KS, VEC = vec_of<A>::n, LD = U + VEC, P = CH == 1 ? 2 : 1;
+    static_assert(KR % VEC == 0 && CH <= KS && (CH & (CH - 1)) == 0, "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    const int groups = (int)gridDim.x, group = (int)blockIdx.x;
+    const int64_t group_chunks = ((B + CH - 1) / CH - group + groups - 1) / groups;
+    const int64_t BPL = group_chunks * CH; /* this block's rows, padded */
+    A *hs = reinterpret_cast<A *>(smem_raw);
+    A *cs = hs + 2 * BPL * LD;
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
+    const int64_t u = j;
+    const bool unit_ok = u < H;
+    const bool owner = s < CH; /* holds a row after the reduction */
+    const int r = s & (CH - 1);  /* that row, in its chunk */
+    const int64_t G = 3 * H, BH = B * H;
+    auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
+
+    /* buffer 0 <- h0; everything else 0 (padding meets zero weights, but
+     * must not hold NaN) */
+    for (int64_t e = tid; e < 2 * BPL * LD; e += THREADS) {
+        const int64_t lb = e / LD, k = e % LD, b = global_row(lb);
+        hs[e] = (lb < BPL && b < B && k < H) ? to_acc(h0[b * H + k]) : A(0);
+    }
+    A w[3][KR], b_i, b_o, b_z;
+    load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
+    auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
+        const T *grow = gates + (t * B + b) * G;
+        p_i = to_acc(grow[u]);
+        p_o = to_acc(grow[H + u]);
+        p_z = to_acc(grow[2 * H + u]);
+    };
+    auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
+        T *grow = gates + (t * B + b) * G;
+        grow[u] = from_acc<T>(i);
+        grow[H + u] = from_acc<T>(o);
+        grow[2 * H + u] = from_acc<T>(z);
+        cells[t * BH + b * H + u] = from_acc<T>(c);
+        output[t * BH + b * H + u] = from_acc<T>(h);
+    };
+    const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
+    const bool first_row_ok = owner && unit_ok && first_row < B;
+    /* chunk 0's projection a whole step ahead, in pairs of steps with the two
+     * register sets swapped (no register copy waits for the load) */
+    A pa[3] = {0, 0, 0}, pb[3] = {0, 0, 0};
+    if (first_row_ok)
+        load_projection(0, first_row, pa[0], pa[1], pa[2]);
+    __syncthreads();
+
+    auto step = [&](int64_t t, const A(&now)[3], A(&ahead)[3]) {
+        const A *h_prev = hs + (t & 1) * BPL * LD;
+        A *h_next = hs + ((t + 1) & 1) * BPL * LD;
+        A i = 0, o = 0, z = 0, c = 0, h = 0;
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_outputs(t, b, i, o, z, c, h);
+            b = global_row(lb0) + r;
+            row_ok = owner && unit_ok && b < B;
+            A p_i = now[0], p_o = now[1], p_z = now[2], c_prev = 0;
+            if (lb0 == 0 && t + 1 < steps && first_row_ok)
+                load_projection(t + 1, first_row, ahead[0], ahead[1], ahead[2]);
+            bool live = false; /* step t lies within row b's length */
+            if (row_ok) {
+                live = t < row_steps(lengths, b, steps);
+                if (lb0 > 0)
+                    load_projection(t, b, p_i, p_o, p_z);
+                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[(lb0 + r) * U + j];
+            }
+
+            /* P partial sums a row and gate: one row has too few chains of
+             * multiply-adds to hide their latency */
+            A part[CH * 3][P];
+#pragma unroll
+            for (int v = 0; v < CH * 3; ++v)
+#pragma unroll
+                for (int p = 0; p < P; ++p)
+                    part[v][p] = 0;
+            const A *rows = h_prev + lb0 * LD;
+#pragma unroll
+            for (int bb = 0; bb < CH; ++bb) {
+#pragma unroll
+                for (int kv = 0; kv < KR / VEC; ++kv) {
+                    const V hv =
+                        *reinterpret_cast<const V *>(&rows[bb * LD + (kv * KS + s) * VEC]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                        for (int q = 0; q < 3; ++q)
+                            part[bb * 3 + q][kv % P] += w[q][kv * VEC + e] * component(hv, e);
+                }
+            }
+            A acc[CH * 3];
+#pragma unroll
+            for (int v = 0; v < CH * 3; ++v) {
+                acc[v] = part[v][0];
+#pragma unroll
+                for (int p = 1; p < P; ++p)
+                    acc[v] += part[v][p];
+            }
+            reduce_rows<KS, CH, 3>(acc, s);
+
+            h = 0;
+            if (row_ok) {
+                forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
+                                     acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
+                cs[(lb0 + r) * U + j] = c;
+            }
+            if (owner)
+                h_next[(lb0 + r) * LD + j] = h; /* 0 for padding rows and units */
+        }
+        if (row_ok)
+            store_outputs(t, b, i, o, z, c, h);
+        __syncthreads(); /* h_t complete; every read of h_{t-1} done */
+    };
+    for (int64_t t = 0; t < steps; t += 2) {
+        step(t, pa, pb);
+        if (t + 1 < steps)
+            step(t + 1, pb, pa);
+    }
+}
+
+/*
+ * Backward recurrence, reverse time, block family. Lane s of unit u holds,
+ * for column r = q*U + k of a dG row, W_h[q*H + k, u] (0 for k >= H), at
+ * r = (rv*KS + s)*VEC + e. The bias sums of the block's rows go to
+ * grad_bias (one block) or to bias_work [groups][3H] (several; the launcher
+ * adds them in group order).
+ */
+template <typename T, int CH>
+__global__ void __launch_bounds__(block_threads<T>(CH), 1)
+sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                               const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
+                               const T *__restrict__ grad_c_n, const T *__restrict__ weights,
+                               const T *__restrict__ cells, const T *__restrict__ gates,
+                               T *__restrict__ grad_gates, T *__restrict__ grad_bias,
+                               T *__restrict__ grad_h0, T *__restrict__ grad_c0,
+                               typename acc_of<T>::type *__restrict__ bias_work,
+                               const int64_t *__restrict__ lengths)
+{
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int KS = lltm_seq::block_lanes(sizeof(A), CH), U = BLOCK_UNITS, THREADS = KS * U,
+                  RR = 3 * U / KS, VEC = vec_of<A>::n, LD = 3 * U + VEC, P = CH == 1 ? 4 : 1;
+    static_assert(RR % VEC == 0 && CH <= KS && (CH & (CH - 1)) == 0, "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    const int groups = (int)gridDim.x, group = (int)blockIdx.x;
+    const int64_t group_chunks = ((B + CH - 1) / CH - group + groups - 1) / groups;
+    const int64_t BPL = group_chunks * CH;
+    A *ds = reinterpret_cast<A *>(smem_raw);
+    A *dcs = ds + 2 * BPL * LD;
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS;
+    const int64_t u = j;
+    const bool unit_ok = u < H;
+    const bool owner = s < CH;
+    const int r = s & (CH - 1);
+    const int64_t G = 3 * H;
+    auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
+
+    for (int64_t e = tid; e < 2 * BPL * LD; e += THREADS)
+        ds[e] = 0;
+    A w[RR];
+#pragma unroll
+    for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const int64_t col = (int64_t)(rv * KS + s) * VEC + e, q = col / U, k = col % U;
+            w[rv * VEC + e] = (unit_ok && k < H) ? to_acc(weights[(q * H + k) * K + u]) : A(0);
+        }
+
+    /* this lane's share of dG W_h over rows [lb0, lb0+CH) of `buffer`,
+     * summed to acc[0] = row r of the chunk (P partial sums a row: one row
+     * has too few chains of multiply-adds to hide their latency) */
+    auto dh_from = [&](const A *buffer, int64_t lb0, A(&acc)[CH]) {
+        const A *rows = buffer + lb0 * LD;
+        A part[CH][P];
+#pragma unroll
+        for (int bb = 0; bb < CH; ++bb)
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+                part[bb][p] = 0;
+#pragma unroll
+        for (int bb = 0; bb < CH; ++bb) {
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv) {
+                const V dv = *reinterpret_cast<const V *>(&rows[bb * LD + (rv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    part[bb][rv % P] += w[rv * VEC + e] * component(dv, e);
+            }
+        }
+#pragma unroll
+        for (int bb = 0; bb < CH; ++bb) {
+            acc[bb] = part[bb][0];
+#pragma unroll
+            for (int p = 1; p < P; ++p)
+                acc[bb] += part[bb][p];
+        }
+        reduce_rows<KS, CH, 1>(acc, s);
+    };
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[8]) {
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
+                             t, b, u, in);
+    };
+    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        T *drow = grad_gates + (t * B + b) * G;
+        drow[u] = from_acc<T>(d[0]);
+        drow[H + u] = from_acc<T>(d[1]);
+        drow[2 * H + u] = from_acc<T>(d[2]);
+    };
+    const int64_t first_row = (int64_t)group * CH + r;
+    const bool first_row_ok = owner && unit_ok && first_row < B;
+    /* chunk 0's inputs a whole step ahead, in pairs of steps (as the forward) */
+    A ia[8] = {0, 0, 0, 0, 0, 0, 0, 0}, ib[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (first_row_ok)
+        load_inputs(steps - 1, first_row, ia);
+    __syncthreads();
+
+    A bias_sum[3] = {0, 0, 0};
+    auto step = [&](int64_t t, const A(&now)[8], A(&ahead)[8]) {
+        const bool last = t == steps - 1;
+        const A *d_next = ds + ((t + 1) & 1) * BPL * LD; /* dG_{t+1} */
+        A *d_this = ds + (t & 1) * BPL * LD;
+        A d[3] = {0, 0, 0};
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_grad_gates(t, b, d);
+            b = global_row(lb0) + r;
+            row_ok = owner && unit_ok && b < B;
+            A in[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+                in[q] = now[q];
+            if (lb0 == 0 && t > 0 && first_row_ok)
+                load_inputs(t - 1, first_row, ahead);
+            if (row_ok) {
+                if (lb0 > 0)
+                    load_inputs(t, b, in);
+                if (!last)
+                    in[5] = dcs[(lb0 + r) * U + j];
+            }
+            A acc[CH];
+            acc[0] = 0;
+            if (!last) /* uniform over the block */
+                dh_from(d_next, lb0, acc);
+            d[0] = d[1] = d[2] = 0;
+            if (row_ok) {
+                A dc;
+                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
+                                      in[4] + in[6] + acc[0], in[5], d, &dc);
+                dcs[(lb0 + r) * U + j] = dc;
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+            if (owner) {
+                A *drow = d_this + (lb0 + r) * LD + j; /* 0 for padding rows and units */
+                drow[0] = d[0];
+                drow[U] = d[1];
+                drow[2 * U] = d[2];
+            }
+        }
+        if (row_ok)
+            store_grad_gates(t, b, d);
+        __syncthreads(); /* dG_t complete; every read of dG_{t+1} done */
+    };
+    for (int64_t t = steps - 1; t >= 0; t -= 2) {
+        step(t, ia, ib);
+        if (t >= 1)
+            step(t - 1, ib, ia);
+    }
+
+    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
+    for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
+        const int64_t b = global_row(lb0) + r;
+        const bool row_ok = owner && unit_ok && b < B;
+        A acc[CH];
+        dh_from(ds, lb0, acc);
+        if (row_ok) {
+            grad_h0[b * H + u] = from_acc<T>(acc[0]);
+            grad_c0[b * H + u] = from_acc<T>(dcs[(lb0 + r) * U + j]);
+        }
+    }
+    /* bias: the lanes' row sums (fixed order), then this block's line */
+#pragma unroll
+    for (int mask = KS / 2; mask >= 1; mask /= 2)
+#pragma unroll
+        for (int q = 0; q < 3; ++q)
+            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+    if (s == 0 && unit_ok) {
+        if (groups == 1) {
+            grad_bias[u] = from_acc<T>(bias_sum[0]);
+            grad_bias[H + u] = from_acc<T>(bias_sum[1]);
+            grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+        } else {
+            A *line = bias_work + (int64_t)group * G;
+            line[u] = bias_sum[0];
+            line[H + u] = bias_sum[1];
+            line[2 * H + u] = bias_sum[2];
+        }
+    }
+}
+
+/* One launch of `groups` blocks (every block a batch group), smem bytes
+ * each. Past the default limit the kernel's dynamic shared-memory limit is
+ * raised to the device's most, never lowered: layers of other sizes may
+ * launch the same kernel with more at the same time. */
+template <typename... P, typename... Args>
+cudaError_t launch_blocks(void (*kernel)(P...), int64_t groups, int threads, size_t smem,
+                          cudaStream_t stream, Args... args)
+{
+    if (smem > 48 * 1024) {
+        int device = 0, most = 0;
+        cudaError_t e = cudaGetDevice(&device);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute((const void *)kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+        if (e != cudaSuccess)
+            return e;
+    }
+    LLTM_LAUNCH((unsigned)groups, threads, smem, stream, kernel)(args...);
+    return cudaGetLastError();
+}
+
+template <typename T, int CH>
+int run_block_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
+                      cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    if (l.blocks != 1 || l.groups < 1 || a.H > BLOCK_UNITS)
+        return LLTM_ERR_ARGUMENT;
+    const size_t smem =
+        lltm_seq::block_forward_smem(sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups));
+    return launch_status(launch_blocks(
+        sequence_forward_block_kernel<T, CH>, l.groups, block_threads<T>(CH), smem, stream,
+        a.steps, a.B, a.H, a.I + a.H, (const T *)a.h0, (const T *)a.c0, (const T *)a.weights,
+        (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells, a.lengths));
+}
+
+/* With groups > 1 the blocks' bias sums go through the workspace (after the
+ * float32 state of the half types, as the other families lay it out) and are
+ * added in group order. */
+template <typename T, int CH>
+int run_block_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
+                       cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    if (l.blocks != 1 || l.groups < 1 || a.H > BLOCK_UNITS)
+        return LLTM_ERR_ARGUMENT;
+    A *bias_work = NULL;
+    if (l.groups > 1) {
+        if (!a.workspace)
+            return LLTM_ERR_ARGUMENT;
+        bias_work = (A *)((char *)a.workspace + (std::is_same<T, A>::value
+                                                     ? 0
+                                                     : (size_t)(7 * a.B * a.H) * sizeof(float)));
+    }
+    const size_t smem =
+        lltm_seq::block_backward_smem(sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups));
+    const int status = launch_status(launch_blocks(
+        sequence_backward_block_kernel<T, CH>, l.groups, block_threads<T>(CH), smem, stream,
+        a.steps, a.B, a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n,
+        (const T *)a.grad_c_n, (const T *)a.weights, (const T *)a.cells, (const T *)a.gates,
+        (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work,
+        a.lengths));
+    if (status != LLTM_OK || l.groups == 1)
+        return status;
+    LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(
+        3 * a.H, (int)l.groups, (const A *)bias_work, (T *)a.grad_bias);
+    return launch_status(cudaGetLastError());
+}
+
+/* The chunk rows of the library's block kernels (lltm_seq::BLOCK_CHUNKS) */
+#define LLTM_SEQ_BLOCK_CHUNKS(X) X(1) X(4)
+
+template <typename T> const void *block_kernel_of(bool forward, int chunk)
+{
+#define LLTM_SEQ_CASE(CH)                                                                    \
+    if (chunk == CH)                                                                         \
+        return forward ? (const void *)sequence_forward_block_kernel<T, CH>                  \
+                       : (const void *)sequence_backward_block_kernel<T, CH>;
+    LLTM_SEQ_BLOCK_CHUNKS(LLTM_SEQ_CASE)
+#undef LLTM_SEQ_CASE
+    return NULL;
+}
+
+template <typename T>
+int block_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
+                     cudaStream_t stream)
+{
+#define LLTM_SEQ_CASE(CH)                                                                    \
+    if (l.chunk == CH)                                                                       \
+        return run_block_forward<T, CH>(l, a, stream);
+    LLTM_SEQ_BLOCK_CHUNKS(LLTM_SEQ_CASE)
+#undef LLTM_SEQ_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+template <typename T>
+int block_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
+                      cudaStream_t stream)
+{
+#define LLTM_SEQ_CASE(CH)                                                                    \
+    if (l.chunk == CH)                                                                       \
+        return run_block_backward<T, CH>(l, a, stream);
+    LLTM_SEQ_BLOCK_CHUNKS(LLTM_SEQ_CASE)
+#undef LLTM_SEQ_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+} // namespace
+
+#define LLTM_SEQ_BLOCK_UNIT(T)                                                               \
+    namespace lltm_seq {                                                                     \
+    template <> const void *block_kernel<T>(bool forward, int chunk)                         \
+    {                                                                                        \
+        return block_kernel_of<T>(forward, chunk);                                           \
+    }                                                                                        \
+    template <>                                                                              \
+    int block_forward<T>(const lltm_sequence_launch &l, const forward_args &a,               \
+                         cudaStream_t stream)                                                \
+    {                                                                                        \
+        return block_forward_of<T>(l, a, stream);                                            \
+    }                                                                                        \
+    template <>                                                                              \
+    int block_backward<T>(const lltm_sequence_launch &l, const backward_args &a,             \
+                          cudaStream_t stream)                                               \
+    {                                                                                        \
+        return block_backward_of<T>(l, a, stream);                                           \
+    }                                                                                        \
+    }
+
+#endif /* LLTM_CORE_CUDA_SEQUENCE_BLOCK_CUH */
