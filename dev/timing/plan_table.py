@@ -6,8 +6,9 @@ of docs/cuda-plans.md ("The plans chosen on an H100").
 No GPU needed: the sequence's .cu files are compiled by g++ against the CPU
 emulator of the CUDA runtime (tests/cuda_emu, as tests/test_cuda_sequence_emulated.py
 does), whose device is an H100 (132 SMs, 227 KB of shared memory a block,
-compute capability 9.0) with one resident block of each persistent kernel per
-SM; on the GPU the chooser asks the CUDA runtime. Each row also gives the
+compute capability 9.0) with one resident block of 256 threads of each
+persistent kernel per SM, two of 128 (as the H100 runs the library's); on the GPU
+the chooser asks the CUDA runtime. Each row also gives the
 model's predicted microseconds (lltm_sequence_plan_cost_cuda) of the plan.
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ def describe(p) -> str:
         return (f"cluster {shape}: fwd {f.lanes}x{f.values} r{f.rows}/{f.chunk}{split}, "
                 f"bwd {EXCHANGES.get(b.exchange, b.exchange)}/{b.chunk}"
                 + (f" x{b.groups}" if b.groups > 1 else ""))
+    if family == "block":
+        return f"block {f.lanes}x{f.values}/{f.chunk}, {f.groups} blocks"
     return family
 
 
