@@ -74,7 +74,6 @@ sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const bool unit_ok = u < H;
     const bool owner = s < CH; /* holds a row after the reduction */
     const int r = s & (CH - 1);  /* that row, in its chunk */
-    const int64_t G = 3 * H, BH = B * H;
     auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
 
     /* buffer 0 <- h0; everything else 0 (padding meets zero weights, but
@@ -86,18 +85,10 @@ sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     A w[3][KR], b_i, b_o, b_z;
     load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
-        const T *grow = gates + (t * B + b) * G;
-        p_i = to_acc(grow[u]);
-        p_o = to_acc(grow[H + u]);
-        p_z = to_acc(grow[2 * H + u]);
+        ::load_projection(gates, B, H, t, b, u, p_i, p_o, p_z);
     };
     auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
-        T *grow = gates + (t * B + b) * G;
-        grow[u] = from_acc<T>(i);
-        grow[H + u] = from_acc<T>(o);
-        grow[2 * H + u] = from_acc<T>(z);
-        cells[t * BH + b * H + u] = from_acc<T>(c);
-        output[t * BH + b * H + u] = from_acc<T>(h);
+        store_forward_outputs(gates, cells, output, B, H, t, b, u, i, o, z, c, h);
     };
     const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
     const bool first_row_ok = owner && unit_ok && first_row < B;
@@ -265,11 +256,8 @@ sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
                              t, b, u, in);
     };
-    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
-        T *drow = grad_gates + (t * B + b) * G;
-        drow[u] = from_acc<T>(d[0]);
-        drow[H + u] = from_acc<T>(d[1]);
-        drow[2 * H + u] = from_acc<T>(d[2]);
+    auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        store_grad_gates(grad_gates, B, H, t, b, u, d);
     };
     const int64_t first_row = (int64_t)group * CH + r;
     const bool first_row_ok = owner && unit_ok && first_row < B;
@@ -289,7 +277,7 @@ sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         bool row_ok = false;
         for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
             if (row_ok) /* the previous chunk's outputs */
-                store_grad_gates(t, b, d);
+                store_gradients(t, b, d);
             b = global_row(lb0) + r;
             row_ok = owner && unit_ok && b < B;
             A in[8];
@@ -326,7 +314,7 @@ sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             }
         }
         if (row_ok)
-            store_grad_gates(t, b, d);
+            store_gradients(t, b, d);
         __syncthreads(); /* dG_t complete; every read of dG_{t+1} done */
     };
     for (int64_t t = steps - 1; t >= 0; t -= 2) {

@@ -51,7 +51,6 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
     const bool unit_ok = u < H;
     const bool owner = s < BC;
-    const int64_t G = 3 * H;
     const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
 
     for (int64_t e = tid; e < 2 * BP * LD; e += NT)
@@ -105,11 +104,8 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
                              t, b, u, in);
     };
-    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
-        T *drow = grad_gates + (t * B + b) * G;
-        drow[u] = from_acc<T>(d[0]);
-        drow[H + u] = from_acc<T>(d[1]);
-        drow[2 * H + u] = from_acc<T>(d[2]);
+    auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        store_grad_gates(grad_gates, B, H, t, b, u, d);
     };
     const bool first_row_ok = owner && unit_ok && s < B;
     A next[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
@@ -130,7 +126,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         bool row_ok = false;
         for (int64_t b0 = 0; b0 < B; b0 += BC) {
             if (row_ok) /* the previous chunk's outputs */
-                store_grad_gates(t, b, d);
+                store_gradients(t, b, d);
             b = b0 + (s & (BC - 1));
             row_ok = owner && unit_ok && b < B;
             A in[8];
@@ -170,7 +166,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             send_tile<A, 3, U, LD>(tile, d_this, &bars[t & 1], b0, HP, n, ranks, tid);
         }
         if (row_ok)
-            store_grad_gates(t, b, d);
+            store_gradients(t, b, d);
     }
 
     /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
@@ -335,11 +331,8 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
                              t, b, u, in);
     };
-    auto store_grad_gates = [&](int64_t t, int64_t b, const A(&d)[3]) {
-        T *drow = grad_gates + (t * B + b) * G;
-        drow[u] = from_acc<T>(d[0]);
-        drow[H + u] = from_acc<T>(d[1]);
-        drow[2 * H + u] = from_acc<T>(d[2]);
+    auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        store_grad_gates(grad_gates, B, H, t, b, u, d);
     };
     const int64_t first_row = (int64_t)group * CH + pb; /* local chunk 0: row pb */
     const bool first_row_ok = unit_ok && first_row < B;
@@ -362,7 +355,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
         bool row_ok = false;
         for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
             if (row_ok) /* the previous chunk's outputs */
-                store_grad_gates(t, b, d);
+                store_gradients(t, b, d);
             b = global_row(lb0) + pb;
             row_ok = unit_ok && b < B;
             A in[8];
@@ -427,7 +420,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
             }
         }
         if (row_ok)
-            store_grad_gates(t, b, d);
+            store_gradients(t, b, d);
     }
 
     /* grad_h0 = dG_0 W_h (reception T), grad_c0 = dL/dc_0 */

@@ -114,7 +114,6 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const bool unit_ok = u < H;
     const bool owner = s < RW; /* holds a row after the reduction */
     const int r = slice * RW + (s & (RW - 1)); /* that row, in its chunk */
-    const int64_t G = 3 * H, BH = B * H;
     const unsigned step_bytes = (unsigned)(BPL * ranks * U * sizeof(A)); /* one buffer's fill */
     auto global_row = [&](int64_t lb) { return (lb / CH * groups + group) * CH + lb % CH; };
 
@@ -138,18 +137,10 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     /* the projection x_t W_x^T of (t, b) for this lane's unit */
     auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
-        const T *grow = gates + (t * B + b) * G;
-        p_i = to_acc(grow[u]);
-        p_o = to_acc(grow[H + u]);
-        p_z = to_acc(grow[2 * H + u]);
+        ::load_projection(gates, B, H, t, b, u, p_i, p_o, p_z);
     };
     auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
-        T *grow = gates + (t * B + b) * G;
-        grow[u] = from_acc<T>(i);
-        grow[H + u] = from_acc<T>(o);
-        grow[2 * H + u] = from_acc<T>(z);
-        cells[t * BH + b * H + u] = from_acc<T>(c);
-        output[t * BH + b * H + u] = from_acc<T>(h);
+        store_forward_outputs(gates, cells, output, B, H, t, b, u, i, o, z, c, h);
     };
     const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
     const bool first_row_ok = owner && unit_ok && first_row < B;

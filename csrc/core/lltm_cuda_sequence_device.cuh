@@ -215,6 +215,48 @@ load_unit_rows(const T *__restrict__ weights, const T *__restrict__ bias, int64_
     b_z = unit_ok ? to_acc(bias[2 * H + u]) : A(0);
 }
 
+/* The forward step's projection x_t W_x^T of (t, b) for unit u, from gates
+ * [T,B,3H] (the persistent kernels' input), in the accumulation type. No
+ * __restrict__ here: the kernels write the activations over the same
+ * tensor, and a read-only load path would not see them. */
+template <typename T, typename A>
+__device__ __forceinline__ void load_projection(const T *gates, int64_t B, int64_t H,
+                                                int64_t t, int64_t b, int64_t u, A &p_i, A &p_o,
+                                                A &p_z)
+{
+    const T *grow = gates + (t * B + b) * (3 * H);
+    p_i = to_acc(grow[u]);
+    p_o = to_acc(grow[H + u]);
+    p_z = to_acc(grow[2 * H + u]);
+}
+
+/* The forward step's outputs of (t, b, u): the activations over the
+ * projection in gates, c_t to cells, h_t to output ([T,B,H] each) */
+template <typename T, typename A>
+__device__ __forceinline__ void store_forward_outputs(T *gates, T *cells, T *output, int64_t B,
+                                                      int64_t H, int64_t t, int64_t b, int64_t u,
+                                                      A i, A o, A z, A c, A h)
+{
+    const int64_t BH = B * H;
+    T *grow = gates + (t * B + b) * (3 * H);
+    grow[u] = from_acc<T>(i);
+    grow[H + u] = from_acc<T>(o);
+    grow[2 * H + u] = from_acc<T>(z);
+    cells[t * BH + b * H + u] = from_acc<T>(c);
+    output[t * BH + b * H + u] = from_acc<T>(h);
+}
+
+/* The backward step's dL/dg of (t, b, u) to grad_gates [T,B,3H] */
+template <typename T, typename A>
+__device__ __forceinline__ void store_grad_gates(T *grad_gates, int64_t B, int64_t H,
+                                                 int64_t t, int64_t b, int64_t u, const A (&d)[3])
+{
+    T *drow = grad_gates + (t * B + b) * (3 * H);
+    drow[u] = from_acc<T>(d[0]);
+    drow[H + u] = from_acc<T>(d[1]);
+    drow[2 * H + u] = from_acc<T>(d[2]);
+}
+
 /* The backward step's inputs of (t, b, u) for the cluster kernels:
  * activations i, o, z, the cell, dL/dh from above, dL/dh_n (in[6]) at the
  * row's last step (lengths[b] - 1, or steps - 1 without lengths), dL/dc_n
