@@ -350,7 +350,8 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
  * kernel per direction (W_h held in registers across all steps; per step
  * the blocks of a thread-block cluster send each other the state through
  * distributed shared memory, or the blocks of a cooperative grid meet at a
- * grid barrier) or, for sizes no persistent kernel fits, as per-step
+ * grid barrier, or, at H <= 64, each block holds every unit and keeps its
+ * rows' state to itself) or, for sizes no persistent kernel fits, as per-step
  * kernels between per-step matrix products. Which one,
  * with which layout, is a value: lltm_sequence_plan, chosen once by
  * lltm_sequence_plan_cuda and passed to both directions.
