@@ -22,8 +22,9 @@
  * 4-row chunk (with 1-row chunks lane 0 owns the row). A step's critical
  * path is one thread's math (products, shuffles, activations), so a 1-row
  * chunk keeps P partial sums a gate and the activations branch-free
- * (lltm_cuda_math.cuh), and the next step's global inputs are loaded a
- * step ahead into registers that no copy waits on.
+ * (lltm_cuda_math.cuh), and no instruction of a step waits for global
+ * memory: chunk 0's inputs are loaded two steps ahead, after the step's own
+ * are used; c0 and the row's length are read before the time loop.
  * Shared memory (accumulation type):
  *   forward   hs [2][BPL][LD]   h of the block's rows, buffer t & 1 = h_{t-1}
  *             cs [BPL][U]       c_{t-1} of every (row, unit)
@@ -82,6 +83,11 @@ sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         const int64_t lb = e / LD, k = e % LD, b = global_row(lb);
         hs[e] = (lb < BPL && b < B && k < H) ? to_acc(h0[b * H + k]) : A(0);
     }
+    /* cs <- c0: a step reads its rows' state from shared memory only */
+    for (int64_t e = tid; e < BPL * U; e += THREADS) {
+        const int64_t b = global_row(e / U), k = e % U;
+        cs[e] = (b < B && k < H) ? to_acc(c0[b * H + k]) : A(0);
+    }
     A w[3][KR], b_i, b_o, b_z;
     load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     auto load_projection = [&](int64_t t, int64_t b, A &p_i, A &p_o, A &p_z) {
@@ -90,86 +96,97 @@ sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
         store_forward_outputs(gates, cells, output, B, H, t, b, u, i, o, z, c, h);
     };
+    /* Chunk 0's inputs come two steps ahead, in three register sets taken
+     * in turn (the time loop unrolled by three): a step's loads are issued
+     * after its own inputs are used, so that nothing in a step waits for
+     * them (a wait for an earlier load can cover later ones), and they have
+     * a whole step to land. Its row's length is read once. */
     const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
     const bool first_row_ok = owner && unit_ok && first_row < B;
-    /* chunk 0's projection a whole step ahead, in pairs of steps with the two
-     * register sets swapped (no register copy waits for the load) */
-    A pa[3] = {0, 0, 0}, pb[3] = {0, 0, 0};
-    if (first_row_ok)
+    const int64_t first_row_end = first_row_ok ? row_steps(lengths, first_row, steps) : 0;
+    A pa[3] = {0, 0, 0}, pb[3] = {0, 0, 0}, pc[3] = {0, 0, 0};
+    if (first_row_ok) {
         load_projection(0, first_row, pa[0], pa[1], pa[2]);
+        if (steps > 1)
+            load_projection(1, first_row, pb[0], pb[1], pb[2]);
+    }
     __syncthreads();
 
-    auto step = [&](int64_t t, const A(&now)[3], A(&ahead)[3]) {
+    /* step t of the chunk of rows [lb0, lb0 + CH), this lane's row b given
+     * with its projection and whether t lies within the row's length */
+    auto chunk_step = [&](int64_t t, int64_t lb0, int64_t b, bool row_ok, bool live, A p_i,
+                          A p_o, A p_z) {
         const A *h_prev = hs + (t & 1) * BPL * LD;
         A *h_next = hs + ((t + 1) & 1) * BPL * LD;
-        A i = 0, o = 0, z = 0, c = 0, h = 0;
-        int64_t b = 0;
-        bool row_ok = false;
-        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
-            if (row_ok) /* the previous chunk's outputs */
-                store_outputs(t, b, i, o, z, c, h);
-            b = global_row(lb0) + r;
-            row_ok = owner && unit_ok && b < B;
-            A p_i = now[0], p_o = now[1], p_z = now[2], c_prev = 0;
-            if (lb0 == 0 && t + 1 < steps && first_row_ok)
-                load_projection(t + 1, first_row, ahead[0], ahead[1], ahead[2]);
-            bool live = false; /* step t lies within row b's length */
+        /* read by the owner alone, which writes the slot below: another
+         * lane's read would race with that write */
+        const A c_prev = owner ? cs[(lb0 + r) * U + j] : A(0);
+
+        /* P partial sums a row and gate: one row has too few chains of
+         * multiply-adds to hide their latency */
+        A part[CH * 3][P];
+#pragma unroll
+        for (int v = 0; v < CH * 3; ++v)
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+                part[v][p] = 0;
+        const A *rows = h_prev + lb0 * LD;
+#pragma unroll
+        for (int bb = 0; bb < CH; ++bb) {
+#pragma unroll
+            for (int kv = 0; kv < KR / VEC; ++kv) {
+                const V hv = *reinterpret_cast<const V *>(&rows[bb * LD + (kv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                    for (int q = 0; q < 3; ++q)
+                        part[bb * 3 + q][kv % P] += w[q][kv * VEC + e] * component(hv, e);
+            }
+        }
+        A acc[CH * 3];
+#pragma unroll
+        for (int v = 0; v < CH * 3; ++v) {
+            acc[v] = part[v][0];
+#pragma unroll
+            for (int p = 1; p < P; ++p)
+                acc[v] += part[v][p];
+        }
+        reduce_rows<KS, CH, 3>(acc, s);
+
+        A h = 0;
+        if (row_ok) {
+            A i, o, z, c;
+            forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
+                                 acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
+            cs[(lb0 + r) * U + j] = c;
+            store_outputs(t, b, i, o, z, c, h);
+        }
+        if (owner)
+            h_next[(lb0 + r) * LD + j] = h; /* 0 for padding rows and units */
+    };
+    auto step = [&](int64_t t, const A(&now)[3], A(&later)[3]) {
+        chunk_step(t, 0, first_row, first_row_ok, t < first_row_end, now[0], now[1], now[2]);
+        if (t + 2 < steps && first_row_ok)
+            load_projection(t + 2, first_row, later[0], later[1], later[2]);
+        for (int64_t lb0 = CH; lb0 < BPL; lb0 += CH) {
+            const int64_t b = global_row(lb0) + r;
+            const bool row_ok = owner && unit_ok && b < B;
+            bool live = false;
+            A p_i = 0, p_o = 0, p_z = 0;
             if (row_ok) {
                 live = t < row_steps(lengths, b, steps);
-                if (lb0 > 0)
-                    load_projection(t, b, p_i, p_o, p_z);
-                c_prev = t == 0 ? to_acc(c0[b * H + u]) : cs[(lb0 + r) * U + j];
+                load_projection(t, b, p_i, p_o, p_z);
             }
-
-            /* P partial sums a row and gate: one row has too few chains of
-             * multiply-adds to hide their latency */
-            A part[CH * 3][P];
-#pragma unroll
-            for (int v = 0; v < CH * 3; ++v)
-#pragma unroll
-                for (int p = 0; p < P; ++p)
-                    part[v][p] = 0;
-            const A *rows = h_prev + lb0 * LD;
-#pragma unroll
-            for (int bb = 0; bb < CH; ++bb) {
-#pragma unroll
-                for (int kv = 0; kv < KR / VEC; ++kv) {
-                    const V hv =
-                        *reinterpret_cast<const V *>(&rows[bb * LD + (kv * KS + s) * VEC]);
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-#pragma unroll
-                        for (int q = 0; q < 3; ++q)
-                            part[bb * 3 + q][kv % P] += w[q][kv * VEC + e] * component(hv, e);
-                }
-            }
-            A acc[CH * 3];
-#pragma unroll
-            for (int v = 0; v < CH * 3; ++v) {
-                acc[v] = part[v][0];
-#pragma unroll
-                for (int p = 1; p < P; ++p)
-                    acc[v] += part[v][p];
-            }
-            reduce_rows<KS, CH, 3>(acc, s);
-
-            h = 0;
-            if (row_ok) {
-                forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
-                                     acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
-                cs[(lb0 + r) * U + j] = c;
-            }
-            if (owner)
-                h_next[(lb0 + r) * LD + j] = h; /* 0 for padding rows and units */
+            chunk_step(t, lb0, b, row_ok, live, p_i, p_o, p_z);
         }
-        if (row_ok)
-            store_outputs(t, b, i, o, z, c, h);
         __syncthreads(); /* h_t complete; every read of h_{t-1} done */
     };
-    for (int64_t t = 0; t < steps; t += 2) {
-        step(t, pa, pb);
+    for (int64_t t = 0; t < steps; t += 3) {
+        step(t, pa, pc);
         if (t + 1 < steps)
             step(t + 1, pb, pa);
+        if (t + 2 < steps)
+            step(t + 2, pc, pb);
     }
 }
 
@@ -259,68 +276,70 @@ sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
         store_grad_gates(grad_gates, B, H, t, b, u, d);
     };
+    /* chunk 0's inputs two steps ahead, in three register sets (as the
+     * forward's) */
     const int64_t first_row = (int64_t)group * CH + r;
     const bool first_row_ok = owner && unit_ok && first_row < B;
-    /* chunk 0's inputs a whole step ahead, in pairs of steps (as the forward) */
-    A ia[8] = {0, 0, 0, 0, 0, 0, 0, 0}, ib[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (first_row_ok)
+    A ia[8] = {0, 0, 0, 0, 0, 0, 0, 0}, ib[8] = {0, 0, 0, 0, 0, 0, 0, 0},
+      ic[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (first_row_ok) {
         load_inputs(steps - 1, first_row, ia);
+        if (steps > 1)
+            load_inputs(steps - 2, first_row, ib);
+    }
     __syncthreads();
 
     A bias_sum[3] = {0, 0, 0};
-    auto step = [&](int64_t t, const A(&now)[8], A(&ahead)[8]) {
+    /* step t of the chunk of rows [lb0, lb0 + CH), this lane's row b given
+     * with its inputs */
+    auto chunk_step = [&](int64_t t, int64_t lb0, int64_t b, bool row_ok, const A(&in)[8]) {
         const bool last = t == steps - 1;
         const A *d_next = ds + ((t + 1) & 1) * BPL * LD; /* dG_{t+1} */
         A *d_this = ds + (t & 1) * BPL * LD;
+        /* read by the owner alone (as the forward's c_prev) */
+        const A dc_next = last ? in[5] : owner ? dcs[(lb0 + r) * U + j] : A(0);
+        A acc[CH];
+        acc[0] = 0;
+        if (!last) /* uniform over the block */
+            dh_from(d_next, lb0, acc);
         A d[3] = {0, 0, 0};
-        int64_t b = 0;
-        bool row_ok = false;
-        for (int64_t lb0 = 0; lb0 < BPL; lb0 += CH) {
-            if (row_ok) /* the previous chunk's outputs */
-                store_gradients(t, b, d);
-            b = global_row(lb0) + r;
-            row_ok = owner && unit_ok && b < B;
-            A in[8];
-#pragma unroll
-            for (int q = 0; q < 8; ++q)
-                in[q] = now[q];
-            if (lb0 == 0 && t > 0 && first_row_ok)
-                load_inputs(t - 1, first_row, ahead);
-            if (row_ok) {
-                if (lb0 > 0)
-                    load_inputs(t, b, in);
-                if (!last)
-                    in[5] = dcs[(lb0 + r) * U + j];
-            }
-            A acc[CH];
-            acc[0] = 0;
-            if (!last) /* uniform over the block */
-                dh_from(d_next, lb0, acc);
-            d[0] = d[1] = d[2] = 0;
-            if (row_ok) {
-                A dc;
-                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
-                                      in[4] + in[6] + acc[0], in[5], d, &dc);
-                dcs[(lb0 + r) * U + j] = dc;
-                bias_sum[0] += d[0];
-                bias_sum[1] += d[1];
-                bias_sum[2] += d[2];
-            }
-            if (owner) {
-                A *drow = d_this + (lb0 + r) * LD + j; /* 0 for padding rows and units */
-                drow[0] = d[0];
-                drow[U] = d[1];
-                drow[2 * U] = d[2];
-            }
-        }
-        if (row_ok)
+        if (row_ok) {
+            A dc;
+            backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
+                                  in[4] + in[6] + acc[0], dc_next, d, &dc);
+            dcs[(lb0 + r) * U + j] = dc;
+            bias_sum[0] += d[0];
+            bias_sum[1] += d[1];
+            bias_sum[2] += d[2];
             store_gradients(t, b, d);
+        }
+        if (owner) {
+            A *drow = d_this + (lb0 + r) * LD + j; /* 0 for padding rows and units */
+            drow[0] = d[0];
+            drow[U] = d[1];
+            drow[2 * U] = d[2];
+        }
+    };
+    auto step = [&](int64_t t, const A(&now)[8], A(&later)[8]) {
+        chunk_step(t, 0, first_row, first_row_ok, now);
+        if (t >= 2 && first_row_ok)
+            load_inputs(t - 2, first_row, later);
+        for (int64_t lb0 = CH; lb0 < BPL; lb0 += CH) {
+            const int64_t b = global_row(lb0) + r;
+            const bool row_ok = owner && unit_ok && b < B;
+            A in[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (row_ok)
+                load_inputs(t, b, in);
+            chunk_step(t, lb0, b, row_ok, in);
+        }
         __syncthreads(); /* dG_t complete; every read of dG_{t+1} done */
     };
-    for (int64_t t = steps - 1; t >= 0; t -= 2) {
-        step(t, ia, ib);
+    for (int64_t t = steps - 1; t >= 0; t -= 3) {
+        step(t, ia, ic);
         if (t >= 1)
             step(t - 1, ib, ia);
+        if (t >= 2)
+            step(t - 2, ic, ib);
     }
 
     /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
@@ -403,13 +422,9 @@ int run_block_backward(const lltm_sequence_launch &l, const lltm_seq::backward_a
     if (l.blocks != 1 || l.groups < 1 || a.H > BLOCK_UNITS)
         return LLTM_ERR_ARGUMENT;
     A *bias_work = NULL;
-    if (l.groups > 1) {
-        if (!a.workspace)
-            return LLTM_ERR_ARGUMENT;
-        bias_work = (A *)((char *)a.workspace + (std::is_same<T, A>::value
-                                                     ? 0
-                                                     : (size_t)(7 * a.B * a.H) * sizeof(float)));
-    }
+    const int work_status = bias_groups_work<T>(a, l.groups, &bias_work);
+    if (work_status != LLTM_OK)
+        return work_status;
     const size_t smem =
         lltm_seq::block_backward_smem(sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups));
     const int status = launch_status(launch_blocks(
@@ -418,11 +433,7 @@ int run_block_backward(const lltm_sequence_launch &l, const lltm_seq::backward_a
         (const T *)a.grad_c_n, (const T *)a.weights, (const T *)a.cells, (const T *)a.gates,
         (T *)a.grad_gates, (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work,
         a.lengths));
-    if (status != LLTM_OK || l.groups == 1)
-        return status;
-    LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(
-        3 * a.H, (int)l.groups, (const A *)bias_work, (T *)a.grad_bias);
-    return launch_status(cudaGetLastError());
+    return status != LLTM_OK ? status : sum_bias_groups<T>(a, l.groups, bias_work, stream);
 }
 
 /* The chunk rows of the library's block kernels (lltm_seq::BLOCK_CHUNKS) */

@@ -488,13 +488,9 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
     if (l.blocks != ceil_div(a.H, U) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     A *bias_work = NULL;
-    if (l.groups > 1) {
-        if (!a.workspace)
-            return LLTM_ERR_ARGUMENT;
-        bias_work = (A *)((char *)a.workspace + (std::is_same<T, A>::value
-                                                     ? 0
-                                                     : (size_t)(7 * a.B * a.H) * sizeof(float)));
-    }
+    const int work_status = bias_groups_work<T>(a, l.groups, &bias_work);
+    if (work_status != LLTM_OK)
+        return work_status;
     const size_t smem = lltm_seq::cluster_backward_rs_smem(
         sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups), CH);
     const int status = launch_status(launch_cluster(
@@ -503,11 +499,7 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
         (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
         (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
         (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work, a.lengths));
-    if (status != LLTM_OK || l.groups == 1)
-        return status;
-    LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(
-        3 * a.H, (int)l.groups, (const A *)bias_work, (T *)a.grad_bias);
-    return launch_status(cudaGetLastError());
+    return status != LLTM_OK ? status : sum_bias_groups<T>(a, l.groups, bias_work, stream);
 }
 
 /*

@@ -345,6 +345,36 @@ __global__ void sum_bias_groups_kernel(int64_t n, int groups,
     }
 }
 
+/* The batch groups' bias sums in the workspace, after the float32 state of
+ * the half types (lltm_seq::half_state_bytes); NULL with one group. */
+template <typename T>
+int bias_groups_work(const lltm_seq::backward_args &a, int64_t groups,
+                     typename acc_of<T>::type **work)
+{
+    typedef typename acc_of<T>::type A;
+    *work = NULL;
+    if (groups == 1)
+        return LLTM_OK;
+    if (!a.workspace)
+        return LLTM_ERR_ARGUMENT;
+    const size_t state = std::is_same<T, A>::value ? 0 : (size_t)(7 * a.B * a.H) * sizeof(float);
+    *work = (A *)((char *)a.workspace + state);
+    return LLTM_OK;
+}
+
+/* After a backward kernel that ran in groups: grad_bias = the groups' sums
+ * (bias_groups_work) added in group order; nothing to do with one group. */
+template <typename T>
+int sum_bias_groups(const lltm_seq::backward_args &a, int64_t groups,
+                    const typename acc_of<T>::type *work, cudaStream_t stream)
+{
+    if (groups == 1)
+        return LLTM_OK;
+    LLTM_LAUNCH(pointwise_blocks(3 * a.H, 128), 128, 0, stream, sum_bias_groups_kernel<T>)(
+        3 * a.H, (int)groups, work, (T *)a.grad_bias);
+    return launch_status(cudaGetLastError());
+}
+
 } // namespace
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_DEVICE_CUH */

@@ -427,13 +427,9 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
         dg_work = (A *)a.workspace;
         dc_work = dg_work + 2 * a.B * 3 * a.H;
     }
-    if (l.groups > 1) {
-        if (!a.workspace)
-            return LLTM_ERR_ARGUMENT;
-        bias_work = (A *)((char *)a.workspace + (std::is_same<T, A>::value
-                                                     ? 0
-                                                     : (size_t)(7 * a.B * a.H) * sizeof(float)));
-    }
+    const int work_status = bias_groups_work<T>(a, l.groups, &bias_work);
+    if (work_status != LLTM_OK)
+        return work_status;
     return launch_status(launch_cooperative(
         kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
         (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
