@@ -1,8 +1,11 @@
 """A small model trained one step at a time, eager against torch.compile: it
 steps a cell T times over its input and puts a linear head on the last
 state; a training step is zero_grad, forward, cross-entropy, backward and an
-SGD step. The cell is lltm.LLTMCell (native kernels) or the tutorial's
-Python LLTM (lltm.reference.LLTM). Rows:
+SGD step. The cell is lltm.LLTMCell (native kernels), the tutorial's
+Python LLTM (lltm.reference.LLTM), or "null": a cell of LLTMCell's
+parameters and signature doing next to no work (two pointwise operations a
+step), whose rows are what torch's machinery alone costs a model of this
+structure (its graphs, their inputs, autograd, the optimizer). Rows:
   eager                   the whole step eager
   default, reduce-overhead
                           the model torch.compile'd (mode default, and
@@ -72,9 +75,29 @@ class Model(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits, target)
 
 
+class NullCell(torch.nn.Module):
+    """LLTMCell's parameters and call, two pointwise operations a step: the
+    floor under any cell's model."""
+
+    def __init__(self, input_features: int, state_size: int):
+        super().__init__()
+        self.state_size = state_size
+        self.weights = torch.nn.Parameter(
+            0.1 * torch.randn(3 * state_size, input_features + state_size))
+        self.bias = torch.nn.Parameter(torch.zeros(3 * state_size))
+
+    def forward(self, input, state):
+        h, c = state
+        new_c = c + self.bias[:self.state_size]
+        return new_c + self.weights[0, :self.state_size] * h, new_c
+
+
+CELLS = {"lltm": lltm.LLTMCell, "reference": reference.LLTM, "null": NullCell}
+
+
 def make_model(impl: str, I: int, H: int, steps: int, device) -> Model:
     torch.manual_seed(0)  # every model of one cell starts from the same parameters
-    cell = lltm.LLTMCell(I, H) if impl == "lltm" else reference.LLTM(I, H)
+    cell = CELLS[impl](I, H)
     return Model(cell, H, steps).to(device)
 
 
@@ -158,7 +181,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=0,
                         help="training steps a pass (default: 50 on cuda, 10 on cpu)")
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--impl", default="lltm,reference")
+    parser.add_argument("--impl", default="lltm,reference",
+                        help="of: " + ", ".join(CELLS))
     parser.add_argument("--rows", default=",".join(ROWS),
                         help="of: " + ", ".join(ROWS) + " (eager is always run)")
     args = parser.parse_args()
@@ -166,6 +190,9 @@ def main() -> None:
     args.B, args.I, args.H = (int(v) for v in args.size.split(","))
     iters = args.iters or (50 if args.device.type == "cuda" else 10)
     impls = args.impl.split(",")
+    for impl in impls:
+        if impl not in CELLS:
+            parser.error(f"unknown cell {impl!r}; cells: {', '.join(CELLS)}")
     labels = ["eager"] + [r for r in args.rows.split(",") if r != "eager"]
     for label in labels:
         if label not in ROWS:
