@@ -31,10 +31,12 @@ docs/design.md ("Stacked layers") has how C is chosen.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
-from . import overrides
+from . import _sharing, overrides
 
 # The automatic choice (automatic_chunks; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
@@ -92,29 +94,44 @@ def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concu
 
 
 def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: float,
-                host_us: float = 0.0) -> int:
+                host_us: float = 0.0, gain: float = GAIN) -> int:
     """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
-    least :func:`predicted_time`; 1 unless that saves at least 1 - GAIN of
-    the layers one after the other."""
+    least :func:`predicted_time`; 1 unless that takes at most ``gain`` of the
+    layers one after the other."""
     top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
     times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us)
              for C in range(1, top + 1)}
     best = min(times, key=times.get)
-    return best if times[best] <= GAIN * times[1] else 1
+    return best if times[best] <= gain * times[1] else 1
 
 
 def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
                      dtype: torch.dtype, device: torch.device,
                      capturing: bool = True) -> int:
     """The number of chunks the wavefront uses by itself for L layers of
-    these sizes on ``device`` (1: the layers one after the other): CUDA only;
-    :func:`best_chunks` for the plan the library would run a layer with, its
-    time per step from the library's cost model, CALL_US a call, as many
-    layers at once as the plan's blocks fit on the SMs (one for the per-step
-    family, whose products spread over the GPU), and in eager mode
-    (``capturing`` False) HOST_CALL_US of host time a call."""
+    these sizes on ``device`` (1: the layers one after the other): the
+    chunks of :func:`automatic_schedule`."""
+    return automatic_schedule(T, B, I, H, L, dtype, device, capturing)[0]
+
+
+def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
+                       dtype: torch.dtype, device: torch.device,
+                       capturing: bool = True) -> tuple[int, int]:
+    """(chunks, sharing): how the wavefront runs L layers of these sizes on
+    ``device`` by itself. CUDA only; (1, 1) elsewhere. Each chunk call is
+    planned for the whole device (sharing 1) or for two layers at once on it
+    (sharing 2: _sharing.sharing_device; plans of which two launches are
+    resident together, taken only where that is the per-step family). For
+    each, :func:`best_chunks` for the plan the library would then run a layer
+    with: its time per step from the library's cost model, CALL_US a call,
+    as many layers at once as the plan's blocks fit on the SMs (for the
+    per-step family, whose products spread over the GPU, see
+    :func:`layers_at_once`), and in eager mode (``capturing`` False)
+    HOST_CALL_US of host time a call; the least predicted time, if it saves at
+    least 1 - GAIN of the layers one after the other (planned for the whole
+    device), else (1, 1)."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
-        return 1
+        return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
     found = _CHOICES.get(key)
@@ -126,17 +143,36 @@ def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     return found
 
 
-def _choose(T, B, H, L, dtype, index, capturing) -> int:
-    # the layers above the first read H features
-    long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
-    short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
-    if long is None or short is None:
-        return 1
-    plan, cost = long
-    step_us = max(0.0, (cost - short[1]) / (T - T // 2))
+def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
     sms = torch.cuda.get_device_properties(index).multi_processor_count
-    concurrent = layers_at_once(plan, L, B, H, dtype, sms)
-    return best_chunks(L, T, CALL_US, step_us, concurrent, 0.0 if capturing else HOST_CALL_US)
+    host_us = 0.0 if capturing else HOST_CALL_US
+    plain, best, best_time = None, (1, 1), float("inf")
+    for sharing in (1, 2):
+        with _sharing.sharing_device(sharing):
+            # the layers above the first read H features
+            long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
+            short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
+        if long is None or short is None:
+            continue
+        plan, cost = long
+        if sharing == 2 and plan["family"] != "steps":
+            # Persistent plans halved to share the device: the cost model
+            # over-predicts the whole-device ones they are weighed against
+            # (13-21% on an H100) and these lost up to a fifth there
+            # (docs/performance.md, "Stacked layers"); the per-step family's
+            # overlap is predicted within a few percent.
+            continue
+        step_us = max(0.0, (cost - short[1]) / (T - T // 2))
+        concurrent = layers_at_once(plan, L, B, H, dtype, sms)
+        if sharing == 1:
+            plain = predicted_time(1, L, T, CALL_US, step_us, concurrent, host_us)
+        chunks = best_chunks(L, T, CALL_US, step_us, concurrent, host_us, gain=1.0)
+        if chunks == 1:
+            continue  # a layer alone on the device: planned for the whole of it
+        time = predicted_time(chunks, L, T, CALL_US, step_us, concurrent, host_us)
+        if plain is not None and time <= GAIN * plain and time < best_time:
+            best, best_time = (chunks, sharing), time
+    return best
 
 
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype, sms: int) -> float:
@@ -154,20 +190,26 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype, sms: 
     return max(1, min(L, sms // max(blocks, 1)))
 
 
-def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
-    """The number of time chunks for L stacked layers over x [T, B, I]: the
-    count forced by ``lltm.overrides.wavefront`` (at most T), else
-    :func:`automatic_chunks` (1 under torch.compile and torch.func)."""
+def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
+    """(chunks, sharing) for L stacked layers over x [T, B, I]: the chunk
+    count forced by ``lltm.overrides.wavefront`` (at most T; the calls planned
+    for the whole device), else :func:`automatic_schedule` ((1, 1) under
+    torch.compile and torch.func)."""
     T, B, I = x.shape
     if T < 2 or L < 2:
-        return 1
+        return 1, 1
     forced = overrides.current_wavefront_chunks()
     if forced is not None:
-        return min(forced, T)
+        return min(forced, T), 1
     if not _overlapping(x):
-        return 1
-    return automatic_chunks(T, B, I, H, L, x.dtype, x.device,
-                            torch.cuda.is_current_stream_capturing())
+        return 1, 1
+    return automatic_schedule(T, B, I, H, L, x.dtype, x.device,
+                              torch.cuda.is_current_stream_capturing())
+
+
+def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
+    """The number of time chunks of :func:`schedule_for`."""
+    return schedule_for(x, H, L)[0]
 
 
 def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
@@ -184,12 +226,13 @@ def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
 
 
 def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int,
-        lengths: torch.Tensor | None = None):
+        lengths: torch.Tensor | None = None, sharing: int = 1):
     """All of ``module``'s (an lltm.LLTM, one direction, native layers)
     layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H];
     row b stops after lengths[b] steps (an int64 [B] tensor on x's device,
-    each in [1, T]; None: all T). Returns (output [T, B, H], (h_n, c_n)) as
-    LLTM._run does."""
+    each in [1, T]; None: all T); each call (and its backward) planned for
+    ``sharing`` layers at once on the device. Returns (output [T, B, H],
+    (h_n, c_n)) as LLTM._run does."""
     from .functional import lltm_sequence
 
     L = module.num_layers
@@ -235,20 +278,21 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
     # chunk below it (previous diagonal) and its own layer's previous chunk.
     # Top layer first within a diagonal: when (layer, k) waits on layer - 1's
     # stream, the newest work there is (layer - 1, k), not (layer - 1, k + 1).
-    for d in range(chunks + L - 1):
-        for layer in range(min(d, L - 1), -1, -1):
-            k = d - layer
-            if k >= chunks:
-                break
-            if streams is None:
-                call(k, layer)
-                continue
-            stream = streams[layer]
-            if layer:
-                stream.wait_stream(streams[layer - 1])
-                inputs[k].record_stream(stream)  # made on the stream below, read here
-            with torch.cuda.stream(stream):
-                call(k, layer)
+    with _sharing.sharing_device(sharing) if sharing > 1 else contextlib.nullcontext():
+        for d in range(chunks + L - 1):
+            for layer in range(min(d, L - 1), -1, -1):
+                k = d - layer
+                if k >= chunks:
+                    break
+                if streams is None:
+                    call(k, layer)
+                    continue
+                stream = streams[layer]
+                if layer:
+                    stream.wait_stream(streams[layer - 1])
+                    inputs[k].record_stream(stream)  # made on the stream below, read here
+                with torch.cuda.stream(stream):
+                    call(k, layer)
 
     if streams is not None:
         for side in streams[1:]:

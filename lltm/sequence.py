@@ -357,9 +357,9 @@ class LLTM(torch.nn.Module):
         run_layer = _LAYERS[self.impl]
         D = self.num_directions
         if D == 1 and self.impl == "native":  # stacked layers overlapped
-            chunks = _wavefront.chunks_for(x, self.hidden_size, self.num_layers)
+            chunks, sharing = _wavefront.schedule_for(x, self.hidden_size, self.num_layers)
             if chunks > 1:
-                return _wavefront.run(self, x, h0, c0, chunks, lengths)
+                return _wavefront.run(self, x, h0, c0, chunks, lengths, sharing)
         reverse_index = None
         if D == 2 and lengths is not None:
             reverse_index = _reverse_index(lengths, x.shape[0])

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import lltm
-from lltm import _wavefront, functional, overrides
+from lltm import _sharing, _wavefront, functional, overrides
 
 DT = torch.float64
 
@@ -299,7 +299,8 @@ def test_choice_from_the_cost_model(monkeypatch):
     """_choose's glue on a fake device: the time per step from the cost model
     at T and T/2, the layers at once from the plan's blocks (B16/H256 float32
     on an H100: a grid of 32 blocks, 971 us of steps: C4 captured, C3 eager
-    with the host's time per call; the per-step family in float32: 1)."""
+    with the host's time per call; the per-step family in float32: 1). The
+    same plan whether planned for the whole device or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
     family = {"plan": grid}
@@ -309,45 +310,76 @@ def test_choice_from_the_cost_model(monkeypatch):
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index: type("Props", (), {"multi_processor_count": 132})())
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 4
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == 3
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
     family["plan"] = {"family": "steps"}
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 1
-    assert _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True) > 1
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
+    chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
+    assert chunks > 1 and sharing == 1
     monkeypatch.setattr(overrides, "sequence_cost_in_force", lambda *a, **k: None)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == 1  # no CUDA library
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)  # no library
 
 
-def test_layers_at_once():
-    grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
-            "backward": {"blocks": 32, "groups": 1}}
-    assert _wavefront.layers_at_once(grid, 3, 16, 256, torch.float32, 132) == 3
-    assert _wavefront.layers_at_once(grid, 5, 16, 256, torch.float32, 132) == 4
-    big = {"family": "grid", "forward": {"blocks": 32, "groups": 4},
-           "backward": {"blocks": 32, "groups": 4}}
-    assert _wavefront.layers_at_once(big, 3, 64, 512, torch.float32, 132) == 1
-    steps = {"family": "steps"}
-    assert _wavefront.layers_at_once(steps, 3, 256, 1024, torch.float32, 132) == 1
-    assert _wavefront.layers_at_once(steps, 3, 64, 512, torch.bfloat16, 132) == 3
-    assert 1.5 < _wavefront.layers_at_once(steps, 3, 256, 1024, torch.bfloat16, 132) < 1.7
-    assert _wavefront.layers_at_once(steps, 3, 4096, 4096, torch.float16, 132) == 1
+def test_choice_of_plans_for_a_shared_device(monkeypatch):
+    """Where a layer's plan fills the device (one layer at once) and, planned
+    for two layers at once (_sharing.sharing_device(2)), it becomes the
+    per-step family, the chunks are planned so if that is predicted to gain
+    at least a tenth over the layers one after the other; not where those
+    plans are too slow, nor where the shared plan is a persistent one."""
+    whole = {"family": "grid", "forward": {"blocks": 128, "groups": 1},
+             "backward": {"blocks": 128, "groups": 1}}
+    shared = {"plan": {"family": "steps"}}
+    step_us = {1: 10.0, 2: 11.0}  # a step of the shared plan: slower
+
+    def cost(dtype, T, B, I, H, device=None):  # noqa: E741
+        layers = _sharing.concurrent_layers()
+        return (whole if layers == 1 else shared["plan"]), 69 + step_us[layers] * T
+    monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: type("Props", (), {"multi_processor_count": 132})())
+    B, H = 64, 256
+    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
+    assert chunks > 1 and sharing == 2
+    # what it predicts: at most 90% of the three layers in turn
+    at_once = _wavefront.layers_at_once(shared["plan"], 3, B, H, torch.bfloat16, 132)
+    plain = _wavefront.predicted_time(1, 3, 100, _wavefront.CALL_US, 10.0, 1)
+    assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US, 11.0, at_once) \
+        <= _wavefront.GAIN * plain
+    assert _sharing.concurrent_layers() == 1  # restored
+    # float32's per-step products fill the device: one layer at once, no gain
+    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
+    step_us[2] = 25.0  # the shared plan at 2.5x the step: no gain
+    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    step_us[2] = 11.0  # a persistent plan halved: not taken
+    shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1},
+                      "backward": {"blocks": 64, "groups": 1}}
+    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
 
 
-def test_override_set_restore_and_bad_values(monkeypatch):
-    with overrides.wavefront(3):
-        assert overrides.current_wavefront_chunks() == 3
-        with overrides.wavefront(None):
-            assert overrides.current_wavefront_chunks() is None
-        assert overrides.current_wavefront_chunks() == 3
-    assert overrides.current_wavefront_chunks() is None
-    for bad in (0, -2, 2.0, True, "4"):
-        with pytest.raises(ValueError, match="chunks must be an int >= 1 or None"):
-            with overrides.wavefront(bad):
-                pass
-    assert overrides.current_wavefront_chunks() is None
-    assert overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": "6"}) == 6
-    assert overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": "auto"}) is None
-    assert overrides._wavefront_from_environment({}) is None
-    for bad in ("0", "four"):
-        with pytest.raises(ValueError, match="LLTM_WAVEFRONT_CHUNKS must be an int >= 1"):
-            overrides._wavefront_from_environment({"LLTM_WAVEFRONT_CHUNKS": bad})
+def test_calls_planned_for_a_shared_device(calls, monkeypatch):
+    """run(..., sharing=2): every chunk call planned for two layers at once,
+    and so is its backward (ctx.concurrent_layers); the same results as the
+    layers one after the other; the setting restored after."""
+    seen, entered = [], []
+    counting, sharing_device = functional.lltm_sequence, _sharing.sharing_device
+
+    def recording(*args, **kwargs):
+        seen.append(_sharing.concurrent_layers())
+        return counting(*args, **kwargs)
+
+    def entering(layers):
+        entered.append(layers)
+        return sharing_device(layers)
+    monkeypatch.setattr(functional, "lltm_sequence", recording)
+    monkeypatch.setattr(_sharing, "sharing_device", entering)
+    T, B, I, H, L = 9, 3, 4, 5, 3
+    m, x = model(I, H, L), rand(T, B, I)
+    want, grad_out = results(m, x, None, 1)
+    del calls[:], seen[:], entered[:]
+    out, (h, c) = _wavefront.run(m, x, torch.zeros(L, B, H, dtype=DT),
+                                 torch.zeros(L, B, H, dtype=DT), 3, sharing=2)
+    assert seen == [2] * (3 * L) and len(calls) == 3 * L and entered == [2]
+    grads = torch.autograd.grad((out, h, c), [x, *m.parameters()], grad_out)
+    assert entered == [2] * (1 + 3 * L)  # each call's backward too
+    assert _sharing.concurrent_layers() == 1
+    assert_all_close((out, h, c, *grads), want)

@@ -6,14 +6,19 @@ events. lltm runs with the wavefront's time chunks forced
 own choice ("auto"), so the chunk count can be chosen from data.
 
     python3 dev/timing/wavefront_timing.py [--shapes 16x256,64x512] [--layers 1,3]
-        [--chunks auto,1,2,3,4,6] [--dtypes float32,bfloat16] [--T 100] [--json PATH]
+        [--chunks auto,1,2,3,4,6] [--dtypes float32,bfloat16] [--T 100] [--shared]
+        [--json PATH]
 
 Before timing, each lltm configuration's output and gradients are compared with
 the same module's float64 run on the same data (max |error| / max |value|
 over every tensor printed; "WRONG" above twice the error of the layers run one
 after the other, or the benchmark's tolerance: 1e-4 float32, 5e-2 bfloat16). I = H/2. Prints one row per shape,
 dtype and layer count: cuDNN's time, lltm's per chunk count, the best, and
-cuDNN / lltm for the automatic choice.
+cuDNN / lltm for the automatic choice. ``--shared`` adds each forced chunk
+count above 1 with every call planned for two layers at once on the device
+(columns C<n>s2: lltm._sharing.sharing_device(2), the plans of a bidirectional
+layer's two directions), so that two layers' persistent kernels are resident
+together.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _wavefront  # noqa: E402
+from lltm import _sharing, _wavefront  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -119,12 +124,18 @@ def main(argv=None):
     p.add_argument("--T", type=int, default=100)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--replays", type=int, default=5)
+    p.add_argument("--shared", action="store_true",
+                   help="also each chunk count > 1 with plans for two layers at once")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = False
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, T={args.T}, I=H/2")
     layers = [int(v) for v in args.layers.split(",")]
     chunk_choices = [c if c == "auto" else int(c) for c in args.chunks.split(",")]
+    # (column, forced chunks or None, layers planned at once)
+    columns = [(f"C{c}", None if c == "auto" else c, 1) for c in chunk_choices]
+    if args.shared:
+        columns += [(f"C{c}s2", c, 2) for c in chunk_choices if c != "auto" and c > 1]
     records = []
     header = None
     for dtype_name in args.dtypes.split(","):
@@ -143,10 +154,9 @@ def main(argv=None):
                 row["auto_chunks"] = _wavefront.automatic_chunks(
                     args.T, B, H // 2, H, L, dtype, torch.device("cuda"))
                 errors = {}
-                for c in (chunk_choices if L > 1 else ["auto"]):
-                    key = f"C{c}"
+                for key, c, sharing in (columns if L > 1 else [("Cauto", None, 1)]):
                     try:
-                        with lltm.overrides.wavefront(None if c == "auto" else c):
+                        with lltm.overrides.wavefront(c), _sharing.sharing_device(sharing):
                             errors[key] = max_error(outputs(), want)
                             row[key] = graph_time(step, args.reps, args.replays)
                     except Exception as exc:  # noqa: BLE001
@@ -161,11 +171,11 @@ def main(argv=None):
                 best = min(keys, key=lambda k: row[k]) if keys else None
                 if header is None:
                     header = (f"{'dtype':9} {'B':>5} {'H':>5} {'L':>2} {'cuDNN':>9} "
-                              + " ".join(f"{'C' + str(c):>9}" for c in chunk_choices)
+                              + " ".join(f"{key:>9}" for key, _, _ in columns)
                               + "  auto  best   cuDNN/auto  err")
                     print(header)
-                cells = " ".join(f"{row.get(f'C{c}') or float('nan'):9.1f}"
-                                 for c in chunk_choices)
+                cells = " ".join(f"{row.get(key) or float('nan'):9.1f}"
+                                 for key, _, _ in columns)
                 ratio = (row["cudnn"] / row["Cauto"]) if row.get("cudnn") and row.get(
                     "Cauto") else float("nan")
                 verdict = "WRONG" if row["max_error"] and row["max_error"] > limit else ""
