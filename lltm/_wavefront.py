@@ -121,7 +121,8 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     ``device`` by itself. CUDA only; (1, 1) elsewhere. Each chunk call is
     planned for the whole device (sharing 1) or for two layers at once on it
     (sharing 2: _sharing.sharing_device; plans of which two launches are
-    resident together, taken only where that is the per-step family). For
+    resident together, taken only where that is the per-step family, and
+    only under CUDA-graph capture). For
     each, :func:`best_chunks` for the plan the library would then run a layer
     with: its time per step from the library's cost model, CALL_US a call,
     as many layers at once as the plan's blocks fit on the SMs (for the
@@ -147,7 +148,11 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
     sms = torch.cuda.get_device_properties(index).multi_processor_count
     host_us = 0.0 if capturing else HOST_CALL_US
     plain, best, best_time = None, (1, 1), float("inf")
-    for sharing in (1, 2):
+    # Shared plans only in CUDA graphs: in eager mode the per-step family they
+    # bring pays each step's launches on the host (~50 us a layer and step on
+    # the H100's host: 3 layers at bfloat16 B64/H256, 3.3 -> 15.8 ms a step),
+    # which the persistent plan it replaces does not.
+    for sharing in ((1, 2) if capturing else (1,)):
         with _sharing.sharing_device(sharing):
             # the layers above the first read H features
             long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
@@ -158,9 +163,10 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
         if sharing == 2 and plan["family"] != "steps":
             # Persistent plans halved to share the device: the cost model
             # over-predicts the whole-device ones they are weighed against
-            # (13-21% on an H100) and these lost up to a fifth there
-            # (docs/performance.md, "Stacked layers"); the per-step family's
-            # overlap is predicted within a few percent.
+            # (13% - 68% on an H100) and these gained little or lost up to a
+            # fifth there; the per-step family's overlap it predicts within
+            # a few percent (docs/performance.md, "Stacked layers overlapped
+            # in time chunks").
             continue
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         concurrent = layers_at_once(plan, L, B, H, dtype, sms)

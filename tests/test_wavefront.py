@@ -324,8 +324,9 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     """Where a layer's plan fills the device (one layer at once) and, planned
     for two layers at once (_sharing.sharing_device(2)), it becomes the
     per-step family, the chunks are planned so if that is predicted to gain
-    at least a tenth over the layers one after the other; not where those
-    plans are too slow, nor where the shared plan is a persistent one."""
+    at least a tenth over the layers one after the other, under CUDA-graph
+    capture; not in eager mode, not where those plans are too slow, nor where
+    the shared plan is a persistent one."""
     whole = {"family": "grid", "forward": {"blocks": 128, "groups": 1},
              "backward": {"blocks": 128, "groups": 1}}
     shared = {"plan": {"family": "steps"}}
@@ -346,6 +347,8 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US, 11.0, at_once) \
         <= _wavefront.GAIN * plain
     assert _sharing.concurrent_layers() == 1  # restored
+    # eager: the per-step family's launches cost host time a step
+    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, False)[1] == 1
     # float32's per-step products fill the device: one layer at once, no gain
     assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
     step_us[2] = 25.0  # the shared plan at 2.5x the step: no gain
