@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from . import _sharing, overrides
 
-# The automatic choice (automatic_chunks; docs/design.md, "Stacked layers"):
+# The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
 # call costs CALL_US of GPU time besides its steps (its launches, the input
 # projection's and the persistent kernels' start, the backward's products'
@@ -103,15 +103,6 @@ def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: floa
              for C in range(1, top + 1)}
     best = min(times, key=times.get)
     return best if times[best] <= gain * times[1] else 1
-
-
-def automatic_chunks(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
-                     dtype: torch.dtype, device: torch.device,
-                     capturing: bool = True) -> int:
-    """The number of chunks the wavefront uses by itself for L layers of
-    these sizes on ``device`` (1: the layers one after the other): the
-    chunks of :func:`automatic_schedule`."""
-    return automatic_schedule(T, B, I, H, L, dtype, device, capturing)[0]
 
 
 def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
@@ -211,11 +202,6 @@ def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
         return 1, 1
     return automatic_schedule(T, B, I, H, L, x.dtype, x.device,
                               torch.cuda.is_current_stream_capturing())
-
-
-def chunks_for(x: torch.Tensor, H: int, L: int) -> int:
-    """The number of time chunks of :func:`schedule_for`."""
-    return schedule_for(x, H, L)[0]
 
 
 def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):

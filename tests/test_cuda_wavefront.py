@@ -157,9 +157,10 @@ def test_automatic_choice_bounds():
     dev = torch.device("cuda")
     for T, B, H, L in [(100, 16, 256, 3), (100, 1, 64, 2), (100, 1024, 2048, 3),
                        (12, 16, 256, 3), (1000, 64, 512, 4)]:
-        c = _wavefront.automatic_chunks(T, B, H // 2, H, L, torch.float32, dev)
+        c, sharing = _wavefront.automatic_schedule(T, B, H // 2, H, L, torch.float32, dev)
         assert 1 <= c and (c == 1 or T // c >= _wavefront.MIN_CHUNK_STEPS), (T, B, H, L, c)
-    assert _wavefront.automatic_chunks(100, 16, 128, 256, 1, torch.float32, dev) == 1
+        assert sharing in (1, 2) and (c > 1 or sharing == 1), (T, B, H, L, c, sharing)
+    assert _wavefront.automatic_schedule(100, 16, 128, 256, 1, torch.float32, dev) == (1, 1)
     for T, B, H in [(100, 16, 256), (50, 3, 33), (100, 64, 2048)]:
         plan, cost = lltm.overrides.sequence_cost_in_force(torch.float32, T, B, H, H)
         assert plan == lltm.overrides.sequence_plan_in_force(torch.float32, T, B, H, H)

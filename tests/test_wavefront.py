@@ -264,14 +264,14 @@ def test_variable_lengths_gradcheck():
 def test_chunk_count_choice(monkeypatch):
     x = torch.randn(50, 2, 3)
     assert overrides.current_wavefront_chunks() is None
-    assert _wavefront.chunks_for(x, 4, 3) == 1  # the CPU gains nothing: one call a layer
-    assert _wavefront.automatic_chunks(100, 16, 128, 256, 3, torch.float32,
-                                       torch.device("cpu")) == 1
-    with overrides.wavefront(4):
-        assert _wavefront.chunks_for(x, 4, 3) == 4
-        assert _wavefront.chunks_for(x, 4, 1) == 1  # one layer: nothing to overlap
-        assert _wavefront.chunks_for(x[:3], 4, 3) == 3  # at most T
-        assert _wavefront.chunks_for(x[:1], 4, 3) == 1
+    assert _wavefront.schedule_for(x, 4, 3) == (1, 1)  # the CPU gains nothing: one call a layer
+    assert _wavefront.automatic_schedule(100, 16, 128, 256, 3, torch.float32,
+                                         torch.device("cpu")) == (1, 1)
+    with overrides.wavefront(4):  # forced: planned for the whole device
+        assert _wavefront.schedule_for(x, 4, 3) == (4, 1)
+        assert _wavefront.schedule_for(x, 4, 1) == (1, 1)  # one layer: nothing to overlap
+        assert _wavefront.schedule_for(x[:3], 4, 3) == (3, 1)  # at most T
+        assert _wavefront.schedule_for(x[:1], 4, 3) == (1, 1)
     assert _wavefront._split(10, 3) == [4, 3, 3]
     assert _wavefront._split(6, 6) == [1] * 6
 

@@ -151,7 +151,7 @@ def main(argv=None):
                     print(f"# cuDNN B={B} H={H} L={L}: {type(exc).__name__}: {exc}")
                 step, outputs, oracle = lltm_case(B, H, args.T, L, dtype)
                 want = oracle()
-                row["auto_chunks"] = _wavefront.automatic_chunks(
+                row["auto_chunks"], row["auto_sharing"] = _wavefront.automatic_schedule(
                     args.T, B, H // 2, H, L, dtype, torch.device("cuda"))
                 errors = {}
                 for key, c, sharing in (columns if L > 1 else [("Cauto", None, 1)]):
@@ -176,11 +176,13 @@ def main(argv=None):
                     print(header)
                 cells = " ".join(f"{row.get(key) or float('nan'):9.1f}"
                                  for key, _, _ in columns)
+                # the automatic choice as its column would be named
+                auto = f"{row['auto_chunks']}" + ("s2" if row["auto_sharing"] == 2 else "")
                 ratio = (row["cudnn"] / row["Cauto"]) if row.get("cudnn") and row.get(
                     "Cauto") else float("nan")
                 verdict = "WRONG" if row["max_error"] and row["max_error"] > limit else ""
                 print(f"{dtype_name:9} {B:5} {H:5} {L:2} {row['cudnn'] or float('nan'):9.1f} "
-                      f"{cells}  {row['auto_chunks']:4}  {best or '-':6} {ratio:6.2f}x  "
+                      f"{cells}  {auto:>4}  {best or '-':6} {ratio:6.2f}x  "
                       f"{row['max_error'] or 0:.1e} {verdict}", flush=True)
                 records.append(row)
                 torch.cuda.empty_cache()
