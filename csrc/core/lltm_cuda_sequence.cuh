@@ -67,13 +67,15 @@ struct backward_args {
     const int64_t *lengths;
 };
 
-/* Bytes of the float32 recurrent state of the half types (forward: h [2,B,H]
- * + c [B,H]; backward: dG [2,B,3H] + dc [B,H]); 0 for float32/float64.
- * The batch groups' bias sums follow them in the workspace. */
+/* Bytes of the float32 recurrent state of a half type (forward: h [2,B,H]
+ * + c [B,H]; backward: dG [2,B,3H] + dc [B,H]). The batch groups' bias sums
+ * follow it in the workspace. */
+inline size_t half_state_bytes(int64_t B, int64_t H) { return (size_t)(7 * B * H) * sizeof(float); }
+
+/* half_state_bytes of `dtype`: 0 for float32/float64, which keep no such state */
 inline size_t half_state_bytes(lltm_dtype dtype, int64_t B, int64_t H)
 {
-    return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16 ? (size_t)(7 * B * H) * sizeof(float)
-                                                           : 0;
+    return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16 ? half_state_bytes(B, H) : 0;
 }
 
 /* bytes of the accumulation type (float for the half types) */

@@ -357,7 +357,7 @@ int bias_groups_work(const lltm_seq::backward_args &a, int64_t groups,
         return LLTM_OK;
     if (!a.workspace)
         return LLTM_ERR_ARGUMENT;
-    const size_t state = std::is_same<T, A>::value ? 0 : (size_t)(7 * a.B * a.H) * sizeof(float);
+    const size_t state = std::is_same<T, A>::value ? 0 : lltm_seq::half_state_bytes(a.B, a.H);
     *work = (A *)((char *)a.workspace + state);
     return LLTM_OK;
 }
