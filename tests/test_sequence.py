@@ -107,8 +107,39 @@ def test_gradients_through_output_h_n_c_n_separately(through):
     compare(seq_inputs(6, 3, 4, 5), torch.float64, through=through)
 
 
+def reference_sequence_input_first(x, W, b, h0, c0):
+    """reference_sequence with X = [x, h] (W's columns to match): the same
+    function, its products summed in another order."""
+    H = h0.shape[1]
+    W = torch.cat([W[:, H:], W[:, :H]], 1)
+    h, c, outs = h0, c0, []
+    for t in range(x.shape[0]):
+        g = torch.nn.functional.linear(torch.cat([x[t], h], 1), W, b).chunk(3, 1)
+        c = c + torch.nn.functional.elu(g[2]) * torch.sigmoid(g[0])
+        h = torch.tanh(c) * torch.sigmoid(g[1])
+        outs.append(h)
+    return torch.stack(outs), h, c
+
+
 def test_long_sequence_T1000_float64():
-    compare(seq_inputs(1000, 2, 3, 5), torch.float64)
+    """1000 steps in float64. For some random weights the recurrence
+    amplifies float64's rounding past its fixed tolerance (1 draw in ~300 on
+    the 2-core machine: 1e-11 after 1000 steps); the reference loop itself
+    then moves as much when its products sum in another order. The bar is
+    float64's tolerance, or 4x that movement of the reference (its outputs
+    and every gradient, of max(1, max|value|)) where larger, as the float32
+    test below bounds by the reference's own error."""
+    args = seq_inputs(1000, 2, 3, 5)
+    runs = []
+    for fn in (reference_sequence, reference_sequence_input_first):
+        inputs = [a.detach().clone().requires_grad_() for a in args]
+        outs = fn(*inputs)
+        torch.autograd.backward(list(outs), [torch.ones_like(o) for o in outs])
+        runs.append([o.detach() for o in outs] + [a.grad for a in inputs])
+    moved = max((p - q).abs().max().item() / max(1.0, q.abs().max().item())
+                for p, q in zip(*runs))
+    tol = tolerances(torch.float64)
+    compare(args, torch.float64, tol=dict(rtol=tol["rtol"], atol=max(tol["atol"], 4 * moved)))
 
 
 def test_long_sequence_T1000_float32_as_accurate_as_the_reference():
