@@ -40,13 +40,16 @@ from . import _sharing, overrides
 
 # The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
-# call costs CALL_US of GPU time besides its steps (its launches, the input
-# projection's and the persistent kernels' start, the backward's products'
-# set-up) and, in eager mode, HOST_CALL_US of host time (forward and
-# backward); chunked only where predicted to take at most GAIN of the time.
+# call costs CALL_US[family] of GPU time besides its steps (its launches, the
+# input projection's and the persistent kernels' start, the backward's
+# products' set-up; measured by dev/timing/wavefront_timing.py on an H100:
+# ~110 us for the grid family's cooperative launches, 25 - 50 us for the
+# block and cluster families') and, in eager mode, HOST_CALL_US of host
+# time (forward and backward); chunked only where predicted to take at most
+# GAIN of the time.
 MIN_CHUNK_STEPS = 8
 MAX_CHUNKS = 16
-CALL_US = 110.0
+CALL_US = {"grid": 110.0, "steps": 110.0, "cluster": 40.0, "block": 40.0}
 HOST_CALL_US = 200.0
 GAIN = 0.9
 
@@ -116,9 +119,8 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     only under CUDA-graph capture). For
     each, :func:`best_chunks` for the plan the library would then run a layer
     with: its time per step from the library's cost model, CALL_US a call,
-    as many layers at once as the plan's blocks fit on the SMs (for the
-    per-step family, whose products spread over the GPU, see
-    :func:`layers_at_once`), and in eager mode (``capturing`` False)
+    as many layers at once as the library finds the plan's kernels resident
+    together (:func:`layers_at_once`), and in eager mode (``capturing`` False)
     HOST_CALL_US of host time a call; the least predicted time, if it saves at
     least 1 - GAIN of the layers one after the other (planned for the whole
     device), else (1, 1)."""
@@ -136,7 +138,6 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
 
 
 def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
-    sms = torch.cuda.get_device_properties(index).multi_processor_count
     host_us = 0.0 if capturing else HOST_CALL_US
     plain, best, best_time = None, (1, 1), float("inf")
     # Shared plans only in CUDA graphs: in eager mode the per-step family they
@@ -148,6 +149,7 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             # the layers above the first read H features
             long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
             short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
+            resident = overrides.sequence_layers_in_force(dtype, T, B, H, H, L, device=index)
         if long is None or short is None:
             continue
         plan, cost = long
@@ -160,31 +162,36 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             # in time chunks").
             continue
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
-        concurrent = layers_at_once(plan, L, B, H, dtype, sms)
+        concurrent = layers_at_once(plan, L, B, H, dtype, resident)
+        call_us = CALL_US[plan["family"]]
         if sharing == 1:
-            plain = predicted_time(1, L, T, CALL_US, step_us, concurrent, host_us)
-        chunks = best_chunks(L, T, CALL_US, step_us, concurrent, host_us, gain=1.0)
+            plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us)
+        chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0)
         if chunks == 1:
             continue  # a layer alone on the device: planned for the whole of it
-        time = predicted_time(chunks, L, T, CALL_US, step_us, concurrent, host_us)
+        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us)
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best
 
 
-def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype, sms: int) -> float:
+def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
+                   resident: int | None) -> float:
     """How many layers' kernels run at once at full speed: for the persistent
-    plans, as many as their blocks fit on the SMs; for the per-step family,
-    whose products spread over the GPU, one in float32 and float64 (their
-    products on FFMA fill it: at B256/H1024 chunks saved 9%) and, in the half
-    types, from 3 at B*H = 32768 down to 1.6 at 262144 (measured), as
-    3 (32768 / (B H))^0.3."""
+    plans, ``resident``, as many as the library finds resident together
+    (lltm.overrides.sequence_layers_in_force; by their blocks, or their
+    clusters, which need free SMs within one GPU processing cluster: an H100
+    holds 7 of 16 blocks, so two layers of 4 such clusters do not fit at
+    once, though their 128 blocks are fewer than its 132 SMs), at least 1 and
+    at most L; for the per-step family, whose products spread over the GPU,
+    one in float32 and float64 (their products on FFMA fill it: at
+    B256/H1024 chunks saved 9%) and, in the half types, from 3 at B*H =
+    32768 down to 1.6 at 262144 (measured), as 3 (32768 / (B H))^0.3."""
     if plan["family"] == "steps":
         if dtype not in (torch.float16, torch.bfloat16):
             return 1
         return max(1.0, min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3))
-    blocks = max(plan[d]["blocks"] * max(plan[d]["groups"], 1) for d in ("forward", "backward"))
-    return max(1, min(L, sms // max(blocks, 1)))
+    return max(1, min(L, resident or 1))
 
 
 def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:

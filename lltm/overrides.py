@@ -186,6 +186,31 @@ def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     return _plan_dict(plan), cost.value
 
 
+def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+                             most: int, device: int | None = None) -> int | None:
+    """How many layers of these sizes, each run by the plan in force
+    (:func:`sequence_plan_in_force`), fit on the device at once with all
+    their kernels' blocks resident, at most ``most``: for the persistent
+    plans by the occupancy of their blocks, or of their clusters (which need
+    free SMs within one GPU processing cluster); ``most`` for the per-step
+    family. 0 where not one fits; None where no plan fits, or without the
+    CUDA library."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    _native.sync_float32_tf32()
+    fn = lib.lltm_cuda_sequence_layers_in_force
+    fn.restype = ctypes.c_int
+    fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
+                   + [ctypes.c_int, ctypes.c_void_p])
+    layers = ctypes.c_int()
+    index = torch.cuda.current_device() if device is None else device
+    if fn(index, _dtype_code(dtype), T, B, I, H, most, ctypes.byref(layers)) != 0:
+        return None
+    return layers.value
+
+
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
                         device: int | None = None) -> str | None:
     """The matrix-product route ("fused" or "cublas") the CUDA cell operators

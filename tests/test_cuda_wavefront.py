@@ -168,6 +168,25 @@ def test_automatic_choice_bounds():
         assert 0 < cost < longer  # microseconds, more for more steps
 
 
+def test_layers_in_force():
+    """How many layers of a plan the GPU holds at once: between 1 and the
+    most asked for wherever a plan runs; the most for the per-step family; a
+    plan that fills the SMs (a grid of 128 blocks) once, unless the GPU has
+    twice the SMs."""
+    layers = lltm.overrides.sequence_layers_in_force
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for B, H in [(1, 64), (16, 128), (64, 128), (16, 256), (64, 512), (256, 64), (1024, 64)]:
+        for dtype in (torch.float32, torch.bfloat16):
+            n = layers(dtype, 100, B, H, H, 3)
+            assert 1 <= n <= 3, (B, H, dtype, n)
+    with lltm.overrides.sequence_plan(family="steps"):
+        assert layers(torch.float32, 100, 16, 256, 256, 5) == 5
+    with lltm.overrides.sequence_plan(family="grid", grid_shape="32x32", grid_groups=1):
+        plan = lltm.overrides.sequence_plan_in_force(torch.float32, 100, 1, 1024, 1024)
+        assert plan["forward"]["blocks"] == 128
+        assert layers(torch.float32, 100, 1, 1024, 1024, 3) == (1 if sms < 256 else 2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_variable_lengths_in_chunks(dtype):
     """Rows ending inside chunks and before later chunks start, padded and

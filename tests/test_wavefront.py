@@ -297,21 +297,29 @@ def test_predicted_time_and_best_chunks():
 
 def test_choice_from_the_cost_model(monkeypatch):
     """_choose's glue on a fake device: the time per step from the cost model
-    at T and T/2, the layers at once from the plan's blocks (B16/H256 float32
-    on an H100: a grid of 32 blocks, 971 us of steps: C4 captured, C3 eager
-    with the host's time per call; the per-step family in float32: 1). The
-    same plan whether planned for the whole device or shared: no sharing."""
+    at T and T/2, the layers at once from the library's count of the plan's
+    launches resident together (B16/H256 float32 on an H100: a grid of 32
+    blocks, 4 of which fit, 971 us of steps: C4 captured, C3 eager with the
+    host's time per call; a plan of which one fits at a time, such as 4
+    clusters of 16 blocks: 1; the per-step family in float32: 1). The same
+    plan whether planned for the whole device or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
     family = {"plan": grid}
+    resident = {"layers": 4}
 
     def cost(dtype, T, B, I, H, device=None):  # noqa: E741
         return family["plan"], 69 + 9.71 * T
+
+    def layers(dtype, T, B, I, H, most, device=None):  # noqa: E741
+        return min(most, resident["layers"])
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: type("Props", (), {"multi_processor_count": 132})())
+    monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
+    resident["layers"] = 1
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
+    resident["layers"] = 4
     family["plan"] = {"family": "steps"}
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
     chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
@@ -335,16 +343,18 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     def cost(dtype, T, B, I, H, device=None):  # noqa: E741
         layers = _sharing.concurrent_layers()
         return (whole if layers == 1 else shared["plan"]), 69 + step_us[layers] * T
+
+    def layers(dtype, T, B, I, H, most, device=None):  # noqa: E741
+        return min(most, 1 if _sharing.concurrent_layers() == 1 else 2)
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: type("Props", (), {"multi_processor_count": 132})())
+    monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
     B, H = 64, 256
     chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 2
     # what it predicts: at most 90% of the three layers in turn
-    at_once = _wavefront.layers_at_once(shared["plan"], 3, B, H, torch.bfloat16, 132)
-    plain = _wavefront.predicted_time(1, 3, 100, _wavefront.CALL_US, 10.0, 1)
-    assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US, 11.0, at_once) \
+    at_once = _wavefront.layers_at_once(shared["plan"], 3, B, H, torch.bfloat16, 3)
+    plain = _wavefront.predicted_time(1, 3, 100, _wavefront.CALL_US["grid"], 10.0, 1)
+    assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US["steps"], 11.0, at_once) \
         <= _wavefront.GAIN * plain
     assert _sharing.concurrent_layers() == 1  # restored
     # eager: the per-step family's launches cost host time a step

@@ -125,6 +125,26 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, in
     return LLTM_OK;
 }
 
+/* How many layers of these sizes, each run by the plan in force, fit on
+ * the device at once (lltm_sequence_plan_layers_cuda, at most `most`): the
+ * layers lltm.LLTM's time chunks can overlap (lltm/_wavefront.py). Returns
+ * an lltm_status, as above. */
+__attribute__((visibility("default"))) int
+lltm_cuda_sequence_layers_in_force(int device, int dtype, int64_t T, int64_t B, int64_t I,
+                                   int64_t H, int most, int *layers)
+{
+    lltm_sequence_plan plan;
+    lltm_cuda_device dev;
+    if (!layers)
+        return LLTM_ERR_ARGUMENT;
+    int status = lltm_cuda_sequence_plan_in_force(device, dtype, T, B, I, H, &plan);
+    if (status == LLTM_OK)
+        status = lltm_cuda_device_query(device, &dev);
+    if (status != LLTM_OK)
+        return status;
+    return lltm_sequence_plan_layers_cuda(&dev, &plan, most, layers);
+}
+
 /* Either operator (the signatures: sequence_cpu.c). */
 static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
                           uint64_t num_outputs)

@@ -491,6 +491,22 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                             lltm_sequence_plan *plan);
 
 /*
+ * How many layers run by `plan` (as lltm_sequence_plan_cuda made it) fit on
+ * the device at once, all of each one's blocks resident, so that they run
+ * side by side instead of one waiting for another's kernels to finish
+ * (stacked layers overlapped in time, on several streams): at most `most`
+ * (>= 1), in *layers. The persistent families by the occupancy of their
+ * kernels: blocks (grid and block families), or clusters (which need free
+ * SMs within one GPU processing cluster, not only free SMs). A layer only
+ * part of which fits does not count: its last batch groups would start
+ * when another layer's end, and its call would take twice as long. `most`
+ * for the per-step family, whose launches hold no SMs between steps; 0
+ * where not one layer fits (a plan made for another device).
+ */
+int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                   int most, int *layers);
+
+/*
  * CUDA route costs (lltm_cuda_cost.c): the GPU time, in microseconds, of
  * one forward + backward predicted by the library's cost model from the
  * device's properties (its SM count, compute capability) and the sizes;

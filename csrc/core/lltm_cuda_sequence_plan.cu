@@ -227,25 +227,26 @@ bool block_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int c, int64_t B,
 
 /* ------------------------------------------------------------- cluster -- */
 
-/* Whether `clusters` clusters of `blocks` blocks of `kernel`, smem bytes
- * each, can run at once on the device (sets the kernel's attributes). */
-bool cluster_fits(const void *kernel, int64_t blocks, size_t smem, const lltm_cuda_device &dev,
-                  int64_t clusters = 1, int threads = NT)
+/* How many clusters of `blocks` blocks of `kernel`, smem bytes each, can
+ * run at once on the device (0: none, or the kernel is not in the library;
+ * sets the kernel's attributes). */
+int64_t cluster_resident(const void *kernel, int64_t blocks, size_t smem,
+                         const lltm_cuda_device &dev, int threads = NT)
 {
     if (!kernel || dev.major < 9 || !dev.cluster_launch || smem > (size_t)dev.smem_optin)
-        return false;
+        return 0;
     if (cluster_attributes(kernel, blocks, smem) != cudaSuccess) {
         cudaGetLastError();
-        return false;
+        return 0;
     }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr, 1, threads);
     int resident = 0;
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess) {
         cudaGetLastError();
-        return false;
+        return 0;
     }
-    return resident >= clusters;
+    return resident;
 }
 
 /* One launch of the cluster family: the layout, its blocks (H = 128, the
@@ -277,15 +278,23 @@ lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange
     return l;
 }
 
-/* whether `concurrent` launches l run at once (all their clusters resident) */
-bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
-                 const lltm_cuda_device &dev, int concurrent)
+/* how many clusters of launch l (a cluster a batch group) run at once */
+int64_t launch_resident(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
+                        const lltm_cuda_device &dev)
 {
     const int threads = !forward && l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER
                             ? cluster_backward_rs_threads(acc_bytes(dtype), l.chunk)
                             : NT;
-    return cluster_fits(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev,
-                        l.groups * concurrent, threads);
+    return cluster_resident(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev,
+                            threads);
+}
+
+/* whether `concurrent` launches l run at once (all their clusters resident) */
+bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
+                 const lltm_cuda_device &dev, int concurrent)
+{
+    const int64_t resident = launch_resident(dtype, forward, l, dev);
+    return resident > 0 && resident >= l.groups * concurrent;
 }
 
 /* The two cluster shapes (lanes x values of the backward's unit layout):
@@ -595,6 +604,47 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     plan->workspace_bytes = half_state_bytes(dtype, B, H);
     if (plan->backward.groups > 1)
         plan->workspace_bytes += (size_t)(plan->backward.groups * 3 * H) * acc_bytes(dtype);
+    return LLTM_OK;
+}
+
+int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                   int most, int *layers)
+{
+    if (!dev || !plan || !layers || most < 1 || !known_dtype(plan->dtype))
+        return LLTM_ERR_ARGUMENT;
+    const lltm_dtype dtype = plan->dtype;
+    const lltm_sequence_launch &f = plan->forward, &b = plan->backward;
+    int64_t n = most;
+    if (plan->family == LLTM_SEQ_GRID) {
+        int layout = -1, chunk = -1;
+        for (int k = 0; k < NUM_GRID_LAYOUTS; ++k)
+            if (GRID_LAYOUTS[k].lanes == f.lanes && GRID_LAYOUTS[k].values == f.values)
+                layout = k;
+        for (int c = 0; c < NUM_GRID_CHUNKS; ++c)
+            if (GRID_CHUNKS[c] == f.chunk)
+                chunk = c;
+        const int64_t grid = f.blocks * f.groups;
+        if (layout < 0 || chunk < 0 || grid < 1)
+            return LLTM_ERR_ARGUMENT;
+        n = grid_resident_blocks(*dev, dtype, layout, chunk) / grid;
+    } else if (plan->family == LLTM_SEQ_BLOCK) {
+        int c = -1;
+        for (int k = 0; k < NUM_BLOCK_CHUNKS; ++k)
+            if (BLOCK_CHUNKS[k] == f.chunk)
+                c = k;
+        if (c < 0 || f.groups < 1)
+            return LLTM_ERR_ARGUMENT;
+        n = block_resident_blocks(*dev, dtype, c) / f.groups;
+    } else if (plan->family == LLTM_SEQ_CLUSTER) {
+        if (f.groups < 1 || b.groups < 1)
+            return LLTM_ERR_ARGUMENT;
+        const int64_t nf = launch_resident(dtype, true, f, *dev) / f.groups;
+        const int64_t nb = launch_resident(dtype, false, b, *dev) / b.groups;
+        n = nf < nb ? nf : nb;
+    } else if (plan->family != LLTM_SEQ_STEPS) {
+        return LLTM_ERR_ARGUMENT;
+    }
+    *layers = (int)(n < most ? n : most);
     return LLTM_OK;
 }
 
