@@ -45,12 +45,16 @@ from . import _sharing, overrides
 # products' set-up; measured by dev/timing/wavefront_timing.py on an H100:
 # ~110 us for the grid family's cooperative launches, 25 - 50 us for the
 # block and cluster families') and, in eager mode, HOST_CALL_US of host
-# time (forward and backward); chunked only where predicted to take at most
-# GAIN of the time.
+# time (forward and backward), plus HOST_STEP_US a step for the per-step
+# family, whose launches the host pays each step (forward and backward:
+# 37 - 45 us a layer and step on the H100 machine's host, from eager steps
+# of 3 bfloat16 layers at H 1024 - 2048 in one call a layer); chunked only
+# where predicted to take at most GAIN of the time.
 MIN_CHUNK_STEPS = 8
 MAX_CHUNKS = 16
 CALL_US = {"grid": 110.0, "steps": 110.0, "cluster": 40.0, "block": 40.0}
 HOST_CALL_US = 200.0
+HOST_STEP_US = 40.0
 GAIN = 0.9
 
 _STREAMS: dict = {}
@@ -83,26 +87,27 @@ def _split(T: int, chunks: int) -> list[int]:
 
 
 def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concurrent: float,
-                   host_us: float = 0.0) -> float:
+                   host_us: float = 0.0, host_step_us: float = 0.0) -> float:
     """Microseconds of one forward + backward of L layers over T steps in C
     chunks: a call costs call_us plus step_us a step (on the GPU) and host_us
-    of host time; at most ``concurrent`` layers' kernels fit on the GPU at
-    once. The wavefront takes C + L - 1 chunk times; with fewer than L
-    kernels at once, L C chunk calls shared out over ``concurrent``; the host
-    issues L C calls."""
+    plus host_step_us a step of host time; at most ``concurrent`` layers'
+    kernels fit on the GPU at once. The wavefront takes C + L - 1 chunk
+    times; with fewer than L kernels at once, L C chunk calls shared out over
+    ``concurrent``; the host issues L C calls."""
     chunk = call_us + step_us * T / C
+    host = host_us + host_step_us * T / C
     if C == 1:
-        return L * max(chunk, host_us)
-    return max((C + L - 1) * chunk, L * C * chunk / concurrent, L * C * host_us)
+        return L * max(chunk, host)
+    return max((C + L - 1) * chunk, L * C * chunk / concurrent, L * C * host)
 
 
 def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: float,
-                host_us: float = 0.0, gain: float = GAIN) -> int:
+                host_us: float = 0.0, gain: float = GAIN, host_step_us: float = 0.0) -> int:
     """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
     least :func:`predicted_time`; 1 unless that takes at most ``gain`` of the
     layers one after the other."""
     top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
-    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us)
+    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us, host_step_us)
              for C in range(1, top + 1)}
     best = min(times, key=times.get)
     return best if times[best] <= gain * times[1] else 1
@@ -118,10 +123,11 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     resident together, taken only where that is the per-step family, and
     only under CUDA-graph capture). For
     each, :func:`best_chunks` for the plan the library would then run a layer
-    with: its time per step from the library's cost model, CALL_US a call,
-    as many layers at once as the library finds the plan's kernels resident
-    together (:func:`layers_at_once`), and in eager mode (``capturing`` False)
-    HOST_CALL_US of host time a call; the least predicted time, if it saves at
+    with: its time per step from the library's cost model, CALL_US of its
+    family a call, as many layers at once as :func:`layers_at_once` finds,
+    and in eager mode (``capturing`` False) HOST_CALL_US of host time a call
+    (plus HOST_STEP_US a step for the per-step family); the least predicted
+    time, if it saves at
     least 1 - GAIN of the layers one after the other (planned for the whole
     device), else (1, 1)."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
@@ -139,6 +145,7 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
 
 def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
     host_us = 0.0 if capturing else HOST_CALL_US
+    l2_bytes = torch.cuda.get_device_properties(index).L2_cache_size
     plain, best, best_time = None, (1, 1), float("inf")
     # Shared plans only in CUDA graphs: in eager mode the per-step family they
     # bring pays each step's launches on the host (~50 us a layer and step on
@@ -162,35 +169,45 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             # in time chunks").
             continue
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
-        concurrent = layers_at_once(plan, L, B, H, dtype, resident)
+        concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes)
         call_us = CALL_US[plan["family"]]
+        host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
         if sharing == 1:
-            plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us)
-        chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0)
+            plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us, host_step_us)
+        chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0,
+                             host_step_us=host_step_us)
         if chunks == 1:
             continue  # a layer alone on the device: planned for the whole of it
-        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us)
+        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us, host_step_us)
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best
 
 
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
-                   resident: int | None) -> float:
+                   resident: int | None, l2_bytes: int = 0) -> float:
     """How many layers' kernels run at once at full speed: for the persistent
     plans, ``resident``, as many as the library finds resident together
     (lltm.overrides.sequence_layers_in_force; by their blocks, or their
     clusters, which need free SMs within one GPU processing cluster: an H100
     holds 7 of 16 blocks, so two layers of 4 such clusters do not fit at
     once, though their 128 blocks are fewer than its 132 SMs), at least 1 and
-    at most L; for the per-step family, whose products spread over the GPU,
+    at most L. For the per-step family, whose products spread over the GPU:
     one in float32 and float64 (their products on FFMA fill it: at
-    B256/H1024 chunks saved 9%) and, in the half types, from 3 at B*H =
-    32768 down to 1.6 at 262144 (measured), as 3 (32768 / (B H))^0.3."""
+    B256/H1024 chunks saved 9%); in the half types from 3 at B*H = 32768
+    down to 1.6 at 262144 (measured), as 3 (32768 / (B H))^0.3, and at most
+    as many layers as their weights (3H x 2H each) fit in ``l2_bytes`` of L2
+    cache: each step reads a layer's recurrent weights, and layers that
+    evict each other's read them from memory (3 bfloat16 layers at H=2048,
+    25 MB of W_h each, an H100's 50 MB L2: B1 7,081 us in one call a layer
+    against 7,593 in 7 chunks, B16 7,495 against 8,730)."""
     if plan["family"] == "steps":
         if dtype not in (torch.float16, torch.bfloat16):
             return 1
-        return max(1.0, min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3))
+        at_once = min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3)
+        if l2_bytes:
+            at_once = min(at_once, l2_bytes / (6 * H * H * dtype.itemsize))
+        return max(1.0, at_once)
     return max(1, min(L, resident or 1))
 
 

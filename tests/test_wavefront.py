@@ -295,6 +295,41 @@ def test_predicted_time_and_best_chunks():
     assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
 
 
+def h100_properties(index):
+    return type("Props", (), {"multi_processor_count": 132, "L2_cache_size": 50 * 2**20})()
+
+
+def test_layers_at_once_of_the_per_step_family():
+    """The per-step family: one layer at a time in float32; in the half types
+    fewer the larger B x H, and no more than the L2 cache holds the weights
+    of (3H x 2H each)."""
+    steps, l2 = {"family": "steps"}, 50 * 2**20
+    at_once = _wavefront.layers_at_once
+    assert at_once(steps, 3, 16, 1024, torch.float32, None, l2) == 1
+    assert at_once(steps, 3, 16, 256, torch.bfloat16, None, l2) == 3
+    assert 1.5 < at_once(steps, 3, 128, 2048, torch.bfloat16, None, 0) < 2  # 262144: 1.6
+    assert at_once(steps, 3, 16, 1024, torch.bfloat16, None, l2) == 3  # 12.6 MB a layer
+    assert at_once(steps, 3, 1, 2048, torch.bfloat16, None, l2) < 1.1  # 50 MB a layer
+    assert at_once(steps, 3, 1, 1536, torch.bfloat16, None, l2) == pytest.approx(l2 / (6 * 1536**2 * 2))
+    grid = {"family": "grid"}
+    assert at_once(grid, 3, 16, 256, torch.float32, 2, l2) == 2  # the library's count
+    assert at_once(grid, 3, 16, 256, torch.float32, 5, l2) == 3  # at most L
+    assert at_once(grid, 3, 16, 256, torch.float32, 0, l2) == 1  # at least 1
+
+
+def test_eager_host_time_of_the_per_step_family():
+    """In eager mode the per-step family's host time a step counts, chunked or
+    not: where the host is the bound, more chunks only add calls."""
+    T, L = 100, 3
+    # the GPU's time below the host's: one call a layer
+    assert _wavefront.best_chunks(L, T, 110, 20, 3, host_us=200, host_step_us=40) == 1
+    # without the host's time a step, chunks look like a gain
+    assert _wavefront.best_chunks(L, T, 110, 20, 3, host_us=200) > 1
+    # the host's share: L (C calls + T steps)
+    assert _wavefront.predicted_time(4, L, T, 0, 0, 3, 200, 40) == L * (4 * 200 + T * 40)
+    assert _wavefront.predicted_time(1, L, T, 0, 0, 3, 200, 40) == L * (200 + T * 40)
+
+
 def test_choice_from_the_cost_model(monkeypatch):
     """_choose's glue on a fake device: the time per step from the cost model
     at T and T/2, the layers at once from the library's count of the plan's
@@ -315,6 +350,7 @@ def test_choice_from_the_cost_model(monkeypatch):
         return min(most, resident["layers"])
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
     monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
     resident["layers"] = 1
@@ -348,6 +384,7 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
         return min(most, 1 if _sharing.concurrent_layers() == 1 else 2)
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
     monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
     B, H = 64, 256
     chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 2
