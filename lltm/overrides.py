@@ -141,6 +141,25 @@ def _plan_dict(plan: _Plan) -> dict:
     return out
 
 
+def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args) -> int | None:
+    """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype, *args)``
+    (torch's TF32 setting copied in first; ``device``: an ordinal, default
+    the current device): its return value, or None without the library."""
+    lib = _cuda_library()
+    if lib is None:
+        return None
+    import torch
+    _native.sync_float32_tf32()
+    fn = getattr(lib, f"lltm_cuda_{name}_in_force")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_int] + argtypes
+    index = torch.cuda.current_device() if device is None else device
+    return fn(index, _dtype_code(dtype), *args)
+
+
+_SIZES = [ctypes.c_int64] * 4  # T, B, I, H
+
+
 def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                            device: int | None = None) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
@@ -148,19 +167,10 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     per direction the launch (lanes, values, rows, chunk, exchange, blocks,
     groups, smem); None where a forced family does not fit, or without the
     CUDA library. ``device``: an ordinal (default: the current device)."""
-    lib = _cuda_library()
-    if lib is None:
-        return None
-    import torch
-    _native.sync_float32_tf32()
-    fn = lib.lltm_cuda_sequence_plan_in_force
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
     plan = _Plan()
-    index = torch.cuda.current_device() if device is None else device
-    if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan)) != 0:
-        return None
-    return _plan_dict(plan)
+    status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
+                           T, B, I, H, ctypes.byref(plan))
+    return _plan_dict(plan) if status == 0 else None
 
 
 def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
@@ -170,20 +180,10 @@ def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     + backward that the library's cost model predicts for it (microseconds;
     docs/cuda-plans.md, "The cost model"). None where no plan fits, or
     without the CUDA library."""
-    lib = _cuda_library()
-    if lib is None:
-        return None
-    import torch
-    _native.sync_float32_tf32()
-    fn = lib.lltm_cuda_sequence_cost_in_force
-    fn.restype = ctypes.c_int
-    fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
-                   + [ctypes.c_void_p, ctypes.c_void_p])
     plan, cost = _Plan(), ctypes.c_double()
-    index = torch.cuda.current_device() if device is None else device
-    if fn(index, _dtype_code(dtype), T, B, I, H, ctypes.byref(plan), ctypes.byref(cost)) != 0:
-        return None
-    return _plan_dict(plan), cost.value
+    status = _ask_in_force("sequence_cost", _SIZES + [ctypes.c_void_p] * 2, dtype, device,
+                           T, B, I, H, ctypes.byref(plan), ctypes.byref(cost))
+    return (_plan_dict(plan), cost.value) if status == 0 else None
 
 
 def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
@@ -195,20 +195,10 @@ def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E74
     free SMs within one GPU processing cluster); ``most`` for the per-step
     family. 0 where not one fits; None where no plan fits, or without the
     CUDA library."""
-    lib = _cuda_library()
-    if lib is None:
-        return None
-    import torch
-    _native.sync_float32_tf32()
-    fn = lib.lltm_cuda_sequence_layers_in_force
-    fn.restype = ctypes.c_int
-    fn.argtypes = ([ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 4
-                   + [ctypes.c_int, ctypes.c_void_p])
     layers = ctypes.c_int()
-    index = torch.cuda.current_device() if device is None else device
-    if fn(index, _dtype_code(dtype), T, B, I, H, most, ctypes.byref(layers)) != 0:
-        return None
-    return layers.value
+    status = _ask_in_force("sequence_layers", _SIZES + [ctypes.c_int, ctypes.c_void_p], dtype,
+                           device, T, B, I, H, most, ctypes.byref(layers))
+    return layers.value if status == 0 else None
 
 
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
@@ -216,16 +206,7 @@ def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
     """The matrix-product route ("fused" or "cublas") the CUDA cell operators
     would take now for a step of these sizes; None without the CUDA library.
     ``device``: an ordinal (default: the current device)."""
-    lib = _cuda_library()
-    if lib is None:
-        return None
-    import torch
-    _native.sync_float32_tf32()
-    fn = lib.lltm_cuda_cell_route_in_force
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 3
-    index = torch.cuda.current_device() if device is None else device
-    route = fn(index, _dtype_code(dtype), B, I, H)
+    route = _ask_in_force("cell_route", [ctypes.c_int64] * 3, dtype, device, B, I, H)
     return {v: k for k, v in MATMUL_POLICIES.items()}.get(route)
 
 
