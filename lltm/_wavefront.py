@@ -161,12 +161,11 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             continue
         plan, cost = long
         if sharing == 2 and plan["family"] != "steps":
-            # Persistent plans halved to share the device: the cost model
-            # over-predicts the whole-device ones they are weighed against
-            # (13% - 68% on an H100) and these gained little or lost up to a
-            # fifth there; the per-step family's overlap it predicts within
-            # a few percent (docs/performance.md, "Stacked layers overlapped
-            # in time chunks").
+            # Persistent plans halved to share the device: the model
+            # predicted 12% - 32% gains for them on an H100, and they gained
+            # little or lost up to a fifth; the per-step family's overlap it
+            # predicts within a few percent (docs/performance.md, "Stacked
+            # layers overlapped in time chunks").
             continue
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes)
