@@ -498,8 +498,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
  * (>= 1), in *layers. The persistent families by the occupancy of their
  * kernels: blocks (grid and block families), or clusters (which need free
  * SMs within one GPU processing cluster, not only free SMs). A layer only
- * part of which fits does not count: its last batch groups would start
- * when another layer's end, and its call would take twice as long. `most`
+ * part of which fits does not count: its last batch groups would wait for
+ * another layer's to finish, and its call would take twice as long. `most`
  * for the per-step family, whose launches hold no SMs between steps; 0
  * where not one layer fits (a plan made for another device).
  */
