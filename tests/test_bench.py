@@ -492,6 +492,36 @@ def test_rows_time_every_graph_on_cuda(row):
         assert r["graph_step_us"] is not None and r["graph_step_us"] > 0, r
 
 
+@pytest.mark.parametrize("setting,want", [("off", (False, False)), ("on", (True, True))])
+def test_tf32_setting_holds_for_the_run_and_is_restored(setting, want, monkeypatch):
+    """--tf32 off / on set both of torch's TF32 flags (aten::mm's, cuDNN's) for
+    the run, then put back what was there."""
+    from lltm.bench import runner
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (matmul.allow_tf32, cudnn.allow_tf32)
+    seen = []
+
+    def run(args, parser, argv, extra_impls):
+        seen.append((matmul.allow_tf32, cudnn.allow_tf32))
+        raise RuntimeError("stop")
+    monkeypatch.setattr(runner, "_run", run)
+    with pytest.raises(RuntimeError, match="stop"):  # restored on the way out of a failure too
+        bench.main(["--device", "cpu", "--tf32", setting])
+    assert seen == [want]
+    assert (matmul.allow_tf32, cudnn.allow_tf32) == before
+    with runner.tf32_setting("default"):
+        assert (matmul.allow_tf32, cudnn.allow_tf32) == before
+    with pytest.raises(ValueError):
+        with runner.tf32_setting("tf32"):
+            pass
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--tf32", "sometimes"])
+    from lltm.bench.report import tf32_text
+    assert tf32_text({"tf32": None}) == ""
+    assert tf32_text({"tf32": {"matmul": False, "cudnn": True}}) == \
+        "; float32 on TF32: aten::mm off, cuDNN on"
+
+
 def test_rows_flag_is_parsed():
     from lltm.bench.runner import build_parser
     args = build_parser().parse_args(["--rows", "all"])

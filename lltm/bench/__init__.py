@@ -52,6 +52,10 @@ ERROR with the reason.
 The table is printed last; ``--json`` saves every number with a description of
 the machine, ``--plot`` a PNG (bars per implementation, log scale). ``--layers``
 stacks the sequences (lltm.LLTM and nn.LSTM with num_layers, loops of cells).
+``--tf32 off`` / ``--tf32 on`` set both of torch's TF32 flags for the run
+(aten::mm's, which lltm's float32 products follow, and cuDNN's, on by default),
+so that float32 compares like precision with like; the tables' first line and
+the machine record say which held.
 
 The performance map, ``--sweep`` (``lltm/bench/sweep.py``): lltm.LLTM against
 nn.LSTM (cuDNN on CUDA; its float32 on TF32, torch's default) over B in

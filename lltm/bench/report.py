@@ -140,10 +140,21 @@ def _fmt_status(rec: dict) -> str:
     return rec["status"]
 
 
+def tf32_text(machine: dict) -> str:
+    """The TF32 flags of a CUDA run, for a table's first line ('' without)."""
+    flags = machine.get("tf32")
+    if not flags:
+        return ""
+    state = {True: "on", False: "off"}
+    return (f"; float32 on TF32: aten::mm {state[bool(flags['matmul'])]}, "
+            f"cuDNN {state[bool(flags['cudnn'])]}")
+
+
 def format_table(records: list[dict], machine: dict) -> str:
     lines = [f"lltm benchmark, {machine['date']}: torch {machine['torch']}, "
              f"CPU {machine['cpu']} ({machine['torch_threads']} torch threads)"
-             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else ""),
+             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
+             + tf32_text(machine),
              "times in microseconds per call: median [p10-p90]; check = largest "
              "max|err|/max|ref| of outputs and gradients against float64;",
              "x faster/slower = the baseline's median / this median, for the pipelined step.",

@@ -3,6 +3,7 @@ time, each implementation, interleaved."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -266,9 +267,35 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a smoke run: few reps, T=10, no torch.compile on CPU")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (none is drawn where stderr is not a terminal)")
+    parser.add_argument("--tf32", choices=TF32_SETTINGS, default="default",
+                        help="float32 products on TF32 tensor cores for the run: default "
+                             "leaves torch's settings (cuDNN's RNNs on TF32, aten::mm not); "
+                             "off: neither (float32 at full precision everywhere, nn.LSTM "
+                             "too); on: both (lltm's float32 products through aten::mm too). "
+                             "The machine record has the setting")
     sweep.add_arguments(parser)
     rows.add_arguments(parser)
     return parser
+
+
+TF32_SETTINGS = ("default", "off", "on")
+
+
+@contextlib.contextmanager
+def tf32_setting(setting: str):
+    """torch's two TF32 flags (aten::mm's and cuDNN's) both off or both on
+    inside the block (``default``: as they are), restored after it."""
+    if setting not in TF32_SETTINGS:
+        raise ValueError(f"tf32 setting must be one of {TF32_SETTINGS}, got {setting!r}")
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (matmul.allow_tf32, cudnn.allow_tf32)
+    if setting != "default":
+        matmul.allow_tf32 = cudnn.allow_tf32 = setting == "on"
+    try:
+        yield
+    finally:
+        if (matmul.allow_tf32, cudnn.allow_tf32) != before:
+            matmul.allow_tf32, cudnn.allow_tf32 = before
 
 
 def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
@@ -276,9 +303,14 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     --json). ``extra_impls`` adds implementations (tests use it); with
     ``--sweep``, the map's result (see :func:`lltm.bench.sweep.run`), where
     ``extra_impls`` replace the implementations of the same key."""
-    from . import sweep
     parser = build_parser()
     args = parser.parse_args(argv)
+    with tf32_setting(args.tf32):
+        return _run(args, parser, argv, extra_impls)
+
+
+def _run(args, parser, argv, extra_impls):
+    from . import sweep
     if args.plot or args.sweep_out:
         try:
             import matplotlib  # noqa: F401

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 
+from .report import tf32_text
 from .sweep import BEST, OURS, PEERS
 
 NAMES = {"lltm": "lltm.LLTM", "lstm": "nn.LSTM", "native": "lltm.LLTMCell (native)",
@@ -120,7 +121,8 @@ def format_tables(result: dict) -> str:
     machine = result["machine"]
     lines = [f"lltm performance map, {machine['date']}: torch {machine['torch']}, "
              f"CPU {machine['cpu']} ({machine['torch_threads']} torch threads)"
-             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else ""),
+             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
+             + tf32_text(machine),
              "ratio = the peer's median time / lltm's median time (>1: lltm faster); "
              "every implementation checked against float64 first;",
              "WRONG / ERROR: lltm failed its check or raised (not timed); skip: not run "
