@@ -150,11 +150,17 @@ def tf32_text(machine: dict) -> str:
             f"cuDNN {state[bool(flags['cudnn'])]}")
 
 
+def machine_text(machine: dict) -> str:
+    """torch, the CPU, the GPUs and the TF32 flags of a run, for the first
+    line of its tables."""
+    return (f"torch {machine['torch']}, CPU {machine['cpu']} "
+            f"({machine['torch_threads']} torch threads)"
+            + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
+            + tf32_text(machine))
+
+
 def format_table(records: list[dict], machine: dict) -> str:
-    lines = [f"lltm benchmark, {machine['date']}: torch {machine['torch']}, "
-             f"CPU {machine['cpu']} ({machine['torch_threads']} torch threads)"
-             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
-             + tf32_text(machine),
+    lines = [f"lltm benchmark, {machine['date']}: {machine_text(machine)}",
              "times in microseconds per call: median [p10-p90]; check = largest "
              "max|err|/max|ref| of outputs and gradients against float64;",
              "x faster/slower = the baseline's median / this median, for the pipelined step.",

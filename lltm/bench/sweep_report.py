@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import os
 
-from .report import tf32_text
+from .report import machine_text
 from .sweep import BEST, OURS, PEERS
 
 NAMES = {"lltm": "lltm.LLTM", "lstm": "nn.LSTM", "native": "lltm.LLTMCell (native)",
@@ -119,10 +119,7 @@ def format_block(key: tuple, entries: list[dict], records: list[dict]) -> list[s
 
 def format_tables(result: dict) -> str:
     machine = result["machine"]
-    lines = [f"lltm performance map, {machine['date']}: torch {machine['torch']}, "
-             f"CPU {machine['cpu']} ({machine['torch_threads']} torch threads)"
-             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
-             + tf32_text(machine),
+    lines = [f"lltm performance map, {machine['date']}: {machine_text(machine)}",
              "ratio = the peer's median time / lltm's median time (>1: lltm faster); "
              "every implementation checked against float64 first;",
              "WRONG / ERROR: lltm failed its check or raised (not timed); skip: not run "
