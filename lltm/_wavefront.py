@@ -121,15 +121,14 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     planned for the whole device (sharing 1) or for two layers at once on it
     (sharing 2: _sharing.sharing_device; plans of which two launches are
     resident together, taken only where that is the per-step family, and
-    only under CUDA-graph capture). For
-    each, :func:`best_chunks` for the plan the library would then run a layer
-    with: its time per step from the library's cost model, CALL_US of its
-    family a call, as many layers at once as :func:`layers_at_once` finds,
-    and in eager mode (``capturing`` False) HOST_CALL_US of host time a call
-    (plus HOST_STEP_US a step for the per-step family); the least predicted
-    time, if it saves at
-    least 1 - GAIN of the layers one after the other (planned for the whole
-    device), else (1, 1)."""
+    only under CUDA-graph capture). For each, :func:`best_chunks` for the
+    plan the library would then run a layer with: its time per step from the
+    library's cost model, CALL_US of its family a call, as many layers at
+    once as :func:`layers_at_once` finds, and in eager mode (``capturing``
+    False) HOST_CALL_US of host time a call (plus HOST_STEP_US a step for the
+    per-step family); the least predicted time, if it saves at least 1 - GAIN
+    of the layers one after the other (planned for the whole device), else
+    (1, 1)."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -156,17 +155,20 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             # the layers above the first read H features
             long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
             short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
-            resident = overrides.sequence_layers_in_force(dtype, T, B, H, H, L, device=index)
-        if long is None or short is None:
-            continue
-        plan, cost = long
-        if sharing == 2 and plan["family"] != "steps":
-            # Persistent plans halved to share the device: the model
-            # predicted 12% - 32% gains for them on an H100, and they gained
-            # little or lost up to a fifth; the per-step family's overlap it
-            # predicts within a few percent (docs/performance.md, "Stacked
-            # layers overlapped in time chunks").
-            continue
+            if long is None or short is None:
+                continue
+            plan, cost = long
+            if sharing == 2 and plan["family"] != "steps":
+                # Persistent plans halved to share the device: the model
+                # predicted 12% - 32% gains for them on an H100, and they
+                # gained little or lost up to a fifth; the per-step family's
+                # overlap it predicts within a few percent (docs/performance.md,
+                # "Stacked layers overlapped in time chunks").
+                continue
+            # how many layers of a persistent plan the device holds at once
+            # (the per-step family's count is layers_at_once's own)
+            resident = (None if plan["family"] == "steps" else
+                        overrides.sequence_layers_in_force(dtype, T, B, H, H, L, device=index))
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes)
         call_us = CALL_US[plan["family"]]
