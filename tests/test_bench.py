@@ -551,3 +551,52 @@ def test_the_bar_under_tf32_follows_the_reference(monkeypatch):
     cpu = types.SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"))
     monkeypatch.setattr(_native, "_float32_tf32", lambda: True)
     assert cases.tolerance(cpu, ours, 1e-5) == cases.TOLERANCE[torch.float32]
+
+
+def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
+    from lltm.bench.cases import round_to_tf32
+    ulp = 2.0 ** -10  # TF32's spacing at 1.0
+    x = torch.tensor([1.0, 1 + ulp / 4, 1 + ulp / 2, 1 + 3 * ulp / 4, -(1 + ulp / 2), 3.0, 0.0,
+                      -0.0, 1e-30, 6e4], dtype=torch.float32)
+    got = round_to_tf32(x)
+    want = torch.tensor([1.0, 1.0, 1 + ulp, 1 + ulp, -(1 + ulp), 3.0, 0.0, -0.0,
+                         round_to_tf32(torch.tensor([1e-30])).item(), 6e4], dtype=torch.float32)
+    assert torch.equal(got, want)
+    assert (got.view(torch.int32) & 0x1FFF).eq(0).all()
+    r = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    rel = ((round_to_tf32(r) - r).abs() / r.abs()).max().item()
+    assert 2.0 ** -13 < rel <= 2.0 ** -11  # at most half a TF32 ulp, and not exact
+
+
+def test_tf32_products_round_every_float32_product_operand():
+    """Under TF32Products the float32 products (forward and backward, mm and
+    addmm) take TF32-rounded operands; other dtypes and element-wise ops are
+    untouched."""
+    import torch.nn.functional as F
+    from lltm.bench.cases import TF32Products, round_to_tf32
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(5, 7, generator=g, requires_grad=True)
+    w = torch.randn(3, 7, generator=g)
+    b = torch.randn(3, generator=g)
+    with TF32Products():
+        y = F.linear(a, w, b)
+        (grad_a,) = torch.autograd.grad(y, a, torch.ones_like(y))
+        plus = a + w[0]
+        d = F.linear(a.double(), w.double())
+    assert torch.equal(y, F.linear(round_to_tf32(a.detach()), round_to_tf32(w), b))
+    assert not torch.equal(y, F.linear(a, w, b))
+    assert torch.equal(grad_a, round_to_tf32(torch.ones(5, 3)) @ round_to_tf32(w))
+    assert torch.equal(plus, a + w[0])
+    assert torch.equal(d, F.linear(a.double(), w.double()))
+
+
+def test_the_reference_under_tf32_products_is_as_far_off_as_tf32_makes_it():
+    """The reference loop's check with its products on (emulated) TF32: an
+    error of TF32's order, far above its float32 error."""
+    w = bench.Workload(torch.device("cpu"), torch.float32, "sequence", 4, 8, 16, 20)
+    impls = {i.key: i for i in bench.default_impls()}
+    case = impls["reference_loop"].build(w)
+    plain = bench.check(case)[0]
+    tf32 = bench.check(case, tf32_products=True)[0]
+    assert plain < 1e-5
+    assert 1e-4 < tf32 < 5e-2

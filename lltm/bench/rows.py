@@ -186,7 +186,7 @@ def bar(case: Case, bar_case: Case, dtype: torch.dtype, device: torch.device) ->
     if floor == TF32_TOLERANCE and case.uses_cudnn:
         return floor
     try:
-        own = check(bar_case)[0]
+        own = check(bar_case, floor == TF32_TOLERANCE)[0]
     except Exception:  # noqa: BLE001 - then the fixed tolerance
         own = 0.0
     return max(floor, 2 * own)
