@@ -541,8 +541,10 @@ int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t 
  *             dW = dG^T [h_prev | x] and dx = dG W_x, one product each over
  *             all T*B rows.
  * Matrix products: lltm_small_mm_cuda where lltm_small_mm_fits (one launch
- * of the library's kernel), else `gemm` (lltm_gemm, device pointers; it
- * must run on `stream`, as aten::mm on torch's current stream does).
+ * of the library's kernel, less host time than a library call) and the
+ * stream is not being captured into a CUDA graph, else `gemm` (lltm_gemm,
+ * device pointers; it must run on `stream`, as aten::mm on torch's current
+ * stream does): a captured call and an eager one may differ in rounding.
  *   workspace  lltm_sequence_forward_workspace_cuda /
  *              _backward_workspace_cuda bytes, 256-byte aligned (NULL if 0)
  */

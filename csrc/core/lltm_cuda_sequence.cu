@@ -124,15 +124,59 @@ void *at(const void *base, int64_t index, size_t elem)
     return (char *)base + (size_t)index * elem;
 }
 
+/* whether the stream is being captured into a CUDA graph */
+bool capturing(void *stream)
+{
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return status != cudaStreamCaptureStatusNone;
+}
+
+/* Readies the gemm for captures to come: its first call on a thread and
+ * device may set up what a CUDA-graph capture forbids (torch makes a
+ * thread's cuBLAS handle at its first product on a device: cublasCreate
+ * allocates), and a thread whose eager products all ran on the small kernel
+ * would make it inside its first capture, and fail. So the first eager
+ * product of a thread on a device also runs the gemm, once, on c's first
+ * element (which the small kernel then writes after it on the stream). */
+int ready_gemm(lltm_dtype dtype, const void *a, const void *b, void *c, lltm_gemm gemm,
+               void *gemm_ctx)
+{
+    static thread_local uint64_t ready = 0; /* a bit a device ordinal below 64 */
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    if (device < 0 || device >= 64 || (ready >> device & 1u))
+        return LLTM_OK;
+    if (gemm(gemm_ctx, dtype, 1, 1, 1, a, 1, 1, b, 1, 1, c, 1) != 0)
+        return LLTM_ERR_GEMM;
+    ready |= (uint64_t)1 << device;
+    return LLTM_OK;
+}
+
 /* c [M,N] = a [M,K] b [K,N] on the stream: the library's one-launch product
  * where it fits (lltm_small_mm_fits: a library call costs more host time
- * than such a product's GPU time), else the caller's gemm */
+ * than such a product's GPU time), else the caller's gemm. Not while the
+ * stream is captured: the host's time is paid once, at capture, and the
+ * gemm's products take less GPU time (cuBLAS's tiles; the small kernel's
+ * reduction runs one k tile after another) */
 int product(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const void *a, int64_t a_rs,
             int64_t a_cs, const void *b, int64_t b_rs, int64_t b_cs, void *c, int64_t ldc,
             lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (lltm_small_mm_fits(M, N, K))
+    if (lltm_small_mm_fits(M, N, K) && !capturing(stream)) {
+        if (M > 0 && N > 0 && K > 0) {
+            const int status = ready_gemm(dtype, a, b, c, gemm, gemm_ctx);
+            if (status != LLTM_OK)
+                return status;
+        }
         return lltm_small_mm_cuda(dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, stream);
+    }
     return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
                ? LLTM_OK
                : LLTM_ERR_GEMM;

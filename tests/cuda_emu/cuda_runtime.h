@@ -511,6 +511,17 @@ inline float __fdividef(float a, float b) { return a / b; }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 template <typename T> inline T __ldg(const T *p) { return *p; }
 
+enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+};
+/* no graphs here: a stream is never being captured */
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *status)
+{
+    *status = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetLastError()
 {
     cudaError_t e = emu::last_error;
