@@ -104,4 +104,9 @@ def test_packed_module_matches_cpu_and_graph_captures(bidirectional):
         captured = mc(packed)
     graph.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(captured[0].data, got[0].data, rtol=0, atol=0)
+    first = captured[0].data.clone()
+    graph.replay()
+    assert torch.equal(captured[0].data, first)  # replays repeat exactly
+    # captured, the small products run through cuBLAS, eager on the library's
+    # kernel (lltm.h, "Matrix products"): equal up to rounding
+    torch.testing.assert_close(captured[0].data, got[0].data, rtol=1e-5, atol=1e-6)

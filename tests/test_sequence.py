@@ -142,12 +142,18 @@ def test_long_sequence_T1000_float64():
     compare(args, torch.float64, tol=dict(rtol=tol["rtol"], atol=max(tol["atol"], 4 * moved)))
 
 
-def test_long_sequence_T1000_float32_as_accurate_as_the_reference():
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_long_sequence_T1000_float32_as_accurate_as_the_reference(seed):
     """1000 steps of float32 rounding in the state and the gradient sums: how
     far that drifts depends on the random weights' conditioning, so the bar is
     the reference loop's own float32 error on the same inputs (4x it, plus
-    float32's tolerance), not a fixed tolerance."""
-    args = [a.float().double() for a in seq_inputs(1000, 2, 3, 5)]
+    float32's tolerance), not a fixed tolerance. Fixed inputs: over fresh
+    random ones about 1 in 100 is so ill-conditioned that both drift apart
+    by more than the bar (seeds 0 - 299 on the 2-core Xeon: 3, e.g. grad c0
+    of size 4e5 with the reference itself 5e4 off); a bar for those would let
+    everything through."""
+    torch.manual_seed(seed)
+    args = [a.float().double() for a in seq_inputs(1000, 2, 3, 5, seed=seed)]
     ups = None
     results = {}
     for name, fn, dtype in (("exact", reference_sequence, torch.float64),
