@@ -480,11 +480,11 @@ def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
 class TF32Products(TorchDispatchMode):
     """float32 matrix products with their operands rounded to TF32 (sums
     still in float32), as TF32 tensor cores compute them. With torch's matmul
-    TF32 setting on, cuBLAS still picks non-tensor-core kernels for some
-    shapes (matrix-vector products at B=1, small tiles at B=16), so the
-    reference loop's own error, which sets the bar, would depend on cuBLAS's
-    choice of kernel: ~1e-5 at B=1 against ~2e-2 where it runs on TF32
-    (H100, T=100). Under this mode every product of the reference is a TF32
+    TF32 setting on, cuBLAS still picks kernels without TF32 for some shapes
+    (matrix-vector products at B=1), so the reference loop's own error, which
+    sets the bar, would depend on cuBLAS's choice of kernel: ~1e-5 at B=1,
+    5e-4 at B16/H256, against ~2e-2 where every product runs on TF32 (H100,
+    T=100). Under this mode every product of the reference is a TF32
     product, whatever kernel runs it."""
 
     OPERANDS = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2),
