@@ -41,6 +41,10 @@
 #                                    cell      tile timings of the fused cell kernels,
 #                                              the cell against its peers, floors
 #                                    exchange  the cluster kernels' exchange alone
+#                                    wavefront stacked layers in time chunks: each
+#                                              chunk count against cuDNN, and the
+#                                              kernels of one graph replay (which
+#                                              layers overlap, what lies between)
 #                                    profile   Nsight Compute profile of the sequence
 #                                              kernels, and the library's SASS
 #
@@ -83,9 +87,9 @@ while [ $# -gt 0 ]; do
     tests-cuda | tests-rest | sanitize | bench | rows | multi) MODES+=("$1") ;;
     lab)
         MODES+=(lab)
-        case "${2:-}" in sequence | cell | exchange | profile) LAB=$2; shift ;; esac ;;
+        case "${2:-}" in sequence | cell | exchange | wavefront | profile) LAB=$2; shift ;; esac ;;
     -h | --help) usage ;;
-    *) echo "unknown mode '$1' (tests, tests-cuda, tests-rest, sanitize, bench, rows, multi, lab [sequence|cell|exchange|profile])"
+    *) echo "unknown mode '$1' (tests, tests-cuda, tests-rest, sanitize, bench, rows, multi, lab [sequence|cell|exchange|wavefront|profile])"
        exit 2 ;;
     esac
     shift
@@ -234,6 +238,14 @@ for MODE in "${MODES[@]}"; do
         exchange)
             stage exchange 150 exchange.log bash -c "'$NVCC' -O3 -std=c++17 -arch=sm_90 \
                 dev/timing/exchange_bench.cu -o '$OUT/exchange_bench' && '$OUT/exchange_bench' 1000"
+            ;;
+        wavefront)
+            stage wavefront-timing 300 wavefront_timing.log $PY dev/timing/wavefront_timing.py \
+                --shapes 1x64,16x64,64x64,16x128,64x128,16x256,64x256,16x512 --layers 3 \
+                --chunks auto,1,2,3,4,6 --dtypes float32,bfloat16 --json "$OUT/wavefront.json"
+            stage graph-timeline 120 graph_timeline.log $PY dev/timing/graph_timeline.py \
+                16:256:3:4:float32 64:64:3:2:float32 16:128:3:3:bfloat16 1:256:3:4:float32 \
+                --out "$OUT/graph_timeline.txt"
             ;;
         profile)
             # warp states and stall sampling per SASS line of the sequence kernels
