@@ -17,6 +17,7 @@ tests/test_cuda_sequence.py runs the real thing on a GPU.
 
 import ctypes
 import shutil
+import threading
 
 import pytest
 import torch
@@ -733,6 +734,78 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
         for name, guarded in some.items():
             if guarded is not None:
                 assert torch.equal(guarded.check(name), full[name]), f"{name} without {skip}"
+
+
+def test_small_products_eager_and_captured(emu):
+    """The layer's small products (lltm_small_mm_fits): eager on the
+    library's kernel, a thread's first readying the gemm by one 1 x 1 x 1
+    call (torch makes a thread's cuBLAS handle at its first product, which a
+    capture may not do); while the stream is captured (the emulator's
+    switch), through the gemm with their own sizes; the results alike."""
+    _declare_layer(emu)
+    emu.emu_set_capturing.argtypes = [ctypes.c_int]
+    emu.emu_set_capturing.restype = None
+    T, B, I, H, dtype = 3, 5, 4, 9, torch.float32
+    status, plan = make_plan(emu, dtype, T, B, I, H, family=GRID)
+    assert status == 0
+    (x, W, b, h0, c0), _ = _inputs(T, B, I, H, dtype)
+    go = torch.randn(T, B, H)
+    ghn, gcn = torch.randn(B, H), torch.randn(B, H)
+    calls = []
+
+    @GEMM
+    def counting_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc):
+        calls.append((M, N, K))
+        return _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc)
+
+    def layer():
+        """(gemm calls, every output) of one forward and backward"""
+        calls.clear()
+        fwd = {name: torch.zeros(shape) for name, shape in (
+            ("output", (T, B, H)), ("h_n", (B, H)), ("c_n", (B, H)), ("cells", (T, B, H)),
+            ("gates", (T, B, 3 * H)))}
+        ws = torch.zeros(emu.lltm_sequence_forward_workspace_cuda(
+            ctypes.byref(plan), T, B, I, H) // 4 + 64)
+        tensors = ForwardTensors(as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
+                                 *[as_ptr(t) for t in fwd.values()], None)
+        assert emu.lltm_sequence_forward_cuda(ctypes.byref(plan), T, B, I, H,
+                                              ctypes.byref(tensors), as_ptr(ws),
+                                              counting_gemm, None, None) == 0
+        bwd = {name: torch.zeros(shape) for name, shape in (
+            ("grad_input", (T, B, I)), ("grad_weights", (3 * H, I + H)), ("grad_bias", (3 * H,)),
+            ("grad_h0", (B, H)), ("grad_c0", (B, H)))}
+        ws = torch.zeros(emu.lltm_sequence_backward_workspace_cuda(
+            ctypes.byref(plan), T, B, I, H) // 4 + 64)
+        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+                                  as_ptr(h0), as_ptr(fwd["output"]), as_ptr(fwd["cells"]),
+                                  as_ptr(fwd["gates"]), *[as_ptr(t) for t in bwd.values()],
+                                  None)
+        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
+                                               ctypes.byref(tensors), as_ptr(ws),
+                                               counting_gemm, None, None) == 0
+        return list(calls), [*fwd.values(), *bwd.values()]
+
+    seen = {}
+
+    def fresh_thread():  # the gemm is readied once a thread (and device)
+        seen["eager first"] = layer()
+        seen["eager again"] = layer()
+        emu.emu_set_capturing(1)
+        try:
+            seen["captured"] = layer()
+        finally:
+            emu.emu_set_capturing(0)
+
+    worker = threading.Thread(target=fresh_thread)
+    worker.start()
+    worker.join()
+    assert seen["eager first"][0] == [(1, 1, 1)]
+    assert seen["eager again"][0] == []
+    assert seen["captured"][0] == [(T * B, 3 * H, I), (3 * H, H + I, T * B), (T * B, I, 3 * H)]
+    for eager, captured in zip(seen["eager again"][1], seen["captured"][1]):
+        torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-6)
+    for first, again in zip(seen["eager first"][1], seen["eager again"][1]):
+        assert torch.equal(first, again)  # the readying call leaves no trace
 
 
 def test_core_reads_no_environment():

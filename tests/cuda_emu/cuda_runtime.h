@@ -516,10 +516,19 @@ enum cudaStreamCaptureStatus {
     cudaStreamCaptureStatusActive = 1,
     cudaStreamCaptureStatusInvalidated = 2,
 };
-/* no graphs here: a stream is never being captured */
+/* No graphs run here; a test says whether streams count as being captured
+ * (emu_set_capturing), so that what the library does differently under
+ * capture runs too. */
+namespace emu {
+inline bool capturing = false;
+} // namespace emu
+extern "C" __attribute__((used, visibility("default"))) inline void emu_set_capturing(int on)
+{
+    emu::capturing = on != 0;
+}
 inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *status)
 {
-    *status = cudaStreamCaptureStatusNone;
+    *status = emu::capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
     return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError()
