@@ -600,3 +600,34 @@ def test_the_reference_under_tf32_products_is_as_far_off_as_tf32_makes_it():
     tf32 = bench.check(case, tf32_products=True)[0]
     assert plain < 1e-5
     assert 1e-4 < tf32 < 5e-2
+
+
+@pytest.mark.parametrize("untimed", [False, True], ids=["timed", "untimed"])
+def test_under_tf32_the_reference_sets_the_bar_with_tf32_products(untimed, monkeypatch):
+    """Where the workload's float32 products may run on TF32, the reference
+    loop that sets the bar is checked with its products as TF32 computes them
+    (timed or only checked: ``--only lltm``), so the bar is TF32's whatever
+    kernels cuBLAS would pick; otherwise it is checked as it runs. (TF32 is
+    a GPU setting: here the question "may they run on TF32?" is answered yes.)"""
+    from lltm.bench import runner
+    from lltm.bench.report import Progress
+    w = bench.Workload(torch.device("cpu"), torch.float32, "sequence", 4, 8, 16, 20)
+    impls = {i.key: i for i in bench.default_impls()}
+    opts = runner.Options(reps=1, seq_reps=1, passes=1, warmup=0, graphs=False,
+                          compile_on_cpu=False)
+
+    def bars():
+        if untimed:
+            records, _ = runner.check_workload(w, [impls["lltm"]], opts, Progress(0, enabled=False),
+                                               references=[impls["reference_loop"]])
+            return records[0]["tolerance"]
+        records, _ = runner.check_workload(w, [impls["reference_loop"], impls["lltm"]], opts,
+                                           Progress(0, enabled=False))
+        assert records[1]["status"] == "ok", records[1]
+        return records[1]["tolerance"]
+
+    plain = bars()
+    monkeypatch.setattr(runner, "uses_tf32", lambda dtype, device, case: True)
+    tf32 = bars()
+    assert plain == bench.TOLERANCE[torch.float32]  # the reference's float32 error is far below
+    assert tf32 > 3 * plain  # twice the reference's error on TF32 products (~4e-4 here)
