@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm.bench.timing import capture_graph  # noqa: E402
+from wavefront_timing import captured, lltm_case, replay_us  # noqa: E402  (dev/timing/)
 
 KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -43,34 +43,10 @@ def parse(spec: str):
 def timeline(B: int, H: int, L: int, chunks: int, dtype: torch.dtype, T: int = 100):
     """(GPU us a replay, the replay's kernels as (start us, duration us,
     stream, name) sorted by start)."""
-    module = lltm.LLTM(H // 2, H, num_layers=L, device="cuda", dtype=dtype)
-    x = torch.randn(T, B, H // 2, device="cuda", dtype=dtype).requires_grad_()
-    grad_out = torch.randn(T, B, H, device="cuda", dtype=dtype)
-    leaves = [x, *module.parameters()]
-
-    def step():
-        out, _ = module(x)
-        return torch.autograd.grad(out, leaves, grad_out)
-
+    step, _, _ = lltm_case(B, H, T, L, dtype)
     with lltm.overrides.wavefront(chunks or None):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = capture_graph(step, stream, torch.device("cuda"))
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    per_replay = start.elapsed_time(end) * 1000.0 / 10
+        graph = captured(step)
+    per_replay = replay_us(graph, reps=1, replays=10)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()

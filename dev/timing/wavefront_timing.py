@@ -40,11 +40,11 @@ def parse_shapes(text):
     return [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
 
 
-def graph_time(step, reps: int, replays: int) -> float:
-    """Median microseconds of one replay of step() (forward + backward)
-    captured in a graph; warm-up on the capture stream first. step's leaves
-    must have no autograd graph alive from an earlier call on another stream
-    (their AccumulateGrad nodes would keep that stream)."""
+def captured(step):
+    """step() (forward + backward) captured in a CUDA graph, after a warm-up
+    on the capture stream. step's leaves must have no autograd graph alive
+    from an earlier call on another stream (their AccumulateGrad nodes would
+    keep that stream)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -52,7 +52,12 @@ def graph_time(step, reps: int, replays: int) -> float:
             step()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    graph = capture_graph(step, stream, torch.device("cuda"))  # undone if it fails
+    return capture_graph(step, stream, torch.device("cuda"))  # undone if it fails
+
+
+def replay_us(graph, reps: int, replays: int) -> float:
+    """Median microseconds of one replay of ``graph`` over ``reps`` timings
+    of ``replays`` replays each (CUDA events), after one replay."""
     graph.replay()
     torch.cuda.synchronize()
     samples = []
@@ -64,8 +69,13 @@ def graph_time(step, reps: int, replays: int) -> float:
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1000 / replays)
-    del graph
     return statistics.median(samples)
+
+
+def graph_time(step, reps: int, replays: int) -> float:
+    """Median microseconds of one replay of step() captured in a graph
+    (:func:`captured`, :func:`replay_us`)."""
+    return replay_us(captured(step), reps, replays)
 
 
 def lltm_case(B, H, T, L, dtype):
