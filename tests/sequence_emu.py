@@ -46,6 +46,24 @@ class Plan(ctypes.Structure):
                 ("workspace_bytes", ctypes.c_size_t)]
 
 
+class StackPlan(ctypes.Structure):
+    """lltm_stack_plan of csrc/core/lltm_stack.h"""
+    _fields_ = [("dtype", ctypes.c_int), ("layers", ctypes.c_int), ("B", ctypes.c_int64),
+                ("H", ctypes.c_int64), ("forward", Launch), ("backward", Launch),
+                ("workspace_bytes", ctypes.c_size_t)]
+
+
+class StackForwardLayer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("weights", "bias", "h0", "c0", "gates", "output", "cells")]
+
+
+class StackBackwardLayer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("weights", "cells", "gates", "grad_h_n", "grad_c_n", "grad_gates", "grad_bias",
+                 "grad_h0", "grad_c0")]
+
+
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
@@ -132,10 +150,14 @@ def _declare(lib):
     lib.lltm_sequence_step_bias_parts.restype = i64
     lib.lltm_sequence_last_state_cuda.argtypes = [i32, i64, i64, i64, p, p, p, p]
     lib.lltm_sequence_bias_sum_cuda.argtypes = [i32, i64, i64, p, p, p]
+    lib.lltm_stack_plan_cuda.argtypes = [p, i32, i32, i64, i64, i64, i64, p]
+    lib.lltm_stack_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p]
+    lib.lltm_stack_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p]
     for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda,
                lib.lltm_sequence_plan_layers_cuda, lib.lltm_sequence_forward_persistent_cuda,
                lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_last_state_cuda,
-               lib.lltm_sequence_bias_sum_cuda):
+               lib.lltm_sequence_bias_sum_cuda, lib.lltm_stack_plan_cuda,
+               lib.lltm_stack_forward_persistent_cuda, lib.lltm_stack_backward_persistent_cuda):
         fn.restype = ctypes.c_int
     return lib

@@ -1,37 +1,20 @@
 /*
- * sequence_stack.cu - stacked layers in one persistent launch, forward and
- * backward, against the library's grid kernels run once a layer. Float32.
- *
- * L layers of H units, skewed in time: at global step s, layer l runs its
- * step t = s - l. Its inputs are h^l_{t-1} (its own state, written at step
- * s - 1) and h^{l-1}_t (layer l-1's output, also written at step s - 1),
- * so the layers of one global step are independent and share its grid
- * barrier: L layers take T + L - 1 steps of one launch instead of L launches
- * of T steps with a product between them. Block n owns the same units of
- * every layer and keeps, in registers, W_h of each layer and W_x of each
- * layer above the first (2L - 1 matrices of [3U, H]); layer 0's x W_x^T
- * comes in `gates` as in the library (one product over all steps), the
- * layers above form their input product in the step. Each step a block
- * stages the 2L - 1 state rows it needs at once (one L2 round trip), forms
- * all the products, reduces them in one pass of warp shuffles, and runs the
- * pointwise math of every layer. The backward runs skewed the other way
- * (stack_backward_kernel).
+ * sequence_stack.cu - the library's stacked layers in one launch
+ * (csrc/core/lltm_stack.h, lltm_cuda_sequence_stack.cuh) on a GPU: checked
+ * against a float64 CPU reference of the stack (forward: every layer's
+ * outputs and cells; backward: every layer's gate gradients and dL/dh0),
+ * then timed against the library's grid kernels run once a layer (32 lanes
+ * x 16 values in 4-row chunks, as the chooser takes them at these shapes;
+ * L launches, the products between layers not counted). CUDA events,
+ * median of 50 launches; float32 and bfloat16 (the reference fed the
+ * bfloat16-rounded inputs; the stack's layers pass bfloat16 outputs on).
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I../../csrc/core \
- *        sequence_stack.cu -o sequence_stack
- *   ./sequence_stack [B H T GROUPS]   (H <= 256; GROUPS: batch groups, 0 = one a chunk)
- *
- * Prints, each checked against a float64 CPU reference of the stack before
- * it is timed (CUDA events, median of 50 launches): the library's grid
- * forward and backward (32 lanes x 16 values, 4-row chunks) once a layer
- * (L launches; the products between them not counted), and the stacked
- * kernels (forward at L = 1 and L = 3, backward at L = 3) on several
- * layouts. Not here: the half types, variable lengths, the bias gradient
- * (a sum of dG over rows and steps), the weight gradients and layer 0's
- * dL/dx (products over all steps, as in the library).
+ *        sequence_stack.cu ../../csrc/core/lltm_cuda_seq_stack*.cu -o sequence_stack
+ *   ./sequence_stack [B H T L]   (H <= 256, L = 2 or 3; default 16 256 100 3)
  */
 #include "lltm_cuda_sequence_grid.cuh"
-#include "sequence_stack.cuh"
+#include "lltm_stack.h"
 
 #include <algorithm>
 #include <cmath>
@@ -46,6 +29,14 @@
         if (e_ != cudaSuccess) {                                                             \
             std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
                          cudaGetErrorString(e_));                                            \
+            std::exit(1);                                                                    \
+        }                                                                                    \
+    } while (0)
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        const int s_ = (call);                                                               \
+        if (s_ != LLTM_OK) {                                                                 \
+            std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #call, s_);    \
             std::exit(1);                                                                    \
         }                                                                                    \
     } while (0)
@@ -75,7 +66,7 @@ void reference(int64_t T, int64_t B, int64_t H, int L, const std::vector<layer_d
     cells.assign(L, std::vector<double>(T * B * H));
     acts.assign(L, std::vector<double>(T * B * G));
     for (int l = 0; l < L; ++l) {
-        const int64_t K = l == 0 ? H : 2 * H;
+        const int64_t K = 2 * H; /* layer 0: W_x unused (its input product comes in gin) */
         const auto &W = layers[l].W;
         for (int64_t t = 0; t < T; ++t)
             for (int64_t b = 0; b < B; ++b)
@@ -125,7 +116,7 @@ void reference_backward(int64_t T, int64_t B, int64_t H, int L,
     dh0.assign(L, std::vector<double>(B * H));
     std::vector<double> dout(grad_output.begin(), grad_output.end());
     for (int l = L - 1; l >= 0; --l) {
-        const int64_t K = l == 0 ? H : 2 * H;
+        const int64_t K = 2 * H; /* layer 0: W_x unused (its input product comes in gin) */
         const auto &W = layers[l].W;
         std::vector<double> dc(gcn[l].begin(), gcn[l].end());
         for (int64_t t = T - 1; t >= 0; --t)
@@ -167,32 +158,50 @@ void reference_backward(int64_t T, int64_t B, int64_t H, int L,
     }
 }
 
-double max_error(const std::vector<float> &got, const std::vector<double> &want)
+
+template <typename T> T to_t(float v) { return (T)v; }
+template <> __nv_bfloat16 to_t<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+float to_f(float v) { return v; }
+float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* the values as T, and back (what the reference sees: the rounded inputs) */
+template <typename T> std::vector<T> as_t(const std::vector<float> &v)
 {
+    std::vector<T> out(v.size());
+    for (size_t n = 0; n < v.size(); ++n)
+        out[n] = to_t<T>(v[n]);
+    return out;
+}
+template <typename T> std::vector<float> rounded(const std::vector<float> &v)
+{
+    std::vector<float> out(v.size());
+    for (size_t n = 0; n < v.size(); ++n)
+        out[n] = to_f(to_t<T>(v[n]));
+    return out;
+}
+
+template <typename T> T *upload(const std::vector<T> &v)
+{
+    T *d = nullptr;
+    CHECK(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(T)));
+    CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T> T *zeros(size_t n) { return upload(std::vector<T>(n)); }
+
+template <typename T> double max_error(const T *d, const std::vector<double> &want)
+{
+    std::vector<T> got(want.size());
+    CHECK(cudaMemcpy(got.data(), d, got.size() * sizeof(T), cudaMemcpyDeviceToHost));
     double e = 0, scale = 1e-30;
     for (double w : want)
         scale = std::max(scale, std::fabs(w));
     for (size_t n = 0; n < want.size(); ++n)
-        e = std::max(e, std::fabs(got[n] - want[n]) / scale);
+        e = std::max(e, std::fabs(to_f(got[n]) - want[n]) / scale);
     return e;
 }
 
-float *upload(const std::vector<float> &v)
-{
-    float *d = nullptr;
-    CHECK(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(float)));
-    CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-
-std::vector<float> download(const float *d, size_t n)
-{
-    std::vector<float> v(n);
-    CHECK(cudaMemcpy(v.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return v;
-}
-
-template <typename F> float time_ms(F run, int reps)
+template <typename F> float time_us(F run, int reps)
 {
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -208,55 +217,112 @@ template <typename F> float time_ms(F run, int reps)
         CHECK(cudaEventElapsedTime(&ms, start, stop));
         times.push_back(ms);
     }
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
     std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return times[times.size() / 2] * 1e3f;
 }
 
-/* one stacked launch of L layers on the KS x KR layout in CH-row chunks */
-template <int KS, int KR, int CH, int L>
-cudaError_t run_stack(int64_t T, int64_t B, int64_t H, int64_t groups, const stack_arrays &a,
-                      int64_t *blocks_out)
+/* one dtype: check the stack and the per-layer kernels, then time both */
+template <typename T>
+int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, int L,
+        const std::vector<layer_data> &data, const std::vector<float> &gin,
+        const std::vector<float> &grad_output, const std::vector<std::vector<float>> &ghn,
+        const std::vector<std::vector<float>> &gcn)
 {
-    auto kernel = stack_forward_kernel<KS, KR, CH, L>;
-    const size_t smem = (size_t)(2 * L - 1) * CH * KS * KR * sizeof(float);
-    if (smem > 48 * 1024)
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0, sms = 0, dev = 0;
-    CHECK(cudaGetDevice(&dev));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem));
-    const int64_t unit_blocks = (H + NT / KS - 1) / (NT / KS), chunks = (B + CH - 1) / CH;
-    int64_t g = groups > 0 ? std::min(groups, chunks) : chunks;
-    while (g > 1 && unit_blocks * g > (int64_t)per_sm * sms)
-        --g;
-    *blocks_out = unit_blocks * g;
-    void *args[] = {(void *)&T, (void *)&B, (void *)&H, (void *)&a};
-    return cudaLaunchCooperativeKernel((const void *)kernel, dim3((unsigned)(unit_blocks * g)),
-                                       dim3(NT), args, smem, 0);
-}
+    const int64_t G = 3 * H;
+    /* the reference on the rounded inputs */
+    std::vector<layer_data> rdata(L);
+    std::vector<std::vector<float>> rghn(L), rgcn(L);
+    for (int l = 0; l < L; ++l) {
+        rdata[l] = {rounded<T>(data[l].W), rounded<T>(data[l].bias), rounded<T>(data[l].h0),
+                    rounded<T>(data[l].c0)};
+        rghn[l] = rounded<T>(ghn[l]);
+        rgcn[l] = rounded<T>(gcn[l]);
+    }
+    std::vector<std::vector<double>> out_r, cells_r, acts_r, dG_r, dh0_r;
+    reference(T_, B, H, L, rdata, rounded<T>(gin), out_r, cells_r, acts_r);
+    reference_backward(T_, B, H, L, rdata, cells_r, acts_r, rounded<T>(grad_output), rghn, rgcn,
+                       dG_r, dh0_r);
 
-/* one stacked backward launch */
-template <int KS, int KR, int CH, int L>
-cudaError_t run_stack_backward(int64_t T, int64_t B, int64_t H, int64_t groups,
-                               const stack_grads &g, int64_t *blocks_out)
-{
-    auto kernel = stack_backward_kernel<KS, KR, CH, L>;
-    constexpr int U = NT / KS;
-    const size_t smem = (size_t)L * CH * (KS * 3 * KR + KS * U + U) * sizeof(float);
-    if (smem > 48 * 1024)
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0, sms = 0, dev = 0;
-    CHECK(cudaGetDevice(&dev));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem));
-    const int64_t unit_blocks = (H + U - 1) / U, chunks = (B + CH - 1) / CH;
-    int64_t gr = groups > 0 ? std::min(groups, chunks) : chunks;
-    while (gr > 1 && unit_blocks * gr > (int64_t)per_sm * sms)
-        --gr;
-    *blocks_out = unit_blocks * gr;
-    void *args[] = {(void *)&T, (void *)&B, (void *)&H, (void *)&g};
-    return cudaLaunchCooperativeKernel((const void *)kernel, dim3((unsigned)(unit_blocks * gr)),
-                                       dim3(NT), args, smem, 0);
+    lltm_cuda_device dev = {};
+    CHECK(cudaGetDevice(&dev.device));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, dev.device));
+    dev.major = prop.major, dev.minor = prop.minor, dev.sm_count = prop.multiProcessorCount;
+    dev.smem_optin = (int)prop.sharedMemPerBlockOptin, dev.cooperative_launch = prop.cooperativeLaunch;
+    const lltm_dtype dtype = sizeof(T) == 4 ? LLTM_FLOAT32 : LLTM_BFLOAT16;
+    lltm_stack_plan plan;
+    OK(lltm_stack_plan_cuda(&dev, dtype, L, T_, B, H, H, &plan));
+    void *workspace = nullptr;
+    if (plan.workspace_bytes)
+        CHECK(cudaMalloc(&workspace, plan.workspace_bytes));
+
+    T *gin_d = upload(as_t<T>(gin)), *go_d = upload(as_t<T>(grad_output));
+    std::vector<lltm_stack_forward_layer> fl(L);
+    std::vector<lltm_stack_backward_layer> bl(L);
+    for (int l = 0; l < L; ++l) {
+        T *W = upload(as_t<T>(data[l].W)), *cells = zeros<T>(T_ * B * H), *gates = zeros<T>(T_ * B * G);
+        fl[l] = {W, upload(as_t<T>(data[l].bias)), upload(as_t<T>(data[l].h0)),
+                 upload(as_t<T>(data[l].c0)), gates, zeros<T>(T_ * B * H), cells};
+        bl[l] = {W, cells, gates, upload(as_t<T>(ghn[l])), upload(as_t<T>(gcn[l])),
+                 zeros<T>(T_ * B * G), zeros<T>(G), zeros<T>(B * H), zeros<T>(B * H)};
+    }
+    auto forward = [&] {
+        CHECK(cudaMemcpyAsync(fl[0].gates, gin_d, T_ * B * G * sizeof(T), cudaMemcpyDeviceToDevice));
+        OK(lltm_stack_forward_persistent_cuda(&plan, T_, B, H, H, fl.data(), workspace, nullptr, 0));
+    };
+    auto backward = [&] {
+        OK(lltm_stack_backward_persistent_cuda(&plan, T_, B, H, H, go_d, bl.data(), workspace,
+                                               nullptr, 0));
+    };
+    forward();
+    backward();
+    CHECK(cudaDeviceSynchronize());
+    double ef = 0, eb = 0;
+    for (int l = 0; l < L; ++l) {
+        ef = std::max({ef, max_error((const T *)fl[l].output, out_r[l]),
+                       max_error((const T *)fl[l].cells, cells_r[l])});
+        eb = std::max({eb, max_error((const T *)bl[l].grad_gates, dG_r[l]),
+                       max_error((const T *)bl[l].grad_h0, dh0_r[l])});
+    }
+    const bool good = ef < tolerance && eb < tolerance;
+    std::printf("%s B=%lld H=%lld T=%lld L=%d: stack %lldx%lld blocks, max error forward %.2e, "
+                "backward %.2e%s\n",
+                name, (long long)B, (long long)H, (long long)T_, L, (long long)plan.forward.blocks,
+                (long long)plan.forward.groups, ef, eb, good ? "" : "  MISMATCH: not timed");
+    if (!good)
+        return 1;
+    const float stack_f = time_us(forward, 50), stack_b = time_us(backward, 50);
+
+    /* the library's grid kernels once a layer: the top layer's (its dL/dh:
+     * grad_output and its own recurrence, as in the stack; its forward
+     * reading the stack's activations as input projection: the time, not
+     * the values, is what is compared) */
+    lltm_sequence_launch g = {};
+    g.lanes = 32, g.values = 16, g.rows = 4, g.chunk = 4, g.blocks = (H + 7) / 8;
+    g.groups = std::min<int64_t>((B + 3) / 4, dev.sm_count / g.blocks);
+    void *work = nullptr;
+    CHECK(cudaMalloc(&work, lltm_seq::half_state_bytes(B, H) + g.groups * G * sizeof(float)));
+    const lltm_stack_forward_layer &top = fl[L - 1];
+    const lltm_stack_backward_layer &topb = bl[L - 1];
+    T *scratch_gates = zeros<T>(T_ * B * G), *scratch_out = zeros<T>(T_ * B * H),
+      *scratch_cells = zeros<T>(T_ * B * H), *scratch_dg = zeros<T>(T_ * B * G),
+      *scratch_db = zeros<T>(G), *scratch_dh0 = zeros<T>(B * H), *scratch_dc0 = zeros<T>(B * H);
+    const lltm_seq::forward_args fa = {T_, B, H, H, top.h0, top.c0, top.weights, top.bias,
+                                       scratch_gates, scratch_out, scratch_cells, work, nullptr};
+    const lltm_seq::backward_args ba = {T_, B, H, H, go_d, topb.grad_h_n, topb.grad_c_n,
+                                        topb.weights, topb.cells, topb.gates, scratch_dg,
+                                        scratch_db, scratch_dh0, scratch_dc0, work, nullptr};
+    const float layer_f = time_us([&] { OK((run_grid_forward<T, 32, 16, 4>(g, fa, 0))); }, 50);
+    const float layer_b = time_us([&] { OK((run_grid_backward<T, 32, 16, 4>(g, ba, 0))); }, 50);
+    std::printf("  forward:  stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_f, layer_f, L,
+                L * layer_f);
+    std::printf("  backward: stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_b, layer_b, L,
+                L * layer_b);
+    std::printf("  both:     stack / %d layers %.2f\n", L,
+                (stack_f + stack_b) / (L * (layer_f + layer_b)));
+    return 0;
 }
 
 } // namespace
@@ -264,168 +330,30 @@ cudaError_t run_stack_backward(int64_t T, int64_t B, int64_t H, int64_t groups,
 int main(int argc, char **argv)
 {
     const int64_t B = argc > 1 ? std::atoll(argv[1]) : 16, H = argc > 2 ? std::atoll(argv[2]) : 256,
-                  T = argc > 3 ? std::atoll(argv[3]) : 100, groups = argc > 4 ? std::atoll(argv[4]) : 0;
-    if (B < 1 || H < 1 || H > 256 || T < 1) {
-        std::fprintf(stderr, "B >= 1, H in 1..256, T >= 1\n");
+                  T = argc > 3 ? std::atoll(argv[3]) : 100;
+    const int L = argc > 4 ? std::atoi(argv[4]) : 3;
+    if (B < 1 || H < 1 || H > 256 || T < 1 || L < 2 || L > LLTM_STACK_MAX_LAYERS) {
+        std::fprintf(stderr, "B >= 1, H in 1..256, T >= 1, L in 2..%d\n", LLTM_STACK_MAX_LAYERS);
         return 2;
     }
-    constexpr int L = 3;
     const int64_t G = 3 * H;
     std::mt19937 rng(1234);
     std::vector<layer_data> layers(L);
     for (int l = 0; l < L; ++l) {
-        const int64_t K = l == 0 ? H : 2 * H;
+        const int64_t K = 2 * H; /* layer 0 too: I = H here */
         layers[l].W = random_vector(G * K, 1.0f / std::sqrt((float)K), rng);
         layers[l].bias = random_vector(G, 0.5f, rng);
         layers[l].h0 = random_vector(B * H, 1, rng);
         layers[l].c0 = random_vector(B * H, 1, rng);
     }
     const std::vector<float> gin = random_vector(T * B * G, 1, rng);
-    std::vector<std::vector<double>> ref_out, ref_cells, ref_acts, ref_dG, ref_dh0;
-    reference(T, B, H, L, layers, gin, ref_out, ref_cells, ref_acts);
     const std::vector<float> grad_output = random_vector(T * B * H, 1, rng);
     std::vector<std::vector<float>> ghn(L), gcn(L);
     for (int l = 0; l < L; ++l) {
         ghn[l] = random_vector(B * H, 1, rng);
         gcn[l] = random_vector(B * H, 1, rng);
     }
-    reference_backward(T, B, H, L, layers, ref_cells, ref_acts, grad_output, ghn, gcn, ref_dG,
-                       ref_dh0);
-
-    stack_arrays a = {};
-    float *gin_d = upload(gin);
-    for (int l = 0; l < L; ++l) {
-        a.weights[l] = upload(layers[l].W);
-        a.bias[l] = upload(layers[l].bias);
-        a.h0[l] = upload(layers[l].h0);
-        a.c0[l] = upload(layers[l].c0);
-        a.gates[l] = upload(std::vector<float>(T * B * G));
-        a.output[l] = upload(std::vector<float>(T * B * H));
-        a.cells[l] = upload(std::vector<float>(T * B * H));
-    }
-    auto reset = [&] {
-        CHECK(cudaMemcpyAsync(a.gates[0], gin_d, T * B * G * sizeof(float), cudaMemcpyDeviceToDevice));
-    };
-    auto check = [&](const char *what, int layers_run) {
-        CHECK(cudaDeviceSynchronize());
-        double e = 0;
-        for (int l = 0; l < layers_run; ++l)
-            e = std::max({e, max_error(download(a.output[l], T * B * H), ref_out[l]),
-                          max_error(download(a.cells[l], T * B * H), ref_cells[l])});
-        std::printf("%-44s max error %.2e%s\n", what, e, e < 1e-4 ? "" : "  MISMATCH");
-        return e < 1e-4;
-    };
-    int64_t blocks = 0;
-    std::printf("B=%lld H=%lld T=%lld\n", (long long)B, (long long)H, (long long)T);
-
-    /* the library's grid forward, layer 0 only (its input product in gates);
-     * timed once a layer: L x this is the layers' recurrences run one after
-     * another, without the products between them */
-    {
-        lltm_sequence_launch l = {};
-        l.lanes = 32, l.values = 16, l.rows = 4, l.chunk = 4;
-        l.blocks = (H + 7) / 8;
-        l.groups = std::min<int64_t>((B + 3) / 4, 132 / l.blocks);
-        const lltm_seq::forward_args fa = {T, B, 0, H, a.h0[0], a.c0[0], a.weights[0], a.bias[0],
-                                           a.gates[0], a.output[0], a.cells[0], nullptr, nullptr};
-        auto run = [&] {
-            reset();
-            if (run_grid_forward<float, 32, 16, 4>(l, fa, 0) != LLTM_OK)
-                std::exit(1);
-        };
-        run();
-        if (check("library grid 32x16, 4-row chunks, 1 layer", 1)) {
-            const float ms = time_ms(run, 50);
-            std::printf("  %lld blocks: %.1f us a layer (%.2f us a step); x%d layers %.1f us\n",
-                        (long long)(l.blocks * l.groups), ms * 1e3, ms * 1e3 / T, L, L * ms * 1e3);
-        }
-    }
-#define STACK(KS, KR, CH, LL, NAME)                                                          \
-    {                                                                                        \
-        auto run = [&] {                                                                     \
-            reset();                                                                         \
-            CHECK((run_stack<KS, KR, CH, LL>(T, B, H, groups, a, &blocks)));                 \
-        };                                                                                   \
-        run();                                                                               \
-        if (check(NAME, LL)) {                                                               \
-            const float ms = time_ms(run, 50);                                               \
-            std::printf("  %lld blocks: %.1f us (%.2f us a global step)\n", (long long)blocks, \
-                        ms * 1e3, ms * 1e3 / (T + LL - 1));                                  \
-        }                                                                                    \
-    }
-    if (H <= 128) {
-        STACK(16, 8, 4, 1, "stack 16x8, 4-row chunks, L=1")
-        STACK(16, 8, 4, 3, "stack 16x8, 4-row chunks, L=3")
-        STACK(32, 4, 4, 3, "stack 32x4, 4-row chunks, L=3")
-    }
-    STACK(32, 8, 4, 1, "stack 32x8, 4-row chunks, L=1")
-    STACK(32, 8, 4, 3, "stack 32x8, 4-row chunks, L=3")
-    STACK(16, 16, 4, 3, "stack 16x16, 4-row chunks, L=3")
-    /* the backward, on the forward's activations and cells of all L layers
-     * (the last stacked forward above left them) */
-    stack_grads g = {};
-    float *go_d = upload(grad_output);
-    g.grad_output = go_d;
-    for (int l = 0; l < L; ++l) {
-        g.weights[l] = a.weights[l];
-        g.gates[l] = a.gates[l];
-        g.cells[l] = a.cells[l];
-        g.grad_h_n[l] = upload(ghn[l]);
-        g.grad_c_n[l] = upload(gcn[l]);
-        g.grad_gates[l] = upload(std::vector<float>(T * B * G));
-        g.grad_h0[l] = upload(std::vector<float>(B * H));
-        g.grad_c0[l] = upload(std::vector<float>(B * H));
-    }
-    auto check_backward = [&](const char *what, int first_layer) {
-        CHECK(cudaDeviceSynchronize());
-        double e = 0;
-        for (int l = first_layer; l < L; ++l) {
-            e = std::max(e, max_error(download(g.grad_gates[l], T * B * G), ref_dG[l]));
-            if (first_layer == 0)
-                e = std::max(e, max_error(download(g.grad_h0[l], B * H), ref_dh0[l]));
-        }
-        std::printf("%-44s max error %.2e%s\n", what, e, e < 1e-4 ? "" : "  MISMATCH");
-        return e < 1e-4;
-    };
-    {
-        /* the library's grid backward of the top layer (its dL/dh: grad_output
-         * and its own recurrence, as in the stack): L x this is the layers'
-         * backward recurrences one after another, without the products
-         * (dX) between them */
-        lltm_sequence_launch l = {};
-        l.lanes = 32, l.values = 16, l.rows = 4, l.chunk = 4;
-        l.blocks = (H + 7) / 8;
-        l.groups = std::min<int64_t>((B + 3) / 4, 132 / l.blocks);
-        float *bias_d = upload(std::vector<float>(G)), *work = upload(std::vector<float>(l.groups * G));
-        const lltm_seq::backward_args ba = {T, B, H, H, go_d, g.grad_h_n[L - 1], g.grad_c_n[L - 1],
-                                            g.weights[L - 1], g.cells[L - 1], g.gates[L - 1],
-                                            g.grad_gates[L - 1], bias_d, g.grad_h0[L - 1],
-                                            g.grad_c0[L - 1], work, nullptr};
-        auto run = [&] {
-            if (run_grid_backward<float, 32, 16, 4>(l, ba, 0) != LLTM_OK)
-                std::exit(1);
-        };
-        run();
-        if (check_backward("library grid backward, top layer", L - 1)) {
-            const float ms = time_ms(run, 50);
-            std::printf("  %lld blocks: %.1f us a layer (%.2f us a step); x%d layers %.1f us\n",
-                        (long long)(l.blocks * l.groups), ms * 1e3, ms * 1e3 / T, L, L * ms * 1e3);
-        }
-    }
-#define STACK_BACKWARD(KS, KR, CH, NAME)                                                     \
-    {                                                                                        \
-        auto run = [&] { CHECK((run_stack_backward<KS, KR, CH, L>(T, B, H, groups, g, &blocks))); }; \
-        run();                                                                               \
-        if (check_backward(NAME, 0)) {                                                       \
-            const float ms = time_ms(run, 50);                                               \
-            std::printf("  %lld blocks: %.1f us (%.2f us a global step)\n", (long long)blocks, \
-                        ms * 1e3, ms * 1e3 / (T + L - 1));                                   \
-        }                                                                                    \
-    }
-    if (H <= 128) {
-        STACK_BACKWARD(16, 8, 4, "stack backward 16x8, 4-row chunks, L=3")
-        STACK_BACKWARD(32, 4, 4, "stack backward 32x4, 4-row chunks, L=3")
-    }
-    STACK_BACKWARD(32, 8, 4, "stack backward 32x8, 4-row chunks, L=3")
-    return 0;
+    int status = run<float>("float32", 1e-4, T, B, H, L, layers, gin, grad_output, ghn, gcn);
+    status |= run<__nv_bfloat16>("bfloat16", 5e-2, T, B, H, L, layers, gin, grad_output, ghn, gcn);
+    return status;
 }

@@ -1,0 +1,594 @@
+/*
+ * lltm_cuda_sequence_stack.cuh - stacked layers in one cooperative launch
+ * (lltm_stack.h) and their launchers, for one dtype: each
+ * lltm_cuda_seq_stack_<dtype>.cu instantiates them (LLTM_SEQ_STACK_UNIT).
+ *
+ * L layers of H units run skewed in time: at global step s layer l runs its
+ * step t = s - l, whose inputs h^l_{t-1} (its own state) and h^{l-1}_t (the
+ * layer below's output) were both written at step s - 1; the layers of a
+ * step are independent and share its grid barrier, and the stack takes
+ * T + L - 1 barriers instead of L launches of T with a product between
+ * them. Block n owns the same units of every layer (the grid kernels'
+ * layout: unit blocks x batch groups, lanes x values of W a unit) and holds
+ * W_h of each layer and W_x of each layer above the first in registers:
+ * layer 0's input product comes in its gates (one product over all steps,
+ * as for one layer), the layers above form theirs in the step. A step
+ * stages the 2L - 1 state rows it needs at once, forms all the products,
+ * reduces them in one pass of warp shuffles, and runs each layer's
+ * pointwise math. The backward runs skewed the other way, the top layer
+ * first: layer l's dL/dh_t is dG^l_{t+1} W_h^l + dG^{l+1}_t W_x^{l+1}
+ * (+ dL/d output at the top), and dG^{l+1}_t is what layer l+1 stages for
+ * itself in the same step, so L staged rows serve 2L - 1 products.
+ * Variable lengths: per row, as the grid kernels (a row past its length
+ * keeps its state, outputs 0; backward: dG 0, dL/dc passed on, dL/dh_n
+ * entering at its last step), the same lengths for every layer.
+ */
+#ifndef LLTM_CORE_CUDA_SEQUENCE_STACK_CUH
+#define LLTM_CORE_CUDA_SEQUENCE_STACK_CUH
+
+#include "lltm_cuda_sequence_device.cuh"
+#include "lltm_stack.h"
+
+namespace lltm_seq {
+
+/* one stacked call's arrays, per layer (lltm_stack.h) and the state of the
+ * half types in float (NULL for float32): h [2,B,H] and c [B,H] forward, dG
+ * [2,B,3H] and dc [B,H] backward, per layer; bias_work [groups,L,3H] */
+template <typename T> struct stack_forward_args {
+    int64_t steps, B, I, H;
+    const T *weights[LLTM_STACK_MAX_LAYERS], *bias[LLTM_STACK_MAX_LAYERS];
+    const T *h0[LLTM_STACK_MAX_LAYERS], *c0[LLTM_STACK_MAX_LAYERS];
+    T *gates[LLTM_STACK_MAX_LAYERS], *output[LLTM_STACK_MAX_LAYERS],
+        *cells[LLTM_STACK_MAX_LAYERS];
+    float *h_work[LLTM_STACK_MAX_LAYERS], *c_work[LLTM_STACK_MAX_LAYERS];
+    const int64_t *lengths;
+};
+template <typename T> struct stack_backward_args {
+    int64_t steps, B, I, H;
+    const T *grad_output;
+    const T *weights[LLTM_STACK_MAX_LAYERS], *gates[LLTM_STACK_MAX_LAYERS],
+        *cells[LLTM_STACK_MAX_LAYERS];
+    const T *grad_h_n[LLTM_STACK_MAX_LAYERS], *grad_c_n[LLTM_STACK_MAX_LAYERS];
+    T *grad_gates[LLTM_STACK_MAX_LAYERS], *grad_bias[LLTM_STACK_MAX_LAYERS],
+        *grad_h0[LLTM_STACK_MAX_LAYERS], *grad_c0[LLTM_STACK_MAX_LAYERS];
+    float *dg_work[LLTM_STACK_MAX_LAYERS], *dc_work[LLTM_STACK_MAX_LAYERS];
+    float *bias_work;
+    const int64_t *lengths;
+};
+
+} // namespace lltm_seq
+
+namespace {
+
+/* the row's steps, or 0 past B */
+__device__ __forceinline__ int64_t stack_row_steps(const int64_t *__restrict__ lengths,
+                                                   int64_t b, int64_t B, int64_t steps)
+{
+    return b < B ? row_steps(lengths, b, steps) : 0;
+}
+
+/*
+ * Forward. Lane s (tid % KS) of unit u holds, per layer, W_h[q*H + u, k]
+ * and (l > 0) W_x[q*H + u, k] = weights_l[q*H + u, H + k] for
+ * k = (kv*KS + s)*VEC + e, as the grid forward's lanes hold W_h.
+ */
+template <typename T, int KS, int KR, int CH, int L>
+__global__ void __launch_bounds__(NT, 1)
+stack_forward_kernel(lltm_seq::stack_forward_args<T> a)
+{
+    typedef float A;
+    typedef float4 V;
+    constexpr int U = NT / KS, VEC = 4, KP = KS * KR, PER = 3 * L;
+    constexpr bool SAME = std::is_same<T, A>::value; /* state lives in the outputs */
+    static_assert(KR % VEC == 0 && KS >= CH && KS <= 32 && NT % KS == 0 && CH <= BC &&
+                      L >= 2 && L <= LLTM_STACK_MAX_LAYERS,
+                  "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    A *hs = reinterpret_cast<A *>(smem_raw); /* [2L - 1][CH][KP]: h^l_{t-1}, then h^{l-1}_t */
+
+    const int64_t steps = a.steps, B = a.B, H = a.H, G = 3 * H, BH = B * H;
+    const int tid = threadIdx.x, s = tid % KS;
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
+    const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * CH, row_step = groups * CH;
+    const bool unit_ok = u < H, owner = s < CH;
+
+    A wh[L][3][KR], wx[L][3][KR], bi[L], bo[L], bz[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int64_t K = l == 0 ? H + a.I : 2 * H;
+        load_unit_rows<T, KS, KR>(a.weights[l], a.bias[l], H, K, u, unit_ok, s, wh[l], bi[l],
+                                  bo[l], bz[l]);
+        if (l > 0) {
+            A unused[3];
+            load_unit_rows<T, KS, KR>(a.weights[l] + H, a.bias[l], H, K, u, unit_ok, s, wx[l],
+                                      unused[0], unused[1], unused[2]);
+        }
+    }
+
+    for (int64_t step = 0; step < steps + L - 1; ++step) {
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+            const int64_t b = b0 + (s & (CH - 1));
+            const bool row_ok = owner && unit_ok && b < B;
+            const int64_t row_end = stack_row_steps(a.lengths, b, B, steps);
+            /* stage h^l_{t-1} and h^{l-1}_t of rows b0 .. b0+CH-1 (zero beyond B, H) */
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t t = step - l;
+                if (t < 0 || t >= steps)
+                    continue; /* uniform over the grid */
+                A *own = hs + l * CH * KP;
+                if (t == 0) {
+                    for (int e = tid; e < CH * KP; e += NT) {
+                        const int64_t row = b0 + e / KP, k = e % KP;
+                        own[e] = (row < B && k < H) ? to_acc(a.h0[l][row * H + k]) : A(0);
+                    }
+                } else if constexpr (SAME) {
+                    stage_rows<A, KP, CH>(own, reinterpret_cast<const A *>(a.output[l]) +
+                                                   (t - 1) * BH,
+                                          B, b0, H, tid);
+                } else {
+                    stage_rows<A, KP, CH>(own, a.h_work[l] + ((t - 1) & 1) * BH, B, b0, H, tid);
+                }
+                if (l > 0) {
+                    A *in = hs + (L + l - 1) * CH * KP;
+                    if constexpr (SAME)
+                        stage_rows<A, KP, CH>(in, reinterpret_cast<const A *>(a.output[l - 1]) +
+                                                      t * BH,
+                                              B, b0, H, tid);
+                    else
+                        stage_rows<A, KP, CH>(in, a.h_work[l - 1] + (t & 1) * BH, B, b0, H, tid);
+                }
+            }
+            __syncthreads();
+
+            A acc[CH * PER];
+#pragma unroll
+            for (int v = 0; v < CH * PER; ++v)
+                acc[v] = 0;
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t t = step - l;
+                if (t < 0 || t >= steps)
+                    continue;
+#pragma unroll
+                for (int bb = 0; bb < CH; ++bb)
+#pragma unroll
+                    for (int kv = 0; kv < KR / VEC; ++kv) {
+                        const int k = (kv * KS + s) * VEC;
+                        const V hv = *reinterpret_cast<const V *>(&hs[(l * CH + bb) * KP + k]);
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                            for (int q = 0; q < 3; ++q)
+                                acc[bb * PER + l * 3 + q] += wh[l][q][kv * VEC + e] * component(hv, e);
+                        if (l > 0) {
+                            const V xv = *reinterpret_cast<const V *>(
+                                &hs[((L + l - 1) * CH + bb) * KP + k]);
+#pragma unroll
+                            for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                                for (int q = 0; q < 3; ++q)
+                                    acc[bb * PER + l * 3 + q] +=
+                                        wx[l][q][kv * VEC + e] * component(xv, e);
+                        }
+                    }
+            }
+            reduce_rows<KS, CH, PER>(acc, s);
+
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t t = step - l;
+                if (t < 0 || t >= steps || !row_ok)
+                    continue;
+                T *grow = a.gates[l] + (t * B + b) * G;
+                A p_i = 0, p_o = 0, p_z = 0;
+                if (l == 0) {
+                    p_i = to_acc(grow[u]);
+                    p_o = to_acc(grow[H + u]);
+                    p_z = to_acc(grow[2 * H + u]);
+                }
+                A c_prev;
+                if (t == 0)
+                    c_prev = to_acc(a.c0[l][b * H + u]);
+                else if constexpr (SAME)
+                    c_prev = to_acc(a.cells[l][(t - 1) * BH + b * H + u]);
+                else
+                    c_prev = a.c_work[l][b * H + u];
+                A i, o, z, c, h;
+                forward_step_math<A>(t < row_end, acc[l * 3] + p_i + bi[l],
+                                     acc[l * 3 + 1] + p_o + bo[l], acc[l * 3 + 2] + p_z + bz[l],
+                                     c_prev, &i, &o, &z, &c, &h);
+                grow[u] = from_acc<T>(i);
+                grow[H + u] = from_acc<T>(o);
+                grow[2 * H + u] = from_acc<T>(z);
+                a.cells[l][t * BH + b * H + u] = from_acc<T>(c);
+                a.output[l][t * BH + b * H + u] = from_acc<T>(h);
+                if (!SAME) {
+                    a.c_work[l][b * H + u] = c;
+                    a.h_work[l][(t & 1) * BH + b * H + u] = h;
+                }
+            }
+            __syncthreads(); /* hs is restaged by the next chunk */
+        }
+        if (step + 1 < steps + L - 1)
+            step_barrier(); /* every layer's state of the step is written */
+    }
+}
+
+/*
+ * Backward. Lane (unit j, slice s) holds, per layer, column u of W_h^l and
+ * of W_x^{l+1} (l < L - 1) for rows r = (rv*KS + s)*VEC + e < G, as the
+ * grid backward's lanes hold W_h; the KS slices' partial sums meet in
+ * shared memory and thread t = bb*U + j adds them in slice order
+ * (deterministic), every layer's chains interleaved.
+ */
+template <typename T, int KS, int KR, int CH, int L>
+__global__ void __launch_bounds__(NT, 1)
+stack_backward_kernel(lltm_seq::stack_backward_args<T> a)
+{
+    typedef float A;
+    typedef float4 V;
+    constexpr int U = NT / KS, VEC = 4, RR = 3 * KR, RP = KS * RR, SUM_LD = KS * U + U;
+    constexpr bool SAME = std::is_same<T, A>::value;
+    static_assert(RR % VEC == 0 && 32 % U == 0 && (NT / 32) * (32 / U) == KS &&
+                      CH * U <= NT && CH <= BC && L >= 2 && L <= LLTM_STACK_MAX_LAYERS,
+                  "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    A *ds = reinterpret_cast<A *>(smem_raw); /* [L][CH][RP]: dG^l_{t_l + 1} */
+    A *sums = ds + L * CH * RP;              /* [L][CH][SUM_LD] */
+
+    const int64_t steps = a.steps, B = a.B, H = a.H, G = 3 * H, BH = B * H, BG = B * G;
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int j = lane % U, s = (tid / 32) * (32 / U) + lane / U;
+    const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
+    const int64_t group = blockIdx.x / unit_blocks, unit0 = (blockIdx.x % unit_blocks) * U;
+    const int64_t first_row = group * CH, row_step = groups * CH;
+    const bool owner = tid < CH * U;
+    const int own_bb = tid / U;
+    const int64_t own_u = unit0 + tid % U;
+
+    A wh[L][RR], wx[L][RR];
+    {
+        const int64_t u = unit0 + j;
+#pragma unroll
+        for (int l = 0; l < L; ++l) {
+            const int64_t K = l == 0 ? H + a.I : 2 * H;
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    const int64_t r = (int64_t)(rv * KS + s) * VEC + e;
+                    const bool ok = u < H && r < G;
+                    wh[l][rv * VEC + e] = ok ? to_acc(a.weights[l][r * K + u]) : A(0);
+                    if (l + 1 < L)
+                        wx[l][rv * VEC + e] =
+                            ok ? to_acc(a.weights[l + 1][r * 2 * H + H + u]) : A(0);
+                }
+        }
+    }
+    /* the owner's totals of each layer's KS partial sums (after a barrier) */
+    auto totals = [&](A(&tot)[L]) {
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+            tot[l] = 0;
+#pragma unroll
+        for (int q = 0; q < KS; ++q)
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+                tot[l] += sums[(l * CH + own_bb) * SUM_LD + q * U + tid % U];
+    };
+    /* dG^l_t of every row of the chunk into ds (the grad_gates, or the half
+     * types' float copy by parity) */
+    auto stage_dg = [&](int l, int64_t t, int64_t b0) {
+        if constexpr (SAME)
+            stage_rows<A, RP, CH>(ds + l * CH * RP,
+                                  reinterpret_cast<const A *>(a.grad_gates[l]) + t * BG, B, b0, G,
+                                  tid);
+        else
+            stage_rows<A, RP, CH>(ds + l * CH * RP, a.dg_work[l] + (t & 1) * BG, B, b0, G, tid);
+    };
+
+    A bias_sum[L][3];
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+        bias_sum[l][0] = bias_sum[l][1] = bias_sum[l][2] = 0;
+    for (int64_t step = 0; step < steps + L - 1; ++step) {
+        for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t tn = steps - step + (L - 1 - l); /* t_l + 1 */
+                if (tn >= 0 && tn < steps)
+                    stage_dg(l, tn, b0);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t t = steps - 1 - step + (L - 1 - l);
+                if (t < 0 || t >= steps)
+                    continue;
+                const bool own = t + 1 < steps, above = l + 1 < L;
+                A acc[CH];
+#pragma unroll
+                for (int bb = 0; bb < CH; ++bb)
+                    acc[bb] = 0;
+#pragma unroll
+                for (int bb = 0; bb < CH; ++bb)
+#pragma unroll
+                    for (int rv = 0; rv < RR / VEC; ++rv) {
+                        const int r = (rv * KS + s) * VEC;
+                        if (own) {
+                            const V dv = *reinterpret_cast<const V *>(&ds[(l * CH + bb) * RP + r]);
+#pragma unroll
+                            for (int e = 0; e < VEC; ++e)
+                                acc[bb] += wh[l][rv * VEC + e] * component(dv, e);
+                        }
+                        if (above) {
+                            const V xv =
+                                *reinterpret_cast<const V *>(&ds[((l + 1) * CH + bb) * RP + r]);
+#pragma unroll
+                            for (int e = 0; e < VEC; ++e)
+                                acc[bb] += wx[l][rv * VEC + e] * component(xv, e);
+                        }
+                    }
+#pragma unroll
+                for (int bb = 0; bb < CH; ++bb)
+                    sums[(l * CH + bb) * SUM_LD + s * U + j] = acc[bb];
+            }
+            __syncthreads();
+            const int64_t b = b0 + own_bb;
+            const bool row_ok = owner && own_u < H && b < B;
+            A tot[L];
+            if (row_ok)
+                totals(tot);
+            const int64_t row_end = stack_row_steps(a.lengths, b, B, steps);
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int64_t t = steps - 1 - step + (L - 1 - l);
+                if (t < 0 || t >= steps || !row_ok)
+                    continue;
+                const int64_t jj = t * BH + b * H + own_u;
+                const T *arow = a.gates[l] + (t * B + b) * G;
+                A dh = tot[l];
+                if (l == L - 1)
+                    dh += to_acc(a.grad_output[jj]);
+                if (t == row_end - 1) /* the row's last step: dL/dh_n enters */
+                    dh += to_acc(a.grad_h_n[l][b * H + own_u]);
+                A *dc_state = SAME ? reinterpret_cast<A *>(a.grad_c0[l]) : a.dc_work[l];
+                const A dc_in = t == steps - 1 ? to_acc(a.grad_c_n[l][b * H + own_u])
+                                               : dc_state[b * H + own_u];
+                A d[3], dc;
+                backward_step_math<A>(t < row_end, to_acc(arow[own_u]), to_acc(arow[H + own_u]),
+                                      to_acc(arow[2 * H + own_u]), to_acc(a.cells[l][jj]), dh,
+                                      dc_in, d, &dc);
+                T *drow = a.grad_gates[l] + (t * B + b) * G;
+                drow[own_u] = from_acc<T>(d[0]);
+                drow[H + own_u] = from_acc<T>(d[1]);
+                drow[2 * H + own_u] = from_acc<T>(d[2]);
+                if (!SAME) {
+                    A *wrow = a.dg_work[l] + (t & 1) * BG + b * G;
+                    wrow[own_u] = d[0];
+                    wrow[H + own_u] = d[1];
+                    wrow[2 * H + own_u] = d[2];
+                }
+                dc_state[b * H + own_u] = dc;
+                bias_sum[l][0] += d[0];
+                bias_sum[l][1] += d[1];
+                bias_sum[l][2] += d[2];
+            }
+            __syncthreads(); /* ds and sums are reused by the next chunk */
+        }
+        step_barrier(); /* every layer's dG of the step is written */
+    }
+
+    /* dL/dh0 of each layer: dG^l_0 W_h^l; dL/dc0 (half types: from the float state) */
+    for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+            stage_dg(l, 0, b0);
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+#pragma unroll
+            for (int bb = 0; bb < CH; ++bb) {
+                A acc = 0;
+#pragma unroll
+                for (int rv = 0; rv < RR / VEC; ++rv) {
+                    const V dv = *reinterpret_cast<const V *>(
+                        &ds[(l * CH + bb) * RP + (rv * KS + s) * VEC]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        acc += wh[l][rv * VEC + e] * component(dv, e);
+                }
+                sums[(l * CH + bb) * SUM_LD + s * U + j] = acc;
+            }
+        __syncthreads();
+        const int64_t b = b0 + own_bb;
+        if (owner && own_u < H && b < B) {
+            A tot[L];
+            totals(tot);
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                a.grad_h0[l][b * H + own_u] = from_acc<T>(tot[l]);
+                if (!SAME)
+                    a.grad_c0[l][b * H + own_u] = from_acc<T>(a.dc_work[l][b * H + own_u]);
+            }
+        }
+        __syncthreads();
+    }
+
+    /* the bias gradients: each unit's row sums in row order, then the batch
+     * groups' in group order (deterministic) */
+    A *bias_rows = ds; /* [L][3][CH][U] */
+    if (owner)
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+#pragma unroll
+            for (int q = 0; q < 3; ++q)
+                bias_rows[((l * 3 + q) * CH + own_bb) * U + tid % U] = bias_sum[l][q];
+    __syncthreads();
+    const bool unit_writer = tid < U && unit0 + tid < H;
+    const int64_t u = unit0 + tid;
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int q = 0; q < 3; ++q) {
+            A total = 0;
+            if (unit_writer)
+                for (int bb = 0; bb < CH; ++bb)
+                    total += bias_rows[((l * 3 + q) * CH + bb) * U + tid];
+            bias_sum[l][q] = total;
+        }
+    if (groups > 1) {
+        if (unit_writer)
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int q = 0; q < 3; ++q)
+                    a.bias_work[(group * L + l) * G + q * H + u] = bias_sum[l][q];
+        step_barrier();
+        if (group != 0)
+            return;
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+                A total = 0;
+                if (unit_writer)
+                    for (int64_t g = 0; g < groups; ++g)
+                        total += __ldcg(&a.bias_work[(g * L + l) * G + q * H + u]);
+                bias_sum[l][q] = total;
+            }
+    }
+    if (unit_writer)
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+#pragma unroll
+            for (int q = 0; q < 3; ++q)
+                a.grad_bias[l][q * H + u] = from_acc<T>(bias_sum[l][q]);
+}
+
+} // namespace
+
+namespace lltm_seq {
+
+/* dynamic shared memory of the stack's kernels (float state) */
+inline size_t stack_forward_smem(int ks, int kr, int ch, int layers)
+{
+    return (size_t)(2 * layers - 1) * ch * ks * kr * sizeof(float);
+}
+inline size_t stack_backward_smem(int ks, int kr, int ch, int layers)
+{
+    const int U = NT / ks;
+    const size_t sums = (size_t)layers * ch * (ks * 3 * kr + ks * U + U);
+    const size_t bias = (size_t)layers * 3 * ch * U;
+    return (sums > bias ? sums : bias) * sizeof(float);
+}
+
+} // namespace lltm_seq
+
+namespace {
+
+/* The layouts of the stack (lanes x values, 4-row chunks) for L = 2, 3 */
+#define LLTM_SEQ_STACK_CASES(X)                                                              \
+    X(32, 8, 2)                                                                              \
+    X(32, 8, 3)                                                                              \
+    X(32, 4, 2)                                                                              \
+    X(32, 4, 3)
+
+template <typename T> const void *stack_kernel_of(bool forward, int lanes, int values, int layers)
+{
+#define LLTM_SEQ_STACK_CASE(KS, KR, LL)                                                      \
+    if (lanes == KS && values == KR && layers == LL)                                         \
+        return forward ? (const void *)stack_forward_kernel<T, KS, KR, 4, LL>                \
+                       : (const void *)stack_backward_kernel<T, KS, KR, 4, LL>;
+    LLTM_SEQ_STACK_CASES(LLTM_SEQ_STACK_CASE)
+#undef LLTM_SEQ_STACK_CASE
+    return NULL;
+}
+
+/* one cooperative launch of `kernel` for `l` (its blocks x groups resident
+ * at once: the plan's) */
+template <typename Args>
+int stack_launch(void (*kernel)(Args), const lltm_sequence_launch &l, const Args &a,
+                 cudaStream_t stream)
+{
+    if (l.smem > 48 * 1024 &&
+        cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)l.smem) != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    void *args[] = {(void *)&a};
+    return launch_status(cudaLaunchCooperativeKernel(kernel, dim3((unsigned)(l.blocks * l.groups)),
+                                                     dim3(NT), args, l.smem, stream));
+}
+
+/* the launch of the forward (Args: stack_forward_args) or backward kernel
+ * of l's layout for `layers` layers */
+template <typename T, typename Args>
+int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStream_t stream)
+{
+    constexpr bool forward = std::is_same<Args, lltm_seq::stack_forward_args<T>>::value;
+    if (l.chunk != 4 || l.groups < 1 || l.blocks < 1)
+        return LLTM_ERR_ARGUMENT;
+#define LLTM_SEQ_STACK_CASE(KS, KR, LL)                                                      \
+    if (l.lanes == KS && l.values == KR && layers == LL) {                                   \
+        if constexpr (forward)                                                               \
+            return stack_launch(stack_forward_kernel<T, KS, KR, 4, LL>, l, a, stream);       \
+        else                                                                                 \
+            return stack_launch(stack_backward_kernel<T, KS, KR, 4, LL>, l, a, stream);      \
+    }
+    LLTM_SEQ_STACK_CASES(LLTM_SEQ_STACK_CASE)
+#undef LLTM_SEQ_STACK_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+} // namespace
+
+/* The exported functions of one dtype's unit: the kernel lookup (for the
+ * chooser's occupancy queries; NULL: no such layout) and the launchers
+ * (LLTM_ERR_ARGUMENT for a layout the library has no kernel of). */
+namespace lltm_seq {
+template <typename T> const void *stack_kernel(bool forward, int lanes, int values, int layers);
+template <typename T>
+int stack_forward(const lltm_sequence_launch &l, int layers, const stack_forward_args<T> &a,
+                  cudaStream_t stream);
+template <typename T>
+int stack_backward(const lltm_sequence_launch &l, int layers, const stack_backward_args<T> &a,
+                   cudaStream_t stream);
+#define LLTM_SEQ_STACK_DECLARE(T)                                                            \
+    template <> const void *stack_kernel<T>(bool forward, int lanes, int values, int layers); \
+    template <>                                                                              \
+    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
+                         const stack_forward_args<T> &a, cudaStream_t stream);               \
+    template <>                                                                              \
+    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
+                          const stack_backward_args<T> &a, cudaStream_t stream);
+LLTM_SEQ_STACK_DECLARE(float)
+LLTM_SEQ_STACK_DECLARE(__half)
+LLTM_SEQ_STACK_DECLARE(__nv_bfloat16)
+#undef LLTM_SEQ_STACK_DECLARE
+} // namespace lltm_seq
+
+#define LLTM_SEQ_STACK_UNIT(T)                                                               \
+    namespace lltm_seq {                                                                     \
+    template <> const void *stack_kernel<T>(bool forward, int lanes, int values, int layers) \
+    {                                                                                        \
+        return stack_kernel_of<T>(forward, lanes, values, layers);                           \
+    }                                                                                        \
+    template <>                                                                              \
+    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
+                         const stack_forward_args<T> &a, cudaStream_t stream)                \
+    {                                                                                        \
+        return stack_run<T>(l, layers, a, stream);                                          \
+    }                                                                                        \
+    template <>                                                                              \
+    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
+                          const stack_backward_args<T> &a, cudaStream_t stream)              \
+    {                                                                                        \
+        return stack_run<T>(l, layers, a, stream);                                          \
+    }                                                                                        \
+    }
+
+#endif /* LLTM_CORE_CUDA_SEQUENCE_STACK_CUH */

@@ -1,0 +1,163 @@
+"""Stacked layers in one launch (csrc/core/lltm_stack.h, the kernels of
+lltm_cuda_sequence_stack.cuh) run on the CPU through the fiber emulation of
+the CUDA runtime (tests/cuda_emu), against the reference loop of cells in
+float64 run one layer after another: every layer's outputs, cells and
+activations, and after the backward every layer's gate gradients (and the
+weight and input gradients formed from them, as the caller does), bias,
+dL/dh0 and dL/dc0; every output element written and nothing outside the
+outputs. At odd sizes (H off a block's units, B off a 4-row chunk, several
+batch groups), both layouts (H <= 128 and above), 2 and 3 layers, every
+dtype the stack runs, with and without variable lengths. The GPU runs the
+same kernels in dev/cuda/sequence_stack.cu."""
+
+import ctypes
+import shutil
+
+import pytest
+import torch
+
+from guarded import Guarded, as_ptr
+from sequence_emu import DTYPE_CODES, StackBackwardLayer, StackForwardLayer, StackPlan, device
+from test_cuda_sequence_emulated import _close, _inputs, _lengths, _reference, _weight_grads
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+# float16 / bfloat16: a layer's rounded output is the next one's input, so
+# the stack's error against the float64 chain grows with depth
+STACK_TOLERANCES = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
+
+
+def stack_plan(lib, dtype, layers, T, B, I, H, dev=None):  # noqa: E741
+    plan = StackPlan()
+    status = lib.lltm_stack_plan_cuda(ctypes.byref(dev or device(lib)), DTYPE_CODES[dtype],
+                                      layers, T, B, I, H, ctypes.byref(plan))
+    return status, plan
+
+
+def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
+    status, plan = stack_plan(lib, dtype, L, T, B, I, H)
+    assert status == 0, "no stack plan"
+    tol = {**{dtype: STACK_TOLERANCES[dtype]}}
+
+    def close(name, got, want):
+        torch.testing.assert_close(got.double(), want, rtol=tol[dtype],
+                                   atol=tol[dtype] * max(1.0, want.abs().max().item()), msg=name)
+
+    lengths_ptr = None if lengths is None else as_ptr(lengths)
+    workspace = torch.full((max(1, plan.workspace_bytes // 4),), float("nan"))
+    ws_ptr = as_ptr(workspace) if plan.workspace_bytes else None
+
+    # each layer's parameters; the reference runs the layers one after another
+    params, refs, ref_x = [], [], None
+    for l in range(L):
+        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
+        if l > 0:
+            ref_args[0] = ref_x
+        params.append((x, W, b, h0, c0))
+        refs.append(_reference(*ref_args, lengths))
+        ref_x = refs[-1][0]
+    x0, W0 = params[0][0], params[0][1]
+    proj = (x0.double().reshape(T * B, I) @ W0.double()[:, H:].t()).reshape(T, B, 3 * H)
+    gates = [Guarded((T, B, 3 * H), dtype, fill=proj.to(dtype) if l == 0 else None)
+             for l in range(L)]
+    outputs = [Guarded((T, B, H), dtype) for _ in range(L)]
+    cells = [Guarded((T, B, H), dtype) for _ in range(L)]
+    fwd = (StackForwardLayer * L)()
+    for l, (_, W, b, h0, c0) in enumerate(params):
+        fwd[l] = StackForwardLayer(as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0), gates[l].ptr,
+                                   outputs[l].ptr, cells[l].ptr)
+    status = lib.lltm_stack_forward_persistent_cuda(ctypes.byref(plan), T, B, I, H, fwd, ws_ptr,
+                                                    lengths_ptr, None)
+    assert status == 0, f"forward status {status}"
+    for l in range(L):
+        out_r, _, _, cells_r, acts_r, _ = refs[l]
+        close(f"output {l}", outputs[l].check(f"output {l}"), out_r)
+        close(f"cells {l}", cells[l].check(f"cells {l}"), cells_r)
+        close(f"gates {l}", gates[l].check(f"gates {l}"), acts_r)
+
+    # backward: grad_output enters at the top; the reference's dL/dx of
+    # layer l is layer l-1's grad_output
+    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
+    ghn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    ref_grads, grad_out = [None] * L, go.double()
+    for l in reversed(range(L)):
+        ref_grads[l] = refs[l][5](grad_out, ghn[l].double(), gcn[l].double())
+        grad_out = ref_grads[l][0]
+    dG = [Guarded((T, B, 3 * H), dtype) for _ in range(L)]
+    db = [Guarded((3 * H,), dtype) for _ in range(L)]
+    dh0 = [Guarded((B, H), dtype) for _ in range(L)]
+    dc0 = [Guarded((B, H), dtype) for _ in range(L)]
+    bwd = (StackBackwardLayer * L)()
+    for l, (_, W, _, _, _) in enumerate(params):
+        bwd[l] = StackBackwardLayer(as_ptr(W), as_ptr(cells[l].value), as_ptr(gates[l].value),
+                                    as_ptr(ghn[l]), as_ptr(gcn[l]), dG[l].ptr, db[l].ptr,
+                                    dh0[l].ptr, dc0[l].ptr)
+    workspace.fill_(float("nan"))
+    status = lib.lltm_stack_backward_persistent_cuda(ctypes.byref(plan), T, B, I, H, as_ptr(go),
+                                                     bwd, ws_ptr, lengths_ptr, None)
+    assert status == 0, f"backward status {status}"
+    for l in range(L):
+        d_x, d_W, d_b, d_h0, d_c0 = ref_grads[l]
+        x_l = params[0][0] if l == 0 else outputs[l - 1].value
+        dW, dx = _weight_grads(dG[l].check(f"grad_gates {l}"), x_l, params[l][1], params[l][3],
+                               outputs[l].value, H)
+        close(f"grad_bias {l}", db[l].check(f"grad_bias {l}"), d_b)
+        close(f"grad_h0 {l}", dh0[l].check(f"grad_h0 {l}"), d_h0)
+        close(f"grad_c0 {l}", dc0[l].check(f"grad_c0 {l}"), d_c0)
+        close(f"grad_weights {l}", dW, d_W)
+        if l == 0:
+            close("grad_input", dx, d_x)
+    return plan
+
+
+CASES = [  # (L, T, B, I, H): B in one chunk and in several batch groups, H off a block's
+    # 8 units, the wider layout past H = 128, T = 1
+    (2, 4, 3, 5, 12), (3, 5, 9, 7, 20), (3, 3, 6, 4, 130), (2, 1, 5, 3, 9), (3, 4, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("L, T, B, I, H", CASES)
+def test_stack(emu, dtype, L, T, B, I, H):  # noqa: E741
+    _run_stack(emu, dtype, L, T, B, I, H)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("L, T, B, I, H", [(3, 6, 9, 5, 20), (2, 5, 7, 3, 130)])
+def test_stack_lengths(emu, dtype, L, T, B, I, H):  # noqa: E741
+    _run_stack(emu, dtype, L, T, B, I, H, lengths=_lengths(T, B))
+
+
+def test_stack_plans(emu):
+    """Layouts by H, batch groups up to one a 4-row chunk and as many as are
+    resident, the workspace by dtype; no plan where the stack does not run."""
+    dev = device(emu)
+    status, plan = stack_plan(emu, torch.float32, 3, 100, 16, 128, 256, dev)
+    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (32, 8)
+    assert (plan.forward.blocks, plan.forward.groups) == (32, 4) and plan.layers == 3
+    # float32: no float state; 4 groups: their bias sums [4, 3, 3H]
+    assert plan.workspace_bytes == 4 * 3 * 768 * 4
+    status, plan = stack_plan(emu, torch.bfloat16, 2, 100, 4, 64, 128, dev)
+    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (32, 4)
+    assert plan.forward.groups == 1
+    assert plan.workspace_bytes == 2 * 7 * 4 * 128 * 4  # h, c, dG, dc a layer, no groups
+    # 132 SMs, a block each (the emulator): 16 unit blocks at H = 128 leave 8 groups
+    status, plan = stack_plan(emu, torch.float32, 2, 100, 1024, 64, 128, dev)
+    assert status == 0 and plan.forward.groups == 8
+    for bad in [(torch.float64, 3, 100, 16, 128, 256), (torch.float32, 4, 100, 16, 128, 256),
+                (torch.float32, 1, 100, 16, 128, 256), (torch.float32, 3, 100, 16, 128, 257),
+                (torch.float32, 3, 0, 16, 128, 256), (torch.float32, 3, 100, 0, 128, 256)]:
+        assert stack_plan(emu, *bad, dev=dev)[0] != 0, bad
+    assert stack_plan(emu, torch.float32, 3, 100, 16, 128, 256,
+                      device(emu, cooperative_launch=0))[0] != 0
+
+
+def test_stack_refuses_a_plan_for_other_sizes(emu):
+    status, plan = stack_plan(emu, torch.float32, 2, 4, 3, 5, 12)
+    assert status == 0
+    fwd = (StackForwardLayer * 2)()
+    assert emu.lltm_stack_forward_persistent_cuda(ctypes.byref(plan), 4, 5, 5, 12, fwd, None,
+                                                  None, None) != 0
+    # a null array: refused before any launch
+    assert emu.lltm_stack_forward_persistent_cuda(ctypes.byref(plan), 4, 3, 5, 12, fwd, None,
+                                                  None, None) != 0
