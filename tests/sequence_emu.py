@@ -55,13 +55,13 @@ class StackPlan(ctypes.Structure):
 
 class StackForwardLayer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("weights", "bias", "h0", "c0", "gates", "output", "cells")]
+                ("weights", "bias", "h0", "c0", "gates", "output", "cells", "h_n", "c_n")]
 
 
 class StackBackwardLayer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("weights", "cells", "gates", "grad_h_n", "grad_c_n", "grad_gates", "grad_bias",
-                 "grad_h0", "grad_c0")]
+                 "grad_h0", "grad_c0", "h0", "output", "grad_weights")]
 
 
 class Options(ctypes.Structure):

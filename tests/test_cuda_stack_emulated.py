@@ -7,7 +7,9 @@ weight and input gradients formed from them, as the caller does), bias,
 dL/dh0 and dL/dc0; every output element written and nothing outside the
 outputs. At odd sizes (H off a block's units, B off a 4-row chunk, several
 batch groups), both layouts (H <= 128 and above), 2 and 3 layers, every
-dtype the stack runs, with and without variable lengths. The GPU runs the
+dtype the stack runs, with and without variable lengths; then the whole
+calls (lltm_stack_forward_cuda / _backward_cuda: the products around the
+recurrence through a torch matmul as the gemm callback). The GPU runs the
 same kernels in dev/cuda/sequence_stack.cu."""
 
 import ctypes
@@ -18,13 +20,23 @@ import torch
 
 from guarded import Guarded, as_ptr
 from sequence_emu import DTYPE_CODES, StackBackwardLayer, StackForwardLayer, StackPlan, device
-from test_cuda_sequence_emulated import _close, _inputs, _lengths, _reference, _weight_grads
+from test_cuda_sequence_emulated import (GEMM, _inputs, _lengths, _reference, _torch_gemm,
+                                         _weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 # float16 / bfloat16: a layer's rounded output is the next one's input, so
 # the stack's error against the float64 chain grows with depth
 STACK_TOLERANCES = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
+
+
+def _closer(dtype):
+    tol = STACK_TOLERANCES[dtype]
+
+    def close(name, got, want):
+        torch.testing.assert_close(got.double(), want, rtol=tol,
+                                   atol=tol * max(1.0, want.abs().max().item()), msg=name)
+    return close
 
 
 def stack_plan(lib, dtype, layers, T, B, I, H, dev=None):  # noqa: E741
@@ -37,11 +49,7 @@ def stack_plan(lib, dtype, layers, T, B, I, H, dev=None):  # noqa: E741
 def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
     status, plan = stack_plan(lib, dtype, L, T, B, I, H)
     assert status == 0, "no stack plan"
-    tol = {**{dtype: STACK_TOLERANCES[dtype]}}
-
-    def close(name, got, want):
-        torch.testing.assert_close(got.double(), want, rtol=tol[dtype],
-                                   atol=tol[dtype] * max(1.0, want.abs().max().item()), msg=name)
+    close = _closer(dtype)
 
     lengths_ptr = None if lengths is None else as_ptr(lengths)
     workspace = torch.full((max(1, plan.workspace_bytes // 4),), float("nan"))
@@ -161,3 +169,97 @@ def test_stack_refuses_a_plan_for_other_sizes(emu):
     # a null array: refused before any launch
     assert emu.lltm_stack_forward_persistent_cuda(ctypes.byref(plan), 4, 3, 5, 12, fwd, None,
                                                   None, None) != 0
+
+
+def _declare_whole(lib):
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    lib.lltm_stack_backward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
+    lib.lltm_stack_backward_workspace_cuda.restype = ctypes.c_size_t
+    lib.lltm_stack_forward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p, GEMM, p, p]
+    lib.lltm_stack_backward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p, p, GEMM, p, p]
+    lib.lltm_stack_forward_cuda.restype = ctypes.c_int
+    lib.lltm_stack_backward_cuda.restype = ctypes.c_int
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("L, T, B, I, H", [(3, 4, 6, 5, 20), (2, 3, 5, 0, 12), (2, 3, 3, 7, 130)])
+@pytest.mark.parametrize("wanted", ["all", "some"])
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
+def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # noqa: E741
+    """lltm_stack_forward_cuda / _backward_cuda against the reference chain:
+    every layer's output, h_n, c_n, weight, bias, h0 and c0 gradients and
+    the input's; with some gradients not wanted (NULL), the rest alike."""
+    _declare_whole(emu)
+    status, plan = stack_plan(emu, dtype, L, T, B, I, H)
+    assert status == 0
+    close = _closer(dtype)
+    lengths = _lengths(T, B) if with_lengths else None
+    lengths_ptr = None if lengths is None else as_ptr(lengths)
+    params, refs, ref_x = [], [], None
+    for l in range(L):
+        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
+        if l > 0:
+            ref_args[0] = ref_x
+        params.append((x, W, b, h0, c0))
+        refs.append(_reference(*ref_args, lengths))
+        ref_x = refs[-1][0]
+    fwd_ws = torch.full((max(1, plan.workspace_bytes // 8 + 1),), float("nan"),
+                        dtype=torch.float64)
+    outs = [dict(output=Guarded((T, B, H), dtype), cells=Guarded((T, B, H), dtype),
+                 gates=Guarded((T, B, 3 * H), dtype), h_n=Guarded((B, H), dtype),
+                 c_n=Guarded((B, H), dtype)) for _ in range(L)]
+    fwd = (StackForwardLayer * L)()
+    for l, (_, W, b, h0, c0) in enumerate(params):
+        o = outs[l]
+        fwd[l] = StackForwardLayer(as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0), o["gates"].ptr,
+                                   o["output"].ptr, o["cells"].ptr, o["h_n"].ptr, o["c_n"].ptr)
+    status = emu.lltm_stack_forward_cuda(ctypes.byref(plan), T, B, I, H, as_ptr(params[0][0]),
+                                         fwd, as_ptr(fwd_ws), lengths_ptr, _torch_gemm, None, None)
+    assert status == 0, f"forward status {status}"
+    for l in range(L):
+        out_r, h_r, c_r, _, _, _ = refs[l]
+        close(f"output {l}", outs[l]["output"].check(f"output {l}"), out_r)
+        close(f"h_n {l}", outs[l]["h_n"].check(f"h_n {l}"), h_r)
+        close(f"c_n {l}", outs[l]["c_n"].check(f"c_n {l}"), c_r)
+
+    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
+    ghn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    ref_grads, grad_out = [None] * L, go.double()
+    for l in reversed(range(L)):
+        ref_grads[l] = refs[l][5](grad_out, ghn[l].double(), gcn[l].double())
+        grad_out = ref_grads[l][0]
+    some = wanted == "some"  # layer 0's h0 and bias gradients and the input's not wanted
+    grads = [dict(dW=Guarded(tuple(params[l][1].shape), dtype), db=Guarded((3 * H,), dtype),
+                  dh0=Guarded((B, H), dtype), dc0=Guarded((B, H), dtype)) for l in range(L)]
+    bwd = (StackBackwardLayer * L)()
+    for l, (_, W, _, h0, _) in enumerate(params):
+        g, o = grads[l], outs[l]
+        skip = some and l == 0
+        bwd[l] = StackBackwardLayer(as_ptr(W), as_ptr(o["cells"].value), as_ptr(o["gates"].value),
+                                    as_ptr(ghn[l]), as_ptr(gcn[l]), None,
+                                    None if skip else g["db"].ptr, None if skip else g["dh0"].ptr,
+                                    g["dc0"].ptr, as_ptr(h0), as_ptr(o["output"].value),
+                                    g["dW"].ptr)
+    dx = Guarded((T, B, I), dtype)
+    ws = emu.lltm_stack_backward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
+    bwd_ws = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
+    status = emu.lltm_stack_backward_cuda(ctypes.byref(plan), T, B, I, H, as_ptr(params[0][0]),
+                                          as_ptr(go), bwd, None if some or I == 0 else dx.ptr,
+                                          as_ptr(bwd_ws), lengths_ptr, _torch_gemm, None, None)
+    assert status == 0, f"backward status {status}"
+    for l in range(L):
+        d_x, d_W, d_b, d_h0, d_c0 = ref_grads[l]
+        g = grads[l]
+        close(f"grad_weights {l}", g["dW"].check(f"grad_weights {l}"), d_W)
+        close(f"grad_c0 {l}", g["dc0"].check(f"grad_c0 {l}"), d_c0)
+        if some and l == 0:
+            assert torch.isnan(g["db"].value).all() and torch.isnan(g["dh0"].value).all()
+        else:
+            close(f"grad_bias {l}", g["db"].check(f"grad_bias {l}"), d_b)
+            close(f"grad_h0 {l}", g["dh0"].check(f"grad_h0 {l}"), d_h0)
+        if l == 0 and I > 0:
+            if some:
+                assert torch.isnan(dx.value).all()
+            else:
+                close("grad_input", dx.check("grad_input"), d_x)

@@ -21,6 +21,9 @@ constexpr int STACK_CHUNK = 4; /* rows a chunk: the small batches the stack is f
 
 bool half_type(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
 
+/* bytes of an element of the dtypes the stack runs */
+size_t elem_bytes(lltm_dtype dtype) { return half_type(dtype) ? 2 : 4; }
+
 const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int layers)
 {
     switch (dtype) {
@@ -207,6 +210,91 @@ int lltm_stack_backward_persistent_cuda(const lltm_stack_plan *plan, int64_t T, 
     default:
         return LLTM_ERR_DTYPE;
     }
+}
+
+size_t lltm_stack_backward_workspace_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B,
+                                          int64_t I, int64_t H)
+{
+    if (!plan_matches(plan, B, H) || lltm_seq::bad_sizes(T, B, I, H) || T * B == 0)
+        return 0;
+    const size_t elem = elem_bytes(plan->dtype), L = (size_t)plan->layers;
+    const int64_t K = H + (I > H ? I : H); /* the widest [h_prev | x] */
+    /* the recurrence's, then per layer dG and the places of unwanted
+     * gradients (h0, c0, bias), then hx */
+    return round_up(plan->workspace_bytes) +
+           L * (round_up((size_t)(T * B * 3 * H) * elem) + 2 * round_up((size_t)(B * H) * elem) +
+                round_up((size_t)(3 * H) * elem)) +
+           (size_t)(T * B * K) * elem;
+}
+
+int lltm_stack_forward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, int64_t I,
+                            int64_t H, const void *input, const lltm_stack_forward_layer *layers,
+                            void *workspace, const int64_t *lengths, lltm_gemm gemm,
+                            void *gemm_ctx, void *stream)
+{
+    if (!plan_matches(plan, B, H) || lltm_seq::bad_sizes(T, B, I, H) || T < 1 || B < 1 ||
+        !layers || !gemm || (I > 0 && !input))
+        return LLTM_ERR_ARGUMENT;
+    for (int l = 0; l < plan->layers; ++l)
+        if (!layers[l].h_n || !layers[l].c_n)
+            return LLTM_ERR_ARGUMENT;
+    int status = lltm_seq::input_projection(plan->dtype, T * B, I, H, input, layers[0].weights,
+                                            layers[0].gates, gemm, gemm_ctx, stream);
+    if (status == LLTM_OK)
+        status = lltm_stack_forward_persistent_cuda(plan, T, B, I, H, layers, workspace, lengths,
+                                                    stream);
+    for (int l = 0; l < plan->layers && status == LLTM_OK; ++l) {
+        const lltm_stack_forward_layer &y = layers[l];
+        status = lltm_seq::final_state(plan->dtype, T, B, H, lengths, y.h0, y.c0, y.output,
+                                       y.cells, y.h_n, y.c_n, stream);
+    }
+    return status;
+}
+
+int lltm_stack_backward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, int64_t I,
+                             int64_t H, const void *input, const void *grad_output,
+                             const lltm_stack_backward_layer *layers, void *grad_input,
+                             void *workspace, const int64_t *lengths, lltm_gemm gemm,
+                             void *gemm_ctx, void *stream)
+{
+    if (!plan_matches(plan, B, H) || lltm_seq::bad_sizes(T, B, I, H) || T < 1 || B < 1 ||
+        !layers || !gemm || !workspace || (I > 0 && !input))
+        return LLTM_ERR_ARGUMENT;
+    const int L = plan->layers;
+    const size_t elem = elem_bytes(plan->dtype);
+    /* the recurrence's arrays: dG and the unwanted gradients' places in the
+     * workspace (lltm_stack_backward_workspace_cuda's order) */
+    lltm_stack_backward_layer local[LLTM_STACK_MAX_LAYERS] = {};
+    char *at = (char *)workspace + round_up(plan->workspace_bytes);
+    for (int l = 0; l < L; ++l) {
+        const lltm_stack_backward_layer &y = layers[l];
+        if (!y.h0 || !y.output)
+            return LLTM_ERR_ARGUMENT;
+        local[l] = y;
+        local[l].grad_gates = at;
+        at += round_up((size_t)(T * B * 3 * H) * elem);
+        if (!y.grad_h0)
+            local[l].grad_h0 = at;
+        at += round_up((size_t)(B * H) * elem);
+        if (!y.grad_c0)
+            local[l].grad_c0 = at;
+        at += round_up((size_t)(B * H) * elem);
+        if (!y.grad_bias)
+            local[l].grad_bias = at;
+        at += round_up((size_t)(3 * H) * elem);
+    }
+    void *hx = at;
+    int status = lltm_stack_backward_persistent_cuda(plan, T, B, I, H, grad_output, local,
+                                                     plan->workspace_bytes ? workspace : NULL,
+                                                     lengths, stream);
+    for (int l = 0; l < L && status == LLTM_OK; ++l) {
+        const lltm_stack_backward_layer &y = local[l];
+        status = lltm_seq::weight_grads(plan->dtype, T, B, l == 0 ? I : H, H, y.grad_gates, y.h0,
+                                        y.output, l == 0 ? input : local[l - 1].output,
+                                        y.weights, hx, y.grad_weights,
+                                        l == 0 ? grad_input : NULL, gemm, gemm_ctx, stream);
+    }
+    return status;
 }
 
 } /* extern "C" */

@@ -208,6 +208,79 @@ bool layer_args_ok(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t
 
 } // namespace
 
+namespace lltm_seq {
+
+int input_projection(lltm_dtype dtype, int64_t TB, int64_t I, int64_t H, const void *input,
+                     const void *weights, void *gates, lltm_gemm gemm, void *gemm_ctx,
+                     void *stream)
+{
+    const int64_t G = 3 * H, K = I + H;
+    const size_t elem = elem_size(dtype);
+    /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step */
+    return I > 0 ? product(dtype, TB, G, I, input, I, 1, at(weights, H, elem), 1, K, gates, G,
+                           gemm, gemm_ctx, stream)
+                 : lltm_cuda_zero(gates, (size_t)(TB * G) * elem, stream);
+}
+
+int final_state(lltm_dtype dtype, int64_t T, int64_t B, int64_t H, const int64_t *lengths,
+                const void *h0, const void *c0, const void *output, const void *cells,
+                void *h_n, void *c_n, void *stream)
+{
+    const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
+    int status = LLTM_OK;
+    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
+     * lengths h_n is each row's h at its own last step, and c_T is each
+     * row's c already (kept past the row's end) */
+    if (T > 0 && B * H > 0) {
+        status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
+                                                         stream)
+                         : lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes,
+                                          stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
+    } else if (B * H > 0) {
+        status = lltm_cuda_copy(h_n, h0, state_bytes, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy(c_n, c0, state_bytes, stream);
+    }
+    return status;
+}
+
+int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, const void *dG,
+                 const void *h0, const void *output, const void *input, const void *weights,
+                 void *hx, void *grad_weights, void *grad_input, lltm_gemm gemm, void *gemm_ctx,
+                 void *stream)
+{
+    const int64_t G = 3 * H, K = I + H, TB = T * B;
+    const size_t elem = elem_size(dtype);
+    int status = LLTM_OK;
+    if (grad_weights) {
+        /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns:
+         * h_prev = [h0; h_1 .. h_{T-1}] (one product for all of dW instead
+         * of two: one library call less) */
+        const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem;
+        const size_t row_I = (size_t)I * elem;
+        status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
+                                       (size_t)((T - 1) * B), stream);
+        if (status == LLTM_OK)
+            status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I,
+                                       (size_t)TB, stream);
+        /* dW = dG^T [h_prev | x]: all steps at once */
+        if (status == LLTM_OK)
+            status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm,
+                             gemm_ctx, stream);
+    }
+    /* dx = dG W_x: all steps at once */
+    if (status == LLTM_OK && I > 0 && grad_input)
+        status = product(dtype, TB, I, G, dG, G, 1, at(weights, H, elem), K, 1, grad_input, I,
+                         gemm, gemm_ctx, stream);
+    return status;
+}
+
+} // namespace lltm_seq
+
 extern "C" {
 
 size_t lltm_sequence_forward_workspace_cuda(const lltm_sequence_plan *plan, int64_t T,
@@ -248,13 +321,11 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
     const int64_t *lengths = tensors->lengths;
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
-    const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
+    const size_t elem = elem_size(dtype);
     int status = LLTM_OK;
     if (TB > 0 && H > 0) {
-        /* gates [T*B,G] = x [T*B,I] W_x^T: the input projection of every step */
-        status = I > 0 ? product(dtype, TB, G, I, input, I, 1, at(weights, H, elem), 1, K, gates,
-                                 G, gemm, gemm_ctx, stream)
-                       : lltm_cuda_zero(gates, (size_t)(TB * G) * elem, stream);
+        status = lltm_seq::input_projection(dtype, TB, I, H, input, weights, gates, gemm,
+                                            gemm_ctx, stream);
         if (status != LLTM_OK)
             return status;
         if (persistent(plan)) {
@@ -279,22 +350,8 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
         if (status != LLTM_OK)
             return status;
     }
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
-     * lengths h_n is each row's h at its own last step, and c_T is each
-     * row's c already (kept past the row's end) */
-    if (T > 0 && B * H > 0) {
-        status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
-                                                         stream)
-                         : lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes,
-                                          stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
-    } else if (B * H > 0) {
-        status = lltm_cuda_copy(h_n, h0, state_bytes, stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy(c_n, c0, state_bytes, stream);
-    }
-    return status;
+    return lltm_seq::final_state(dtype, T, B, H, lengths, h0, c0, output, cells, h_n, c_n,
+                                 stream);
 }
 
 int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_t B, int64_t I,
@@ -369,29 +426,8 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
     if (status != LLTM_OK)
         return status;
 
-    if (grad_weights) {
-        /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns:
-         * h_prev = [h0; h_1 .. h_{T-1}] (one product for all of dW instead
-         * of two: one library call less) */
-        const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem;
-        const size_t row_I = (size_t)I * elem;
-        status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
-                                       (size_t)((T - 1) * B), stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I,
-                                       (size_t)TB, stream);
-        /* dW = dG^T [h_prev | x]: all steps at once */
-        if (status == LLTM_OK)
-            status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm,
-                             gemm_ctx, stream);
-    }
-    /* dx = dG W_x: all steps at once */
-    if (status == LLTM_OK && I > 0 && grad_input)
-        status = product(dtype, TB, I, G, dG, G, 1, at(weights, H, elem), K, 1, grad_input, I,
-                         gemm, gemm_ctx, stream);
-    return status;
+    return lltm_seq::weight_grads(dtype, T, B, I, H, dG, h0, output, input, weights, hx,
+                                  grad_weights, grad_input, gemm, gemm_ctx, stream);
 }
 
 } /* extern "C" */

@@ -61,28 +61,37 @@ int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int laye
                          int64_t B, int64_t I, int64_t H, lltm_stack_plan *plan);
 
 /* One layer's arrays in the stacked forward:
- *   weights  [G,H+I] (layer 0; W_h = columns 0..H-1 are read), [G,2H]
- *            above (W_h, then W_x of the layer's input)
+ *   weights  [G,H+I] (layer 0), [G,2H] above (W_h, then W_x of the layer's
+ *            input); the recurrence reads W_h of layer 0, W_h and W_x above
  *   bias     [G]
  *   h0, c0   [B,H]
- *   gates    [T,B,G]  layer 0: in x_t W_x^T of every step; every layer:
- *            out the activations
+ *   gates    [T,B,G]  out: the activations (the recurrence alone: layer 0's
+ *            come in holding x_t W_x^T of every step)
  *   output   [T,B,H]  out: h_1..h_T (the next layer's input)
- *   cells    [T,B,H]  out: c_1..c_T */
+ *   cells    [T,B,H]  out: c_1..c_T
+ *   h_n, c_n [B,H]    out: each row's state after its last step (the
+ *            whole call only; the recurrence alone does not read them) */
 typedef struct lltm_stack_forward_layer {
     const void *weights, *bias, *h0, *c0;
-    void *gates, *output, *cells;
+    void *gates, *output, *cells, *h_n, *c_n;
 } lltm_stack_forward_layer;
 
 /* One layer's arrays in the stacked backward (the forward's weights,
- * cells and gates):
+ * cells, gates; for the whole call also its h0 and output):
  *   grad_h_n, grad_c_n  [B,H]  dL/dh_T, dL/dc_T of the layer
- *   grad_gates  [T,B,G]  out: dL/dg of every step
+ *   grad_gates  [T,B,G]  out: dL/dg of every step (the recurrence alone;
+ *               the whole call keeps them in its workspace)
  *   grad_bias   [G]      out
- *   grad_h0, grad_c0     [B,H] out */
+ *   grad_h0, grad_c0     [B,H] out
+ *   grad_weights [G,K]   out, K as weights' (the whole call only)
+ * The whole call takes NULL for a gradient that is not wanted (grad_bias,
+ * grad_h0, grad_c0: not returned; grad_weights: its products not formed);
+ * the others come out the same. */
 typedef struct lltm_stack_backward_layer {
     const void *weights, *cells, *gates, *grad_h_n, *grad_c_n;
     void *grad_gates, *grad_bias, *grad_h0, *grad_c0;
+    const void *h0, *output;
+    void *grad_weights;
 } lltm_stack_backward_layer;
 
 /* The recurrences of plan->layers layers, layers[0] at the bottom; T, B >= 1.
@@ -97,6 +106,27 @@ int lltm_stack_backward_persistent_cuda(const lltm_stack_plan *plan, int64_t T, 
                                         int64_t I, int64_t H, const void *grad_output,
                                         const lltm_stack_backward_layer *layers,
                                         void *workspace, const int64_t *lengths, void *stream);
+
+/* The whole stack, as L calls of lltm_sequence_forward_cuda /
+ * _backward_cuda (lltm.h) would run it: forward, layer 0's input
+ * projection input [T,B,I] W_x^T, the recurrence, each layer's h_n and c_n;
+ * backward, the recurrence, then each layer's dW = dG^T [h_prev | x] (x:
+ * input, or the layer below's output) and layer 0's grad_input [T,B,I] =
+ * dG W_x (NULL: not formed). Products through lltm_small_mm_cuda or `gemm`
+ * as lltm.h says for one layer.
+ *   workspace  forward: plan->workspace_bytes; backward:
+ *              lltm_stack_backward_workspace_cuda bytes; 256-byte aligned */
+size_t lltm_stack_backward_workspace_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B,
+                                          int64_t I, int64_t H);
+int lltm_stack_forward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, int64_t I,
+                            int64_t H, const void *input, const lltm_stack_forward_layer *layers,
+                            void *workspace, const int64_t *lengths, lltm_gemm gemm,
+                            void *gemm_ctx, void *stream);
+int lltm_stack_backward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, int64_t I,
+                             int64_t H, const void *input, const void *grad_output,
+                             const lltm_stack_backward_layer *layers, void *grad_input,
+                             void *workspace, const int64_t *lengths, lltm_gemm gemm,
+                             void *gemm_ctx, void *stream);
 
 #ifdef __cplusplus
 }
