@@ -46,6 +46,36 @@ def stack_plan(lib, dtype, layers, T, B, I, H, dev=None):  # noqa: E741
     return status, plan
 
 
+def _stack_inputs(dtype, L, T, B, I, H, lengths):  # noqa: E741
+    """Each layer's (x, W, b, h0, c0) in dtype (x used by layer 0 only) and
+    its reference (_reference), the layers run one after another on the
+    float64 outputs of the layer below."""
+    params, refs, ref_x = [], [], None
+    for l in range(L):
+        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
+        if l > 0:
+            ref_args[0] = ref_x
+        params.append((x, W, b, h0, c0))
+        refs.append(_reference(*ref_args, lengths))
+        ref_x = refs[-1][0]
+    return params, refs
+
+
+def _stack_grads(dtype, refs, T, B, H):
+    """Random dL/d output of the top layer and dL/dh_n, dL/dc_n of each layer
+    (in dtype), and each layer's reference gradients: the top layer's from
+    grad_output, each one below from the dL/dx of the layer above."""
+    L = len(refs)
+    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
+    ghn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
+    ref_grads, grad_out = [None] * L, go.double()
+    for l in reversed(range(L)):
+        ref_grads[l] = refs[l][5](grad_out, ghn[l].double(), gcn[l].double())
+        grad_out = ref_grads[l][0]
+    return go, ghn, gcn, ref_grads
+
+
 def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
     status, plan = stack_plan(lib, dtype, L, T, B, I, H)
     assert status == 0, "no stack plan"
@@ -55,15 +85,7 @@ def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
     workspace = torch.full((max(1, plan.workspace_bytes // 4),), float("nan"))
     ws_ptr = as_ptr(workspace) if plan.workspace_bytes else None
 
-    # each layer's parameters; the reference runs the layers one after another
-    params, refs, ref_x = [], [], None
-    for l in range(L):
-        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
-        if l > 0:
-            ref_args[0] = ref_x
-        params.append((x, W, b, h0, c0))
-        refs.append(_reference(*ref_args, lengths))
-        ref_x = refs[-1][0]
+    params, refs = _stack_inputs(dtype, L, T, B, I, H, lengths)
     x0, W0 = params[0][0], params[0][1]
     proj = (x0.double().reshape(T * B, I) @ W0.double()[:, H:].t()).reshape(T, B, 3 * H)
     gates = [Guarded((T, B, 3 * H), dtype, fill=proj.to(dtype) if l == 0 else None)
@@ -83,15 +105,7 @@ def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
         close(f"cells {l}", cells[l].check(f"cells {l}"), cells_r)
         close(f"gates {l}", gates[l].check(f"gates {l}"), acts_r)
 
-    # backward: grad_output enters at the top; the reference's dL/dx of
-    # layer l is layer l-1's grad_output
-    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
-    ghn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
-    gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
-    ref_grads, grad_out = [None] * L, go.double()
-    for l in reversed(range(L)):
-        ref_grads[l] = refs[l][5](grad_out, ghn[l].double(), gcn[l].double())
-        grad_out = ref_grads[l][0]
+    go, ghn, gcn, ref_grads = _stack_grads(dtype, refs, T, B, H)
     dG = [Guarded((T, B, 3 * H), dtype) for _ in range(L)]
     db = [Guarded((3 * H,), dtype) for _ in range(L)]
     dh0 = [Guarded((B, H), dtype) for _ in range(L)]
@@ -195,14 +209,7 @@ def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # 
     close = _closer(dtype)
     lengths = _lengths(T, B) if with_lengths else None
     lengths_ptr = None if lengths is None else as_ptr(lengths)
-    params, refs, ref_x = [], [], None
-    for l in range(L):
-        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
-        if l > 0:
-            ref_args[0] = ref_x
-        params.append((x, W, b, h0, c0))
-        refs.append(_reference(*ref_args, lengths))
-        ref_x = refs[-1][0]
+    params, refs = _stack_inputs(dtype, L, T, B, I, H, lengths)
     fwd_ws = torch.full((max(1, plan.workspace_bytes // 8 + 1),), float("nan"),
                         dtype=torch.float64)
     outs = [dict(output=Guarded((T, B, H), dtype), cells=Guarded((T, B, H), dtype),
@@ -222,13 +229,7 @@ def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # 
         close(f"h_n {l}", outs[l]["h_n"].check(f"h_n {l}"), h_r)
         close(f"c_n {l}", outs[l]["c_n"].check(f"c_n {l}"), c_r)
 
-    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
-    ghn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
-    gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(L)]
-    ref_grads, grad_out = [None] * L, go.double()
-    for l in reversed(range(L)):
-        ref_grads[l] = refs[l][5](grad_out, ghn[l].double(), gcn[l].double())
-        grad_out = ref_grads[l][0]
+    go, ghn, gcn, ref_grads = _stack_grads(dtype, refs, T, B, H)
     some = wanted == "some"  # layer 0's h0 and bias gradients and the input's not wanted
     grads = [dict(dW=Guarded(tuple(params[l][1].shape), dtype), db=Guarded((3 * H,), dtype),
                   dh0=Guarded((B, H), dtype), dc0=Guarded((B, H), dtype)) for l in range(L)]

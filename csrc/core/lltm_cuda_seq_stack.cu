@@ -38,25 +38,6 @@ const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int valu
     }
 }
 
-/* blocks of `kernel` resident at once on `dev` (0: none, or unknown) */
-int64_t resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev)
-{
-    if (!kernel || !dev.cooperative_launch || smem > (size_t)dev.smem_optin)
-        return 0;
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return (int64_t)per_sm * dev.sm_count;
-}
-
 bool plan_matches(const lltm_stack_plan *plan, int64_t B, int64_t H)
 {
     return plan && plan->layers >= 2 && plan->layers <= LLTM_STACK_MAX_LAYERS && plan->B == B &&
@@ -149,10 +130,10 @@ int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int laye
     const int lanes = 32, values = H <= 128 ? 4 : 8, U = NT / lanes;
     const size_t fsmem = lltm_seq::stack_forward_smem(lanes, values, STACK_CHUNK, layers);
     const size_t bsmem = lltm_seq::stack_backward_smem(lanes, values, STACK_CHUNK, layers);
-    const int64_t fits_f =
-        resident_blocks(stack_kernel_for(dtype, true, lanes, values, layers), fsmem, *dev);
-    const int64_t fits_b =
-        resident_blocks(stack_kernel_for(dtype, false, lanes, values, layers), bsmem, *dev);
+    const int64_t fits_f = lltm_seq::max_resident_blocks(
+        stack_kernel_for(dtype, true, lanes, values, layers), fsmem, *dev);
+    const int64_t fits_b = lltm_seq::max_resident_blocks(
+        stack_kernel_for(dtype, false, lanes, values, layers), bsmem, *dev);
     const int64_t unit_blocks = (H + U - 1) / U, chunks = (B + STACK_CHUNK - 1) / STACK_CHUNK;
     int64_t groups = (fits_f < fits_b ? fits_f : fits_b) / unit_blocks;
     groups = groups < chunks ? groups : chunks;

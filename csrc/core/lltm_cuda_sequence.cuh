@@ -208,6 +208,14 @@ int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, c
                  void *hx, void *grad_weights, void *grad_input, lltm_gemm gemm, void *gemm_ctx,
                  void *stream);
 
+/* How many blocks of `kernel` (smem bytes each, `threads` a block) run at
+ * once on `dev` (blocks per SM x SMs; 0 where the kernel is not in the
+ * library, or for a cooperative grid without cooperative launch); raises
+ * the kernel's dynamic shared-memory limit as needed
+ * (lltm_cuda_sequence_plan.cu). */
+int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
+                            bool cooperative = true, int threads = NT);
+
 /* Sizes no kernel takes (negative, or past what int64_t indexing holds) */
 inline bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)
 {

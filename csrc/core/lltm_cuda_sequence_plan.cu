@@ -17,6 +17,34 @@
 #include <math.h>
 #include <string.h>
 
+namespace lltm_seq {
+
+/* lltm_cuda_sequence.cuh */
+int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
+                            bool cooperative, int threads)
+{
+    if (!kernel || (cooperative && !dev.cooperative_launch) || smem > (size_t)dev.smem_optin)
+        return 0;
+    /* past the default limit only: a lower limit would refuse a later
+     * launch of the same kernel with more (the block family's smem grows
+     * with its rows) */
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (int64_t)per_sm * dev.sm_count;
+}
+
+} // namespace lltm_seq
+
 namespace {
 
 using namespace lltm_seq;
@@ -55,33 +83,6 @@ constexpr int NUM_GRID_LAYOUTS = 4;
 /* The rows of a chunk each layout comes in (a tie keeps the first). */
 constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
-
-/* How many blocks of `kernel` (smem bytes each) can run at once on the
- * device (blocks per SM x SMs; 0 where the kernel is not in the library, or
- * for a cooperative grid without cooperative launch). Raises the kernel's
- * dynamic shared-memory limit as needed. */
-int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
-                            bool cooperative = true, int threads = NT)
-{
-    if (!kernel || (cooperative && !dev.cooperative_launch) || smem > (size_t)dev.smem_optin)
-        return 0;
-    /* past the default limit only: a lower limit would refuse a later
-     * launch of the same kernel with more (the block family's smem grows
-     * with its rows) */
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-        cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return (int64_t)per_sm * dev.sm_count;
-}
 
 /* max_resident_blocks of a layout's two kernels plus one (0: not asked yet) */
 int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNKS];

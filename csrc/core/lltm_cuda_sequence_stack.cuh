@@ -161,7 +161,8 @@ stack_forward_kernel(lltm_seq::stack_forward_args<T> a)
                         for (int e = 0; e < VEC; ++e)
 #pragma unroll
                             for (int q = 0; q < 3; ++q)
-                                acc[bb * PER + l * 3 + q] += wh[l][q][kv * VEC + e] * component(hv, e);
+                                acc[bb * PER + l * 3 + q] +=
+                                    wh[l][q][kv * VEC + e] * component(hv, e);
                         if (l > 0) {
                             const V xv = *reinterpret_cast<const V *>(
                                 &hs[((L + l - 1) * CH + bb) * KP + k]);

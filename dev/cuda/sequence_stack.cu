@@ -10,7 +10,8 @@
  * bfloat16-rounded inputs; the stack's layers pass bfloat16 outputs on).
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I../../csrc/core \
- *        sequence_stack.cu ../../csrc/core/lltm_cuda_seq_stack*.cu -o sequence_stack
+ *        sequence_stack.cu ../../csrc/core/lltm_cuda_seq*.cu ../../csrc/core/lltm_cuda_util.cu \
+ *        ../../csrc/core/lltm_cuda_cost.c -o sequence_stack
  *   ./sequence_stack [B H T L]   (H <= 256, L = 2 or 3; default 16 256 100 3)
  */
 #include "lltm_cuda_sequence_grid.cuh"
@@ -81,7 +82,8 @@ void reference(int64_t T, int64_t B, int64_t H, int L, const std::vector<layer_d
                                                      : out[l][(t - 1) * B * H + b * H + k];
                             acc += W[(q * H + u) * K + k] * hp;
                             if (l > 0)
-                                acc += W[(q * H + u) * K + H + k] * out[l - 1][t * B * H + b * H + k];
+                                acc += W[(q * H + u) * K + H + k] *
+                                       out[l - 1][t * B * H + b * H + k];
                         }
                         g[q] = acc;
                     }
@@ -250,7 +252,8 @@ int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, in
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, dev.device));
     dev.major = prop.major, dev.minor = prop.minor, dev.sm_count = prop.multiProcessorCount;
-    dev.smem_optin = (int)prop.sharedMemPerBlockOptin, dev.cooperative_launch = prop.cooperativeLaunch;
+    dev.smem_optin = (int)prop.sharedMemPerBlockOptin;
+    dev.cooperative_launch = prop.cooperativeLaunch;
     const lltm_dtype dtype = sizeof(T) == 4 ? LLTM_FLOAT32 : LLTM_BFLOAT16;
     lltm_stack_plan plan;
     OK(lltm_stack_plan_cuda(&dev, dtype, L, T_, B, H, H, &plan));
@@ -262,15 +265,21 @@ int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, in
     std::vector<lltm_stack_forward_layer> fl(L);
     std::vector<lltm_stack_backward_layer> bl(L);
     for (int l = 0; l < L; ++l) {
-        T *W = upload(as_t<T>(data[l].W)), *cells = zeros<T>(T_ * B * H), *gates = zeros<T>(T_ * B * G);
+        T *W = upload(as_t<T>(data[l].W)), *cells = zeros<T>(T_ * B * H);
+        T *gates = zeros<T>(T_ * B * G);
+        /* the recurrence alone: no h_n, c_n (forward), h0, output, dW (backward) */
         fl[l] = {W, upload(as_t<T>(data[l].bias)), upload(as_t<T>(data[l].h0)),
-                 upload(as_t<T>(data[l].c0)), gates, zeros<T>(T_ * B * H), cells};
+                 upload(as_t<T>(data[l].c0)), gates, zeros<T>(T_ * B * H), cells, nullptr,
+                 nullptr};
         bl[l] = {W, cells, gates, upload(as_t<T>(ghn[l])), upload(as_t<T>(gcn[l])),
-                 zeros<T>(T_ * B * G), zeros<T>(G), zeros<T>(B * H), zeros<T>(B * H)};
+                 zeros<T>(T_ * B * G), zeros<T>(G), zeros<T>(B * H), zeros<T>(B * H), nullptr,
+                 nullptr, nullptr};
     }
     auto forward = [&] {
-        CHECK(cudaMemcpyAsync(fl[0].gates, gin_d, T_ * B * G * sizeof(T), cudaMemcpyDeviceToDevice));
-        OK(lltm_stack_forward_persistent_cuda(&plan, T_, B, H, H, fl.data(), workspace, nullptr, 0));
+        CHECK(cudaMemcpyAsync(fl[0].gates, gin_d, T_ * B * G * sizeof(T),
+                              cudaMemcpyDeviceToDevice));
+        OK(lltm_stack_forward_persistent_cuda(&plan, T_, B, H, H, fl.data(), workspace, nullptr,
+                                              0));
     };
     auto backward = [&] {
         OK(lltm_stack_backward_persistent_cuda(&plan, T_, B, H, H, go_d, bl.data(), workspace,
