@@ -40,7 +40,7 @@ class _PlanOptions(ctypes.Structure):
     """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager")]
 
 
 class _Launch(ctypes.Structure):
@@ -163,7 +163,9 @@ _SIZES = [ctypes.c_int64] * 4  # T, B, I, H
 def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                            device: int | None = None) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
-    these sizes (the constraints in force applied), as a dict: family, and
+    these sizes (the constraints in force applied; a call on the current
+    stream as it is, captured into a CUDA graph or eager: docs/cuda-plans.md,
+    "Eager calls: the host's time counts"), as a dict: family, and
     per direction the launch (lanes, values, rows, chunk, exchange, blocks,
     groups, smem); None where a forced family does not fit, or without the
     CUDA library. ``device``: an ordinal (default: the current device)."""

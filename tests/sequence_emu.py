@@ -67,7 +67,7 @@ class StackBackwardLayer(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager")]
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):

@@ -181,3 +181,32 @@ def test_the_cost_of_the_choice_is_smooth_and_deterministic(emu):
                     if ratio > worst[0]:
                         worst = (ratio, (str(dtype), tf32, B, H, nb, nh))
     assert worst[0] < SMOOTH_RATIO, worst
+
+
+def test_eager_calls_weigh_the_hosts_time(emu):
+    """Eager (the stream not captured), each plan costs the longer of its GPU
+    time and the host's time to issue it: where the per-step family's GPU
+    time is below its 100 steps' launches, an eager call takes a persistent
+    plan and a captured one the per-step family (H100 machine: float32
+    B1024/H128 eager 6.8 ms on the per-step family, 3.4 ms on the grid;
+    graph 3.3 both); where its GPU time is the larger, both take it."""
+    emu.lltm_sequence_plan_host_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    emu.lltm_sequence_plan_host_cost_cuda.restype = ctypes.c_double
+    dev = device(emu)
+    for dtype, B, H in [(torch.float32, 1024, 128), (torch.float32, 256, 256),
+                        (torch.bfloat16, 64, 512), (torch.bfloat16, 16, 1024)]:
+        status, captured = make_plan(emu, dtype, 100, B, H // 2, H, dev=dev)
+        assert status == 0 and captured.family == STEPS, (dtype, B, H)
+        status, eager = make_plan(emu, dtype, 100, B, H // 2, H, dev=dev, eager=1)
+        assert status == 0 and eager.family == GRID, (dtype, B, H, eager.family)
+        assert emu.lltm_sequence_plan_host_cost_cuda(ctypes.byref(captured), 100) > 0
+        assert emu.lltm_sequence_plan_host_cost_cuda(ctypes.byref(eager), 100) == 0
+    for dtype, B, H in [(torch.float32, 1024, 256), (torch.bfloat16, 1024, 256)]:
+        status, eager = make_plan(emu, dtype, 100, B, H // 2, H, dev=dev, eager=1)
+        assert status == 0 and eager.family == STEPS, (dtype, B, H)
+    # small sizes: the eager choice is the captured one
+    for dtype, B, H in [(torch.float32, 16, 256), (torch.bfloat16, 1, 64)]:
+        a = make_plan(emu, dtype, 100, B, H // 2, H, dev=dev)[1]
+        b = make_plan(emu, dtype, 100, B, H // 2, H, dev=dev, eager=1)[1]
+        assert (a.family, a.forward.lanes, a.forward.groups) == \
+            (b.family, b.forward.lanes, b.forward.groups)

@@ -51,7 +51,11 @@ __attribute__((visibility("default"))) int lltm_cuda_set_concurrent_layers(int l
     return LLTM_OK;
 }
 
-static void plan_options(lltm_sequence_plan_options *o)
+/* The options of a call on `stream` (NULL: torch's current stream of
+ * `device`): the overrides, the calling thread's concurrent layers, and
+ * whether the call is eager (the stream not being captured: the host's time
+ * to issue a plan counts, lltm.h) */
+static void plan_options(lltm_sequence_plan_options *o, int device, void *stream)
 {
     while (atomic_exchange(&plan_overrides_lock, 1))
         ;
@@ -59,15 +63,18 @@ static void plan_options(lltm_sequence_plan_options *o)
     atomic_store(&plan_overrides_lock, 0);
     if (o->concurrent < concurrent_layers)
         o->concurrent = concurrent_layers;
+    if (!stream && aoti_torch_get_current_cuda_stream(device, &stream) != 0)
+        stream = NULL;
+    o->eager = stream ? !lltm_cuda_stream_capturing(stream) : 1;
 }
 
-static int choose_plan(const lltm_sequence_dims *d, int device, lltm_sequence_plan *plan,
-                       lltm_error *err)
+static int choose_plan(const lltm_sequence_dims *d, int device, void *stream,
+                       lltm_sequence_plan *plan, lltm_error *err)
 {
     lltm_sequence_plan_options options;
     lltm_cuda_device dev;
     int status;
-    plan_options(&options);
+    plan_options(&options, device, stream);
     status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return lltm_core_failed(err, "lltm_cuda_device_query", status);
@@ -93,7 +100,7 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, in
     lltm_cuda_device dev;
     if (!plan)
         return LLTM_ERR_ARGUMENT;
-    plan_options(&options);
+    plan_options(&options, device, NULL);
     const int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
@@ -113,7 +120,7 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, in
     lltm_cuda_device dev;
     if (!plan || !cost)
         return LLTM_ERR_ARGUMENT;
-    plan_options(&options);
+    plan_options(&options, device, NULL);
     int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
@@ -156,7 +163,7 @@ static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
     if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
                            aoti_torch_device_type_cuda()) ||
         lltm_cuda_enter_device(c.args[0].device_index, &guard, &stream, &c.err) ||
-        choose_plan(&c.d, c.args[0].device_index, &plan, &c.err))
+        choose_plan(&c.d, c.args[0].device_index, stream, &plan, &c.err))
         goto fail;
     const lltm_sequence_dims *d = &c.d;
     const size_t bytes =

@@ -454,10 +454,14 @@ typedef struct lltm_sequence_plan {
  *                   directions of a bidirectional layer, on two streams):
  *                   only plans of which two launches are resident together
  *                   (twice the clusters, half the grid's blocks each), so
- *                   that neither waits for the other to finish */
+ *                   that neither waits for the other to finish
+ *   eager           nonzero: the call is not being captured into a CUDA
+ *                   graph, so the host issues its launches as it runs:
+ *                   each plan counts max(its GPU time, the host's time to
+ *                   issue it), lltm_sequence_plan_host_cost_cuda */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
-    int concurrent, grid_chunk, block_chunk;
+    int concurrent, grid_chunk, block_chunk, eager;
 } lltm_sequence_plan_options;
 
 /*
@@ -523,6 +527,10 @@ enum { /* the cell's matrix-product routes */
 };
 double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
                                     int64_t T, int64_t B, int64_t I, int64_t H);
+/* The host's time to issue one forward + backward of `plan` eagerly, in
+ * microseconds: the per-step family's launches and library calls, T steps
+ * of them (a persistent plan's few launches: 0, below its GPU time). */
+double lltm_sequence_plan_host_cost_cuda(const lltm_sequence_plan *plan, int64_t T);
 double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
                                  int64_t B, int64_t I, int64_t H);
 int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
@@ -677,6 +685,8 @@ int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
 int lltm_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                       size_t bytes, size_t rows, void *stream);
 int lltm_cuda_zero(void *dst, size_t bytes, void *stream);
+/* 1 if `stream` is being captured into a CUDA graph, 0 if not (or unknown) */
+int lltm_cuda_stream_capturing(void *stream);
 
 #ifdef __cplusplus
 }

@@ -125,15 +125,7 @@ void *at(const void *base, int64_t index, size_t elem)
 }
 
 /* whether the stream is being captured into a CUDA graph */
-bool capturing(void *stream)
-{
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return status != cudaStreamCaptureStatusNone;
-}
+bool capturing(void *stream) { return lltm_cuda_stream_capturing(stream) != 0; }
 
 /* Readies the gemm for captures to come: its first call on a thread and
  * device may set up what a CUDA-graph capture forbids (torch makes a

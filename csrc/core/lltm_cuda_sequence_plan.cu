@@ -546,10 +546,16 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
      * the grid layouts in GRID_LAYOUTS order, each in 16-row chunks, then
      * in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
-    double best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_cost_cuda(dev, plan, T, B, I, H)
-                                           : INFINITY;
+    /* eager: the host issues the launches as the GPU runs them, so a plan
+     * takes the longer of the two */
+    auto cost_of = [&](const lltm_sequence_plan *p) {
+        const double gpu = lltm_sequence_plan_cost_cuda(dev, p, T, B, I, H);
+        const double host = o.eager ? lltm_sequence_plan_host_cost_cuda(p, T) : 0.0;
+        return gpu > host ? gpu : host;
+    };
+    double best = o.family == LLTM_SEQ_ANY ? cost_of(plan) : INFINITY;
     auto consider = [&]() {
-        const double cost = lltm_sequence_plan_cost_cuda(dev, &candidate, T, B, I, H);
+        const double cost = cost_of(&candidate);
         if (cost < best) {
             best = cost;
             *plan = candidate;

@@ -1,7 +1,8 @@
 /*
  * lltm_cuda_util.cu - small generic pieces the binding uses around the
  * sequence kernels (lltm.h): a deterministic small matrix product that
- * costs one launch, stream-ordered copies and zero fills.
+ * costs one launch, stream-ordered copies and zero fills, whether a stream
+ * is being captured.
  */
 #include "lltm.h"
 
@@ -80,6 +81,16 @@ int small_mm(int64_t M, int64_t N, int64_t K, const void *a, int64_t a_rs, int64
 } // namespace
 
 extern "C" {
+
+int lltm_cuda_stream_capturing(void *stream)
+{
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return status != cudaStreamCaptureStatusNone;
+}
 
 int lltm_small_mm_fits(int64_t M, int64_t N, int64_t K)
 {
