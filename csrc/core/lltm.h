@@ -469,7 +469,8 @@ typedef struct lltm_sequence_plan_options {
  * (options may be NULL): nothing to run (T*B == 0 or H == 0), or family
  * STEPS, gives per-step kernels; else every plan that can run these sizes
  * here (within the options) is costed by the cost model
- * (lltm_sequence_plan_cost_cuda, below) and the cheapest wins (a tie: the
+ * (lltm_sequence_plan_cost_cuda, below; options->eager: the longer of that
+ * and lltm_sequence_plan_host_cost_cuda) and the cheapest wins (a tie: the
  * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
  * order 16x8, 16x32, 32x16, 32x32, the block family in 1-row chunks, then
  * 4-row ones). The candidates:
