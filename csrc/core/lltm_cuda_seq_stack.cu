@@ -1,9 +1,10 @@
 /*
  * lltm_cuda_seq_stack.cu - stacked layers in one launch a direction
  * (lltm_stack.h): the plan (layout, batch groups by the occupancy of both
- * kernels, workspace) and the launches, checked against the plan and handed
+ * kernels, workspace), the launches, checked against the plan and handed
  * to the unit of their dtype (lltm_cuda_seq_stack_<dtype>.cu; the kernels:
- * lltm_cuda_sequence_stack.cuh).
+ * lltm_cuda_sequence_stack.cuh), and the whole stack around them (the
+ * products and final states, through the one-layer code's pieces).
  */
 #include "lltm_stack.h"
 

@@ -10,10 +10,15 @@
  *   lltm_cuda_seq_cbwd_<dtype>.cu     cluster backward kernels of one dtype
  *   lltm_cuda_seq_block_<dtype>.cu    block kernels of one dtype
  *   lltm_cuda_sequence_steps.cu       per-step kernels (fallback), convert
- *   lltm_cuda_util.cu                 small products, copies, zero fills
+ *   lltm_cuda_util.cu                 small products, copies, zero fills,
+ *                                     whether a stream is being captured
+ *   lltm_cuda_seq_stack.cu            stacked layers in one launch
+ *                                     (lltm_stack.h): plan, launches, the
+ *                                     products around them
+ *   lltm_cuda_seq_stack_<dtype>.cu    stacked-layer kernels of one dtype
  * with the kernels in headers: lltm_cuda_sequence_device.cuh (shared device
  * helpers), _grid.cuh, _cluster_forward.cuh, _cluster_backward.cuh,
- * _block.cuh.
+ * _block.cuh, _stack.cuh.
  *
  * Each kernel family x dtype is its own translation unit (they compile in
  * parallel); it exports a launcher that takes one direction's launch of the
