@@ -45,13 +45,12 @@ bool plan_matches(const lltm_stack_plan *plan, int64_t B, int64_t H)
            plan->H == H;
 }
 
-/* the workspace regions: per layer the float state (half types), then the
- * groups' bias sums [groups, L, G] */
-constexpr size_t ALIGN = 256;
-size_t round_up(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+/* the workspace regions: per layer the float state (half types: h, c
+ * forward, dG, dc backward), then the groups' bias sums [groups, L, G] */
+using lltm_seq::round_up;
 size_t state_bytes(lltm_dtype dtype, int64_t B, int64_t H)
 {
-    return half_type(dtype) ? round_up((size_t)(7 * B * H) * sizeof(float)) : 0;
+    return round_up(lltm_seq::half_state_bytes(dtype, B, H));
 }
 
 template <typename T>

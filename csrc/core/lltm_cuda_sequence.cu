@@ -97,9 +97,7 @@ int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64
 
 namespace {
 
-constexpr size_t ALIGN = 256; /* workspace regions start at multiples of this */
-
-size_t round_up(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+using lltm_seq::round_up;
 
 bool persistent(const lltm_sequence_plan *plan)
 {
@@ -123,9 +121,6 @@ void *at(const void *base, int64_t index, size_t elem)
 {
     return (char *)base + (size_t)index * elem;
 }
-
-/* whether the stream is being captured into a CUDA graph */
-bool capturing(void *stream) { return lltm_cuda_stream_capturing(stream) != 0; }
 
 /* Readies the gemm for captures to come: its first call on a thread and
  * device may set up what a CUDA-graph capture forbids (torch makes a
@@ -161,7 +156,7 @@ int product(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const void *a, in
             int64_t a_cs, const void *b, int64_t b_rs, int64_t b_cs, void *c, int64_t ldc,
             lltm_gemm gemm, void *gemm_ctx, void *stream)
 {
-    if (lltm_small_mm_fits(M, N, K) && !capturing(stream)) {
+    if (lltm_small_mm_fits(M, N, K) && !lltm_cuda_stream_capturing(stream)) {
         if (M > 0 && N > 0 && K > 0) {
             const int status = ready_gemm(dtype, a, b, c, gemm, gemm_ctx);
             if (status != LLTM_OK)

@@ -83,6 +83,14 @@ inline size_t half_state_bytes(lltm_dtype dtype, int64_t B, int64_t H)
     return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16 ? half_state_bytes(B, H) : 0;
 }
 
+/* Workspace regions start at multiples of WORKSPACE_ALIGN bytes: `bytes`
+ * rounded up to the next region */
+constexpr size_t WORKSPACE_ALIGN = 256;
+inline size_t round_up(size_t bytes)
+{
+    return (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN;
+}
+
 /* bytes of the accumulation type (float for the half types) */
 inline size_t acc_bytes(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 8 : 4; }
 
