@@ -25,6 +25,7 @@
  */
 #include "lltm_cuda_sequence_cluster_backward.cuh"
 #include "lltm_cuda_sequence_cluster_forward.cuh"
+#include "lab.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,31 +35,12 @@
 #include <random>
 #include <vector>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
-                         cudaGetErrorString(e_));                                            \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
-
 namespace {
 
 struct problem {
     int64_t T, B, H;
     std::vector<float> h0, c0, W, bias, gates_in, grad_output, grad_h_n, grad_c_n;
 };
-
-std::vector<float> random_vector(size_t n, float scale, std::mt19937 &rng)
-{
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto &x : v)
-        x = d(rng);
-    return v;
-}
 
 /* float64 reference: forward outputs (h_t, c_t, activations) and the
  * backward's dG, grad_bias, grad_h0, grad_c0 (I = 0: W is [3H, H]) */

@@ -16,6 +16,7 @@
  */
 #include "lltm_cuda_sequence_grid.cuh"
 #include "lltm_stack.h"
+#include "lab.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,15 +25,6 @@
 #include <random>
 #include <vector>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
-                         cudaGetErrorString(e_));                                            \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 #define OK(call)                                                                             \
     do {                                                                                     \
         const int s_ = (call);                                                               \
@@ -43,15 +35,6 @@
     } while (0)
 
 namespace {
-
-std::vector<float> random_vector(size_t n, float scale, std::mt19937 &rng)
-{
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto &x : v)
-        x = d(rng);
-    return v;
-}
 
 struct layer_data {
     std::vector<float> W, bias, h0, c0;
@@ -159,7 +142,6 @@ void reference_backward(int64_t T, int64_t B, int64_t H, int L,
                     }
     }
 }
-
 
 template <typename T> T to_t(float v) { return (T)v; }
 template <> __nv_bfloat16 to_t<__nv_bfloat16>(float v) { return __float2bfloat16(v); }

@@ -12,22 +12,13 @@
 #include "../../csrc/core/lltm_cuda_cell_backward.cu"
 #include "../../csrc/core/lltm_cuda_cell_forward.cu"
 #include "../../csrc/core/lltm_cuda_cell_pointwise.cu"
+#include "../cuda/lab.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
-                         cudaGetErrorString(e_));                                            \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 
 namespace {
 
