@@ -18,7 +18,8 @@ import torch
 _DEVICE_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
 _AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
                   | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
-FORWARD_OPS = ("cell_forward", "sequence_forward", "sequence_forward.lengths")
+FORWARD_OPS = ("cell_forward", "sequence_forward", "sequence_forward.lengths",
+               "stack_forward", "stack_forward.lengths")
 
 
 def cast(args, device_type: str):

@@ -174,3 +174,70 @@ def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0,
     t_output = torch.stack(t_out) if t_out else torch.zeros_like(input[..., :0]).expand(
         0, *h0.shape)
     return t_output, t_h, t_c
+
+
+# --- stacked layers (lltm::stack_forward): layer l > 0 reads layer l-1's output ------
+
+def _stack_layer(weights0, weights, l: int):
+    return weights0 if l == 0 else weights[l - 1]
+
+
+def stack_forward(input, weights0, weights, biases, h0, c0, lengths=None):
+    """(output, h_n, c_n, outputs, cells, gates) as lltm::stack_forward
+    returns them: :func:`sequence_forward` layer after layer."""
+    x, results = input, []
+    for l in range(h0.shape[0]):
+        results.append(sequence_forward(x, _stack_layer(weights0, weights, l), biases[l],
+                                        h0[l], c0[l], lengths))
+        x = results[-1][0]
+    outs, h_n, c_n, cells, gates = (list(r) for r in zip(*results))
+    below = (torch.stack(outs[:-1]) if len(outs) > 1
+             else outs[0].new_empty(0, *outs[0].shape))
+    return (outs[-1], torch.stack(h_n), torch.stack(c_n), below, torch.stack(cells),
+            torch.stack(gates))
+
+
+def stack_backward(grad_output, grad_h_n, grad_c_n, input, weights0, weights, biases, h0, c0,
+                   lengths=None):
+    """(d_input, d_weights0, d_weights, d_biases, d_h0, d_c0) of
+    lltm::stack_forward: the layers' inputs recomputed (they depend on the
+    layers below), then :func:`sequence_backward` from the top layer down,
+    each layer's d_input the grad_output of the layer below."""
+    L = h0.shape[0]
+    inputs = [input]
+    for l in range(L - 1):
+        inputs.append(sequence_forward(inputs[-1], _stack_layer(weights0, weights, l),
+                                       biases[l], h0[l], c0[l], lengths)[0])
+    d_out, grads = grad_output, [None] * L
+    for l in range(L - 1, -1, -1):
+        grads[l] = sequence_backward(d_out, grad_h_n[l], grad_c_n[l], inputs[l],
+                                     _stack_layer(weights0, weights, l), biases[l], h0[l],
+                                     c0[l], lengths)
+        d_out = grads[l][0]
+    d_w = [g[1] for g in grads[1:]]
+    return (d_out, grads[0][1], torch.stack(d_w) if d_w else torch.zeros_like(weights),
+            torch.stack([g[2] for g in grads]), torch.stack([g[3] for g in grads]),
+            torch.stack([g[4] for g in grads]))
+
+
+def stack_jvp(input, weights0, weights, biases, h0, c0, t_input, t_weights0, t_weights,
+              t_biases, t_h0, t_c0, lengths=None):
+    """Tangents (output, h_n [L,B,H], c_n [L,B,H]) of lltm::stack_forward:
+    :func:`sequence_jvp` layer after layer, each layer's output tangent the
+    input tangent of the layer above."""
+    def part(t, l):
+        return None if t is None else t[l]
+
+    x, t_x, t_h, t_c = input, t_input, [], []
+    for l in range(h0.shape[0]):
+        w = _stack_layer(weights0, weights, l)
+        t_w = t_weights0 if l == 0 else part(t_weights, l - 1)
+        t_out, t_h_l, t_c_l = sequence_jvp(x, w, biases[l], h0[l], c0[l], t_x, t_w,
+                                           part(t_biases, l), part(t_h0, l), part(t_c0, l),
+                                           lengths)
+        t_h.append(t_h_l)
+        t_c.append(t_c_l)
+        if l < h0.shape[0] - 1:
+            x = sequence_forward(x, w, biases[l], h0[l], c0[l], lengths)[0]
+        t_x = t_out
+    return t_x, torch.stack(t_h), torch.stack(t_c)

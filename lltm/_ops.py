@@ -276,6 +276,112 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
     return (d_input, d_weights, d_bias, d_h0, d_c0) + (None,) * len(lengths)
 
 
+# --- stacked layers over a whole sequence ----------------------------------------------
+
+def _stack_dims(op: str, input, weights0, weights, biases, h0) -> tuple[int, int, int, int, int]:
+    if input.dim() != 3:
+        raise RuntimeError(f"{op}: input must be 3-dimensional [T, B, I], got shape "
+                           f"{list(input.shape)}")
+    if h0.dim() != 3:
+        raise RuntimeError(f"{op}: h0 must be 3-dimensional [L, B, H], got shape "
+                           f"{list(h0.shape)}")
+    T, B, I = input.shape
+    L, H = h0.shape[0], h0.shape[2]
+    if L == 0:
+        raise RuntimeError(f"{op}: h0 holds L = 0 layers; expected at least one")
+    if H == 0:
+        raise RuntimeError(f"{op}: h0 has state size H = 0; expected H > 0")
+    _expect(op, "h0", h0, (L, B, H))
+    _expect(op, "weights0", weights0, (3 * H, H + I))
+    _expect(op, "weights", weights, (L - 1, 3 * H, 2 * H))
+    if biases is not None:
+        _expect(op, "biases", biases, (L, 3 * H))
+    return T, B, I, H, L
+
+
+@_register_fake("stack_forward")
+def _stack_forward_fake(input, weights0, weights, biases, h0, c0):
+    op = "lltm::stack_forward"
+    _same_dtype_device(op, input=input, weights0=weights0, weights=weights, biases=biases,
+                       h0=h0, c0=c0)
+    T, B, I, H, L = _stack_dims(op, input, weights0, weights, biases, h0)
+    _expect(op, "c0", c0, (L, B, H))
+    return (h0.new_empty(T, B, H), h0.new_empty(L, B, H), h0.new_empty(L, B, H),
+            h0.new_empty(L - 1, T, B, H), h0.new_empty(L, T, B, H),
+            h0.new_empty(L, T, B, 3 * H))
+
+
+_ALL6 = (True,) * 6  # the stack's backward: every gradient
+
+
+@_register_fake("stack_backward")
+def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, output,
+                         outputs, cells, gates, output_mask=_ALL6):
+    op = "lltm::stack_backward"
+    _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
+                       input=input, weights0=weights0, weights=weights, h0=h0, output=output,
+                       outputs=outputs, cells=cells, gates=gates)
+    T, B, I, H, L = _stack_dims(op, input, weights0, weights, None, h0)
+    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n)):
+        _expect(op, name, t, (L, B, H))
+    for name, t in (("grad_output", grad_output), ("output", output)):
+        _expect(op, name, t, (T, B, H))
+    _expect(op, "outputs", outputs, (L - 1, T, B, H))
+    _expect(op, "cells", cells, (L, T, B, H))
+    _expect(op, "gates", gates, (L, T, B, 3 * H))
+    return _masked(op, (input.new_empty(T, B, I), weights0.new_empty(3 * H, H + I),
+                        weights.new_empty(L - 1, 3 * H, 2 * H), h0.new_empty(L, 3 * H),
+                        h0.new_empty(L, B, H), h0.new_empty(L, B, H)), output_mask)
+
+
+@_register_fake("stack_forward.lengths")
+def _stack_forward_lengths_fake(input, weights0, weights, biases, h0, c0, lengths):
+    outputs = _stack_forward_fake(input, weights0, weights, biases, h0, c0)
+    _check_lengths("lltm::stack_forward", lengths, input, input.shape[1])
+    return outputs
+
+
+@_register_fake("stack_backward.lengths")
+def _stack_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
+                                 output, outputs, cells, gates, lengths, output_mask=_ALL6):
+    grads = _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
+                                 output, outputs, cells, gates, output_mask)
+    _check_lengths("lltm::stack_backward", lengths, input, input.shape[1])
+    return grads
+
+
+def _stack_setup_context(ctx, inputs, output):
+    # inputs: stack_forward's, and the lengths [B] of its lengths overload
+    out, _h_n, _c_n, outputs, cells, gates = output
+    ctx.save_for_backward(*inputs[:6], out, outputs, cells, gates, *inputs[6:])
+    if _forward_ad._current_level >= 0:  # dual tensors: StackForward.jvp reads them
+        ctx.save_for_forward(*inputs)
+    ctx.mark_non_differentiable(outputs, cells, gates)
+    ctx.set_materialize_grads(False)  # as the sequence's: no zero-filled [L,T,B,5H]
+
+
+_stack_backward_kernel = torch.ops.lltm._stack_backward
+
+
+def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
+    input, weights0, weights, biases, h0, c0, out, outputs, cells, gates, *lengths = (
+        ctx.saved_tensors)
+    if grad_output is None:
+        grad_output = torch.zeros_like(out)
+    if grad_h_n is None:
+        grad_h_n = torch.zeros_like(h0)
+    if grad_c_n is None:
+        grad_c_n = torch.zeros_like(h0)
+    if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
+        grads = _differentiable.stack_backward(grad_output, grad_h_n, grad_c_n, input,
+                                               weights0, weights, biases, h0, c0, *lengths)
+    else:  # only the gradients autograd asks for, as in _cell_backward
+        op = _stack_backward_kernel.lengths if lengths else _stack_backward_kernel.default
+        grads = op(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, out, outputs,
+                   cells, gates, *lengths, ctx.needs_input_grad[:6])
+    return tuple(grads) + (None,) * len(lengths)
+
+
 def _not_differentiable(name: str):
     def backward(ctx, *grads):
         raise RuntimeError(
@@ -292,7 +398,8 @@ def _no_context(ctx, inputs, output):
 # The backward operators have no derivative of their own: a clear error
 # instead of autograd's silent zeros if someone differentiates through them.
 for _name in ("lltm::cell_backward", "lltm::sequence_backward",
-              "lltm::sequence_backward.lengths"):
+              "lltm::sequence_backward.lengths", "lltm::stack_backward",
+              "lltm::stack_backward.lengths"):
     torch.library.register_autograd(_name, _not_differentiable(_name),
                                     setup_context=_no_context)
 
@@ -355,6 +462,15 @@ SequenceLengthsForward = _op_function(
     "SequenceLengthsForward", torch.ops.lltm._sequence_forward.lengths,
     _sequence_setup_context, _sequence_backward,
     lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
+
+StackForward = _op_function("StackForward", torch.ops.lltm._stack_forward.default,
+                            _stack_setup_context, _stack_backward,
+                            _differentiable.stack_jvp, 6)
+# saved (*inputs, lengths), then seven tangents (lengths' last)
+StackLengthsForward = _op_function(
+    "StackLengthsForward", torch.ops.lltm._stack_forward.lengths,
+    _stack_setup_context, _stack_backward,
+    lambda *a: _differentiable.stack_jvp(*a[:-8], *a[-7:-1], a[-8]), 6)
 
 # Bound once: an eager step reads each of these on every call.
 _is_compiling = torch.compiler.is_compiling
@@ -434,7 +550,9 @@ def _under_functorch_jvp() -> bool:
 
 _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  SequenceForward: _differentiable.sequence_forward,
-                 SequenceLengthsForward: _differentiable.sequence_forward}
+                 SequenceLengthsForward: _differentiable.sequence_forward,
+                 StackForward: _differentiable.stack_forward,
+                 StackLengthsForward: _differentiable.stack_forward}
 
 
 def _eager(function, args):
@@ -462,7 +580,8 @@ def _has_tangent(args) -> bool:
 
 
 def _transform_error(name: str) -> RuntimeError:
-    functional = {"cell_forward": "lltm_cell", "sequence_forward": "lltm_sequence"}[name]
+    functional = {"cell_forward": "lltm_cell", "sequence_forward": "lltm_sequence",
+                  "stack_forward": "lltm_stack"}[name]
     return RuntimeError(
         f"torch.ops.lltm.{name}: torch.func's grad, vjp, jacrev, jvp, jacfwd and hessian "
         f"are not supported on the operator called directly; call "
@@ -492,3 +611,5 @@ _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as th
 _register_autograd("cell_forward", CellForward)
 _register_autograd("sequence_forward", SequenceForward)
 _register_autograd("sequence_forward", SequenceLengthsForward, overload="lengths")
+_register_autograd("stack_forward", StackForward)
+_register_autograd("stack_forward", StackLengthsForward, overload="lengths")

@@ -2,9 +2,10 @@
 
 The forward operators fold a vmapped dimension of input and state into the
 batch dimension B when weights and bias are shared (not vmapped): one call
-of the native kernel for the whole vmapped batch. Otherwise, and for the
+of the native kernel for the whole vmapped batch. Otherwise, for the
 backward operators (whose weight gradients are sums over B, so instances
-cannot share a call), one call per vmapped instance.
+cannot share a call) and for the stacked layers' operators, one call per
+vmapped instance.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _sequence_forward_vmap(op):
     return rule
 
 
-def _backward_vmap(op):
+def _looped_vmap(op):
     def rule(info, in_dims, *args):
         return _loop(op, info, in_dims, args)
     return rule
@@ -66,11 +67,13 @@ def _backward_vmap(op):
 # autograd-free twin (lltm/_ops.py), which the autograd formulas call.
 for _prefix in ("", "_"):
     for _name, _make in (("cell_forward", _cell_forward_vmap),
-                         ("cell_backward", _backward_vmap),
+                         ("cell_backward", _looped_vmap),
                          ("sequence_forward", _sequence_forward_vmap),
-                         ("sequence_backward", _backward_vmap)):
+                         ("sequence_backward", _looped_vmap),
+                         ("stack_forward", _looped_vmap),
+                         ("stack_backward", _looped_vmap)):
         _packet = getattr(torch.ops.lltm, _prefix + _name)
-        for _overload in (("default", "lengths") if _name.startswith("sequence")
+        for _overload in (("default", "lengths") if _name.startswith(("sequence", "stack"))
                           else ("default",)):
             _qualname = f"lltm::{_prefix}{_name}" + (
                 "" if _overload == "default" else f".{_overload}")

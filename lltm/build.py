@@ -59,6 +59,8 @@ CPU_SOURCES = [
     "core/lltm_sequence_cpu.c",
     "binding/sequence_args.c",
     "binding/sequence_cpu.c",
+    "binding/stack_args.c",
+    "binding/stack_cpu.c",
     "binding/register_cpu.c",
 ]
 # The CUDA library: kernels (.cu, C launchers) plus its own C binding.
@@ -68,6 +70,7 @@ CUDA_SOURCES = [
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
     "binding/sequence_args.c",
+    "binding/stack_args.c",
 ]
 CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_cell_forward.cu",
@@ -94,8 +97,13 @@ CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_seq_block_f64.cu",
     "core/lltm_cuda_seq_block_f16.cu",
     "core/lltm_cuda_seq_block_bf16.cu",
+    "core/lltm_cuda_seq_stack.cu",
+    "core/lltm_cuda_seq_stack_f32.cu",
+    "core/lltm_cuda_seq_stack_f16.cu",
+    "core/lltm_cuda_seq_stack_bf16.cu",
     "core/lltm_cuda_util.cu",
     "binding/sequence_cuda.c",
+    "binding/stack_cuda.c",
     "binding/register_cuda.c",
 ]
 

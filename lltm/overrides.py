@@ -15,7 +15,9 @@ the variables and what each forces::
 Without the CUDA library (a CPU-only install) the overrides are accepted and
 have nothing to act on. ``wavefront(chunks=...)`` (``LLTM_WAVEFRONT_CHUNKS``)
 forces lltm.LLTM's own choice, on any device: the time chunks over which it
-overlaps stacked layers (lltm/_wavefront.py).
+overlaps stacked layers (lltm/_wavefront.py); ``stacked_layers(mode)``
+(``LLTM_STACKED_LAYERS``) whether it runs groups of stacked layers through
+one call of lltm::stack_forward (lltm/_stack.py).
 """
 from __future__ import annotations
 
@@ -129,15 +131,17 @@ def _dtype_code(dtype) -> int:
     return _DTYPE_CODES[name]
 
 
+def _launch_dict(l: _Launch) -> dict:
+    return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
+            "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
+            "groups": l.groups, "smem": l.smem}
+
+
 def _plan_dict(plan: _Plan) -> dict:
-    def launch(l):
-        return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
-                "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
-                "groups": l.groups, "smem": l.smem}
     out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
            "workspace_bytes": plan.workspace_bytes}
     if out["family"] != "steps":
-        out.update(forward=launch(plan.forward), backward=launch(plan.backward))
+        out.update(forward=_launch_dict(plan.forward), backward=_launch_dict(plan.backward))
     return out
 
 
@@ -201,6 +205,29 @@ def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E74
     status = _ask_in_force("sequence_layers", _SIZES + [ctypes.c_int, ctypes.c_void_p], dtype,
                            device, T, B, I, H, most, ctypes.byref(layers))
     return layers.value if status == 0 else None
+
+
+class _StackPlan(ctypes.Structure):
+    """lltm_stack_plan of csrc/core/lltm_stack.h."""
+    _fields_ = [("dtype", ctypes.c_int), ("layers", ctypes.c_int), ("B", ctypes.c_int64),
+                ("H", ctypes.c_int64), ("forward", _Launch), ("backward", _Launch),
+                ("workspace_bytes", ctypes.c_size_t)]
+
+
+def stack_plan_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: E741
+                        device: int | None = None) -> dict | None:
+    """The stacked launch lltm::stack_forward would run now for L layers of
+    these sizes on CUDA (csrc/core/lltm_stack.h), as a dict like
+    :func:`sequence_plan_in_force`'s (family "stack", layers); None where
+    none runs them (sizes, dtype, a forced plan of one layer: the operator
+    then calls the layers one by one), or without the CUDA library."""
+    plan = _StackPlan()
+    status = _ask_in_force("stack_plan", [ctypes.c_int64] + _SIZES + [ctypes.c_void_p], dtype,
+                           device, L, T, B, I, H, ctypes.byref(plan))
+    if status != 0:
+        return None
+    return {"family": "stack", "layers": plan.layers, "workspace_bytes": plan.workspace_bytes,
+            "forward": _launch_dict(plan.forward), "backward": _launch_dict(plan.backward)}
 
 
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
@@ -293,6 +320,36 @@ def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
 _wavefront_chunks: int | None = None
 
 
+STACKED_LAYERS = ("auto", "on", "off")
+_stacked_layers = "auto"
+
+
+def current_stacked_layers() -> str:
+    """How lltm.LLTM runs its stacked unidirectional layers: "auto" (its own
+    choice), "on" (through lltm::stack_forward wherever the module allows
+    it, on any device) or "off" (a call of the sequence operator a layer)."""
+    return _stacked_layers
+
+
+def set_stacked_layers(mode: str) -> None:
+    global _stacked_layers
+    if mode not in STACKED_LAYERS:
+        raise ValueError(f"stacked layers must be one of {list(STACKED_LAYERS)}, got {mode!r}")
+    _stacked_layers = mode
+
+
+@contextlib.contextmanager
+def stacked_layers(mode: str):
+    """Force how lltm.LLTM runs its stacked layers inside the block
+    (:func:`current_stacked_layers`), then restore it."""
+    before = _stacked_layers
+    set_stacked_layers(mode)
+    try:
+        yield
+    finally:
+        set_stacked_layers(before)
+
+
 def _check_chunks(name: str, chunks) -> None:
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)
                                or chunks < 1):
@@ -339,9 +396,19 @@ def _wavefront_from_environment(environ=os.environ) -> int | None:
     return chunks
 
 
+def _stacked_from_environment(environ=os.environ) -> str:
+    value = environ.get("LLTM_STACKED_LAYERS", "").strip() or "auto"
+    if value not in STACKED_LAYERS:
+        raise ValueError(f"lltm: a measurement override in the environment is invalid: "
+                         f"LLTM_STACKED_LAYERS must be one of {list(STACKED_LAYERS)}, got "
+                         f"{value!r} (see lltm/overrides.py)")
+    return value
+
+
 def apply_environment() -> None:
     """Read the variables above (once, at import) and set the overrides."""
-    global _matmul, _plan, _wavefront_chunks
+    global _matmul, _plan, _wavefront_chunks, _stacked_layers
     _matmul, _plan = _from_environment()
     _wavefront_chunks = _wavefront_from_environment()
+    _stacked_layers = _stacked_from_environment()
     _apply()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _packed, _wavefront, functional, reference
+from . import _directions, _packed, _stack, _wavefront, functional, reference
 from ._directions import BothDirections
 from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
@@ -356,7 +356,11 @@ class LLTM(torch.nn.Module):
         Returns (output [T, B, D*H], (h_n, c_n))."""
         run_layer = _LAYERS[self.impl]
         D = self.num_directions
-        if D == 1 and self.impl == "native":  # stacked layers overlapped
+        if D == 1 and self.impl == "native":  # stacked layers in one call a group
+            stack_groups = _stack.route(self, x)
+            if stack_groups is not None:
+                return _stack.run(self, x, h0, c0, stack_groups, lengths)
+            # stacked layers overlapped in time chunks
             chunks, sharing = _wavefront.schedule_for(x, self.hidden_size, self.num_layers)
             if chunks > 1:
                 return _wavefront.run(self, x, h0, c0, chunks, lengths, sharing)

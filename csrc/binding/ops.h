@@ -55,6 +55,39 @@
     ") -> (Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "            \
     "Tensor grad_h0, Tensor grad_c0)"
 
+/* L stacked layers over a whole sequence, the layer below's output the
+ * input of the layer above (I of every layer above the first = H): input
+ * [T,B,I]; weights0 [3H,H+I] of layer 0, weights [L-1,3H,2H] and biases
+ * [L,3H] of all layers, h0/c0 [L,B,H]; output [T,B,H] the top layer's,
+ * h_n/c_n [L,B,H], outputs [L-1,T,B,H] the layers' below the top (the
+ * inputs of the layers above), cells [L,T,B,H] and gates [L,T,B,3H] kept
+ * for the backward. The same results as L calls of sequence_forward, up to
+ * rounding; on CUDA one launch a direction runs 2 or 3 layers of small
+ * sizes (csrc/core/lltm_stack.h). */
+#define LLTM_SIGNATURE_STACK_FORWARD                                               \
+    "(Tensor input, Tensor weights0, Tensor weights, Tensor biases, Tensor h0, "  \
+    "Tensor c0) -> (Tensor output, Tensor h_n, Tensor c_n, Tensor outputs, "      \
+    "Tensor cells, Tensor gates)"
+#define LLTM_SCHEMA_STACK_OUTPUT_MASK                                              \
+    "bool[6] output_mask=[True, True, True, True, True, True]"
+#define LLTM_SIGNATURE_STACK_BACKWARD_ARGS                                         \
+    "(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, Tensor input, "       \
+    "Tensor weights0, Tensor weights, Tensor h0, Tensor output, Tensor outputs, " \
+    "Tensor cells, Tensor gates, "
+#define LLTM_SIGNATURE_STACK_BACKWARD_RETURNS                                      \
+    ") -> (Tensor grad_input, Tensor grad_weights0, Tensor grad_weights, "        \
+    "Tensor grad_biases, Tensor grad_h0, Tensor grad_c0)"
+#define LLTM_SIGNATURE_STACK_BACKWARD                                              \
+    LLTM_SIGNATURE_STACK_BACKWARD_ARGS LLTM_SCHEMA_STACK_OUTPUT_MASK               \
+    LLTM_SIGNATURE_STACK_BACKWARD_RETURNS
+#define LLTM_SIGNATURE_STACK_FORWARD_LENGTHS                                       \
+    "(Tensor input, Tensor weights0, Tensor weights, Tensor biases, Tensor h0, "  \
+    "Tensor c0, Tensor lengths) -> (Tensor output, Tensor h_n, Tensor c_n, "      \
+    "Tensor outputs, Tensor cells, Tensor gates)"
+#define LLTM_SIGNATURE_STACK_BACKWARD_LENGTHS                                      \
+    LLTM_SIGNATURE_STACK_BACKWARD_ARGS "Tensor lengths, "                          \
+    LLTM_SCHEMA_STACK_OUTPUT_MASK LLTM_SIGNATURE_STACK_BACKWARD_RETURNS
+
 /* LLTM_OPERATORS(X) calls X(name, signature, CPU kernel, CUDA kernel) for
  * every operator. Each comes twice: the public operator (lltm::cell_forward:
  * Python registers its autograd formula, lltm/_ops.py) and the same kernels
@@ -76,7 +109,15 @@
     X(prefix "sequence_forward.lengths", LLTM_SIGNATURE_SEQUENCE_FORWARD_LENGTHS,  \
       lltm_sequence_forward_cpu_boxed, lltm_sequence_forward_cuda_boxed)           \
     X(prefix "sequence_backward.lengths", LLTM_SIGNATURE_SEQUENCE_BACKWARD_LENGTHS, \
-      lltm_sequence_backward_cpu_boxed, lltm_sequence_backward_cuda_boxed)
+      lltm_sequence_backward_cpu_boxed, lltm_sequence_backward_cuda_boxed)       \
+    X(prefix "stack_forward", LLTM_SIGNATURE_STACK_FORWARD,                        \
+      lltm_stack_forward_cpu_boxed, lltm_stack_forward_cuda_boxed)                 \
+    X(prefix "stack_backward", LLTM_SIGNATURE_STACK_BACKWARD,                      \
+      lltm_stack_backward_cpu_boxed, lltm_stack_backward_cuda_boxed)               \
+    X(prefix "stack_forward.lengths", LLTM_SIGNATURE_STACK_FORWARD_LENGTHS,        \
+      lltm_stack_forward_cpu_boxed, lltm_stack_forward_cuda_boxed)                 \
+    X(prefix "stack_backward.lengths", LLTM_SIGNATURE_STACK_BACKWARD_LENGTHS,      \
+      lltm_stack_backward_cpu_boxed, lltm_stack_backward_cuda_boxed)
 #define LLTM_OPERATORS(X) LLTM_OPERATORS_ONCE(X, "") LLTM_OPERATORS_ONCE(X, "_")
 
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
@@ -91,6 +132,12 @@ void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
 void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
                                       uint64_t num_outputs);
 
+/* (csrc/binding/stack_cpu.c) */
+void lltm_stack_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
+                                  uint64_t num_outputs);
+void lltm_stack_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
+                                   uint64_t num_outputs);
+
 /* CUDA kernels (liblltm_cuda.so, csrc/binding/cell_cuda.c). */
 void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
 void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
@@ -99,6 +146,12 @@ void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
                                       uint64_t num_outputs);
 void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
                                        uint64_t num_outputs);
+
+/* (csrc/binding/stack_cuda.c) */
+void lltm_stack_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
+                                   uint64_t num_outputs);
+void lltm_stack_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
+                                    uint64_t num_outputs);
 
 /* How the CUDA cell runs its matrix products: chosen by size (AUTO), always
  * the fused own kernels, or always cuBLAS through aten::mm. Returns the

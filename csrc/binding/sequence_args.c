@@ -211,13 +211,18 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
     return 0;
 }
 
+int lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err, const char *core_fn,
+                              int status)
+{
+    if (status == LLTM_ERR_GEMM && gemm_err->msg[0] != '\0')
+        return lltm_fail(err, "%s: %s", core_fn, gemm_err->msg);
+    return lltm_core_failed(err, core_fn, status);
+}
+
 int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,
                         StableIValue *stack)
 {
-    if (status != LLTM_OK) {
-        if (status == LLTM_ERR_GEMM && c->gemm_err.msg[0] != '\0')
-            return lltm_fail(&c->err, "%s: %s", core_fn, c->gemm_err.msg);
-        return lltm_core_failed(&c->err, core_fn, status);
-    }
+    if (status != LLTM_OK)
+        return lltm_sequence_core_failed(&c->err, &c->gemm_err, core_fn, status);
     return lltm_return_masked(&c->owned, c->results.tensors, c->mask, 5, stack, &c->err);
 }

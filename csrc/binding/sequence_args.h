@@ -91,6 +91,12 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
 int lltm_sequence_close(lltm_sequence_call *c, int status, const char *core_fn,
                         StableIValue *stack);
 
+/* The failure of the core call `core_fn` that returned `status` (not
+ * LLTM_OK) into err: the matrix-product callback's own message (gemm_err)
+ * where that failed. Returns nonzero. */
+int lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err, const char *core_fn,
+                              int status);
+
 /* The operator's name, for lltm_raise. */
 static inline const char *lltm_sequence_op_name(const lltm_sequence_call *c)
 {

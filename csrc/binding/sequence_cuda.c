@@ -13,7 +13,7 @@
  * (plan_overrides below, docs/cuda-plans.md).
  */
 #include "ops.h"
-#include "sequence_args.h"
+#include "sequence_cuda.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -51,11 +51,10 @@ __attribute__((visibility("default"))) int lltm_cuda_set_concurrent_layers(int l
     return LLTM_OK;
 }
 
-/* The options of a call on `stream` (NULL: torch's current stream of
- * `device`): the overrides, the calling thread's concurrent layers, and
- * whether the call is eager (the stream not being captured: the host's time
- * to issue a plan counts, lltm.h) */
-static void plan_options(lltm_sequence_plan_options *o, int device, void *stream)
+/* (sequence_cuda.h) The overrides, the calling thread's concurrent layers,
+ * and whether the call is eager (the stream not being captured: the host's
+ * time to issue a plan counts, lltm.h). */
+void lltm_cuda_plan_options(lltm_sequence_plan_options *o, int device, void *stream)
 {
     while (atomic_exchange(&plan_overrides_lock, 1))
         ;
@@ -68,13 +67,13 @@ static void plan_options(lltm_sequence_plan_options *o, int device, void *stream
     o->eager = stream ? !lltm_cuda_stream_capturing(stream) : 1;
 }
 
-static int choose_plan(const lltm_sequence_dims *d, int device, void *stream,
+int lltm_cuda_choose_plan(const lltm_sequence_dims *d, int device, void *stream,
                        lltm_sequence_plan *plan, lltm_error *err)
 {
     lltm_sequence_plan_options options;
     lltm_cuda_device dev;
     int status;
-    plan_options(&options, device, stream);
+    lltm_cuda_plan_options(&options, device, stream);
     status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return lltm_core_failed(err, "lltm_cuda_device_query", status);
@@ -100,7 +99,7 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t T, int64_t B, in
     lltm_cuda_device dev;
     if (!plan)
         return LLTM_ERR_ARGUMENT;
-    plan_options(&options, device, NULL);
+    lltm_cuda_plan_options(&options, device, NULL);
     const int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
@@ -120,7 +119,7 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, in
     lltm_cuda_device dev;
     if (!plan || !cost)
         return LLTM_ERR_ARGUMENT;
-    plan_options(&options, device, NULL);
+    lltm_cuda_plan_options(&options, device, NULL);
     int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
@@ -163,7 +162,7 @@ static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
     if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
                            aoti_torch_device_type_cuda()) ||
         lltm_cuda_enter_device(c.args[0].device_index, &guard, &stream, &c.err) ||
-        choose_plan(&c.d, c.args[0].device_index, stream, &plan, &c.err))
+        lltm_cuda_choose_plan(&c.d, c.args[0].device_index, stream, &plan, &c.err))
         goto fail;
     const lltm_sequence_dims *d = &c.d;
     const size_t bytes =

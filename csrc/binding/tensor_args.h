@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define LLTM_MAX_DIM 4
-#define LLTM_MAX_OWNED 32
+#define LLTM_MAX_OWNED 48
 
 typedef struct lltm_error {
     char msg[512];

@@ -1,0 +1,124 @@
+"""Stacked unidirectional layers of :class:`lltm.LLTM` through
+``lltm::stack_forward``: groups of 2 - 3 layers in one operator call each,
+which on CUDA runs a group's recurrences in one launch a direction
+(csrc/core/lltm_stack.h): layer l takes its step t at global step t + l, so
+the layers share each step's grid barrier, and the layers above the first
+form their input products inside the launch.
+
+Where a layer's grid kernel spends its step waiting on the grid barrier
+(small B x H), a group of L layers costs about two layers' time instead of
+L; in eager mode one operator call a group also spares the host the calls
+of every layer. lltm.LLTM takes this route (``route``) on CUDA where the
+operator's stacked launch runs every group of these sizes, no layer has
+dropout (in training) before the next, and (measured, docs/performance.md,
+"Stacked layers in one launch"):
+  - under CUDA-graph capture, where a layer alone would run the grid family
+    in GRID_GROUPS batch groups (B about 5 - 16 on an H100 or H200 at
+    H 129 - 256): stacked 0.67x - 0.77x of a call a layer. With one group
+    the two are even; with 8 or more the stacked launch's layout is slower;
+    the cluster and block families (H <= 128) are faster than it;
+  - eagerly, where B x H <= EAGER_MAX_BH: 0.32x - 0.94x (a call a layer is
+    bound by the host's time there); above, even or slower.
+Not under torch.compile or torch.func transforms (one call of the sequence
+operator a layer there), unless ``lltm.overrides.stacked_layers`` forces it
+("on": on any device, wherever the module allows it, the operator then
+calling layer after layer where no stacked launch fits; "off": never).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _ops, overrides
+
+MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
+GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups
+EAGER_MAX_BH = 4096   # eager: B x H at most this
+
+_CHOICES: dict = {}
+_CHOICES_SIZE = 256
+
+
+def groups(L: int) -> list[int]:
+    """L layers in groups of at most MAX_GROUP, as even as they come (the
+    larger first): 4 -> [2, 2], 5 -> [3, 2], 7 -> [3, 2, 2]."""
+    count = -(-L // MAX_GROUP)
+    base, extra = divmod(L, count)
+    return [base + (k < extra) for k in range(count)]
+
+
+def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
+    if not x.is_cuda or torch.compiler.is_compiling() or (
+            torch._C._are_functorch_transforms_active()):
+        return False
+    T, B, I = x.shape
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    capturing = torch.cuda.is_current_stream_capturing()
+    key = (index, x.dtype, T, B, I, H, tuple(sizes), capturing, overrides.current_sequence_plan())
+    found = _CHOICES.get(key)
+    if found is None:
+        found = all(
+            overrides.stack_plan_in_force(x.dtype, L, T, B, I if k == 0 else H, H,
+                                          device=index) is not None
+            for k, L in enumerate(sizes)) and _faster(x.dtype, T, B, H, index, capturing)
+        if len(_CHOICES) >= _CHOICES_SIZE:
+            del _CHOICES[next(iter(_CHOICES))]
+        _CHOICES[key] = found
+    return found
+
+
+def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool) -> bool:
+    """Whether the stacked launch is the faster route (the module's docstring)."""
+    if not capturing:
+        return B * H <= EAGER_MAX_BH
+    layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
+    return (layer is not None and layer["family"] == "grid"
+            and GRID_GROUPS[0] <= layer["forward"]["groups"] <= GRID_GROUPS[1])
+
+
+def route(module, x: torch.Tensor) -> list[int] | None:
+    """The layer groups (their sizes, bottom up) in which ``module`` (an
+    lltm.LLTM of one direction and native layers) runs x [T, B, I] through
+    lltm::stack_forward, or None: a call of the sequence operator a layer."""
+    L = module.num_layers
+    mode = overrides.current_stacked_layers()
+    if L < 2 or mode == "off" or (module.dropout > 0 and module.training):
+        return None
+    sizes = groups(L)
+    if mode == "on":
+        return sizes
+    if x.shape[0] == 0 or x.shape[1] == 0 or overrides.current_wavefront_chunks() is not None:
+        return None
+    return sizes if _automatic(x, module.hidden_size, sizes) else None
+
+
+def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, sizes: list[int],
+        lengths: torch.Tensor | None = None):
+    """``module``'s layers over x [T, B, I] in groups of ``sizes`` layers, one
+    operator call a group; h0, c0 [L, B, H]; lengths as for LLTM._run.
+    Returns (output [T, B, H], (h_n, c_n)) as LLTM._run does."""
+    h_n, c_n, first = [], [], 0
+    for size in sizes:
+        params = [module.layer_parameters(k) for k in range(first, first + size)]
+        weights0 = params[0][0]
+        weights = (torch.stack([w for w, _ in params[1:]]) if size > 1 else
+                   weights0.new_empty(0, weights0.shape[0], 2 * module.hidden_size))
+        if params[0][1] is None:
+            biases = weights0.new_zeros(size, weights0.shape[0])
+        else:
+            biases = torch.stack([b for _, b in params])
+        args = (x, weights0, weights, biases, h0[first:first + size], c0[first:first + size])
+        if lengths is None:
+            x, h, c, *_ = _ops.eager_call(_ops.StackForward, _STACK_FORWARD, *args)
+        else:
+            x, h, c, *_ = _ops.eager_call(_ops.StackLengthsForward, _STACK_FORWARD_LENGTHS,
+                                          *args, lengths)
+        h_n.append(h)
+        c_n.append(c)
+        first += size
+    if len(h_n) == 1:
+        return x, (h_n[0], c_n[0])
+    return x, (torch.cat(h_n), torch.cat(c_n))
+
+
+_STACK_FORWARD = torch.ops.lltm.stack_forward.default
+_STACK_FORWARD_LENGTHS = torch.ops.lltm.stack_forward.lengths
