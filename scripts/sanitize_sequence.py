@@ -5,7 +5,9 @@ block in 1- and 4-row chunks, one block a chunk or several chunks a block;
 per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
 batch split (B <= 16) and I = 0; each also with rows of their own lengths,
-sorted longest first. Run by scripts/gpu.sh (mode sanitize) as
+sorted longest first; then stacked layers in one launch (lltm::stack_forward /
+stack_backward: 2 and 3 layers, both layouts, several batch groups). Run by
+scripts/gpu.sh (mode sanitize) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
 
@@ -91,8 +93,38 @@ def main() -> int:
                 assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
                     (route, dtype, T, B, I, H, "lengths")
                 runs += 1
+    lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan())
+    for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
+        for L, T, B, I, H in STACK_CASES:
+            assert lltm.overrides.stack_plan_in_force(dtype, L, T, B, I, H) is not None
+            runs += run_stack(dtype, L, T, B, I, H)
     print(f"sanitize driver: {runs} runs ok", flush=True)
     return 0
+
+
+# (L, T, B, I, H): 32 x 4 (H <= 128) and 32 x 8 layouts, one and several
+# batch groups, padded units, I = 0
+STACK_CASES = [(3, 3, 5, 4, 20), (2, 3, 13, 0, 130), (3, 2, 9, 5, 256)]
+
+
+def run_stack(dtype, L, T, B, I, H) -> int:  # noqa: E741
+    """The stack's forward and backward, all T steps and rows of their own
+    lengths: two runs."""
+    args = [torch.randn(*s, device="cuda", dtype=dtype) for s in
+            ((T, B, I), (3 * H, H + I), (L - 1, 3 * H, 2 * H), (L, 3 * H), (L, B, H), (L, B, H))]
+    lengths = torch.randint(1, T + 1, (B,), device="cuda")
+    for extra in ((), (lengths,)):
+        fwd = (torch.ops.lltm.stack_forward.lengths if extra
+               else torch.ops.lltm.stack_forward.default)
+        bwd = (torch.ops.lltm.stack_backward.lengths if extra
+               else torch.ops.lltm.stack_backward.default)
+        out, h_n, c_n, outputs, cells, gates = fwd(*args, *extra)
+        grads = bwd(torch.randn_like(out), torch.randn_like(h_n), torch.randn_like(c_n), args[0],
+                    args[1], args[2], args[4], out, outputs, cells, gates, *extra)
+        torch.cuda.synchronize()
+        assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
+            ("stack", dtype, L, T, B, I, H, bool(extra))
+    return 2
 
 
 if __name__ == "__main__":
