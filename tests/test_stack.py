@@ -79,6 +79,20 @@ def test_stack_matches_layer_calls_cpu(T, B, I, H, L, lengths):
                                    atol=1e-12)
 
 
+@pytest.mark.parametrize("T,B", [(0, 3), (4, 0)])
+def test_no_steps_or_no_rows(T, B):
+    """T = 0: the state passes through (h_n = h0); B = 0: empty results; the
+    gradients as the layer calls give them."""
+    args = stack_inputs(T, B, 3, 4, 3)
+    seeds = [torch.randn(T, B, 4, dtype=torch.float64), torch.randn(3, B, 4, dtype=torch.float64),
+             torch.randn(3, B, 4, dtype=torch.float64)]
+    got, got_grads = forward_and_grads(torch.ops.lltm.stack_forward, args, seeds)
+    want, want_grads = forward_and_grads(by_layers, args, seeds)
+    for g, w in zip(list(got) + list(got_grads), list(want) + list(want_grads)):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("L", [1, 2, 3])
 def test_gradcheck_and_gradgradcheck(L):
     args = stack_inputs(3, 2, 3, 4, L, requires_grad=True)
