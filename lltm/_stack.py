@@ -14,11 +14,14 @@ dropout (in training) before the next, and (measured, docs/performance.md,
 "Stacked layers in one launch"):
   - under CUDA-graph capture, where a layer alone would run the grid family
     in GRID_GROUPS batch groups (B about 5 - 16 on an H100 or H200 at
-    H 129 - 256): stacked 0.67x - 0.77x of a call a layer. With one group
-    the two are even; with 8 or more the stacked launch's layout is slower;
-    the cluster and block families (H <= 128) are faster than it;
+    H 129 - 256): stacked 0.67x - 0.94x of a call a layer; in one group
+    (B <= 4) 0.84x - 0.96x for two layers, even for three (0.97x - 1.08x).
+    With 8 groups or more the stacked launch's layout is as fast or slower
+    (0.99x - 4.8x); the cluster and block families (H <= 128) are faster
+    than it (1.05x - 4.7x);
   - eagerly, where B x H <= EAGER_MAX_BH: 0.32x - 0.94x (a call a layer is
-    bound by the host's time there); above, even or slower.
+    bound by the host's time there; two of 84 rows 1.02x and 1.20x);
+    above, 0.83x - 2.6x, slower but at B32 with two layers.
 Not under torch.compile or torch.func transforms (one call of the sequence
 operator a layer there), unless ``lltm.overrides.stacked_layers`` forces it
 ("on": on any device, wherever the module allows it, the operator then
@@ -31,7 +34,7 @@ import torch
 from . import _ops, overrides
 
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
-GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups
+GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
 EAGER_MAX_BH = 4096   # eager: B x H at most this
 
 _CHOICES: dict = {}
@@ -59,20 +62,24 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
         found = all(
             overrides.stack_plan_in_force(x.dtype, L, T, B, I if k == 0 else H, H,
                                           device=index) is not None
-            for k, L in enumerate(sizes)) and _faster(x.dtype, T, B, H, index, capturing)
+            for k, L in enumerate(sizes)) and all(
+                _faster(x.dtype, T, B, H, index, capturing, L) for L in set(sizes))
         if len(_CHOICES) >= _CHOICES_SIZE:
             del _CHOICES[next(iter(_CHOICES))]
         _CHOICES[key] = found
     return found
 
 
-def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool) -> bool:
-    """Whether the stacked launch is the faster route (the module's docstring)."""
+def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, L: int) -> bool:
+    """Whether the stacked launch of L layers is the faster route (the
+    module's docstring)."""
     if not capturing:
         return B * H <= EAGER_MAX_BH
     layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
-    return (layer is not None and layer["family"] == "grid"
-            and GRID_GROUPS[0] <= layer["forward"]["groups"] <= GRID_GROUPS[1])
+    if layer is None or layer["family"] != "grid":
+        return False
+    groups = layer["forward"]["groups"]
+    return GRID_GROUPS[0] <= groups <= GRID_GROUPS[1] or (groups == 1 and L == 2)
 
 
 def route(module, x: torch.Tensor) -> list[int] | None:

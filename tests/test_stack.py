@@ -237,16 +237,17 @@ def test_module_route():
     assert _stack.route(m, x) is None  # the CPU: a call a layer
 
 
-@pytest.mark.parametrize("capturing,B,H,family,groups,want", [
-    (False, 16, 256, "grid", 4, True), (False, 32, 256, "grid", 8, False),
-    (False, 64, 64, "block", 64, True), (True, 16, 256, "grid", 4, True),
-    (True, 8, 192, "grid", 2, True), (True, 1, 256, "grid", 1, False),
-    (True, 32, 256, "grid", 8, False), (True, 16, 128, "cluster", 4, False)])
-def test_the_faster_route(monkeypatch, capturing, B, H, family, groups, want):
+@pytest.mark.parametrize("capturing,L,B,H,family,groups,want", [
+    (False, 3, 16, 256, "grid", 4, True), (False, 3, 32, 256, "grid", 8, False),
+    (False, 2, 64, 64, "block", 64, True), (True, 3, 16, 256, "grid", 4, True),
+    (True, 2, 8, 192, "grid", 2, True), (True, 3, 1, 256, "grid", 1, False),
+    (True, 2, 1, 256, "grid", 1, True), (True, 3, 32, 256, "grid", 8, False),
+    (True, 3, 16, 128, "cluster", 4, False)])
+def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want):
     """The choice as the module's docstring states it, for a layer's plan in force."""
     plan = {"family": family, "forward": {"groups": groups}}
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    assert _stack._faster(torch.float32, 100, B, H, 0, capturing) is want
+    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, L) is want
 
 
 # --- CUDA ---------------------------------------------------------------------------------
