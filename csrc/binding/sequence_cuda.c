@@ -68,7 +68,7 @@ void lltm_cuda_plan_options(lltm_sequence_plan_options *o, int device, void *str
 }
 
 int lltm_cuda_choose_plan(const lltm_sequence_dims *d, int device, void *stream,
-                       lltm_sequence_plan *plan, lltm_error *err)
+                          lltm_sequence_plan *plan, lltm_error *err)
 {
     lltm_sequence_plan_options options;
     lltm_cuda_device dev;

@@ -215,6 +215,14 @@ void lltm_stack_layer_forward(const lltm_stack_call *c, int64_t l,
     t->lengths = c->lengths;
 }
 
+size_t lltm_stack_scratch_bytes(const lltm_stack_call *c)
+{
+    const lltm_sequence_dims *d = &c->d.seq;
+    return c->backward && c->d.L > 1
+               ? 2 * (size_t)(d->T * d->B * d->H) * lltm_dtype_size(d->dtype)
+               : 0;
+}
+
 int lltm_stack_forward_by_layers(const lltm_stack_call *c, lltm_layer_forward layer, void *ctx)
 {
     for (int64_t l = 0; l < c->d.L; ++l) {

@@ -92,9 +92,13 @@ void lltm_stack_layer_forward(const lltm_stack_call *c, int64_t l,
 void lltm_stack_layer_backward(const lltm_stack_call *c, int64_t l, void *scratch,
                                const void *grad_output, lltm_sequence_backward_tensors *t);
 
+/* The bytes of lltm_stack_backward_by_layers' scratch: 2 T B H elements of
+ * the dtype in the backward of more than one layer, else 0. */
+size_t lltm_stack_scratch_bytes(const lltm_stack_call *c);
+
 /* The stack as L one-layer calls: the forward bottom up; the backward top
  * down, layer l's grad_input the grad_output of layer l-1, through
- * `scratch` (2 T B H elements of the dtype; NULL when L == 1). Returns the
+ * `scratch` (lltm_stack_scratch_bytes; NULL when L == 1). Returns the
  * first failing call's lltm_status. */
 int lltm_stack_forward_by_layers(const lltm_stack_call *c, lltm_layer_forward layer, void *ctx);
 int lltm_stack_backward_by_layers(const lltm_stack_call *c, void *scratch,

@@ -46,12 +46,8 @@ static void stack_cpu(bool backward, StableIValue *stack, uint64_t num_args,
     const size_t bytes = backward
                              ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->H)
                              : lltm_sequence_forward_workspace_cpu(d->dtype, d->B, d->H);
-    const size_t scratch_bytes = backward && c.d.L > 1
-                                     ? 2 * (size_t)(d->T * d->B * d->H) *
-                                           lltm_dtype_size(d->dtype)
-                                     : 0;
     if (lltm_workspace(bytes, &c.args[0], &c.owned, &ctx.workspace, &c.err) ||
-        lltm_workspace(scratch_bytes, &c.args[0], &c.owned, &scratch, &c.err))
+        lltm_workspace(lltm_stack_scratch_bytes(&c), &c.args[0], &c.owned, &scratch, &c.err))
         goto fail;
     const int status = backward ? lltm_stack_backward_by_layers(&c, scratch, backward_layer, &ctx)
                                 : lltm_stack_forward_by_layers(&c, forward_layer, &ctx);

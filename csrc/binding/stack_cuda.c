@@ -93,13 +93,8 @@ static int by_layers(lltm_stack_call *c, int device, void *stream, int *status)
                         : lltm_sequence_forward_workspace_cuda(&ctx.plans[k], d.T, d.B, d.I, d.H);
         bytes = need > bytes ? need : bytes;
     }
-    const lltm_sequence_dims *d = &c->d.seq;
-    const size_t scratch_bytes = c->backward && c->d.L > 1
-                                     ? 2 * (size_t)(d->T * d->B * d->H) *
-                                           lltm_dtype_size(d->dtype)
-                                     : 0;
     if (lltm_workspace(bytes, &c->args[0], &c->owned, &ctx.workspace, &c->err) ||
-        lltm_workspace(scratch_bytes, &c->args[0], &c->owned, &scratch, &c->err))
+        lltm_workspace(lltm_stack_scratch_bytes(c), &c->args[0], &c->owned, &scratch, &c->err))
         return -1;
     *status = c->backward ? lltm_stack_backward_by_layers(c, scratch, backward_layer, &ctx)
                           : lltm_stack_forward_by_layers(c, forward_layer, &ctx);
