@@ -29,6 +29,8 @@ calling layer after layer where no stacked launch fits; "off": never).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import _ops, overrides
@@ -37,8 +39,7 @@ MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS
 GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
 EAGER_MAX_BH = 4096   # eager: B x H at most this
 
-_CHOICES: dict = {}
-_CHOICES_SIZE = 256
+CHOICES_CACHED = 256  # route choices kept (shapes, devices, capture or not)
 
 
 def groups(L: int) -> list[int]:
@@ -55,31 +56,31 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
         return False
     T, B, I = x.shape
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    capturing = torch.cuda.is_current_stream_capturing()
-    key = (index, x.dtype, T, B, I, H, tuple(sizes), capturing, overrides.current_sequence_plan())
-    found = _CHOICES.get(key)
-    if found is None:
-        found = all(
-            overrides.stack_plan_in_force(x.dtype, L, T, B, I if k == 0 else H, H,
-                                          device=index) is not None
-            for k, L in enumerate(sizes)) and all(
-                _faster(x.dtype, T, B, H, index, capturing, L) for L in set(sizes))
-        if len(_CHOICES) >= _CHOICES_SIZE:
-            del _CHOICES[next(iter(_CHOICES))]
-        _CHOICES[key] = found
-    return found
+    return _choice(index, x.dtype, T, B, I, H, tuple(sizes),
+                   torch.cuda.is_current_stream_capturing(), overrides.current_sequence_plan())
 
 
-def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, L: int) -> bool:
-    """Whether the stacked launch of L layers is the faster route (the
-    module's docstring)."""
+@functools.lru_cache(maxsize=CHOICES_CACHED)
+def _choice(index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+            sizes: tuple, capturing: bool, _forced_plan) -> bool:
+    """_automatic's answer, kept per key (``_forced_plan``: lltm.overrides'
+    plan constraints, which the queries below follow)."""
+    return all(overrides.stack_plan_in_force(dtype, L, T, B, I if k == 0 else H, H, device=index)
+               is not None for k, L in enumerate(sizes)) and _faster(
+                   dtype, T, B, H, index, capturing, sizes)
+
+
+def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, sizes) -> bool:
+    """Whether the stacked launch is the faster route for groups of
+    ``sizes`` layers (the module's docstring)."""
     if not capturing:
         return B * H <= EAGER_MAX_BH
     layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
     if layer is None or layer["family"] != "grid":
         return False
-    groups = layer["forward"]["groups"]
-    return GRID_GROUPS[0] <= groups <= GRID_GROUPS[1] or (groups == 1 and L == 2)
+    batch_groups = layer["forward"]["groups"]
+    return all(GRID_GROUPS[0] <= batch_groups <= GRID_GROUPS[1] or (batch_groups == 1 and L == 2)
+               for L in sizes)
 
 
 def route(module, x: torch.Tensor) -> list[int] | None:

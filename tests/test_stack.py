@@ -247,7 +247,7 @@ def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want)
     """The choice as the module's docstring states it, for a layer's plan in force."""
     plan = {"family": family, "forward": {"groups": groups}}
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, L) is want
+    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, (L,)) is want
 
 
 # --- CUDA ---------------------------------------------------------------------------------
