@@ -77,6 +77,7 @@ CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_cell_backward.cu",
     "core/lltm_cuda_cell_pointwise.cu",
     "binding/cell_cuda.c",
+    "binding/cublas_gemm.c",
     "core/lltm_cuda_sequence.cu",
     "core/lltm_cuda_sequence_plan.cu",
     "core/lltm_cuda_cost.c",

@@ -18,6 +18,7 @@ Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 torch's default), float16 1e-2, bfloat16 4e-2. Skipped without a GPU.
 """
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -470,3 +471,40 @@ def test_a_capture_after_eager_calls_of_small_products_only():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "captured and replayed" in done.stdout
+
+
+def gemm_counts():
+    """Products run so far in this process: (straight through cuBLAS, through aten::mm)."""
+    lib = _native._loaded["cuda"]
+    direct, through_torch = ctypes.c_int64(), ctypes.c_int64()
+    lib.lltm_cuda_gemm_counts(ctypes.byref(direct), ctypes.byref(through_torch))
+    return direct.value, through_torch.value
+
+
+@pytest.mark.parametrize("route", ["steps"], indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_eager_products_straight_through_cublas(route, dtype):
+    """Eager calls run the products on torch's cuBLAS with the library's own
+    handle (none of them small: H = 600 > the small kernel's K), both operand
+    layouts (forward h W_h^T, backward dG W_h, dW, dx), against the reference;
+    a captured call runs them through aten::mm, and agrees up to rounding."""
+    assert _native._loaded["cuda"].lltm_cuda_gemm_direct_available() == 1
+    compare(2, 3, 8, 600, dtype)  # the thread's first product goes through torch
+    before = gemm_counts()
+    compare(3, 5, 520, 600, dtype)
+    after = gemm_counts()
+    assert after[0] - before[0] >= 2 * 3, (before, after)  # a product a step, each way
+    assert after[1] == before[1], (before, after)
+
+    args, _ = seq_inputs(3, 5, 520, 600, dtype)
+    eager = torch.ops.lltm.sequence_forward(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    before = gemm_counts()
+    with torch.cuda.graph(graph):
+        captured = torch.ops.lltm.sequence_forward(*args)
+    graph.replay()
+    after = gemm_counts()
+    assert after[0] == before[0] and after[1] - before[1] == 1 + 3, (before, after)
+    for a, b in zip(captured, eager):
+        assert_close("captured against eager", a, b, dtype)

@@ -5,7 +5,7 @@
  * workspace, and run one layer over the whole sequence in the core
  * (lltm_sequence_forward_cuda / lltm_sequence_backward_cuda, csrc/core/
  * lltm_cuda_sequence.cu), which calls back for the large matrix products
- * (aten::mm on the current stream, cuBLAS, through lltm_torch_gemm).
+ * (cuBLAS on the current stream: lltm_cuda_gemm, cublas_gemm.h).
  *
  * The plan (lltm_sequence_plan_cuda) is chosen once per call, for the
  * device to itself or shared with a concurrent layer (concurrent_layers
@@ -13,6 +13,7 @@
  * (plan_overrides below, docs/cuda-plans.md).
  */
 #include "ops.h"
+#include "cublas_gemm.h"
 #include "sequence_cuda.h"
 
 #include <stdatomic.h>
@@ -172,10 +173,10 @@ static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
         goto fail;
     const int status =
         backward ? lltm_sequence_backward_cuda(&plan, d->T, d->B, d->I, d->H,
-                                               &c.backward_tensors, workspace, lltm_torch_gemm,
+                                               &c.backward_tensors, workspace, lltm_cuda_gemm,
                                                &c.gemm, stream)
                  : lltm_sequence_forward_cuda(&plan, d->T, d->B, d->I, d->H, &c.forward_tensors,
-                                              workspace, lltm_torch_gemm, &c.gemm, stream);
+                                              workspace, lltm_cuda_gemm, &c.gemm, stream);
     if (lltm_sequence_close(&c, status,
                             backward ? "lltm_sequence_backward_cuda"
                                      : "lltm_sequence_forward_cuda",

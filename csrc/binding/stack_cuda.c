@@ -8,6 +8,7 @@
  * lltm::sequence_forward plans it.
  */
 #include "ops.h"
+#include "cublas_gemm.h"
 #include "sequence_cuda.h"
 #include "stack_args.h"
 
@@ -64,7 +65,7 @@ static int forward_layer(void *vctx, int64_t l, const lltm_sequence_forward_tens
     const lltm_sequence_dims *d = &ctx->call->d.seq;
     return lltm_sequence_forward_cuda(&ctx->plans[l > 0], d->T, d->B,
                                       lltm_stack_layer_inputs(&ctx->call->d, l), d->H, t,
-                                      ctx->workspace, lltm_torch_gemm, &ctx->call->gemm,
+                                      ctx->workspace, lltm_cuda_gemm, &ctx->call->gemm,
                                       ctx->stream);
 }
 
@@ -74,7 +75,7 @@ static int backward_layer(void *vctx, int64_t l, const lltm_sequence_backward_te
     const lltm_sequence_dims *d = &ctx->call->d.seq;
     return lltm_sequence_backward_cuda(&ctx->plans[l > 0], d->T, d->B,
                                        lltm_stack_layer_inputs(&ctx->call->d, l), d->H, t,
-                                       ctx->workspace, lltm_torch_gemm, &ctx->call->gemm,
+                                       ctx->workspace, lltm_cuda_gemm, &ctx->call->gemm,
                                        ctx->stream);
 }
 
@@ -124,7 +125,7 @@ static int stacked(lltm_stack_call *c, const lltm_stack_plan *plan, void *stream
         }
         *status = lltm_stack_forward_cuda(plan, d->T, d->B, d->I, d->H,
                                           a[LLTM_STACK_FWD_INPUT].data, fwd, workspace,
-                                          c->lengths, lltm_torch_gemm, &c->gemm, stream);
+                                          c->lengths, lltm_cuda_gemm, &c->gemm, stream);
         return 0;
     }
     for (int64_t l = 0; l < c->d.L; ++l) {
@@ -138,7 +139,7 @@ static int stacked(lltm_stack_call *c, const lltm_stack_plan *plan, void *stream
     *status = lltm_stack_backward_cuda(plan, d->T, d->B, d->I, d->H,
                                        a[LLTM_STACK_BWD_INPUT].data,
                                        a[LLTM_STACK_BWD_GRAD_OUTPUT].data, bwd, c->data[0],
-                                       workspace, c->lengths, lltm_torch_gemm, &c->gemm, stream);
+                                       workspace, c->lengths, lltm_cuda_gemm, &c->gemm, stream);
     return 0;
 }
 

@@ -180,8 +180,8 @@ int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool 
                        StableIValue *stack, lltm_error *err);
 
 /* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
- * over the core's pointers, on the device of the context: CPU only (the
- * pointers must be host memory). The first failure's message goes to err. */
+ * over the core's pointers, on the device of the context (the pointers are
+ * that device's memory). The first failure's message goes to err. */
 typedef struct lltm_torch_gemm_ctx {
     int32_t device_type, device_index;
     lltm_error *err;

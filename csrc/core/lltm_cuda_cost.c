@@ -245,12 +245,13 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
 }
 
 /* The host's time a step of the per-step family, forward and backward (four
- * launches, two of them aten::mm through the gemm callback), issued eagerly:
- * eager steps of one layer at T = 100 where the host is the bound, H100
- * machine, 2026-11-26 19:50 UTC (float32 B1024/H128 6.8 ms, B256/H256 6.5;
- * bfloat16 B256/H256 5.0, B64/H512 5.5, B1024/H128 5.7, B16/H1024 6.4;
- * their GPU time 1.4 - 3.3 ms) */
-#define C_HOST_STEP_STEPS 55.0
+ * launches, two of them products straight through cuBLAS: the binding's
+ * gemm), issued eagerly: eager steps of one layer at T = 100 where the host
+ * is the bound, H100 machine, 2026-11-27 00:43 UTC (bfloat16 B1/H2048 4.30
+ * ms, B64/H1024 4.14, B256/H1024 4.47; their GPU time 1.9 - 3.0 ms). Through
+ * aten::mm the same steps cost 55 us (float32 B1024/H128 6.8 ms, bfloat16
+ * B1/H2048 5.6). */
+#define C_HOST_STEP_STEPS 43.0
 
 double lltm_sequence_plan_host_cost_cuda(const lltm_sequence_plan *plan, int64_t T)
 {
