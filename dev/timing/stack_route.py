@@ -5,7 +5,8 @@ eager (wall time) and by CUDA-graph replay, each route forced
 (auto), at every shape where the stacked launch runs. Per row, the plan a
 layer above the first runs alone (what the route's rule reads,
 lltm/_stack.py) and the cost model's sum over the layers. Each route's
-outputs and gradients are checked against the layer calls' first.
+outputs and gradients are checked first against the same module's float64
+run: WRONG above twice the layer calls' own error, or the tolerance.
 
     python3 dev/timing/stack_route.py [--batches 1,4,16,...] [--hidden 64,128,...]
                                       [--layers 3,2] [--dtypes float32,bfloat16]
@@ -27,7 +28,7 @@ from lltm import overrides  # noqa: E402
 from wavefront_timing import graph_time, lltm_case, max_error  # noqa: E402
 
 T = 100
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 4e-2}  # of the largest value
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}  # of the largest value
 
 
 def eager_us(step, n: int = 5, passes: int = 5) -> float:
@@ -74,17 +75,22 @@ def main(argv=None) -> int:
                     first = overrides.sequence_cost_in_force(dtype, T, B, H // 2, H)
                     above = overrides.sequence_cost_in_force(dtype, T, B, H, H)
                     model = first[1] + (L - 1) * above[1]
-                    times, results = {}, {}
+                    times, errors = {}, {}
                     for mode in ("off", "on", "auto"):
                         torch.manual_seed(0)  # the same module parameters each time
                         with overrides.stacked_layers(mode):
-                            step, outputs, _ = lltm_case(B, H, T, L, dtype)
-                            results[mode] = outputs()
+                            step, outputs, oracle = lltm_case(B, H, T, L, dtype)
+                            if mode == "off":
+                                want = oracle()
+                            errors[mode] = max_error(outputs(), want)
                             times[mode] = (eager_us(step), graph_time(step, 3, 5))
+                    # the layer calls' own error sets the bar: in bfloat16 at T = 100
+                    # two routes' roundings part by far more than a fixed tolerance
+                    limit = max(TOLERANCE[dtype], 2 * errors["off"])
                     for mode in ("on", "auto"):
-                        error = max_error(results[mode], results["off"])
-                        if error > TOLERANCE[dtype]:
-                            print(f"WRONG {mode} {dtype} L{L} B{B} H{H}: {error:.2e}")
+                        if errors[mode] > limit:
+                            print(f"WRONG {mode} {dtype} L{L} B{B} H{H}: {errors[mode]:.2e} "
+                                  f"(the layer calls: {errors['off']:.2e})")
                             failed += 1
                     off, on, auto = times["off"], times["on"], times["auto"]
                     print(f"| {str(dtype)[6:]} | {L} | {B} | {H} | {plan_name(above[0])} | "
