@@ -114,24 +114,26 @@ def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: floa
 
 
 def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
-                       dtype: torch.dtype, device: torch.device,
-                       capturing: bool = True) -> tuple[int, int]:
+                       dtype: torch.dtype, device: torch.device) -> tuple[int, int]:
     """(chunks, sharing): how the wavefront runs L layers of these sizes on
-    ``device`` by itself. CUDA only; (1, 1) elsewhere. Each chunk call is
+    ``device`` by itself, for a call on the device's current stream as it is:
+    captured into a CUDA graph or eager (the state the library's plans and
+    costs are asked in). CUDA only; (1, 1) elsewhere. Each chunk call is
     planned for the whole device (sharing 1) or for two layers at once on it
     (sharing 2: _sharing.sharing_device; plans of which two launches are
     resident together, taken only where that is the per-step family, and
     only under CUDA-graph capture). For each, :func:`best_chunks` for the
     plan the library would then run a layer with: its time per step from the
     library's cost model, CALL_US of its family a call, as many layers at
-    once as :func:`layers_at_once` finds, and in eager mode (``capturing``
-    False) HOST_CALL_US of host time a call (plus HOST_STEP_US a step for the
+    once as :func:`layers_at_once` finds, and in eager mode HOST_CALL_US of
+    host time a call (plus HOST_STEP_US a step for the
     per-step family); the least predicted time, if it saves at least 1 - GAIN
     of the layers one after the other (planned for the whole device), else
     (1, 1)."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
+    capturing = _capturing(index)
     key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
     found = _CHOICES.get(key)
     if found is None:
@@ -140,6 +142,14 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
             del _CHOICES[next(iter(_CHOICES))]
         _CHOICES[key] = found
     return found
+
+
+def _capturing(index: int) -> bool:
+    """Whether the current stream of device ``index`` is being captured."""
+    if index == torch.cuda.current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(index):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
@@ -225,8 +235,7 @@ def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
         return min(forced, T), 1
     if not _overlapping(x):
         return 1, 1
-    return automatic_schedule(T, B, I, H, L, x.dtype, x.device,
-                              torch.cuda.is_current_stream_capturing())
+    return automatic_schedule(T, B, I, H, L, x.dtype, x.device)
 
 
 def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):

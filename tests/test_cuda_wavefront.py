@@ -3,6 +3,8 @@
 results as the layers run one after the other, in eager mode, on a
 non-default stream and under CUDA-graph capture (forward and backward
 replayed), and the automatic chunk count's bounds. Skipped without a GPU."""
+import warnings
+
 import pytest
 import torch
 
@@ -223,3 +225,28 @@ def test_variable_lengths_in_chunks(dtype):
     torch.cuda.synchronize()
     for k, (a, b) in enumerate(zip(results, want)):
         assert_close(f"replayed result {k}", a, b.double(), dtype)
+
+
+def test_schedule_for_the_stream_as_it_is():
+    """The automatic schedule is the one for a call on the current stream as
+    it is, eager or captured, and each is kept apart: asking eagerly first
+    (eager plans, host time counted, no shared plans) must not answer a
+    captured call later (three bfloat16 layers at B64/H256: the library's
+    eager plan of a layer there is a grid kernel, its captured one may share
+    the device)."""
+    dev = torch.device("cuda")
+    args = (100, 64, 128, 256, 3, torch.bfloat16, dev)
+
+    def under_capture():
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the graph is empty
+            with torch.cuda.graph(graph, stream=stream):
+                return _wavefront.automatic_schedule(*args)
+
+    _wavefront._CHOICES.clear()
+    eager = _wavefront.automatic_schedule(*args)
+    captured = under_capture()
+    _wavefront._CHOICES.clear()
+    assert captured == under_capture() and eager == _wavefront.automatic_schedule(*args)
+    assert eager[1] == 1, eager  # plans shared by two layers only in CUDA graphs
