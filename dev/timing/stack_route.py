@@ -25,10 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 import lltm  # noqa: E402
 from lltm import overrides  # noqa: E402
-from wavefront_timing import graph_time, lltm_case, max_error  # noqa: E402
+from wavefront_timing import error_limit, graph_time, lltm_case, max_error  # noqa: E402
 
 T = 100
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}  # of the largest value
 
 
 def eager_us(step, n: int = 5, passes: int = 5) -> float:
@@ -84,9 +83,7 @@ def main(argv=None) -> int:
                                 want = oracle()
                             errors[mode] = max_error(outputs(), want)
                             times[mode] = (eager_us(step), graph_time(step, 3, 5))
-                    # the layer calls' own error sets the bar: in bfloat16 at T = 100
-                    # two routes' roundings part by far more than a fixed tolerance
-                    limit = max(TOLERANCE[dtype], 2 * errors["off"])
+                    limit = error_limit(dtype, errors["off"])  # the layer calls set the bar
                     for mode in ("on", "auto"):
                         if errors[mode] > limit:
                             print(f"WRONG {mode} {dtype} L{L} B{B} H{H}: {errors[mode]:.2e} "

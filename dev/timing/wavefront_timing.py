@@ -130,6 +130,14 @@ def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
     return schedule
 
 
+def error_limit(dtype, reference_error: float) -> float:
+    """The largest error (max_error's) that is not WRONG: twice that of the
+    layers run one after the other (``reference_error``), or the benchmark's
+    tolerance for the dtype. In bfloat16 at T = 100 two routes' roundings
+    part by far more than a fixed tolerance."""
+    return max(1e-4 if dtype == torch.float32 else 5e-2, 2 * reference_error)
+
+
 def max_error(got, want):
     worst = 0.0
     for a, b in zip(got, want):
@@ -186,10 +194,7 @@ def main(argv=None):
                         row[key] = None
                         print(f"# lltm B={B} H={H} L={L} {key}: {type(exc).__name__}: {exc}")
                 row["max_error"] = max(errors.values()) if errors else None
-                # the layers one after the other set the bar: twice their error, or
-                # the benchmark's tolerance for the dtype
-                limit = max(1e-4 if dtype == torch.float32 else 5e-2,
-                            2 * errors.get("C1", errors.get("Cauto", 0.0)))
+                limit = error_limit(dtype, errors.get("C1", errors.get("Cauto", 0.0)))
                 keys = [k for k in row if k.startswith("C") and row[k] is not None]
                 best = min(keys, key=lambda k: row[k]) if keys else None
                 if header is None:
