@@ -178,18 +178,31 @@ def _float32_tf32() -> bool:
             return False
 
 
-_float32_tf32_copied = False  # the library starts with 0
+_deterministic_algorithms = torch.are_deterministic_algorithms_enabled  # warn-only counts as on
+
+# The values last copied to the CUDA library, which starts with 0 for both.
+_float32_tf32_copied = False
+_deterministic_copied = False
 
 
-def sync_float32_tf32() -> None:
-    """Copies torch's TF32 setting for float32 products to the CUDA library,
-    whose cost models (csrc/core/lltm_cuda_cost.c) then rate its float32
-    cuBLAS products at the TF32 or the FFMA rate. Whether the products use
-    TF32 is aten::mm's own decision, from the same setting; this only keeps
-    the choice of kernels in step with it (called at each eager call on CUDA
-    tensors: lltm._ops.eager_call; a compiled graph runs with the setting of
-    the last eager call)."""
-    global _float32_tf32_copied
+def sync_torch_settings() -> None:
+    """Copies to the CUDA library the settings of torch's that it follows and
+    that the stable C ABI has no reader of; each is copied only when it has
+    changed (called at each eager call on CUDA tensors: lltm._ops.eager_call;
+    a compiled graph, or a call of torch.ops.lltm.* itself, runs with the
+    settings of the last eager call).
+
+    - TF32 for float32 products: the cost models (csrc/core/lltm_cuda_cost.c)
+      then rate float32 cuBLAS products at the TF32 or the FFMA rate. Whether
+      the products use TF32 is aten::mm's own decision, from the same
+      setting; this keeps the choice of kernels in step with it.
+    - deterministic algorithms (torch.use_deterministic_algorithms, warn-only
+      too): the products that run on cuBLAS then all go through aten::mm,
+      never straight to cuBLAS (csrc/binding/cublas_gemm.c), so that they
+      have torch.mm's guarantee (torch's handle, a workspace per stream) and
+      its checks, if any (a torch that wants CUBLAS_WORKSPACE_CONFIG raises
+      or warns)."""
+    global _float32_tf32_copied, _deterministic_copied
     lib = _loaded.get("cuda")
     if lib is None:
         return
@@ -197,6 +210,11 @@ def sync_float32_tf32() -> None:
     if now != _float32_tf32_copied:
         lib.lltm_cuda_set_float32_tf32(int(now))
         _float32_tf32_copied = now
+    now = _deterministic_algorithms()
+    if now != _deterministic_copied:
+        lib.lltm_cuda_set_deterministic_algorithms(int(now))
+        _deterministic_copied = now
+
 
 
 def build_info() -> dict:

@@ -479,7 +479,7 @@ _autocast_enabled = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
 _any_requires_grad = torch._C._any_requires_grad  # what torch.library's autograd asks too
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-_sync_float32_tf32 = _native.sync_float32_tf32
+_sync_torch_settings = _native.sync_torch_settings
 
 
 def eager_call(function, op, *args):
@@ -489,8 +489,8 @@ def eager_call(function, op, *args):
     autocast dtype."""
     if _is_compiling():  # (dynamo reads no attributes of a Function: op is passed)
         return op(*args)
-    if args[0].is_cuda:  # the kernels' cost models follow torch's TF32 setting
-        _sync_float32_tf32()
+    if args[0].is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
+        _sync_torch_settings()
     if _transforms_active():
         if _under_functorch_jvp():
             # The Function's jvp is exact once, but functorch does not track a
@@ -533,8 +533,8 @@ def cell(input, weights, bias, old_h, old_cell):
                 input, weights, bias, old_h, old_cell) and not (
                 _is_wrapped(input) or _is_wrapped(weights) or _is_wrapped(bias)
                 or _is_wrapped(old_h) or _is_wrapped(old_cell)):
-        if input.is_cuda:  # the route's cost model follows torch's TF32 setting
-            _sync_float32_tf32()
+        if input.is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
+            _sync_torch_settings()
         return _cell_step(input, weights, bias, old_h, old_cell)
     new_h, new_cell, _gates = eager_call(CellForward, _cell_forward, input, weights, bias,
                                          old_h, old_cell)

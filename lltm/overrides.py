@@ -147,13 +147,14 @@ def _plan_dict(plan: _Plan) -> dict:
 
 def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args) -> int | None:
     """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype, *args)``
-    (torch's TF32 setting copied in first; ``device``: an ordinal, default
-    the current device): its return value, or None without the library."""
+    (torch's TF32 and deterministic settings copied in first; ``device``: an
+    ordinal, default the current device): its return value, or None without
+    the library."""
     lib = _cuda_library()
     if lib is None:
         return None
     import torch
-    _native.sync_float32_tf32()
+    _native.sync_torch_settings()
     fn = getattr(lib, f"lltm_cuda_{name}_in_force")
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_int] + argtypes

@@ -19,10 +19,12 @@ torch's default), float16 1e-2, bfloat16 4e-2. Skipped without a GPU.
 """
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -508,3 +510,121 @@ def test_eager_products_straight_through_cublas(route, dtype):
     assert after[0] == before[0] and after[1] - before[1] == 1 + 3, (before, after)
     for a, b in zip(captured, eager):
         assert_close("captured against eager", a, b, dtype)
+
+
+@pytest.fixture
+def torch_determinism_restored():
+    """torch's deterministic-algorithms setting as it was before the test,
+    copied to the CUDA library again after it (a later test's call of
+    torch.ops.lltm.* itself copies nothing)."""
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _native.sync_torch_settings()
+
+
+def lltm_training_step(model, x):
+    out, (h_n, c_n) = model(x)
+    (out.sum() + (h_n * c_n).sum()).backward()
+
+
+def test_eager_calls_copy_torchs_deterministic_setting(torch_determinism_restored):
+    """torch.use_deterministic_algorithms, warn-only too, reaches the CUDA
+    library at the next eager call (the setter returns the value it
+    replaces); the call copies on a change only."""
+    lib = _native._loaded["cuda"]
+    model = lltm.LLTM(4, 8, device="cuda")  # products small enough for the library's kernel
+    x = torch.randn(2, 3, 4, device="cuda")
+    for on, warn_only in [(True, False), (False, False), (True, True), (False, False)]:
+        torch.use_deterministic_algorithms(on, warn_only=warn_only)
+        model(x)
+        assert lib.lltm_cuda_set_deterministic_algorithms(int(not on)) == int(on), (on, warn_only)
+        model(x)  # no change of torch's setting: the library's value stays
+        assert lib.lltm_cuda_set_deterministic_algorithms(int(on)) == int(not on), (on, warn_only)
+
+
+def test_deterministic_algorithms_take_aten_mm(torch_determinism_restored):
+    """With torch's deterministic algorithms on (warn-only here: a torch that
+    wants CUBLAS_WORKSPACE_CONFIG, read once a process, would raise without
+    it) an lltm.LLTM step on CUDA runs no product straight on cuBLAS, all
+    through aten::mm; off again, the direct route is taken again."""
+    model = lltm.LLTM(520, 600, device="cuda")
+    x = torch.randn(3, 5, 520, device="cuda", requires_grad=True)
+    lltm_training_step(model, x)  # each thread's first product goes through torch
+    before = gemm_counts()
+    lltm_training_step(model, x)
+    after = gemm_counts()
+    assert after[0] > before[0], (before, after)  # the direct route is in use
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # such a torch's, for the products
+        before = gemm_counts()
+        lltm_training_step(model, x)
+        after = gemm_counts()
+    assert after[0] == before[0] and after[1] > before[1], (before, after)
+
+    torch.use_deterministic_algorithms(False)
+    before = gemm_counts()
+    lltm_training_step(model, x)
+    after = gemm_counts()
+    assert after[0] > before[0], (before, after)
+
+
+DETERMINISM_WITHOUT_WORKSPACE_CONFIG = textwrap.dedent("""
+    import json, warnings
+    import torch, lltm
+    model = lltm.LLTM(520, 600, device="cuda")
+    x = torch.randn(3, 5, 520, device="cuda", requires_grad=True)
+    a = torch.randn(64, 64, device="cuda")
+
+    def lltm_step():
+        out, (h_n, c_n) = model(x)
+        (out.sum() + (h_n * c_n).sum()).backward()
+
+    def outcome(call):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                call()
+            except RuntimeError as exc:
+                return ["raised", str(exc)]
+        messages = [str(w.message) for w in caught if "eterministic" in str(w.message)]
+        return ["warned", messages[0]] if messages else ["ran", ""]
+
+    lltm_step()  # each thread's first product goes through torch
+    seen = {}
+    for mode, warn_only in [("on", False), ("warn_only", True)]:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+        seen[mode] = {"torch.mm": outcome(lambda: torch.mm(a, a)), "lltm": outcome(lltm_step)}
+    torch.use_deterministic_algorithms(False)
+    seen["off"] = {"torch.mm": outcome(lambda: torch.mm(a, a)), "lltm": outcome(lltm_step)}
+    torch.cuda.synchronize()
+    print(json.dumps(seen))
+""")
+
+
+def test_deterministic_algorithms_without_workspace_config_as_torch_mm():
+    """A fresh process without CUBLAS_WORKSPACE_CONFIG (torch reads it once a
+    process): with deterministic algorithms on, warn-only, and off, an
+    lltm.LLTM step on CUDA does what torch.mm does: raises its RuntimeError,
+    warns its warning, or runs. (torch 2.11 runs: it gives each stream of its
+    cuBLAS handle a workspace of its own and asks for no setting; a torch
+    that asked raised or warned for torch.mm, and must for lltm.)"""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    env.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    done = subprocess.run([sys.executable, "-c", DETERMINISM_WITHOUT_WORKSPACE_CONFIG], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for mode in seen:
+        (torch_kind, torch_message), (lltm_kind, lltm_message) = (
+            seen[mode]["torch.mm"], seen[mode]["lltm"])
+        assert lltm_kind == torch_kind, (mode, seen)
+        # torch's message, as far as lltm's error (512 characters) holds it
+        assert torch_message[:120] in lltm_message, (mode, seen)

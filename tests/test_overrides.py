@@ -110,7 +110,7 @@ def test_the_cost_models_follow_torchs_tf32_setting(allow):
         else:
             torch.set_float32_matmul_precision("high")
         assert _native._float32_tf32() is True
-        _native.sync_float32_tf32()  # without the CUDA library: nothing to copy to
+        _native.sync_torch_settings()  # without the CUDA library: nothing to copy to
     finally:
         torch.set_float32_matmul_precision(before)
     assert _native._float32_tf32() is (before != "highest")

@@ -47,6 +47,22 @@ int lltm_cuda_float32_tf32(void)
     return atomic_load_explicit(&float32_tf32, memory_order_relaxed);
 }
 
+/* Whether torch's deterministic algorithms are on (warn-only too): then the
+ * products go through aten::mm, with torch's guarantees and checks
+ * (cublas_gemm.c). The stable ABI has no reader of this setting either:
+ * lltm's Python copies it with the TF32 setting (lltm/_native.py). */
+static atomic_int deterministic_algorithms;
+
+__attribute__((visibility("default"))) int lltm_cuda_set_deterministic_algorithms(int on)
+{
+    return atomic_exchange(&deterministic_algorithms, on != 0);
+}
+
+int lltm_cuda_deterministic_algorithms(void)
+{
+    return atomic_load_explicit(&deterministic_algorithms, memory_order_relaxed);
+}
+
 /* The device's properties for the cost model, asked once per device. */
 enum { MAX_DEVICES = 64 };
 static lltm_cuda_device device_cache[MAX_DEVICES];

@@ -7,7 +7,8 @@
  * products run on torch's own copy, whatever CUDA major torch was built for.
  * Each thread gets a handle per device, made at its first direct product
  * there and destroyed when the thread ends (torch's handles are per thread
- * too: a handle is not safe across threads).
+ * too: a handle is not safe across threads). With torch's deterministic
+ * algorithms on, every product goes through aten::mm.
  */
 #include "cublas_gemm.h"
 #include "ops.h"
@@ -140,6 +141,14 @@ static int direct(const lltm_torch_gemm_ctx *ctx, lltm_dtype dtype, int64_t M, i
 {
     const int device = ctx->device_index;
     int op_b, ld_b, op_a, ld_a;
+    /* Under torch.use_deterministic_algorithms the products are aten::mm's:
+     * torch gives each of its handle's streams a workspace of its own, while
+     * this thread's handle takes cuBLAS's default one on every stream, which
+     * cuBLAS keeps bit for bit reproducible only with one stream active. Any
+     * check torch makes there (one that wants CUBLAS_WORKSPACE_CONFIG raises
+     * or warns) then applies as to torch.mm. */
+    if (lltm_cuda_deterministic_algorithms())
+        return -1;
     if (pthread_once(&load_once, load) != 0 || !loaded ||
         ctx->device_type != aoti_torch_device_type_cuda() || device < 0 ||
         device >= MAX_DEVICES || M <= 0 || N <= 0 || K <= 0 || M > INT_MAX || N > INT_MAX ||

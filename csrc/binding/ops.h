@@ -166,4 +166,11 @@ int lltm_cuda_set_matmul_policy(int policy);
 int lltm_cuda_set_float32_tf32(int allowed);
 int lltm_cuda_float32_tf32(void);
 
+/* Whether torch's deterministic algorithms are on, warn-only included
+ * (torch's setting, copied here likewise): the products then go through
+ * aten::mm, never straight to cuBLAS (cublas_gemm.c). The setter returns the
+ * previous value. */
+int lltm_cuda_set_deterministic_algorithms(int on);
+int lltm_cuda_deterministic_algorithms(void);
+
 #endif /* LLTM_BINDING_OPS_H */
