@@ -18,7 +18,12 @@ dropout (in training) before the next, and (measured, docs/performance.md,
     (B <= 4) 0.84x - 0.96x for two layers, even for three (0.97x - 1.08x).
     With 8 groups or more the stacked launch's layout is as fast or slower
     (0.99x - 4.8x); the cluster and block families (H <= 128) are faster
-    than it (1.05x - 4.7x);
+    than it (1.05x - 4.7x). In float16 and bfloat16 on GPUs with their
+    tensor cores (compute capability 8.0+) a layer's grid kernels form their
+    products on them and the stacked launch's on FFMA: there only at B <=
+    HALF_MAX_B (bfloat16 at H=256 on an H100, graph replay: B16 3 layers
+    stacked 1,124 us, one layer alone 518; B64 3 layers stacked 3,668, one
+    layer alone 919);
   - eagerly, where B x H <= EAGER_MAX_BH: 0.32x - 0.94x (a call a layer is
     bound by the host's time there; two of 84 rows 1.02x and 1.20x);
     above, 0.83x - 2.6x, slower but at B32 with two layers.
@@ -38,6 +43,7 @@ from . import _ops, overrides
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
 GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
 EAGER_MAX_BH = 4096   # eager: B x H at most this
+HALF_MAX_B = 16       # captured, the half types on tensor-core GPUs: B at most this
 
 CHOICES_CACHED = 256  # route choices kept (shapes, devices, capture or not)
 
@@ -75,6 +81,9 @@ def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, sizes) -
     ``sizes`` layers (the module's docstring)."""
     if not capturing:
         return B * H <= EAGER_MAX_BH
+    if dtype in (torch.float16, torch.bfloat16) and B > HALF_MAX_B and \
+            torch.cuda.get_device_capability(index) >= (8, 0):
+        return False
     layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
     if layer is None or layer["family"] != "grid":
         return False

@@ -95,7 +95,8 @@ def build(tmp_path_factory):
     """The sequence's .cu files compiled as they are by g++ against the
     fiber emulator (one object a unit, two at a time), linked into one
     library."""
-    headers = sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh")) + [EMU_INCLUDE / "cuda_runtime.h"]
+    headers = (sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh"))
+               + sorted(EMU_INCLUDE.glob("*.h")))
     digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
     out = tmp_path_factory.mktemp("cuda_emu_sequence")
     flags = ["g++", "-std=c++17", "-O1", "-fPIC", "-Wall", "-Wextra", "-Wno-unknown-pragmas",

@@ -51,7 +51,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def emu_libs(tmp_path_factory):
     """The cell's .cu files compiled as they are by g++ against the fiber
     emulator, once per tile variant."""
-    headers = sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh")) + [EMU_INCLUDE / "cuda_runtime.h"]
+    headers = (sorted(CORE.glob("*.h")) + sorted(CORE.glob("*.cuh"))
+               + sorted(EMU_INCLUDE.glob("*.h")))
     digest = hashlib.sha1(b"".join(p.read_bytes() for p in CU_SOURCES + headers)).hexdigest()[:12]
     out = tmp_path_factory.mktemp("cuda_emu")
     libs = {}

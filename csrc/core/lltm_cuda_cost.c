@@ -20,8 +20,10 @@
  *   grid        per step: the latency of the exchange (grid barriers,
  *               state through global memory), plus each thread's
  *               multiply-adds (passes over its chunks x rows x values, both
- *               directions) at the FFMA rate of one thread, plus the state
- *               values its block stages (passes x chunk rows x H)
+ *               directions) at the FFMA rate of one thread (the half types
+ *               on tensor cores: a part a pass, a value, a value and row),
+ *               plus the state values its block stages (passes x chunk
+ *               rows x H)
  *   cluster     the same terms for thread-block clusters (the exchange in
  *               distributed shared memory); both persistent families also
  *               pay for the gates and states a step moves through memory
@@ -123,6 +125,19 @@
 #define C_GRID_STEP 3.447
 #define C_GRID_WORK 0.009531
 #define C_GRID_STAGE 5.83e-05
+/* The half types' grid kernels on tensor cores (compute capability 8.0+,
+ * lltm_cuda_mma.cuh), in multiply-adds of a thread: a pass over a chunk
+ * costs a fixed part (its barriers, the warps' partial sums meeting), a
+ * part per value of the layout (the tiles: the same for 4 rows as for 16,
+ * one 16-row tile) and a part per value and row (the sums of each row).
+ * Fitted (non-negative least squares on relative errors, the other terms
+ * as they are) to every grid layout forced in bfloat16 at B 1 - 1024 (nine
+ * values) x H 64 - 1024, T 100: 214 times, median error 13.5%, the pick
+ * among the layouts within 10% of the fastest at all 43 shapes (H100,
+ * 2026-11-27 03:37 UTC; lltm.bench --sweep --sweep-variants, grid routes). */
+#define GRID_MMA_PASS 53.67
+#define GRID_MMA_VALUE 1.010
+#define GRID_MMA_ROW 0.1712
 /* the same for the cluster family */
 #define C_CLUSTER_STEP 1.281
 #define C_CLUSTER_WORK 0.01451
@@ -191,14 +206,17 @@ static double product_us(const lltm_cuda_device *dev, const product_rates *r, ll
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
 
 /* A persistent launch's work per step: each thread's multiply-adds (per
- * gate: passes x rows x values) and the state values its block stages
- * (passes x chunk x H). */
-static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *work,
-                        double *stage)
+ * gate: passes x rows x values; on tensor cores, GRID_MMA_*) and the state
+ * values its block stages (passes x chunk x H). */
+static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, int mma,
+                        double *work, double *stage)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
     const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
-    *work += passes * l->rows * l->values;
+    if (mma)
+        *work += passes * (GRID_MMA_PASS + l->values * (GRID_MMA_VALUE + GRID_MMA_ROW * l->rows));
+    else
+        *work += passes * l->rows * l->values;
     *stage += passes * (double)chunk * (double)H;
 }
 
@@ -222,8 +240,11 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
                          product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
     }
     double work = 0, stage = 0;
-    launch_work(&plan->forward, B, H, &work, &stage);
-    launch_work(&plan->backward, B, H, &work, &stage);
+    /* the grid kernels of the half types run their products on tensor cores */
+    const int mma = plan->family == LLTM_SEQ_GRID && dev->major >= 8 &&
+                    (dt == LLTM_FLOAT16 || dt == LLTM_BFLOAT16);
+    launch_work(&plan->forward, B, H, mma, &work, &stage);
+    launch_work(&plan->backward, B, H, mma, &work, &stage);
     const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
     /* the gates and states a step reads and writes in memory */
     const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);

@@ -93,16 +93,36 @@ inline size_t round_up(size_t bytes)
 
 /* bytes of the accumulation type (float for the half types) */
 inline size_t acc_bytes(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 8 : 4; }
+/* bytes of the dtype's own values */
+inline size_t elem_bytes(lltm_dtype dtype)
+{
+    return dtype == LLTM_FLOAT64 ? 8 : dtype == LLTM_FLOAT32 ? 4 : 2;
+}
 
 /* Dynamic shared memory of each kernel, acc = bytes of its accumulation
  * type; rows = the batch rows of one group, padded to whole chunks. */
-inline size_t grid_forward_smem(size_t acc, int ks, int kr, int ch)
+/* The half types' grid kernels on tensor cores (lltm_cuda_mma.cuh): a
+ * chunk staged in the half type as 16 rows (the A tiles; rows past the
+ * chunk stay 0) of `cols` + 8 values (ldmatrix then reads the 8 rows of a
+ * tile on different banks), then each warp's float partial sums of the
+ * chunk's rows x `outs` columns. A binary whose code for the GPU is older
+ * PTX runs the FFMA kernels instead: the half types get the larger of the
+ * two sizes. */
+constexpr int MMA_ROW_PAD = 8;
+inline size_t grid_mma_smem(int cols, int ch, int outs)
 {
-    return (size_t)ch * ks * kr * acc;
+    return (size_t)BC * (cols + MMA_ROW_PAD) * 2 + (size_t)(NT / 32) * ch * outs * sizeof(float);
 }
-inline size_t grid_backward_smem(size_t acc, int ks, int kr, int ch)
+inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+inline size_t grid_forward_smem(size_t acc, size_t elem, int ks, int kr, int ch)
 {
-    return (size_t)ch * ks * 3 * kr * acc;
+    const size_t ffma = (size_t)ch * ks * kr * acc;
+    return elem == 2 ? max_size(ffma, grid_mma_smem(ks * kr, ch, NT / ks * 3)) : ffma;
+}
+inline size_t grid_backward_smem(size_t acc, size_t elem, int ks, int kr, int ch)
+{
+    const size_t ffma = (size_t)ch * ks * 3 * kr * acc;
+    return elem == 2 ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, NT / ks)) : ffma;
 }
 /* vec: values of a 16-byte vector (16 / acc) */
 inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_t rows, int ch)

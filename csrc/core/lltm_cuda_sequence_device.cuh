@@ -41,7 +41,9 @@
  * Precision: float32 and float64 compute in their own type; float16 and
  * bfloat16 load, convert to float and accumulate in float, and the
  * persistent kernels carry the recurrent state (h, c, dG, dc) between steps
- * in float32 (workspaces, or shared memory in the cluster kernels).
+ * in float32 (workspaces, or shared memory in the cluster kernels). The grid
+ * kernels of the half types on sm_80+ multiply h_{t-1} and dG_{t+1} as
+ * stored in the half type (tensor cores, float sums; c and dc stay float).
  */
 #ifndef LLTM_CORE_CUDA_SEQUENCE_DEVICE_CUH
 #define LLTM_CORE_CUDA_SEQUENCE_DEVICE_CUH

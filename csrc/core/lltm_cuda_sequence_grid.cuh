@@ -16,10 +16,19 @@
  * (lanes x values): 16x8 (H <= 128), 32x16 (H <= 512), 16x32 and 32x32
  * (H <= 512 and 1024; not float64: the registers that hold W_h); which one
  * runs is the plan's.
+ *
+ * The half types on sm_80 and newer form each step's product on tensor
+ * cores instead (lltm_cuda_mma.cuh): the block's weights as B tiles in its
+ * warps' registers (each warp a share of k), the chunk staged from the
+ * outputs in the half type (h_{t-1}, dG_{t+1}: the values the products of
+ * a plain half-type step take too), and the warps' float sums added in
+ * warp order; the pointwise step and its float state are the same. A
+ * 4-row chunk costs the same tile work as a 16-row one there.
  */
 #ifndef LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
 #define LLTM_CORE_CUDA_SEQUENCE_GRID_CUH
 
+#include "lltm_cuda_mma.cuh"
 #include "lltm_cuda_sequence_device.cuh"
 
 namespace {
@@ -55,6 +64,16 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                   "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *hs = reinterpret_cast<A *>(smem_raw); /* [CH][KP]: h_{t-1} of one chunk */
+    /* Tensor cores (half types, sm_80+): the warps split k, each holds the
+     * B tiles of its k range for the block's 3U gate rows (columns
+     * n = q*U + j: row q*H + u of W_h), h_{t-1} is staged in the half type
+     * (the outputs hold it exactly) and the warps' sums meet in `parts`. */
+    constexpr bool MMA = mma_products<T>();
+    constexpr int LDA = KP + lltm_seq::MMA_ROW_PAD, KW = KP / (NT / 32);
+    constexpr int MK = MMA ? KW / 16 : 1, MN = MMA ? 3 * U / 8 : 1;
+    static_assert(!MMA || (KW % 16 == 0 && (3 * U) % 8 == 0), "tensor-core tiles");
+    T *ha = reinterpret_cast<T *>(smem_raw); /* [BC][LDA] */
+    float *parts = reinterpret_cast<float *>(smem_raw + (size_t)BC * LDA * sizeof(T));
 
     const int tid = threadIdx.x, s = tid % KS;
     const int64_t unit_blocks = (H + U - 1) / U, groups = gridDim.x / unit_blocks;
@@ -64,8 +83,19 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const bool owner = s < CH; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
 
-    A w[3][KR], b_i, b_o, b_z;
-    load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
+    A w[MMA ? 1 : 3][MMA ? 1 : KR], b_i, b_o, b_z;
+    uint32_t wt[MN][MK][2];
+    if constexpr (MMA) {
+        load_gate_tiles<T, U, KW, MN, MK>(weights, H, K, (blockIdx.x % unit_blocks) * U, tid,
+                                          wt);
+        b_i = unit_ok ? to_acc(bias[u]) : A(0);
+        b_o = unit_ok ? to_acc(bias[H + u]) : A(0);
+        b_z = unit_ok ? to_acc(bias[2 * H + u]) : A(0);
+        for (int e = CH * LDA + tid; e < BC * LDA; e += NT) /* rows past the chunk */
+            ha[e] = from_acc<T>(0.0f);
+    } else {
+        load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
+    }
 
     const block_steps ends(lengths, first_row, row_step, CH, s & (CH - 1), B, steps);
     for (int64_t t = 0; t < steps; ++t) {
@@ -96,7 +126,18 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 #pragma unroll
             for (int v = 0; v < CH * 3; ++v)
                 acc[v] = 0;
-            if (chunk_live) {
+            if constexpr (MMA) {
+                if (chunk_live) {
+                    stage_half_rows<T, KP, LDA, CH>(ha, t == 0 ? h0 : output + (t - 1) * BH, B,
+                                                    b0, H, tid);
+                    __syncthreads();
+                    chunk_products<T, KW, MN, MK, CH, LDA, 3 * U>(ha, wt, parts, tid);
+                    if (owner)
+#pragma unroll
+                        for (int q = 0; q < 3; ++q)
+                            acc[q] = sum_parts<CH, 3 * U>(parts, s, q * U + tid / KS);
+                }
+            } else if (chunk_live) {
                 /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
                 if (t == 0) {
                     for (int e = tid; e < CH * KP; e += NT) {
@@ -138,7 +179,8 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 output[t * BH + b * H + u] = from_acc<T>(h);
                 if (!SAME) {
                     c_work[b * H + u] = c;
-                    h_work[(t & 1) * BH + b * H + u] = h;
+                    if (!MMA)
+                        h_work[(t & 1) * BH + b * H + u] = h;
                 }
             }
             if (chunk_live)
@@ -195,6 +237,16 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *ds = reinterpret_cast<A *>(smem_raw); /* [CH][RP]: dG_{t+1} of one chunk */
     A *sums = ds; /* [CH][SUM_LD], reusing ds once a chunk's products are formed */
+    /* Tensor cores (half types, sm_80+): the warps split the 3H rows of
+     * W_h, each holds the B tiles of its rows for the block's U unit
+     * columns, dG_{t+1} is staged in the half type (grad_gates holds it
+     * exactly) and the warps' sums meet in `parts`. */
+    constexpr bool MMA = mma_products<T>();
+    constexpr int LDA = RP + lltm_seq::MMA_ROW_PAD, KW = RP / (NT / 32);
+    constexpr int MK = MMA ? KW / 16 : 1, MN = MMA ? U / 8 : 1;
+    static_assert(!MMA || (KW % 16 == 0 && U % 8 == 0), "tensor-core tiles");
+    T *ga = reinterpret_cast<T *>(smem_raw); /* [BC][LDA] */
+    float *parts = reinterpret_cast<float *>(smem_raw + (size_t)BC * LDA * sizeof(T));
 
     const int tid = threadIdx.x, lane = tid % 32;
     const int j = lane % U, s = (tid / 32) * (32 / U) + lane / U; /* this lane's products */
@@ -208,8 +260,13 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const int64_t own_u = unit0 + tid % U;
     A *dc_state = SAME ? reinterpret_cast<A *>(grad_c0) : dc_work;
 
-    A w[RR];
-    {
+    A w[MMA ? 1 : RR];
+    uint32_t wt[MN][MK][2];
+    if constexpr (MMA) {
+        load_unit_tiles<T, KW, MN, MK>(weights, H, K, unit0, tid, wt);
+        for (int e = CH * LDA + tid; e < BC * LDA; e += NT) /* rows past the chunk */
+            ga[e] = from_acc<T>(0.0f);
+    } else {
         const int64_t u = unit0 + j;
 #pragma unroll
         for (int rv = 0; rv < RR / VEC; ++rv)
@@ -223,38 +280,47 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     /* stage dG_t of rows b0 .. b0+CH-1, form this lane's share of dG_t W_h
      * for unit j, and return the sum of the shares of (own_bb, own_u) */
     auto dh_from = [&](int64_t t, int64_t b0) -> A {
-        if constexpr (SAME)
-            stage_rows<A, RP, CH>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0,
-                                  G, tid);
-        else
-            stage_rows<A, RP, CH>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
-        __syncthreads();
-        A acc[CH];
+        if constexpr (MMA) {
+            stage_half_rows<T, RP, LDA, CH>(ga, grad_gates + t * BG, B, b0, G, tid);
+            __syncthreads();
+            chunk_products<T, KW, MN, MK, CH, LDA, U>(ga, wt, parts, tid);
+            const A total = owner ? sum_parts<CH, U>(parts, own_bb, tid % U) : A(0);
+            __syncthreads(); /* ga and parts are reused next */
+            return total;
+        } else {
+            if constexpr (SAME)
+                stage_rows<A, RP, CH>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0,
+                                      G, tid);
+            else
+                stage_rows<A, RP, CH>(ds, dg_work + (t & 1) * BG, B, b0, G, tid);
+            __syncthreads();
+            A acc[CH];
 #pragma unroll
-        for (int bb = 0; bb < CH; ++bb)
-            acc[bb] = 0;
+            for (int bb = 0; bb < CH; ++bb)
+                acc[bb] = 0;
 #pragma unroll
-        for (int bb = 0; bb < CH; ++bb) {
+            for (int bb = 0; bb < CH; ++bb) {
 #pragma unroll
-            for (int rv = 0; rv < RR / VEC; ++rv) {
-                const V dv = *reinterpret_cast<const V *>(&ds[bb * RP + (rv * KS + s) * VEC]);
+                for (int rv = 0; rv < RR / VEC; ++rv) {
+                    const V dv = *reinterpret_cast<const V *>(&ds[bb * RP + (rv * KS + s) * VEC]);
 #pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    acc[bb] += w[rv * VEC + e] * component(dv, e);
+                    for (int e = 0; e < VEC; ++e)
+                        acc[bb] += w[rv * VEC + e] * component(dv, e);
+                }
             }
+            __syncthreads(); /* every lane is done with ds: the sums reuse it */
+#pragma unroll
+            for (int bb = 0; bb < CH; ++bb)
+                sums[bb * SUM_LD + s * U + j] = acc[bb];
+            __syncthreads();
+            A total = 0;
+            if (owner)
+#pragma unroll
+                for (int q = 0; q < KS; ++q)
+                    total += sums[own_bb * SUM_LD + q * U + tid % U];
+            __syncthreads(); /* ds is restaged next */
+            return total;
         }
-        __syncthreads(); /* every lane is done with ds: the sums reuse it */
-#pragma unroll
-        for (int bb = 0; bb < CH; ++bb)
-            sums[bb * SUM_LD + s * U + j] = acc[bb];
-        __syncthreads();
-        A total = 0;
-        if (owner)
-#pragma unroll
-            for (int q = 0; q < KS; ++q)
-                total += sums[own_bb * SUM_LD + q * U + tid % U];
-        __syncthreads(); /* ds is restaged next */
-        return total;
     };
 
     A bias_sum[3] = {0, 0, 0};
@@ -296,7 +362,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 drow[own_u] = from_acc<T>(d[0]);
                 drow[H + own_u] = from_acc<T>(d[1]);
                 drow[2 * H + own_u] = from_acc<T>(d[2]);
-                if (!SAME) {
+                if (!SAME && !MMA) {
                     A *wrow = dg_work + (t & 1) * BG + b * G;
                     wrow[own_u] = d[0];
                     wrow[H + own_u] = d[1];
@@ -389,7 +455,7 @@ int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args
 {
     typedef typename acc_of<T>::type A;
     auto kernel = sequence_forward_kernel<T, KS, KR, CH>;
-    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), KS, KR, CH);
+    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), sizeof(T), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);
@@ -414,7 +480,7 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
 {
     typedef typename acc_of<T>::type A;
     auto kernel = sequence_backward_kernel<T, KS, KR, CH>;
-    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), KS, KR, CH);
+    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), sizeof(T), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);

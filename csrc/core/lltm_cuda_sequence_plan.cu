@@ -96,13 +96,13 @@ int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int 
         cached_device(dev) ? &resident_cache[dev.device][dtype][layout][chunk_index] : nullptr;
     int64_t resident = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) - 1 : -1;
     if (resident < 0) {
-        const size_t acc = acc_bytes(dtype);
+        const size_t acc = acc_bytes(dtype), elem = elem_bytes(dtype);
         const int64_t f =
             max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values, ch),
-                                grid_forward_smem(acc, g.lanes, g.values, ch), dev);
+                                grid_forward_smem(acc, elem, g.lanes, g.values, ch), dev);
         const int64_t b =
             max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values, ch),
-                                grid_backward_smem(acc, g.lanes, g.values, ch), dev);
+                                grid_backward_smem(acc, elem, g.lanes, g.values, ch), dev);
         resident = f < b ? f : b;
         if (slot)
             __atomic_store_n(slot, resident + 1, __ATOMIC_RELAXED);
@@ -154,8 +154,9 @@ lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int
     l.exchange = LLTM_SEQ_EXCHANGE_GLOBAL;
     l.blocks = ceil_div(H, NT / g.lanes);
     l.groups = groups;
-    l.smem = forward ? grid_forward_smem(acc_bytes(dtype), g.lanes, g.values, ch)
-                     : grid_backward_smem(acc_bytes(dtype), g.lanes, g.values, ch);
+    const size_t acc = acc_bytes(dtype), elem = elem_bytes(dtype);
+    l.smem = forward ? grid_forward_smem(acc, elem, g.lanes, g.values, ch)
+                     : grid_backward_smem(acc, elem, g.lanes, g.values, ch);
     return l;
 }
 

@@ -21,3 +21,4 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x)
     h.bits = (uint16_t)(u >> 16);
     return h;
 }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }

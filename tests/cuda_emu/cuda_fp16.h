@@ -11,3 +11,4 @@ inline __half __float2half_rn(float x)
     memcpy(&h.bits, &f, 2);
     return h;
 }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }

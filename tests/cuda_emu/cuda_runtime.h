@@ -46,6 +46,7 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include <array>
 #include <deque>
 #include <functional>
 #include <map>
@@ -67,6 +68,8 @@ struct dim3 {
 };
 struct float4 { float x, y, z, w; };
 struct double2 { double x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 typedef struct CUstream_st *cudaStream_t;
 typedef enum cudaError {
@@ -140,6 +143,8 @@ struct Grid {
     Barrier grid_barrier;
     std::vector<std::vector<unsigned char>> smem;
     std::vector<std::vector<double>> slots; /* per warp: one value per lane */
+    /* per warp: each lane's mma registers (cuda_mma.h) */
+    std::vector<std::vector<std::array<uint32_t, 6>>> fragments;
     std::vector<Fiber *> runnable[3]; /* by lag */
     std::function<void()> body;
 };
@@ -360,6 +365,7 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
     state.block_barriers.resize(nb);
     state.warp_barriers.resize((size_t)nb * nt / 32);
     state.slots.assign((size_t)nb * nt / 32, std::vector<double>(32));
+    state.fragments.assign((size_t)nb * nt / 32, std::vector<std::array<uint32_t, 6>>(32));
     state.smem.assign(nb, std::vector<unsigned char>(smem + 16, 0xff));
     for (auto &b : state.block_barriers)
         b.expected = nt;
@@ -491,6 +497,9 @@ template <typename T> T shfl_xor(T v, int mask)
 }
 
 } // namespace emu
+
+/* the warp's tensor-core operations (ldmatrix, mma.sync) */
+#include "cuda_mma.h"
 
 #define LLTM_LAUNCH(grid, block, smem, stream, ...)                                          \
     emu::make_launcher(emu::cfg(grid, block, smem, stream), __VA_ARGS__)

@@ -1,0 +1,246 @@
+/*
+ * lltm_cuda_mma.cuh - tensor-core products of the persistent kernels for
+ * the half types (float16, bfloat16) on sm_80 and newer: the warp-level
+ * mma.sync m16n8k16 (inputs in the half type, sums in float), its fragment
+ * loads, and the staging of half-type rows into shared memory.
+ *
+ * Notation of one mma, a warp's 16 x 8 tile C += A B over 16 values of k:
+ *   A [16 rows][16 k], row-major: the batch rows of a chunk (shared memory,
+ *     loaded with ldmatrix.x4);
+ *   B [16 k][8 columns]: a weight slice the warp holds in registers for
+ *     the whole sequence (two 32-bit registers a lane a tile);
+ *   C [16][8] float: lane l holds rows l/4 and l/4 + 8, columns 2(l%4) and
+ *     2(l%4) + 1.
+ * Lane l's B registers hold k = 2(l%4) + {0, 1} and 2(l%4) + {8, 9} of
+ * column l/4, the lower k in the lower 16 bits. The CPU emulator of the
+ * tests (tests/cuda_emu) supplies both warp operations where
+ * LLTM_CUDA_EMULATION is defined, and runs the tensor-core kernels.
+ */
+#ifndef LLTM_CORE_CUDA_MMA_CUH
+#define LLTM_CORE_CUDA_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "lltm_cuda_math.cuh"
+#include "lltm_cuda_sequence.cuh"
+
+namespace {
+
+using lltm_seq::NT; /* threads per block */
+
+/* Whether the kernels being compiled form their half-type products on
+ * tensor cores: float16 and bfloat16 code for sm_80 and newer. Decided per
+ * architecture at compile time, so that a binary's PTX for an older GPU
+ * keeps the FFMA products; the host sizes shared memory for either. */
+template <typename T> __host__ __device__ constexpr bool mma_products()
+{
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(LLTM_CUDA_EMULATION)
+    return std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
+#else
+    return false;
+#endif
+}
+
+__device__ __forceinline__ uint16_t bits_of(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ uint16_t bits_of(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+
+/* two values of a fragment register, `lo` in the lower half */
+template <typename T> __device__ __forceinline__ uint32_t pack_pair(T lo, T hi)
+{
+    return (uint32_t)bits_of(lo) | ((uint32_t)bits_of(hi) << 16);
+}
+
+/* A's four registers of the 16 x 16 tile at `row0` (this lane's address:
+ * row l % 16, k + 8 (l / 16) of the tile; 16-byte aligned) */
+__device__ __forceinline__ void load_a_tile(uint32_t (&a)[4], const void *row0)
+{
+#if defined(LLTM_CUDA_EMULATION)
+    emu::ldmatrix_x4(a, row0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(row0);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+#else
+    (void)row0;
+    a[0] = a[1] = a[2] = a[3] = 0;
+#endif
+}
+
+/* c += A B, one m16n8k16 tile */
+template <typename T>
+__device__ __forceinline__ void mma_tile(float (&c)[4], const uint32_t (&a)[4], const uint32_t *b)
+{
+#if defined(LLTM_CUDA_EMULATION)
+    emu::mma_m16n8k16(c, a, b, std::is_same<T, __nv_bfloat16>::value);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c;
+    (void)a;
+    (void)b;
+#endif
+}
+
+/*
+ * Stage rows [b0, b0+ROWS) x columns [0, KP) of src (half type, row-major,
+ * `nrows` rows of ncols, written by other blocks: read through L2) into
+ * dst[ROWS][LD], zero beyond nrows and ncols. 16-byte vectors (8 values)
+ * where src and its rows are 16-byte aligned (h0 is the caller's tensor, any
+ * offset); loads of a group issued before its stores (one L2 round trip a
+ * group). Call from every thread of the block.
+ */
+template <typename T, int KP, int LD, int ROWS>
+__device__ __forceinline__ void stage_half_rows(T *__restrict__ dst, const T *__restrict__ src,
+                                                int64_t nrows, int64_t b0, int64_t ncols,
+                                                int tid)
+{
+    static_assert(sizeof(T) == 2 && KP % 8 == 0 && LD % 8 == 0, "16-byte rows");
+    constexpr int GROUP = 8;
+    if (ncols % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+        constexpr int ROW_V = KP / 8, NV = ROWS * ROW_V, PER = (NV + NT - 1) / NT;
+#pragma unroll 1
+        for (int n0 = 0; n0 < PER; n0 += GROUP) {
+            uint4 v[GROUP];
+#pragma unroll
+            for (int n = 0; n < GROUP; ++n) {
+                const int e = tid + (n0 + n) * NT;
+                const int64_t row = b0 + e / ROW_V, k = (int64_t)(e % ROW_V) * 8;
+                v[n] = make_uint4(0, 0, 0, 0);
+                if (n0 + n < PER && e < NV && row < nrows && k < ncols)
+                    v[n] = __ldcg(reinterpret_cast<const uint4 *>(src + row * ncols + k));
+            }
+#pragma unroll
+            for (int n = 0; n < GROUP; ++n) {
+                const int e = tid + (n0 + n) * NT;
+                if (n0 + n < PER && e < NV)
+                    *reinterpret_cast<uint4 *>(dst + (e / ROW_V) * LD + (e % ROW_V) * 8) = v[n];
+            }
+        }
+    } else {
+        const uint16_t *s16 = reinterpret_cast<const uint16_t *>(src);
+        uint16_t *d16 = reinterpret_cast<uint16_t *>(dst);
+        for (int e = tid; e < ROWS * KP; e += NT) {
+            const int64_t row = b0 + e / KP, k = e % KP;
+            d16[(e / KP) * LD + k] = (row < nrows && k < ncols) ? __ldcg(s16 + row * ncols + k)
+                                                                : (uint16_t)0;
+        }
+    }
+}
+
+/* B tiles of the forward's gate rows: column n = q*U + j of the block's
+ * 3U is row q*H + unit0 + j of W_h (weights [3H, K], W_h its first H
+ * columns), k over this warp's range [warp*KW, warp*KW + KW); zero past H. */
+template <typename T, int U, int KW, int MN, int MK>
+__device__ __forceinline__ void load_gate_tiles(const T *__restrict__ weights, int64_t H,
+                                                int64_t K, int64_t unit0, int tid,
+                                                uint32_t (&wt)[MN][MK][2])
+{
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const T zero = from_acc<T>(0.0f);
+#pragma unroll
+    for (int n = 0; n < MN; ++n) {
+        const int col = n * 8 + g, q = col / U;
+        const int64_t u = unit0 + col % U;
+        const T *row = weights + (q * H + (u < H ? u : 0)) * K;
+        auto at = [&](int64_t k) { return u < H && k < H ? row[k] : zero; };
+#pragma unroll
+        for (int kk = 0; kk < MK; ++kk) {
+            const int64_t k = (int64_t)warp * KW + kk * 16 + 2 * t4;
+            wt[n][kk][0] = pack_pair(at(k), at(k + 1));
+            wt[n][kk][1] = pack_pair(at(k + 8), at(k + 9));
+        }
+    }
+}
+
+/* B tiles of the backward's unit columns: column n is unit unit0 + n of
+ * W_h, k = row r of W_h over this warp's range [warp*KW, warp*KW + KW);
+ * zero past 3H and H. */
+template <typename T, int KW, int MN, int MK>
+__device__ __forceinline__ void load_unit_tiles(const T *__restrict__ weights, int64_t H,
+                                                int64_t K, int64_t unit0, int tid,
+                                                uint32_t (&wt)[MN][MK][2])
+{
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const T zero = from_acc<T>(0.0f);
+#pragma unroll
+    for (int n = 0; n < MN; ++n) {
+        const int64_t u = unit0 + n * 8 + g;
+        auto at = [&](int64_t r) { return u < H && r < 3 * H ? weights[r * K + u] : zero; };
+#pragma unroll
+        for (int kk = 0; kk < MK; ++kk) {
+            const int64_t r = (int64_t)warp * KW + kk * 16 + 2 * t4;
+            wt[n][kk][0] = pack_pair(at(r), at(r + 1));
+            wt[n][kk][1] = pack_pair(at(r + 8), at(r + 9));
+        }
+    }
+}
+
+/* Each warp's tiles of the chunk staged in a ([BC][LDA], half type) times
+ * its B tiles, over its k range [warp*KW, warp*KW + KW), written as float
+ * partial sums to parts[warp][CH][NOUT] (rows of the chunk only); returns
+ * after the block's barrier, the parts complete. */
+template <typename T, int KW, int MN, int MK, int CH, int LDA, int NOUT>
+__device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[MN][MK][2],
+                                               float *parts, int tid)
+{
+    static_assert(MN * 8 == NOUT, "columns");
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    float c[MN][4];
+#pragma unroll
+    for (int n = 0; n < MN; ++n)
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+    const T *a_lane = a + (lane & 15) * LDA + warp * KW + (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < MK; ++kk) {
+        uint32_t tile[4];
+        load_a_tile(tile, a_lane + kk * 16);
+#pragma unroll
+        for (int n = 0; n < MN; ++n)
+            mma_tile<T>(c[n], tile, wt[n][kk]);
+    }
+    float *mine = parts + warp * CH * NOUT;
+#pragma unroll
+    for (int n = 0; n < MN; ++n) {
+        const int col = n * 8 + 2 * t4;
+        if (g < CH) {
+            mine[g * NOUT + col] = c[n][0];
+            mine[g * NOUT + col + 1] = c[n][1];
+        }
+        if (g + 8 < CH) {
+            mine[(g + 8) * NOUT + col] = c[n][2];
+            mine[(g + 8) * NOUT + col + 1] = c[n][3];
+        }
+    }
+    __syncthreads();
+}
+
+/* the warps' partial sums of (row, col), added in warp order (deterministic) */
+template <int CH, int NOUT>
+__device__ __forceinline__ float sum_parts(const float *parts, int row, int col)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NT / 32; ++w)
+        sum += parts[(w * CH + row) * NOUT + col];
+    return sum;
+}
+
+} // namespace
+
+#endif /* LLTM_CORE_CUDA_MMA_CUH */
