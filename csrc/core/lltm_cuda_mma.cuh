@@ -143,52 +143,50 @@ __device__ __forceinline__ void stage_half_rows(T *__restrict__ dst, const T *__
     }
 }
 
+/* This lane's B tiles over its warp's k range [warp*KW, warp*KW + KW):
+ * wt[n][kk] holds at(column n*8 + l/4, k) for the k of the layout above. */
+template <int KW, int MN, int MK, typename At>
+__device__ __forceinline__ void load_b_tiles(int tid, uint32_t (&wt)[MN][MK][2], At at)
+{
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int n = 0; n < MN; ++n)
+#pragma unroll
+        for (int kk = 0; kk < MK; ++kk) {
+            const int col = n * 8 + g;
+            const int64_t k = (int64_t)warp * KW + kk * 16 + 2 * t4;
+            wt[n][kk][0] = pack_pair(at(col, k), at(col, k + 1));
+            wt[n][kk][1] = pack_pair(at(col, k + 8), at(col, k + 9));
+        }
+}
+
 /* B tiles of the forward's gate rows: column n = q*U + j of the block's
  * 3U is row q*H + unit0 + j of W_h (weights [3H, K], W_h its first H
- * columns), k over this warp's range [warp*KW, warp*KW + KW); zero past H. */
+ * columns), k its columns; zero past H. */
 template <typename T, int U, int KW, int MN, int MK>
 __device__ __forceinline__ void load_gate_tiles(const T *__restrict__ weights, int64_t H,
                                                 int64_t K, int64_t unit0, int tid,
                                                 uint32_t (&wt)[MN][MK][2])
 {
-    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const T zero = from_acc<T>(0.0f);
-#pragma unroll
-    for (int n = 0; n < MN; ++n) {
-        const int col = n * 8 + g, q = col / U;
+    load_b_tiles<KW, MN, MK>(tid, wt, [&](int col, int64_t k) {
         const int64_t u = unit0 + col % U;
-        const T *row = weights + (q * H + (u < H ? u : 0)) * K;
-        auto at = [&](int64_t k) { return u < H && k < H ? row[k] : zero; };
-#pragma unroll
-        for (int kk = 0; kk < MK; ++kk) {
-            const int64_t k = (int64_t)warp * KW + kk * 16 + 2 * t4;
-            wt[n][kk][0] = pack_pair(at(k), at(k + 1));
-            wt[n][kk][1] = pack_pair(at(k + 8), at(k + 9));
-        }
-    }
+        return u < H && k < H ? weights[(col / U * H + u) * K + k] : zero;
+    });
 }
 
 /* B tiles of the backward's unit columns: column n is unit unit0 + n of
- * W_h, k = row r of W_h over this warp's range [warp*KW, warp*KW + KW);
- * zero past 3H and H. */
+ * W_h, k its row r; zero past 3H and H. */
 template <typename T, int KW, int MN, int MK>
 __device__ __forceinline__ void load_unit_tiles(const T *__restrict__ weights, int64_t H,
                                                 int64_t K, int64_t unit0, int tid,
                                                 uint32_t (&wt)[MN][MK][2])
 {
-    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const T zero = from_acc<T>(0.0f);
-#pragma unroll
-    for (int n = 0; n < MN; ++n) {
-        const int64_t u = unit0 + n * 8 + g;
-        auto at = [&](int64_t r) { return u < H && r < 3 * H ? weights[r * K + u] : zero; };
-#pragma unroll
-        for (int kk = 0; kk < MK; ++kk) {
-            const int64_t r = (int64_t)warp * KW + kk * 16 + 2 * t4;
-            wt[n][kk][0] = pack_pair(at(r), at(r + 1));
-            wt[n][kk][1] = pack_pair(at(r + 8), at(r + 9));
-        }
-    }
+    load_b_tiles<KW, MN, MK>(tid, wt, [&](int col, int64_t r) {
+        const int64_t u = unit0 + col;
+        return u < H && r < 3 * H ? weights[r * K + u] : zero;
+    });
 }
 
 /* Each warp's tiles of the chunk staged in a ([BC][LDA], half type) times
