@@ -216,6 +216,15 @@ def sync_torch_settings() -> None:
         _deterministic_copied = now
 
 
+def stream_capturing(index: int) -> bool:
+    """Whether the current stream of CUDA device ``index`` (the one a call on
+    that device's tensors runs on) is being captured into a CUDA graph: the
+    state the CUDA library's plans and costs answer for."""
+    if index == torch.cuda.current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(index):
+        return torch.cuda.is_current_stream_capturing()
+
 
 def build_info() -> dict:
     """How the loaded native libraries were built: the torch versions they load

@@ -38,7 +38,7 @@ import functools
 
 import torch
 
-from . import _ops, overrides
+from . import _native, _ops, overrides
 
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
 GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
@@ -63,7 +63,7 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
     T, B, I = x.shape
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     return _choice(index, x.dtype, T, B, I, H, tuple(sizes),
-                   torch.cuda.is_current_stream_capturing(), overrides.current_sequence_plan())
+                   _native.stream_capturing(index), overrides.current_sequence_plan())
 
 
 @functools.lru_cache(maxsize=CHOICES_CACHED)

@@ -36,7 +36,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import _sharing, overrides
+from . import _native, _sharing, overrides
 
 # The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
@@ -133,7 +133,7 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
-    capturing = _capturing(index)
+    capturing = _native.stream_capturing(index)
     key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
     found = _CHOICES.get(key)
     if found is None:
@@ -142,14 +142,6 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
             del _CHOICES[next(iter(_CHOICES))]
         _CHOICES[key] = found
     return found
-
-
-def _capturing(index: int) -> bool:
-    """Whether the current stream of device ``index`` is being captured."""
-    if index == torch.cuda.current_device():
-        return torch.cuda.is_current_stream_capturing()
-    with torch.cuda.device(index):
-        return torch.cuda.is_current_stream_capturing()
 
 
 def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:

@@ -16,14 +16,10 @@
 
 namespace {
 
+using lltm_seq::elem_bytes;
 using lltm_seq::NT;
 
 constexpr int STACK_CHUNK = 4; /* rows a chunk: the small batches the stack is for */
-
-bool half_type(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
-
-/* bytes of an element of the dtypes the stack runs */
-size_t elem_bytes(lltm_dtype dtype) { return half_type(dtype) ? 2 : 4; }
 
 const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int layers)
 {

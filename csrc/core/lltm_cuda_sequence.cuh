@@ -99,8 +99,6 @@ inline size_t elem_bytes(lltm_dtype dtype)
     return dtype == LLTM_FLOAT64 ? 8 : dtype == LLTM_FLOAT32 ? 4 : 2;
 }
 
-/* Dynamic shared memory of each kernel, acc = bytes of its accumulation
- * type; rows = the batch rows of one group, padded to whole chunks. */
 /* The half types' grid kernels on tensor cores (lltm_cuda_mma.cuh): a
  * chunk staged in the half type as 16 rows (the A tiles; rows past the
  * chunk stay 0) of `cols` + 8 values (ldmatrix then reads the 8 rows of a
@@ -114,6 +112,10 @@ inline size_t grid_mma_smem(int cols, int ch, int outs)
     return (size_t)BC * (cols + MMA_ROW_PAD) * 2 + (size_t)(NT / 32) * ch * outs * sizeof(float);
 }
 inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Dynamic shared memory of each kernel, acc = bytes of its accumulation
+ * type (elem: of the dtype); rows = the batch rows of one group, padded to
+ * whole chunks. */
 inline size_t grid_forward_smem(size_t acc, size_t elem, int ks, int kr, int ch)
 {
     const size_t ffma = (size_t)ch * ks * kr * acc;
