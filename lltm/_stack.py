@@ -81,8 +81,7 @@ def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, sizes) -
     ``sizes`` layers (the module's docstring)."""
     if not capturing:
         return B * H <= EAGER_MAX_BH
-    if dtype in (torch.float16, torch.bfloat16) and B > HALF_MAX_B and \
-            torch.cuda.get_device_capability(index) >= (8, 0):
+    if B > HALF_MAX_B and overrides.grid_tensor_cores(dtype, device=index):
         return False
     layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
     if layer is None or layer["family"] != "grid":

@@ -121,8 +121,8 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     costs are asked in). CUDA only; (1, 1) elsewhere. Each chunk call is
     planned for the whole device (sharing 1) or for two layers at once on it
     (sharing 2: _sharing.sharing_device; plans of which two launches are
-    resident together, taken only where that is the per-step family, and
-    only under CUDA-graph capture). For each, :func:`best_chunks` for the
+    resident together, taken only where that is the per-step family or the
+    grid on tensor cores, and only under CUDA-graph capture). For each, :func:`best_chunks` for the
     plan the library would then run a layer with: its time per step from the
     library's cost model, CALL_US of its family a call, as many layers at
     once as :func:`layers_at_once` finds, and in eager mode HOST_CALL_US of
@@ -160,12 +160,15 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             if long is None or short is None:
                 continue
             plan, cost = long
-            if sharing == 2 and plan["family"] != "steps":
-                # Persistent plans halved to share the device: the model
-                # predicted 12% - 32% gains for them on an H100, and they
-                # gained little or lost up to a fifth; the per-step family's
-                # overlap it predicts within a few percent (docs/performance.md,
-                # "Stacked layers overlapped in time chunks").
+            if sharing == 2 and plan["family"] != "steps" and not (
+                    plan["family"] == "grid" and overrides.grid_tensor_cores(dtype, device=index)):
+                # Persistent plans halved to share the device, their products
+                # on FFMA: the model predicted 12% - 32% gains for them on an
+                # H100, and they gained little or lost up to a fifth. The
+                # per-step family's overlap it predicts within a few percent,
+                # and the grid's on tensor cores within 10% where it gains
+                # (docs/performance.md, "Stacked layers overlapped in time
+                # chunks").
                 continue
             # how many layers of a persistent plan the device holds at once
             # (the per-step family's count is layers_at_once's own)

@@ -208,6 +208,17 @@ def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E74
     return layers.value if status == 0 else None
 
 
+def grid_tensor_cores(dtype, device: int | None = None) -> bool:
+    """Whether the grid family's kernels of ``dtype`` form their products on
+    tensor cores on ``device`` (float16 and bfloat16 on compute capability
+    8.0+, where the library's code for it is too); False without the CUDA
+    library."""
+    found = ctypes.c_int()
+    status = _ask_in_force("grid_tensor_cores", [ctypes.c_void_p], dtype, device,
+                           ctypes.byref(found))
+    return status == 0 and bool(found.value)
+
+
 class _StackPlan(ctypes.Structure):
     """lltm_stack_plan of csrc/core/lltm_stack.h."""
     _fields_ = [("dtype", ctypes.c_int), ("layers", ctypes.c_int), ("B", ctypes.c_int64),

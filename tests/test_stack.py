@@ -251,15 +251,18 @@ def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("capability,B,want", [((8, 0), 16, True), ((8, 0), 17, False),
-                                               ((9, 0), 64, False), ((7, 5), 64, True)])
-def test_the_faster_route_in_the_half_types(monkeypatch, dtype, capability, B, want):
-    """Captured, a layer's grid plan in 4 groups: in the half types on
-    tensor-core GPUs (their grid kernels' products on tensor cores, the
-    stacked launch's on FFMA) only up to HALF_MAX_B rows; float32 as before."""
+@pytest.mark.parametrize("tensor_cores,B,want", [(True, 16, True), (True, 17, False),
+                                                 (True, 64, False), (False, 64, True)])
+def test_the_faster_route_in_the_half_types(monkeypatch, dtype, tensor_cores, B, want):
+    """Captured, a layer's grid plan in 4 groups: where the grid kernels form
+    their products on tensor cores (the stacked launch's on FFMA) only up to
+    HALF_MAX_B rows; without them (and in float32) as before."""
     plan = {"family": "grid", "forward": {"groups": 4}}
+
+    def grid_tensor_cores(dtype, device=None):
+        return tensor_cores and dtype in (torch.float16, torch.bfloat16)
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(overrides, "grid_tensor_cores", grid_tensor_cores)
     assert _stack.HALF_MAX_B == 16
     assert _stack._faster(dtype, 100, B, 256, 0, True, (3,)) is want
     assert _stack._faster(torch.float32, 100, B, 256, 0, True, (3,)) is True

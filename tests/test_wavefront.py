@@ -370,7 +370,8 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     per-step family, the chunks are planned so if that is predicted to gain
     at least a tenth over the layers one after the other, under CUDA-graph
     capture; not in eager mode, not where those plans are too slow, nor where
-    the shared plan is a persistent one."""
+    the shared plan is a persistent one, unless it is the grid with its
+    products on tensor cores."""
     whole = {"family": "grid", "forward": {"blocks": 128, "groups": 1},
              "backward": {"blocks": 128, "groups": 1}}
     shared = {"plan": {"family": "steps"}}
@@ -400,9 +401,22 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
     step_us[2] = 25.0  # the shared plan at 2.5x the step: no gain
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
-    step_us[2] = 11.0  # a persistent plan halved: not taken
+    step_us[2] = 11.0  # a persistent plan halved: not taken, its products on FFMA
+    tensor_cores = []
+    monkeypatch.setattr(overrides, "grid_tensor_cores",
+                        lambda dtype, device=None: dtype in tensor_cores)
     shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1},
                       "backward": {"blocks": 64, "groups": 1}}
+    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    # the grid's products on tensor cores: taken where it gains, as the per-step family
+    tensor_cores.append(torch.bfloat16)
+    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
+    assert chunks > 1 and sharing == 2
+    step_us[2] = 25.0
+    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    shared["plan"] = {"family": "cluster", "forward": {"blocks": 16, "groups": 2},
+                      "backward": {"blocks": 16, "groups": 2}}
+    step_us[2] = 11.0  # other persistent families: not taken
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
 
 

@@ -152,6 +152,23 @@ lltm_cuda_sequence_layers_in_force(int device, int dtype, int64_t T, int64_t B, 
     return lltm_sequence_plan_layers_cuda(&dev, &plan, most, layers);
 }
 
+/* Whether the grid family's kernels of `dtype` run their products on tensor
+ * cores on device `device` (lltm_cuda_grid_tensor_cores): 1 or 0 in
+ * *tensor_cores; for the Python layer's choices between routes
+ * (lltm/_stack.py, lltm/_wavefront.py). Returns an lltm_status. */
+__attribute__((visibility("default"))) int
+lltm_cuda_grid_tensor_cores_in_force(int device, int dtype, int *tensor_cores)
+{
+    lltm_cuda_device dev;
+    if (!tensor_cores)
+        return LLTM_ERR_ARGUMENT;
+    const int status = lltm_cuda_device_query(device, &dev);
+    if (status != LLTM_OK)
+        return status;
+    *tensor_cores = lltm_cuda_grid_tensor_cores(&dev, (lltm_dtype)dtype);
+    return LLTM_OK;
+}
+
 /* Either operator (the signatures: sequence_cpu.c). */
 static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
                           uint64_t num_outputs)

@@ -20,10 +20,10 @@
  *   grid        per step: the latency of the exchange (grid barriers,
  *               state through global memory), plus each thread's
  *               multiply-adds (passes over its chunks x rows x values, both
- *               directions) at the FFMA rate of one thread (the half types
- *               on tensor cores: a part a pass, a value, a value and row),
- *               plus the state values its block stages (passes x chunk
- *               rows x H)
+ *               directions) at the FFMA rate of one thread, plus the state
+ *               values its block stages (passes x chunk rows x H); the half
+ *               types on tensor cores: the same features with their own
+ *               rates, and a part a pass (its barriers and partial sums)
  *   cluster     the same terms for thread-block clusters (the exchange in
  *               distributed shared memory); both persistent families also
  *               pay for the gates and states a step moves through memory
@@ -126,18 +126,23 @@
 #define C_GRID_WORK 0.009531
 #define C_GRID_STAGE 5.83e-05
 /* The half types' grid kernels on tensor cores (compute capability 8.0+,
- * lltm_cuda_mma.cuh), in multiply-adds of a thread: a pass over a chunk
- * costs a fixed part (its barriers, the warps' partial sums meeting), a
- * part per value of the layout (the tiles: the same for 4 rows as for 16,
- * one 16-row tile) and a part per value and row (the sums of each row).
- * Fitted (non-negative least squares on relative errors, the other terms
- * as they are) to every grid layout forced in bfloat16 at B 1 - 1024 (nine
- * values) x H 64 - 1024, T 100: 214 times, median error 13.5%, the pick
- * among the layouts within 10% of the fastest at all 43 shapes (H100,
- * 2026-11-27 03:37 UTC; lltm.bench --sweep --sweep-variants, grid routes). */
-#define GRID_MMA_PASS 53.67
-#define GRID_MMA_VALUE 1.010
-#define GRID_MMA_ROW 0.1712
+ * lltm_cuda_mma.cuh): a step's fixed part, a pass over a chunk (each pass
+ * stages the chunk, runs the tiles and adds the 8 warps' partial sums
+ * between barriers: a latency, nearly the same at H 128 - 512 and in every
+ * layout), the multiply-adds of one thread (passes x rows x values, as for
+ * FFMA: they matter little) and the state values staged. Fitted
+ * (non-negative least squares on relative errors, the products' and
+ * memory terms as they are) to every grid layout forced in bfloat16 at B
+ * 1 - 1024 x H 64 - 1024 and to the layouts at every batch-group count
+ * from 1 to the most resident, at B 16 - 1024 x H 128 - 1024, T 100: 342
+ * times, median error 7.2% (90th percentile 17%), the pick among the
+ * measured plans within 10% of the fastest at all 56 shapes (H100,
+ * 2026-11-27 03:37 and 05:21 UTC; lltm.bench --sweep --sweep-variants, grid
+ * routes, and the groups forced through lltm.overrides). */
+#define GRID_MMA_STEP 1.387
+#define GRID_MMA_PASS 1.278
+#define GRID_MMA_WORK 0.0028
+#define GRID_MMA_STAGE 3.43e-05
 /* the same for the cluster family */
 #define C_CLUSTER_STEP 1.281
 #define C_CLUSTER_WORK 0.01451
@@ -205,19 +210,23 @@ static double product_us(const lltm_cuda_device *dev, const product_rates *r, ll
 
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
 
-/* A persistent launch's work per step: each thread's multiply-adds (per
- * gate: passes x rows x values; on tensor cores, GRID_MMA_*) and the state
- * values its block stages (passes x chunk x H). */
-static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, int mma,
+/* A persistent launch's work per step: its passes over the batch group's
+ * chunks, each thread's multiply-adds (passes x rows x values a gate) and
+ * the state values its block stages (passes x chunk x H). */
+static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *passes,
                         double *work, double *stage)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
-    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
-    if (mma)
-        *work += passes * (GRID_MMA_PASS + l->values * (GRID_MMA_VALUE + GRID_MMA_ROW * l->rows));
-    else
-        *work += passes * l->rows * l->values;
-    *stage += passes * (double)chunk * (double)H;
+    const double n = ceil_div_d((B + chunk - 1) / chunk, groups);
+    *passes += n;
+    *work += n * l->rows * l->values;
+    *stage += n * (double)chunk * (double)H;
+}
+
+int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
+{
+    return dev && (dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16) && dev->major >= 8 &&
+           dev->code_arch >= 80;
 }
 
 double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
@@ -239,15 +248,15 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
         return us + t * (C_STEPS_STEP + ffma + r->byte * bytes * sm_scale(dev) +
                          product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
     }
-    double work = 0, stage = 0;
-    /* the grid kernels of the half types run their products on tensor cores */
-    const int mma = plan->family == LLTM_SEQ_GRID && dev->major >= 8 &&
-                    (dt == LLTM_FLOAT16 || dt == LLTM_BFLOAT16);
-    launch_work(&plan->forward, B, H, mma, &work, &stage);
-    launch_work(&plan->backward, B, H, mma, &work, &stage);
+    double passes = 0, work = 0, stage = 0;
+    launch_work(&plan->forward, B, H, &passes, &work, &stage);
+    launch_work(&plan->backward, B, H, &passes, &work, &stage);
     const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
     /* the gates and states a step reads and writes in memory */
     const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
+    if (plan->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, dt))
+        return us + t * (GRID_MMA_STEP + GRID_MMA_PASS * passes + GRID_MMA_WORK * work +
+                         GRID_MMA_STAGE * stage + memory);
     if (plan->family == LLTM_SEQ_GRID)
         return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage +
                          memory);

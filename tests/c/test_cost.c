@@ -131,6 +131,30 @@ int main(void)
     check(lltm_cell_route_cost_cuda(&volta, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024) ==
               lltm_cell_route_cost_cuda(&dev, LLTM_FLOAT16, LLTM_CELL_CUBLAS, 256, 512, 1024),
           "float16 tensor cores from 7.0", 256, 1024, "float16");
+    /* the grid's products on tensor cores: the half types on 8.0+, where the
+     * library's code is for 8.0+ too; a pass over a chunk costs a latency
+     * of its own there (a layer planned in half the batch groups, twice the
+     * passes: 1.42x measured at bfloat16 B256/H128) */
+    {
+        lltm_cuda_device ptx75 = dev;
+        ptx75.code_arch = 75;
+        for (int d = 0; d < 4; ++d) {
+            const int half = dtypes[d] == LLTM_FLOAT16 || dtypes[d] == LLTM_BFLOAT16;
+            check(lltm_cuda_grid_tensor_cores(&dev, dtypes[d]) == half,
+                  "grid tensor cores: the half types on 8.0+", 0, 0, names[d]);
+            check(!lltm_cuda_grid_tensor_cores(&volta, dtypes[d]) &&
+                      !lltm_cuda_grid_tensor_cores(&ptx75, dtypes[d]),
+                  "no grid tensor cores before 8.0, nor from older code", 0, 0, names[d]);
+        }
+        check(!lltm_cuda_grid_tensor_cores(NULL, LLTM_BFLOAT16), "no device: none", 0, 0,
+              "bfloat16");
+        const lltm_sequence_plan whole = grid_plan(LLTM_BFLOAT16, 256, 128, 16, 8, 16);
+        const lltm_sequence_plan halved = grid_plan(LLTM_BFLOAT16, 256, 128, 16, 8, 8);
+        const double ratio = lltm_sequence_plan_cost_cuda(&dev, &halved, 100, 256, 64, 128) /
+                             lltm_sequence_plan_cost_cuda(&dev, &whole, 100, 256, 64, 128);
+        check(ratio > 1.3 && ratio < 1.6, "tensor cores: twice the passes, 1.3x - 1.6x", 256,
+              128, "bfloat16");
+    }
     /* TF32: float32 products at the TF32 rate only where the caller allows
      * it (dev.tf32) and the device has it (8.0+); other dtypes unchanged */
     lltm_cuda_device tf32 = dev, volta_tf32 = volta;
