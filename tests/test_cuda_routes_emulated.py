@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sequence_emu import (BLOCK, CLUSTER, DTYPE_CODES, EXCHANGE_REDUCE_SCATTER, GRID, STEPS, device,
-                          make_plan)
+from sequence_emu import (BLOCK, CLUSTER, DTYPE_CODES, EXCHANGE_GLOBAL, EXCHANGE_REDUCE_SCATTER, GRID,
+                          STEPS, Plan, device, make_plan)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -125,6 +125,54 @@ def test_sequence_choices_on_an_h100_are_the_fastest_measured(emu):
         u[0] == "cluster 16" and u[2] == 100 and 16 < u[3] <= 64 and u[4] <= 128)
         and u[0] != "grid, 4-row chunks" and not u[0].startswith("block")]
     assert others == [("cluster 16", "float32", 1000, 16, 128)], unmeasured
+
+
+GROUPS_DATA = Path(__file__).resolve().parent / "data" / "grid-groups-h100.json"
+GROUPS_MEDIAN_ERROR, GROUPS_PICK_TOLERANCE = 0.10, 0.10
+EXCHANGES = {"none": 0, "global": EXCHANGE_GLOBAL}  # lltm_sequence_launch.exchange
+
+
+def test_grid_costs_on_tensor_cores_by_batch_group(emu):
+    """The grid's cost on tensor cores against the H100's times of one
+    bfloat16 layer in every layout and chunk size at every batch-group count
+    (tests/data/grid-groups-h100.json: the passes over chunks that a plan
+    for half the device, or fewer resident blocks, walks): the median
+    relative error within GROUPS_MEDIAN_ERROR, a plan of twice the passes
+    costed dearer, and at each shape the measured plan the model costs
+    cheapest within GROUPS_PICK_TOLERANCE of the fastest measured."""
+    import json
+    emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
+        [ctypes.c_int64] * 4
+    emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+    dev = device(emu)
+    times = json.loads(GROUPS_DATA.read_text())["times"]
+    assert len(times) >= 150
+    errors, by_shape = [], {}
+    for t in times:
+        plan = Plan()
+        plan.family, plan.dtype, plan.B, plan.H = GRID, DTYPE_CODES[torch.bfloat16], t["B"], t["H"]
+        for name in ("forward", "backward"):
+            launch = getattr(plan, name)
+            for field, value in t[name].items():
+                setattr(launch, field, EXCHANGES[value] if field == "exchange" else value)
+        us = emu.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), t["T"],
+                                              t["B"], t["I"], t["H"])
+        errors.append(abs(us - t["us"]) / t["us"])
+        by_shape.setdefault((t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
+    errors.sort()
+    assert errors[len(errors) // 2] < GROUPS_MEDIAN_ERROR, errors[len(errors) // 2]
+    misses = []
+    for (B, H), plans in sorted(by_shape.items()):
+        picked, fastest = min(plans), min(plans, key=lambda p: p[1])
+        if picked[1] > (1 + GROUPS_PICK_TOLERANCE) * fastest[1]:
+            misses.append(f"B={B} H={H}: {picked[2]} {picked[1]} us, {fastest[2]} {fastest[1]}")
+    assert len(by_shape) >= 12 and not misses, "\n".join(misses)
+    # where the passes double, so does the model's part of them: a layer
+    # planned in half the batch groups (B256/H128 16x8, 16 -> 8 groups:
+    # 886 -> 1,257 us measured, 1.42x)
+    one, two = (next(p for p in by_shape[(256, 128)] if p[2].startswith(f"grid 16x8 r16/16 g{g} "))
+                for g in (16, 8))
+    assert 1.3 < two[0] / one[0] < 1.6 and 1.3 < two[1] / one[1] < 1.6, (one, two)
 
 
 def test_cell_choices_on_an_h100_are_the_faster_measured(emu):
