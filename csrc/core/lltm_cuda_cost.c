@@ -22,8 +22,9 @@
  *               multiply-adds (passes over its chunks x rows x values, both
  *               directions) at the FFMA rate of one thread, plus the state
  *               values its block stages (passes x chunk rows x H); the half
- *               types on tensor cores: the same features with their own
- *               rates, and a part a pass (its barriers and partial sums)
+ *               types on tensor cores: a part a step, a pass's latency by
+ *               kernel (layout and chunk rows) and the rows all blocks
+ *               stage
  *   cluster     the same terms for thread-block clusters (the exchange in
  *               distributed shared memory); both persistent families also
  *               pay for the gates and states a step moves through memory
@@ -126,27 +127,37 @@
 #define C_GRID_WORK 0.009531
 #define C_GRID_STAGE 5.83e-05
 /* The half types' grid kernels on tensor cores (compute capability 8.0+,
- * lltm_cuda_mma.cuh): a step's fixed part, a pass over a chunk (each pass
- * stages the chunk, runs the tiles and adds the 8 warps' partial sums
- * between barriers: a latency, nearly the same at H 128 - 512 and in every
- * layout), the multiply-adds of one thread (passes x rows x values, as for
- * FFMA: they matter little) and the state values staged. Fitted
- * (non-negative least squares on relative errors, the products' and
- * memory terms as they are) to every grid layout forced in bfloat16 at B
- * 1 - 1024 x H 64 - 1024 and to the layouts at every batch-group count
- * from 1 to the most resident, at B 16 - 1024 x H 128 - 1024, T 100: 342
- * times, median error 7.2% (90th percentile 17%), the pick among the
- * measured plans within 10% of the fastest at all 56 shapes (H100,
- * 2026-11-27 03:37 and 05:21 UTC; lltm.bench --sweep --sweep-variants, grid
- * routes, and the groups forced through lltm.overrides). */
-#define GRID_MMA_STEP 1.387
-#define GRID_MMA_PASS 1.278
-#define GRID_MMA_WORK 0.0028
-#define GRID_MMA_STAGE 3.43e-05
-/* the same for the cluster family */
-#define C_CLUSTER_STEP 1.281
-#define C_CLUSTER_WORK 0.01451
-#define C_CLUSTER_STAGE 0.0001918
+ * lltm_cuda_mma.cuh): a step's fixed part, a pass over a chunk by kernel
+ * (layout and chunk rows: a pass stages the chunk, runs the tiles and adds
+ * the 8 warps' partial sums between block barriers, a latency that each
+ * kernel's code sets and H hardly moves; GRID_MMA_PASS, below), and the
+ * rows every block of the launch stages (passes x chunk rows x blocks: the
+ * same chunk read by each of its unit blocks). Fitted (non-negative least
+ * squares on relative errors, the products', call and memory terms as they
+ * are) to every grid layout forced in bfloat16 at B 1 - 1024 x H 64 - 1024,
+ * to the layouts at every batch-group count from 1 to the most resident,
+ * at B 16 - 1024 x H 128 - 1024, and to the map's 4-row plans of either
+ * layout at B1/H256, B1/H512, B16/H256, T 100: 351 times, median error 3.1%
+ * (90th percentile 8.2%), the pick among the measured plans within 10% of
+ * the fastest at all 48 shapes (H100, 2026-11-27 03:37, 05:21, 05:32 and
+ * 06:08 UTC; lltm.bench --sweep --sweep-variants, grid routes, and the
+ * groups forced through lltm.overrides). One pass term for every kernel
+ * left the layouts 15% apart (median error 7.2%); without the rows staged,
+ * 32x16's 128 blocks at B64/H256 were costed below the 64 of 16x32 (899
+ * against 835 us measured). */
+#define GRID_MMA_STEP 1.212
+#define GRID_MMA_ROW 1.594e-04
+/* a pass's microseconds, [16-row chunks, 4-row chunks] x layouts 16x8,
+ * 16x32, 32x16, 32x32 */
+static const double GRID_MMA_PASS[2][4] = {{2.0105, 2.5763, 2.4237, 2.7577},
+                                           {1.3028, 1.4273, 1.3729, 1.6737}};
+/* the same for the cluster family (its kernels of today: refitted to 84
+ * times of every cluster shape and batch split, float32 and bfloat16, B 1 -
+ * 64 x H 96 - 128, T 100, H100 2026-11-27 06:01 UTC: median error 18% ->
+ * 9.5%; the staged values fitted to 0) */
+#define C_CLUSTER_STEP 0.7225
+#define C_CLUSTER_WORK 0.01744
+#define C_CLUSTER_STAGE 0.0
 /* the block family: a pass of a step over a batch group's chunks (its
  * latency), a multiply-add of one thread, a state value a block stages */
 #define C_BLOCK_PASS 0.4869
@@ -210,17 +221,27 @@ static double product_us(const lltm_cuda_device *dev, const product_rates *r, ll
 
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
 
-/* A persistent launch's work per step: its passes over the batch group's
- * chunks, each thread's multiply-adds (passes x rows x values a gate) and
- * the state values its block stages (passes x chunk x H). */
-static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *passes,
-                        double *work, double *stage)
+/* A persistent launch's work per step: each thread's multiply-adds (per
+ * gate: passes over the batch group's chunks x rows x values) and the state
+ * values its block stages (passes x chunk x H). */
+static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *work,
+                        double *stage)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
-    const double n = ceil_div_d((B + chunk - 1) / chunk, groups);
-    *passes += n;
-    *work += n * l->rows * l->values;
-    *stage += n * (double)chunk * (double)H;
+    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
+    *work += passes * l->rows * l->values;
+    *stage += passes * (double)chunk * (double)H;
+}
+
+/* A grid launch's passes and rows staged on tensor cores, in microseconds a
+ * step. */
+static double mma_launch_us(const lltm_sequence_launch *l, int64_t B)
+{
+    const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
+    const int layout = l->lanes == 16 ? (l->values == 8 ? 0 : 1) : (l->values == 16 ? 2 : 3);
+    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
+    return passes * (GRID_MMA_PASS[chunk == 4][layout] +
+                     GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
 }
 
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
@@ -248,15 +269,15 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
         return us + t * (C_STEPS_STEP + ffma + r->byte * bytes * sm_scale(dev) +
                          product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
     }
-    double passes = 0, work = 0, stage = 0;
-    launch_work(&plan->forward, B, H, &passes, &work, &stage);
-    launch_work(&plan->backward, B, H, &passes, &work, &stage);
+    double work = 0, stage = 0;
+    launch_work(&plan->forward, B, H, &work, &stage);
+    launch_work(&plan->backward, B, H, &work, &stage);
     const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
     /* the gates and states a step reads and writes in memory */
     const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
     if (plan->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, dt))
-        return us + t * (GRID_MMA_STEP + GRID_MMA_PASS * passes + GRID_MMA_WORK * work +
-                         GRID_MMA_STAGE * stage + memory);
+        return us + t * (GRID_MMA_STEP + mma_launch_us(&plan->forward, B) +
+                         mma_launch_us(&plan->backward, B) + memory);
     if (plan->family == LLTM_SEQ_GRID)
         return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage +
                          memory);
