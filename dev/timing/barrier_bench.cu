@@ -60,25 +60,23 @@ int main() {
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a));
     CHECK(cudaEventCreate(&b));
+    /* milliseconds of one launch of `steps` steps (the group counters zeroed first) */
+    auto launch_ms = [&](auto launch, int steps) {
+        float ms;
+        CHECK(cudaMemset(counters, 0, 132 * 128));
+        CHECK(cudaEventRecord(a));
+        CHECK(launch(steps));
+        CHECK(cudaEventRecord(b));
+        CHECK(cudaEventSynchronize(b));
+        CHECK(cudaEventElapsedTime(&ms, a, b));
+        return ms;
+    };
     auto timeit = [&](auto launch) {
         std::vector<float> v;
-        for (int r = 0; r < 7; ++r) {
-            float ms1, ms0;
-            CHECK(cudaMemset(counters, 0, 132 * 128));
-            CHECK(cudaEventRecord(a));
-            CHECK(launch(2000));
-            CHECK(cudaEventRecord(b));
-            CHECK(cudaEventSynchronize(b));
-            CHECK(cudaEventElapsedTime(&ms1, a, b));
-            CHECK(cudaMemset(counters, 0, 132 * 128));
-            CHECK(cudaEventRecord(a));
-            CHECK(launch(200));
-            CHECK(cudaEventRecord(b));
-            CHECK(cudaEventSynchronize(b));
-            CHECK(cudaEventElapsedTime(&ms0, a, b));
-            v.push_back((ms1 - ms0) * 1000 / 1800);
-        }
-        std::sort(v.begin(), v.end()); return v[3];
+        for (int r = 0; r < 7; ++r)
+            v.push_back((launch_ms(launch, 2000) - launch_ms(launch, 200)) * 1000 / 1800);
+        std::sort(v.begin(), v.end());
+        return v[3];
     };
     printf("blocks | grid.sync us | group of 4 | group of 8 | group of 16 | group of 32\n");
     for (int blocks : {8, 16, 32, 64, 128, 132}) {
