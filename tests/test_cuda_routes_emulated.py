@@ -175,6 +175,48 @@ def test_grid_costs_on_tensor_cores_by_batch_group(emu):
     assert 1.3 < two[0] / one[0] < 1.6 and 1.3 < two[1] / one[1] < 1.6, (one, two)
 
 
+CLUSTERS_DATA = Path(__file__).resolve().parent / "data" / "clusters-h100.json"
+FAMILY_CODES = {"steps": STEPS, "grid": GRID, "cluster": CLUSTER, "block": BLOCK}
+EXCHANGE_CODES = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
+
+
+def test_cluster_costs_against_the_h100(emu):
+    """The cluster family's cost against the H100's times of every cluster
+    shape and batch split at B 1 - 64, H 96 and 128, float32 and bfloat16
+    (tests/data/clusters-h100.json, the grid's plans of the same run beside
+    them): the median relative error of the cluster plans under 15%, and at
+    every shape the plan the model costs cheapest the fastest measured, or
+    within 10% of it."""
+    import json
+    emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
+        [ctypes.c_int64] * 4
+    emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+    dev = device(emu)
+    times = json.loads(CLUSTERS_DATA.read_text())["times"]
+    errors, by_shape = [], {}
+    for t in times:
+        plan = Plan()
+        plan.family, plan.B, plan.H = FAMILY_CODES[t["family"]], t["B"], t["H"]
+        plan.dtype = DTYPE_CODES[TORCH_DTYPES[t["dtype"]]]
+        for name in ("forward", "backward"):
+            launch = getattr(plan, name)
+            for field, value in t[name].items():
+                setattr(launch, field, EXCHANGE_CODES[value] if field == "exchange" else value)
+        us = emu.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), t["T"],
+                                              t["B"], t["I"], t["H"])
+        if t["family"] == "cluster":
+            errors.append(abs(us - t["us"]) / t["us"])
+        by_shape.setdefault((t["dtype"], t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
+    errors.sort()
+    assert len(errors) >= 80 and errors[len(errors) // 2] < 0.15, errors[len(errors) // 2]
+    misses = []
+    for key, plans in sorted(by_shape.items()):
+        picked, fastest = min(plans), min(plans, key=lambda p: p[1])
+        if picked[1] > 1.1 * fastest[1]:
+            misses.append(f"{key}: {picked[2]} {picked[1]} us, {fastest[2]} {fastest[1]}")
+    assert len(by_shape) >= 24 and not misses, "\n".join(misses)
+
+
 def test_cell_choices_on_an_h100_are_the_faster_measured(emu):
     emu.lltm_cell_route_cuda.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_int64] * 3
     emu.lltm_cell_route_cuda.restype = ctypes.c_int
