@@ -532,11 +532,9 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
  * microseconds: the per-step family's launches and library calls, T steps
  * of them (a persistent plan's few launches: 0, below its GPU time). */
 double lltm_sequence_plan_host_cost_cuda(const lltm_sequence_plan *plan, int64_t T);
-/* Whether the grid family's kernels of `dtype` form each step's products on
- * tensor cores on `dev` (lltm_cuda_mma.cuh): float16 and bfloat16 where the
- * device is of compute capability 8.0+ and the library's code that runs on
- * it is too (code_arch >= 80; the kernels decide by the architecture they
- * are compiled for, this is the same rule for the host). */
+/* Whether the grid kernels of `dtype` form their products on tensor cores on
+ * `dev` (lltm_cuda_mma.cuh): float16 and bfloat16 at compute capability and
+ * code_arch 8.0+ (the kernels' compile-time rule, for the host). */
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype);
 double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
                                  int64_t B, int64_t I, int64_t H);

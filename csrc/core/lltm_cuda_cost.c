@@ -221,16 +221,22 @@ static double product_us(const lltm_cuda_device *dev, const product_rates *r, ll
 
 static double ceil_div_d(int64_t a, int64_t b) { return (double)((a + b - 1) / b); }
 
+/* A persistent launch's passes a step over its batch group's chunks. */
+static double launch_passes(const lltm_sequence_launch *l, int64_t B)
+{
+    const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
+    return ceil_div_d((B + chunk - 1) / chunk, groups);
+}
+
 /* A persistent launch's work per step: each thread's multiply-adds (per
- * gate: passes over the batch group's chunks x rows x values) and the state
- * values its block stages (passes x chunk x H). */
+ * gate: passes x rows x values) and the state values its block stages
+ * (passes x chunk x H). */
 static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, double *work,
                         double *stage)
 {
-    const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
-    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
+    const double passes = launch_passes(l, B);
     *work += passes * l->rows * l->values;
-    *stage += passes * (double)chunk * (double)H;
+    *stage += passes * (double)(l->chunk > 0 ? l->chunk : 1) * (double)H;
 }
 
 /* A grid launch's passes and rows staged on tensor cores, in microseconds a
@@ -239,9 +245,8 @@ static double mma_launch_us(const lltm_sequence_launch *l, int64_t B)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
     const int layout = l->lanes == 16 ? (l->values == 8 ? 0 : 1) : (l->values == 16 ? 2 : 3);
-    const double passes = ceil_div_d((B + chunk - 1) / chunk, groups);
-    return passes * (GRID_MMA_PASS[chunk == 4][layout] +
-                     GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
+    return launch_passes(l, B) * (GRID_MMA_PASS[chunk == 4][layout] +
+                                  GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
 }
 
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
@@ -269,15 +274,15 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
         return us + t * (C_STEPS_STEP + ffma + r->byte * bytes * sm_scale(dev) +
                          product_us(dev, r, dt, b, 3 * h, h) + product_us(dev, r, dt, b, h, 3 * h));
     }
-    double work = 0, stage = 0;
-    launch_work(&plan->forward, B, H, &work, &stage);
-    launch_work(&plan->backward, B, H, &work, &stage);
-    const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
     /* the gates and states a step reads and writes in memory */
     const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
     if (plan->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, dt))
         return us + t * (GRID_MMA_STEP + mma_launch_us(&plan->forward, B) +
                          mma_launch_us(&plan->backward, B) + memory);
+    double work = 0, stage = 0;
+    launch_work(&plan->forward, B, H, &work, &stage);
+    launch_work(&plan->backward, B, H, &work, &stage);
+    const double slow = dt == LLTM_FLOAT64 ? FP64_SLOWDOWN : 1.0;
     if (plan->family == LLTM_SEQ_GRID)
         return us + t * (C_GRID_STEP + C_GRID_WORK * slow * work + C_GRID_STAGE * stage +
                          memory);
@@ -286,11 +291,8 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
                          C_CLUSTER_STAGE * stage + memory);
     if (plan->family == LLTM_SEQ_BLOCK) {
         /* a step is one thread's chain of math a pass over the group's chunks */
-        const int64_t chunk = plan->forward.chunk > 0 ? plan->forward.chunk : 1;
-        const double passes = ceil_div_d((B + chunk - 1) / chunk,
-                                         plan->forward.groups > 0 ? plan->forward.groups : 1);
-        return us + t * (C_BLOCK_PASS * passes + C_BLOCK_WORK * slow * work +
-                         C_BLOCK_STAGE * stage + memory);
+        return us + t * (C_BLOCK_PASS * launch_passes(&plan->forward, B) +
+                         C_BLOCK_WORK * slow * work + C_BLOCK_STAGE * stage + memory);
     }
     return INFINITY;
 }
