@@ -193,9 +193,11 @@ def sync_torch_settings() -> None:
     settings of the last eager call).
 
     - TF32 for float32 products: the cost models (csrc/core/lltm_cuda_cost.c)
-      then rate float32 cuBLAS products at the TF32 or the FFMA rate. Whether
-      the products use TF32 is aten::mm's own decision, from the same
-      setting; this keeps the choice of kernels in step with it.
+      then rate float32 cuBLAS products at the TF32 or the FFMA rate, and the
+      chooser may run float32's grid kernels on TF32 tensor cores
+      (csrc/core/lltm_cuda_mma.cuh). Whether cuBLAS products use TF32 is
+      aten::mm's own decision, from the same setting; this keeps the choice
+      of kernels in step with it.
     - deterministic algorithms (torch.use_deterministic_algorithms, warn-only
       too): the products that run on cuBLAS then all go through aten::mm,
       never straight to cuBLAS (csrc/binding/cublas_gemm.c), so that they

@@ -42,13 +42,14 @@ class _PlanOptions(ctypes.Structure):
     """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager",
+                 "grid_tf32")]
 
 
 class _Launch(ctypes.Structure):
     """lltm_sequence_launch of csrc/core/lltm.h."""
     _fields_ = [("lanes", ctypes.c_int), ("values", ctypes.c_int), ("rows", ctypes.c_int),
-                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int), ("tf32", ctypes.c_int),
                 ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
 
 
@@ -69,6 +70,7 @@ class SequencePlan:
     grid_groups: int | None = None
     grid_chunk: int | None = None
     block_chunk: int | None = None
+    grid_tf32: bool | None = None  # float32 where TF32 is allowed: the grid's TF32 build, or FFMA
 
     def __post_init__(self):
         _check("family", self.family, FAMILIES)
@@ -77,6 +79,8 @@ class SequencePlan:
         _check("grid_shape", self.grid_shape, GRID_SHAPES)
         _check("grid_chunk", self.grid_chunk, GRID_CHUNKS)
         _check("block_chunk", self.block_chunk, BLOCK_CHUNKS)
+        if self.grid_tf32 is not None and not isinstance(self.grid_tf32, bool):
+            raise ValueError(f"grid_tf32 must be True, False or None, got {self.grid_tf32!r}")
         groups = self.grid_groups
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
                                    or groups < 1):
@@ -86,7 +90,8 @@ class SequencePlan:
         lanes, values = map(int, self.grid_shape.split("x")) if self.grid_shape else (0, 0)
         return _PlanOptions(FAMILIES[self.family], lanes, values, self.grid_groups or 0,
                             self.cluster_blocks or 0, self.cluster_chunk or 0, 0,
-                            self.grid_chunk or 0, self.block_chunk or 0)
+                            self.grid_chunk or 0, self.block_chunk or 0, 0,
+                            {None: 0, True: 1, False: -1}[self.grid_tf32])
 
 
 def _check(name, value, allowed):
@@ -134,7 +139,7 @@ def _dtype_code(dtype) -> int:
 def _launch_dict(l: _Launch) -> dict:
     return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
             "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
-            "groups": l.groups, "smem": l.smem}
+            "groups": l.groups, "smem": l.smem, "tf32": bool(l.tf32)}
 
 
 def _plan_dict(plan: _Plan) -> dict:
@@ -172,7 +177,7 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     stream as it is, captured into a CUDA graph or eager: docs/cuda-plans.md,
     "Eager calls: the host's time counts"), as a dict: family, and
     per direction the launch (lanes, values, rows, chunk, exchange, blocks,
-    groups, smem); None where a forced family does not fit, or without the
+    groups, smem, tf32: float32's grid on TF32 tensor cores); None where a forced family does not fit, or without the
     CUDA library. ``device``: an ordinal (default: the current device)."""
     plan = _Plan()
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,

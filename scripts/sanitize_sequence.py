@@ -1,6 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
-grid in 16-row chunks, B split over batch groups, and in 4-row chunks;
+grid in 16-row chunks, B split over batch groups, and in 4-row chunks, also
+float32's TF32 build;
 block in 1- and 4-row chunks, one block a chunk or several chunks a block;
 per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
@@ -29,6 +30,9 @@ CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
          # 4-row chunks: B = 13 (4 chunks, a group each), 3 (one padded chunk)
          "grid4": [(3, 13, 5, 33), (2, 3, 4, 129), (2, 6, 3, 600)],
+         # float32's TF32 build of the grid (16-row chunks; torch's float32
+         # matmuls on TF32)
+         "grid_tf32": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 64, 8, 300), (2, 6, 3, 600)],
          # H = 64: every unit of the block; B = 300 in 1-row chunks: blocks
          # walking several chunks
          "block1": [(3, 17, 5, 33), (2, 2, 0, 64), (2, 300, 3, 40)],
@@ -61,12 +65,17 @@ def main() -> int:
         if blocks and not clusters_available():
             print(f"{route}: not run (this build's code has no cluster kernels for this GPU)")
             continue
-        family = "cluster" if blocks else route.rstrip("0123456789")
-        chunk = {"grid": 16, "grid4": 4}.get(route)
+        tf32 = route.endswith("_tf32")
+        name = route[:-len("_tf32")] if tf32 else route
+        family = "cluster" if blocks else name.rstrip("0123456789")
+        chunk = {"grid": 16, "grid4": 4}.get(name)
         block_chunk = {"block1": 1, "block4": 4}.get(route)
         lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan(
-            family=family, cluster_blocks=blocks, grid_chunk=chunk, block_chunk=block_chunk))
-        for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
+            family=family, cluster_blocks=blocks, grid_chunk=chunk, block_chunk=block_chunk,
+            grid_tf32=True if tf32 else None))
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        _native.sync_torch_settings()  # the ops below are called directly, not through lltm
+        for dtype in (torch.float32,) if quick or tf32 else (torch.float32, torch.bfloat16):
             for T, B, I, H in shapes:
                 x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype) for s in
                                  ((T, B, I), (3 * H, I + H), (3 * H,), (B, H), (B, H)))
@@ -94,6 +103,8 @@ def main() -> int:
                     (route, dtype, T, B, I, H, "lengths")
                 runs += 1
     lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    _native.sync_torch_settings()
     for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
         for L, T, B, I, H in STACK_CASES:
             assert lltm.overrides.stack_plan_in_force(dtype, L, T, B, I, H) is not None

@@ -36,7 +36,7 @@ class Device(ctypes.Structure):
 
 class Launch(ctypes.Structure):
     _fields_ = [("lanes", ctypes.c_int), ("values", ctypes.c_int), ("rows", ctypes.c_int),
-                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("exchange", ctypes.c_int), ("tf32", ctypes.c_int),
                 ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
 
 
@@ -67,7 +67,8 @@ class StackBackwardLayer(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int) for name in
                 ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager")]
+                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager",
+                 "grid_tf32")]
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):

@@ -153,7 +153,8 @@ lltm_cuda_sequence_layers_in_force(int device, int dtype, int64_t T, int64_t B, 
 }
 
 /* Whether the grid family's kernels of `dtype` run their products on tensor
- * cores on device `device` (lltm_cuda_grid_tensor_cores): 1 or 0 in
+ * cores on device `device` (lltm_cuda_grid_tensor_cores; float32: where
+ * torch's float32 matmul precision allows TF32 now): 1 or 0 in
  * *tensor_cores; for the Python layer's choices between routes
  * (lltm/_stack.py, lltm/_wavefront.py). Returns an lltm_status. */
 __attribute__((visibility("default"))) int
@@ -165,6 +166,7 @@ lltm_cuda_grid_tensor_cores_in_force(int device, int dtype, int *tensor_cores)
     const int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
+    dev.tf32 = lltm_cuda_float32_tf32();
     *tensor_cores = lltm_cuda_grid_tensor_cores(&dev, (lltm_dtype)dtype);
     return LLTM_OK;
 }

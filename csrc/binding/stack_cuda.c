@@ -19,7 +19,8 @@
 static bool plan_forced(const lltm_sequence_plan_options *o)
 {
     return o->family || o->grid_lanes || o->grid_values || o->grid_groups_max ||
-           o->cluster_blocks || o->cluster_chunk || o->grid_chunk || o->block_chunk;
+           o->cluster_blocks || o->cluster_chunk || o->grid_chunk || o->block_chunk ||
+           o->grid_tf32;
 }
 
 /* The stacked launch's plan for L layers of these sizes on `device`:

@@ -21,17 +21,17 @@
  * block q is at q*H + k.
  *
  * Element types: each array has the kernel's dtype unless stated otherwise.
- * Float32 and float64 compute in their own precision; float16 and bfloat16
- * compute and accumulate in float32 (their "accumulation type"; the other
- * dtypes are their own) and store in their own type, rounded to nearest
- * even.
+ * Float32 and float64 compute in their own precision (float32's products
+ * on TF32 tensor cores where the caller allows it: lltm_cuda_device.tf32);
+ * float16 and bfloat16 compute and accumulate in float32 (their
+ * "accumulation type"; the other dtypes are their own) and store in their
+ * own type, rounded to nearest even.
  *
  * Aliasing: outputs never alias inputs, except where an argument is marked
  * "in/out" (read, then overwritten in place).
  *
- * What a training step keeps for the backward: the gate activations [B,G]
- * (3*B*H elements: 3*B*H*4 bytes in float32) beyond the step's own inputs
- * (x, h, W) and output c', which the caller keeps alive anyway.
+ * A training step keeps for the backward the gate activations [B,G] beyond
+ * its own inputs (x, h, W) and output c', which the caller keeps anyway.
  *
  * Return codes: LLTM_OK, or a negative lltm_status; lltm_status_string()
  * names it.
@@ -156,9 +156,8 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * no access outside the arrays.
  *
  * What training keeps per step for the backward: the gate activations
- * [B,G] and the cell state c_t [B,H], 4*B*H elements (16*B*H bytes in
- * float32), beyond the layer's input x_t and output h_t, which the caller
- * keeps anyway (h_t is the layer's output; h_{t-1} is read from it).
+ * [B,G] and the cell state c_t [B,H] (16*B*H bytes in float32), beyond x_t
+ * and h_t, which the caller keeps anyway (h_{t-1} is read from the output).
  */
 
 /*
@@ -377,13 +376,11 @@ typedef struct lltm_cuda_device {
                               * older PTX) */
     int code_arch;           /* virtual architecture of the library's code that
                               * runs on this device (e.g. 80 for compute_80 PTX) */
-    int tf32;                /* nonzero: float32 products through the gemm
-                              * callback may run on TF32 tensor cores (the
-                              * caller's setting: the binding's aten::mm follows
-                              * torch's float32 matmul precision); the cost
-                              * model then takes them at the TF32 rate from
-                              * compute capability 8.0. lltm_cuda_device_query
-                              * leaves it 0. */
+    int tf32;                /* nonzero: float32 products may run on TF32
+                              * tensor cores (the caller's setting; the binding
+                              * follows torch's float32 matmul precision): the
+                              * gemm callback's, and from compute capability 8.0
+                              * the grid kernels'. device_query leaves it 0. */
 } lltm_cuda_device;
 
 int lltm_cuda_device_query(int device, lltm_cuda_device *out);
@@ -417,9 +414,10 @@ enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
  *           blocks * groups; clusters: one cluster each; the block family:
  *           one block each, in one plain launch)
  *   smem    dynamic shared memory a block, bytes
+ *   tf32    float32's grid in 16-row chunks: products on TF32 tensor cores
  */
 typedef struct lltm_sequence_launch {
-    int lanes, values, rows, chunk, exchange;
+    int lanes, values, rows, chunk, exchange, tf32;
     int64_t blocks, groups;
     size_t smem;
 } lltm_sequence_launch;
@@ -449,6 +447,8 @@ typedef struct lltm_sequence_plan {
  *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the
  *                   cheaper by the cost model)
  *   block_chunk     1 or 4: the block family's chunk rows (0: the cheaper)
+ *   grid_tf32       float32: 1 only the grid's TF32 build (16-row chunks,
+ *                   where dev->tf32 allows it), -1 only FFMA (0: the cheaper)
  *   concurrent      0 or 1: the layer has the device to itself; 2: two
  *                   layers of these sizes run at once on it (the two
  *                   directions of a bidirectional layer, on two streams):
@@ -461,7 +461,7 @@ typedef struct lltm_sequence_plan {
  *                   issue it), lltm_sequence_plan_host_cost_cuda */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
-    int concurrent, grid_chunk, block_chunk, eager;
+    int concurrent, grid_chunk, block_chunk, eager, grid_tf32;
 } lltm_sequence_plan_options;
 
 /*
@@ -533,8 +533,8 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
  * of them (a persistent plan's few launches: 0, below its GPU time). */
 double lltm_sequence_plan_host_cost_cuda(const lltm_sequence_plan *plan, int64_t T);
 /* Whether the grid kernels of `dtype` form their products on tensor cores on
- * `dev` (lltm_cuda_mma.cuh): float16 and bfloat16 at compute capability and
- * code_arch 8.0+ (the kernels' compile-time rule, for the host). */
+ * `dev` (lltm_cuda_mma.cuh): float16, bfloat16, and float32 where dev->tf32,
+ * at compute capability and code_arch 8.0+ (the kernels' rule, for the host). */
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype);
 double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
                                  int64_t B, int64_t I, int64_t H);

@@ -151,6 +151,14 @@
  * 16x32, 32x16, 32x32 */
 static const double GRID_MMA_PASS[2][4] = {{2.0105, 2.5763, 2.4237, 2.7577},
                                            {1.3028, 1.4273, 1.3729, 1.6737}};
+/* float32's grid on TF32 (16-row chunks; m16n8k8: twice the tiles of a
+ * half-type k range, float rows staged): a pass by layout as above, the
+ * rows' term fitted to 0 (with it: 2.2% against 3.2%, but negative), the
+ * step's fixed part the half types'. Fitted to 84 times of every layout x
+ * batch-group count at B 1 - 1024 x H 128 - 1024, T 100, torch's TF32 on
+ * (H100, 2026-11-27 08:03 UTC): median error 3.2%, 90th percentile 7.8%
+ * (the half types' terms: 15%, all under). */
+static const double GRID_TF32_PASS[4] = {2.0616, 2.9254, 2.655, 3.9995};
 /* the same for the cluster family (its kernels of today: refitted to 84
  * times of every cluster shape and batch split, float32 and bfloat16, B 1 -
  * 64 x H 96 - 128, T 100, H100 2026-11-27 06:01 UTC: median error 18% ->
@@ -245,14 +253,25 @@ static double mma_launch_us(const lltm_sequence_launch *l, int64_t B)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
     const int layout = l->lanes == 16 ? (l->values == 8 ? 0 : 1) : (l->values == 16 ? 2 : 3);
+    if (l->tf32)
+        return launch_passes(l, B) * GRID_TF32_PASS[layout];
     return launch_passes(l, B) * (GRID_MMA_PASS[chunk == 4][layout] +
                                   GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
 }
 
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
 {
-    return dev && (dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16) && dev->major >= 8 &&
+    const int half = dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16;
+    return dev && (half || (dtype == LLTM_FLOAT32 && dev->tf32)) && dev->major >= 8 &&
            dev->code_arch >= 80;
+}
+
+/* Whether a plan's grid kernels form their products on tensor cores:
+ * float32's where the plan took the TF32 build */
+static int grid_on_tensor_cores(const lltm_cuda_device *dev, const lltm_sequence_plan *plan)
+{
+    return plan->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, plan->dtype) &&
+           (plan->dtype != LLTM_FLOAT32 || plan->forward.tf32);
 }
 
 double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
@@ -276,7 +295,7 @@ double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequ
     }
     /* the gates and states a step reads and writes in memory */
     const double memory = C_PERSISTENT_BYTE * STEPS_POINTWISE_ELEMS * b * h * elem_bytes(dt);
-    if (plan->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, dt))
+    if (grid_on_tensor_cores(dev, plan))
         return us + t * (GRID_MMA_STEP + mma_launch_us(&plan->forward, B) +
                          mma_launch_us(&plan->backward, B) + memory);
     double work = 0, stage = 0;

@@ -99,32 +99,42 @@ inline size_t elem_bytes(lltm_dtype dtype)
     return dtype == LLTM_FLOAT64 ? 8 : dtype == LLTM_FLOAT32 ? 4 : 2;
 }
 
-/* The half types' grid kernels on tensor cores (lltm_cuda_mma.cuh): a
- * chunk staged in the half type as 16 rows (the A tiles; rows past the
- * chunk stay 0) of `cols` + 8 values (ldmatrix then reads the 8 rows of a
- * tile on different banks), then each warp's float partial sums of the
- * chunk's rows x `outs` columns. A binary whose code for the GPU is older
- * PTX runs the FFMA kernels instead: the half types get the larger of the
- * two sizes. */
-constexpr int MMA_ROW_PAD = 8;
-inline size_t grid_mma_smem(int cols, int ch, int outs)
+/* The grid kernels on tensor cores (lltm_cuda_mma.cuh; the half types, and
+ * float32 on TF32): a chunk staged as 16 rows (the A tiles; rows past the
+ * chunk stay 0) of `cols` values + 16 bytes (ldmatrix then reads the 8 rows
+ * of a tile on different banks), then each warp's float partial sums of the
+ * chunk's rows x `outs` columns; `mma` = bytes of a staged value (2, or 4 on
+ * TF32; 0: the kernel has no tensor-core products). A binary whose code for
+ * the GPU is older PTX runs the FFMA kernels instead: the kernels get the
+ * larger of the two sizes. */
+constexpr int MMA_ROW_PAD_BYTES = 16;
+inline size_t grid_mma_smem(int cols, int ch, int outs, size_t mma)
 {
-    return (size_t)BC * (cols + MMA_ROW_PAD) * 2 + (size_t)(NT / 32) * ch * outs * sizeof(float);
+    return (size_t)BC * (cols * mma + MMA_ROW_PAD_BYTES) +
+           (size_t)(NT / 32) * ch * outs * sizeof(float);
 }
 inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+/* bytes of a value the grid kernels of `dtype` stage for tensor cores (tf32:
+ * float32's kernels on TF32) */
+inline size_t grid_mma_bytes(lltm_dtype dtype, bool tf32)
+{
+    return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16 ? 2
+           : dtype == LLTM_FLOAT32 && tf32                 ? 4
+                                                           : 0;
+}
 
 /* Dynamic shared memory of each kernel, acc = bytes of its accumulation
- * type (elem: of the dtype); rows = the batch rows of one group, padded to
+ * type (mma: grid_mma_bytes); rows = the batch rows of one group, padded to
  * whole chunks. */
-inline size_t grid_forward_smem(size_t acc, size_t elem, int ks, int kr, int ch)
+inline size_t grid_forward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
     const size_t ffma = (size_t)ch * ks * kr * acc;
-    return elem == 2 ? max_size(ffma, grid_mma_smem(ks * kr, ch, NT / ks * 3)) : ffma;
+    return mma ? max_size(ffma, grid_mma_smem(ks * kr, ch, NT / ks * 3, mma)) : ffma;
 }
-inline size_t grid_backward_smem(size_t acc, size_t elem, int ks, int kr, int ch)
+inline size_t grid_backward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
     const size_t ffma = (size_t)ch * ks * 3 * kr * acc;
-    return elem == 2 ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, NT / ks)) : ffma;
+    return mma ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, NT / ks, mma)) : ffma;
 }
 /* vec: values of a 16-byte vector (16 / acc) */
 inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_t rows, int ch)
@@ -175,7 +185,8 @@ inline int64_t group_rows(int64_t B, int ch, int64_t groups)
 /* The per-family, per-dtype units. kernel lookups: the kernel function for
  * the chooser's occupancy queries (NULL: not in the library). Launchers:
  * LLTM_ERR_ARGUMENT for a layout the library has no kernel of. */
-template <typename T> const void *grid_kernel(bool forward, int lanes, int values, int chunk);
+template <typename T>
+const void *grid_kernel(bool forward, int lanes, int values, int chunk, bool tf32);
 template <typename T>
 int grid_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
 template <typename T>
@@ -195,7 +206,8 @@ template <typename T>
 int block_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
 
 #define LLTM_SEQ_DECLARE_UNITS(T)                                                            \
-    template <> const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk);   \
+    template <>                                                                              \
+    const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk, bool tf32);   \
     template <>                                                                              \
     int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
                         cudaStream_t stream);                                                \

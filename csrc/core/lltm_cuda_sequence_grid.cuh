@@ -46,7 +46,7 @@ namespace {
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
  *   the half types; NULL for float32/float64, which use output/cells.
  */
-template <typename T, int KS, int KR, int CH>
+template <typename T, int KS, int KR, int CH, bool TF32>
 __global__ void __launch_bounds__(NT, 1)
 sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         const T *__restrict__ h0, const T *__restrict__ c0,
@@ -64,14 +64,14 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                   "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *hs = reinterpret_cast<A *>(smem_raw); /* [CH][KP]: h_{t-1} of one chunk */
-    /* Tensor cores (half types, sm_80+): the warps split k, each holds the
-     * B tiles of its k range for the block's 3U gate rows (columns
-     * n = q*U + j: row q*H + u of W_h), h_{t-1} is staged in the half type
+    /* Tensor cores (half types, float32 on TF32; sm_80+): the warps split
+     * k, each holds the B tiles of its k range for the block's 3U gate rows
+     * (columns n = q*U + j: row q*H + u of W_h), h_{t-1} is staged in T
      * (the outputs hold it exactly) and the warps' sums meet in `parts`. */
-    constexpr bool MMA = mma_products<T>();
-    constexpr int LDA = KP + lltm_seq::MMA_ROW_PAD, KW = KP / (NT / 32);
-    constexpr int MK = MMA ? KW / 16 : 1, MN = MMA ? 3 * U / 8 : 1;
-    static_assert(!MMA || (KW % 16 == 0 && (3 * U) % 8 == 0), "tensor-core tiles");
+    constexpr bool MMA = mma_products<T, TF32>();
+    constexpr int LDA = KP + lltm_seq::MMA_ROW_PAD_BYTES / (int)sizeof(T), KW = KP / (NT / 32);
+    constexpr int MK = MMA ? KW / mma_k<T>() : 1, MN = MMA ? 3 * U / 8 : 1;
+    static_assert(!MMA || (KW % mma_k<T>() == 0 && (3 * U) % 8 == 0), "tensor-core tiles");
     T *ha = reinterpret_cast<T *>(smem_raw); /* [BC][LDA] */
     float *parts = reinterpret_cast<float *>(smem_raw + (size_t)BC * LDA * sizeof(T));
 
@@ -128,7 +128,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 acc[v] = 0;
             if constexpr (MMA) {
                 if (chunk_live) {
-                    stage_half_rows<T, KP, LDA, CH>(ha, t == 0 ? h0 : output + (t - 1) * BH, B,
+                    stage_tile_rows<T, KP, LDA, CH>(ha, t == 0 ? h0 : output + (t - 1) * BH, B,
                                                     b0, H, tid);
                     __syncthreads();
                     chunk_products<T, KW, MN, MK, CH, LDA, 3 * U>(ha, wt, parts, tid);
@@ -213,7 +213,7 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   bias_work [groups,G] (accumulation type): each group's bias sums, added
  *   in group order at the end (deterministic); NULL when groups == 1.
  */
-template <typename T, int KS, int KR, int CH>
+template <typename T, int KS, int KR, int CH, bool TF32>
 __global__ void __launch_bounds__(NT, 1)
 sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                          const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
@@ -237,14 +237,14 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *ds = reinterpret_cast<A *>(smem_raw); /* [CH][RP]: dG_{t+1} of one chunk */
     A *sums = ds; /* [CH][SUM_LD], reusing ds once a chunk's products are formed */
-    /* Tensor cores (half types, sm_80+): the warps split the 3H rows of
-     * W_h, each holds the B tiles of its rows for the block's U unit
-     * columns, dG_{t+1} is staged in the half type (grad_gates holds it
+    /* Tensor cores (half types, float32 on TF32; sm_80+): the warps split
+     * the 3H rows of W_h, each holds the B tiles of its rows for the
+     * block's U unit columns, dG_{t+1} is staged in T (grad_gates holds it
      * exactly) and the warps' sums meet in `parts`. */
-    constexpr bool MMA = mma_products<T>();
-    constexpr int LDA = RP + lltm_seq::MMA_ROW_PAD, KW = RP / (NT / 32);
-    constexpr int MK = MMA ? KW / 16 : 1, MN = MMA ? U / 8 : 1;
-    static_assert(!MMA || (KW % 16 == 0 && U % 8 == 0), "tensor-core tiles");
+    constexpr bool MMA = mma_products<T, TF32>();
+    constexpr int LDA = RP + lltm_seq::MMA_ROW_PAD_BYTES / (int)sizeof(T), KW = RP / (NT / 32);
+    constexpr int MK = MMA ? KW / mma_k<T>() : 1, MN = MMA ? U / 8 : 1;
+    static_assert(!MMA || (KW % mma_k<T>() == 0 && U % 8 == 0), "tensor-core tiles");
     T *ga = reinterpret_cast<T *>(smem_raw); /* [BC][LDA] */
     float *parts = reinterpret_cast<float *>(smem_raw + (size_t)BC * LDA * sizeof(T));
 
@@ -281,7 +281,7 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
      * for unit j, and return the sum of the shares of (own_bb, own_u) */
     auto dh_from = [&](int64_t t, int64_t b0) -> A {
         if constexpr (MMA) {
-            stage_half_rows<T, RP, LDA, CH>(ga, grad_gates + t * BG, B, b0, G, tid);
+            stage_tile_rows<T, RP, LDA, CH>(ga, grad_gates + t * BG, B, b0, G, tid);
             __syncthreads();
             chunk_products<T, KW, MN, MK, CH, LDA, U>(ga, wt, parts, tid);
             const A total = owner ? sum_parts<CH, U>(parts, own_bb, tid % U) : A(0);
@@ -449,13 +449,20 @@ inline int allow_smem(const void *kernel, size_t smem)
     return LLTM_OK;
 }
 
-template <typename T, int KS, int KR, int CH>
+/* bytes of a value the kernel stages for tensor cores (grid_mma_bytes) */
+template <typename T, bool TF32> constexpr size_t mma_bytes()
+{
+    return sizeof(T) == 2 ? 2 : std::is_same<T, float>::value && TF32 ? 4 : 0;
+}
+
+template <typename T, int KS, int KR, int CH, bool TF32>
 int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
                      cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    auto kernel = sequence_forward_kernel<T, KS, KR, CH>;
-    const size_t smem = lltm_seq::grid_forward_smem(sizeof(A), sizeof(T), KS, KR, CH);
+    auto kernel = sequence_forward_kernel<T, KS, KR, CH, TF32>;
+    const size_t smem =
+        lltm_seq::grid_forward_smem(sizeof(A), mma_bytes<T, TF32>(), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);
@@ -474,13 +481,14 @@ int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args
         (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths));
 }
 
-template <typename T, int KS, int KR, int CH>
+template <typename T, int KS, int KR, int CH, bool TF32>
 int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                       cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    auto kernel = sequence_backward_kernel<T, KS, KR, CH>;
-    const size_t smem = lltm_seq::grid_backward_smem(sizeof(A), sizeof(T), KS, KR, CH);
+    auto kernel = sequence_backward_kernel<T, KS, KR, CH, TF32>;
+    const size_t smem =
+        lltm_seq::grid_backward_smem(sizeof(A), mma_bytes<T, TF32>(), KS, KR, CH);
     if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     const int status = allow_smem((const void *)kernel, smem);
@@ -506,7 +514,9 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
 
 /* The layouts of the library (lanes x values; float64: not those of 32
  * values a lane), each in chunks of 16 rows and of 4, and what the chooser
- * picks them for: see lltm.h, lltm_sequence_plan_cuda. */
+ * picks them for: see lltm.h, lltm_sequence_plan_cuda. float32's in 16-row
+ * chunks come in two builds, FFMA and TF32 (lltm_sequence_launch.tf32);
+ * the others in one (TF32 false). */
 #define LLTM_SEQ_GRID_LAYOUTS(X)                                                             \
     X(16, 8, 16)                                                                             \
     X(16, 8, 4)                                                                              \
@@ -519,14 +529,28 @@ int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_ar
         X(16, 32, 4)                                                                         \
     }
 
-template <typename T> const void *grid_kernel_of(bool forward, int lanes, int values, int chunk)
+/* Either build of a layout: TF32 for float32 in 16-row chunks where asked
+ * (tf32; in 4-row chunks the TF32 tile of 16 rows lost to FFMA on 4) */
+#define LLTM_SEQ_GRID_BUILDS(KS, KR, CH, tf32, CALL)                                         \
+    if constexpr (std::is_same<T, float>::value && CH == BC) {                               \
+        if (tf32)                                                                            \
+            return CALL(KS, KR, CH, true);                                                   \
+    }                                                                                        \
+    return CALL(KS, KR, CH, false);
+
+template <typename T>
+const void *grid_kernel_of(bool forward, int lanes, int values, int chunk, bool tf32)
 {
+#define LLTM_SEQ_GRID_KERNEL(KS, KR, CH, TF)                                                 \
+    forward ? (const void *)sequence_forward_kernel<T, KS, KR, CH, TF>                       \
+            : (const void *)sequence_backward_kernel<T, KS, KR, CH, TF>
 #define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (lanes == KS && values == KR && chunk == CH)                                          \
-        return forward ? (const void *)sequence_forward_kernel<T, KS, KR, CH>               \
-                       : (const void *)sequence_backward_kernel<T, KS, KR, CH>;
+    if (lanes == KS && values == KR && chunk == CH) {                                        \
+        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, tf32, LLTM_SEQ_GRID_KERNEL)                         \
+    }
     LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
+#undef LLTM_SEQ_GRID_KERNEL
     return NULL;
 }
 
@@ -534,11 +558,14 @@ template <typename T>
 int grid_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
                     cudaStream_t stream)
 {
+#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_forward<T, KS, KR, CH, TF>(l, a, stream)
 #define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (l.lanes == KS && l.values == KR && l.chunk == CH)                                    \
-        return run_grid_forward<T, KS, KR, CH>(l, a, stream);
+    if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
+        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
+    }
     LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
+#undef LLTM_SEQ_GRID_RUN
     return LLTM_ERR_ARGUMENT;
 }
 
@@ -546,22 +573,28 @@ template <typename T>
 int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                      cudaStream_t stream)
 {
+#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_backward<T, KS, KR, CH, TF>(l, a, stream)
 #define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (l.lanes == KS && l.values == KR && l.chunk == CH)                                    \
-        return run_grid_backward<T, KS, KR, CH>(l, a, stream);
+    if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
+        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
+    }
     LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
 #undef LLTM_SEQ_GRID_CASE
+#undef LLTM_SEQ_GRID_RUN
     return LLTM_ERR_ARGUMENT;
 }
+
+#undef LLTM_SEQ_GRID_BUILDS
 
 } // namespace
 
 /* The exported functions of one dtype's unit (lltm_cuda_sequence.cuh) */
 #define LLTM_SEQ_GRID_UNIT(T)                                                                \
     namespace lltm_seq {                                                                     \
-    template <> const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk)   \
+    template <>                                                                              \
+    const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk, bool tf32)    \
     {                                                                                        \
-        return grid_kernel_of<T>(forward, lanes, values, chunk);                             \
+        return grid_kernel_of<T>(forward, lanes, values, chunk, tf32);                       \
     }                                                                                        \
     template <>                                                                              \
     int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \

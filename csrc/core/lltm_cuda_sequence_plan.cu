@@ -61,9 +61,10 @@ bool known_dtype(lltm_dtype dtype)
 
 bool cached_device(const lltm_cuda_device &dev) { return dev.device >= 0 && dev.device < MAX_DEVICES; }
 
-const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk)
+const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk,
+                            bool tf32)
 {
-    LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values, chunk), nullptr);
+    LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values, chunk, tf32), nullptr);
 }
 const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l)
 {
@@ -84,25 +85,27 @@ constexpr int NUM_GRID_LAYOUTS = 4;
 constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
 
-/* max_resident_blocks of a layout's two kernels plus one (0: not asked yet) */
-int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNKS];
+/* max_resident_blocks of a layout's two kernels plus one (0: not asked
+ * yet); [tf32]: float32's TF32 build */
+int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNKS][2];
 
 int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout,
-                             int chunk_index)
+                             int chunk_index, bool tf32)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     const int ch = GRID_CHUNKS[chunk_index];
-    int64_t *slot =
-        cached_device(dev) ? &resident_cache[dev.device][dtype][layout][chunk_index] : nullptr;
+    int64_t *slot = cached_device(dev)
+                        ? &resident_cache[dev.device][dtype][layout][chunk_index][tf32]
+                        : nullptr;
     int64_t resident = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) - 1 : -1;
     if (resident < 0) {
-        const size_t acc = acc_bytes(dtype), elem = elem_bytes(dtype);
+        const size_t acc = acc_bytes(dtype), mma = grid_mma_bytes(dtype, tf32);
         const int64_t f =
-            max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values, ch),
-                                grid_forward_smem(acc, elem, g.lanes, g.values, ch), dev);
+            max_resident_blocks(grid_kernel_for(dtype, true, g.lanes, g.values, ch, tf32),
+                                grid_forward_smem(acc, mma, g.lanes, g.values, ch), dev);
         const int64_t b =
-            max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values, ch),
-                                grid_backward_smem(acc, elem, g.lanes, g.values, ch), dev);
+            max_resident_blocks(grid_kernel_for(dtype, false, g.lanes, g.values, ch, tf32),
+                                grid_backward_smem(acc, mma, g.lanes, g.values, ch), dev);
         resident = f < b ? f : b;
         if (slot)
             __atomic_store_n(slot, resident + 1, __ATOMIC_RELAXED);
@@ -129,12 +132,13 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int ch, in
  * dtype; `concurrent` such grids at once, each with its share of the
  * resident blocks), and its batch groups. */
 bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int chunk_index,
-               int64_t B, int64_t H, int64_t cap, int concurrent, int64_t *groups)
+               bool tf32, int64_t B, int64_t H, int64_t cap, int concurrent, int64_t *groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
         return false;
-    const int64_t resident = grid_resident_blocks(dev, dtype, layout, chunk_index) / concurrent;
+    const int64_t resident =
+        grid_resident_blocks(dev, dtype, layout, chunk_index, tf32) / concurrent;
     const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
     if (unit_blocks > resident)
         return false;
@@ -142,8 +146,8 @@ bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int ch
     return true;
 }
 
-lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int ch, int64_t H,
-                                 int64_t groups)
+lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int ch, bool tf32,
+                                 int64_t H, int64_t groups)
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     lltm_sequence_launch l = {};
@@ -154,9 +158,10 @@ lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int
     l.exchange = LLTM_SEQ_EXCHANGE_GLOBAL;
     l.blocks = ceil_div(H, NT / g.lanes);
     l.groups = groups;
-    const size_t acc = acc_bytes(dtype), elem = elem_bytes(dtype);
-    l.smem = forward ? grid_forward_smem(acc, elem, g.lanes, g.values, ch)
-                     : grid_backward_smem(acc, elem, g.lanes, g.values, ch);
+    l.tf32 = tf32;
+    const size_t acc = acc_bytes(dtype), mma = grid_mma_bytes(dtype, tf32);
+    l.smem = forward ? grid_forward_smem(acc, mma, g.lanes, g.values, ch)
+                     : grid_backward_smem(acc, mma, g.lanes, g.values, ch);
     return l;
 }
 
@@ -530,7 +535,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
         o.concurrent > MAX_CONCURRENT ||
         (o.grid_chunk != 0 && o.grid_chunk != BC && o.grid_chunk != GRID_SMALL_CHUNK) ||
         (o.block_chunk != 0 && o.block_chunk != BLOCK_CHUNKS[0] &&
-         o.block_chunk != BLOCK_CHUNKS[1]))
+         o.block_chunk != BLOCK_CHUNKS[1]) ||
+        o.grid_tf32 < -1 || o.grid_tf32 > 1)
         return LLTM_ERR_ARGUMENT;
     const int concurrent = o.concurrent > 1 ? o.concurrent : 1;
     memset(plan, 0, sizeof *plan);
@@ -576,6 +582,10 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                 consider();
         }
     }
+    /* float32 where TF32 is allowed: the grid's FFMA and TF32 builds (or the
+     * one asked for); TF32 in 16-row chunks only */
+    const bool tf32_ok = dtype == LLTM_FLOAT32 && lltm_cuda_grid_tensor_cores(dev, dtype);
+    const int first_build = o.grid_tf32 > 0 ? 1 : 0;
     if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_GRID) {
         for (int k = 0; k < NUM_GRID_LAYOUTS; ++k) {
             const grid_layout g = GRID_LAYOUTS[k];
@@ -585,13 +595,17 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                 const int ch = GRID_CHUNKS[c];
                 if (o.grid_chunk && o.grid_chunk != ch)
                     continue;
-                int64_t groups = 1;
-                if (!grid_fits(*dev, dtype, k, c, B, H, o.grid_groups_max, concurrent, &groups))
-                    continue;
-                candidate.family = LLTM_SEQ_GRID;
-                candidate.forward = grid_launch(dtype, true, k, ch, H, groups);
-                candidate.backward = grid_launch(dtype, false, k, ch, H, groups);
-                consider();
+                const int end_build = o.grid_tf32 < 0 || !tf32_ok || ch != BC ? 1 : 2;
+                for (int tf32 = first_build; tf32 < end_build; ++tf32) {
+                    int64_t groups = 1;
+                    if (!grid_fits(*dev, dtype, k, c, tf32, B, H, o.grid_groups_max, concurrent,
+                                   &groups))
+                        continue;
+                    candidate.family = LLTM_SEQ_GRID;
+                    candidate.forward = grid_launch(dtype, true, k, ch, tf32, H, groups);
+                    candidate.backward = grid_launch(dtype, false, k, ch, tf32, H, groups);
+                    consider();
+                }
             }
         }
     }
@@ -634,7 +648,7 @@ int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_seque
         const int64_t grid = f.blocks * f.groups;
         if (layout < 0 || chunk < 0 || grid < 1)
             return LLTM_ERR_ARGUMENT;
-        n = grid_resident_blocks(*dev, dtype, layout, chunk) / grid;
+        n = grid_resident_blocks(*dev, dtype, layout, chunk, f.tf32 != 0) / grid;
     } else if (plan->family == LLTM_SEQ_BLOCK) {
         int c = -1;
         for (int k = 0; k < NUM_BLOCK_CHUNKS; ++k)

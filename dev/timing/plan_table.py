@@ -52,8 +52,8 @@ def describe(p) -> str:
     family = FAMILIES.get(p.family, str(p.family))
     f, b = p.forward, p.backward
     if family == "grid":
-        return (f"grid {f.lanes}x{f.values}/{f.chunk}, {f.blocks * f.groups} blocks "
-                f"({f.groups} groups)")
+        return (f"grid {f.lanes}x{f.values}/{f.chunk}{' TF32' if f.tf32 else ''}, "
+                f"{f.blocks * f.groups} blocks ({f.groups} groups)")
     if family == "cluster":
         shape = "16x8u" if b.exchange == 3 else "8x16u"  # blocks x units a block
         split = f" x{f.groups}" if f.groups > 1 else ""

@@ -154,6 +154,26 @@ int main(void)
                              lltm_sequence_plan_cost_cuda(&dev, &whole, 100, 256, 64, 128);
         check(ratio > 1.3 && ratio < 1.6, "tensor cores: twice the passes, 1.3x - 1.6x", 256,
               128, "bfloat16");
+        /* float32's grid on TF32: where the caller allows it (dev.tf32), on
+         * 8.0+ and code for 8.0+; a plan of its TF32 build costed by its own
+         * passes (H100 B64/H512 16x32, 4 groups: 1,182 us against 1,675 for
+         * the FFMA build), one of its FFMA build as before */
+        lltm_cuda_device allowed = dev, volta_allowed = volta, ptx_allowed = ptx75;
+        allowed.tf32 = volta_allowed.tf32 = ptx_allowed.tf32 = 1;
+        check(lltm_cuda_grid_tensor_cores(&allowed, LLTM_FLOAT32) &&
+                  !lltm_cuda_grid_tensor_cores(&dev, LLTM_FLOAT32) &&
+                  !lltm_cuda_grid_tensor_cores(&volta_allowed, LLTM_FLOAT32) &&
+                  !lltm_cuda_grid_tensor_cores(&ptx_allowed, LLTM_FLOAT32) &&
+                  !lltm_cuda_grid_tensor_cores(&allowed, LLTM_FLOAT64),
+              "grid TF32: float32 where allowed, on 8.0+", 0, 0, "float32");
+        lltm_sequence_plan ffma = grid_plan(LLTM_FLOAT32, 64, 512, 16, 32, 4), on = ffma;
+        on.forward.tf32 = on.backward.tf32 = 1;
+        const double us_ffma = lltm_sequence_plan_cost_cuda(&allowed, &ffma, 100, 64, 256, 512);
+        const double us_on = lltm_sequence_plan_cost_cuda(&allowed, &on, 100, 64, 256, 512);
+        check(us_on < 0.8 * us_ffma && us_on > 0.5 * us_ffma, "TF32 grid: 0.5x - 0.8x FFMA's",
+              64, 512, "float32");
+        check(lltm_sequence_plan_cost_cuda(&dev, &ffma, 100, 64, 256, 512) >= us_ffma,
+              "FFMA grid: its products at the TF32 rate where allowed", 64, 512, "float32");
     }
     /* TF32: float32 products at the TF32 rate only where the caller allows
      * it (dev.tf32) and the device has it (8.0+); other dtypes unchanged */

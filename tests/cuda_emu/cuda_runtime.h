@@ -519,6 +519,12 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask)
 inline float __fdividef(float a, float b) { return a / b; }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+inline unsigned __float_as_uint(float x)
+{
+    unsigned u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
 
 enum cudaStreamCaptureStatus {
     cudaStreamCaptureStatusNone = 0,
