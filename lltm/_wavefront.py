@@ -134,17 +134,18 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     capturing = _native.stream_capturing(index)
-    key = (index, dtype, T, B, I, H, L, capturing, overrides.current_sequence_plan())
+    tf32 = dtype == torch.float32 and _native._float32_tf32()
+    key = (index, dtype, T, B, I, H, L, capturing, tf32, overrides.current_sequence_plan())
     found = _CHOICES.get(key)
     if found is None:
-        found = _choose(T, B, H, L, dtype, index, capturing)
+        found = _choose(T, B, H, L, dtype, index, capturing, tf32)
         if len(_CHOICES) >= _CHOICES_SIZE:
             del _CHOICES[next(iter(_CHOICES))]
         _CHOICES[key] = found
     return found
 
 
-def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
+def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
     host_us = 0.0 if capturing else HOST_CALL_US
     l2_bytes = torch.cuda.get_device_properties(index).L2_cache_size
     plain, best, best_time = None, (1, 1), float("inf")
@@ -175,7 +176,11 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
             resident = (None if plan["family"] == "steps" else
                         overrides.sequence_layers_in_force(dtype, T, B, H, H, L, device=index))
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
-        concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes)
+        # float32's per-step products on TF32 overlap as the half types' in
+        # CUDA graphs; in eager calls chunking them lost (3 layers B256/H1024
+        # on an H100: 0.85x cuDNN's eager step against 1.06x a call a layer)
+        concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
+                                    tf32 and capturing)
         call_us = CALL_US[plan["family"]]
         host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
         if sharing == 1:
@@ -191,7 +196,7 @@ def _choose(T, B, H, L, dtype, index, capturing) -> tuple[int, int]:
 
 
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
-                   resident: int | None, l2_bytes: int = 0) -> float:
+                   resident: int | None, l2_bytes: int = 0, tf32: bool = False) -> float:
     """How many layers' kernels run at once at full speed: for the persistent
     plans, ``resident``, as many as the library finds resident together
     (lltm.overrides.sequence_layers_in_force; by their blocks, or their
@@ -199,16 +204,18 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
     holds 7 of 16 blocks, so two layers of 4 such clusters do not fit at
     once, though their 128 blocks are fewer than its 132 SMs), at least 1 and
     at most L. For the per-step family, whose products spread over the GPU:
-    one in float32 and float64 (their products on FFMA fill it: at
-    B256/H1024 chunks saved 9%); in the half types from 3 at B*H = 32768
-    down to 1.6 at 262144 (measured), as 3 (32768 / (B H))^0.3, and at most
+    one where they run on FFMA, float64 and float32 (they fill it: at
+    B256/H1024 chunks saved 9%); on tensor cores, the half types and float32
+    where torch lets its products use TF32 (``tf32``; taken as the half
+    types'), from 3 at B*H = 32768 down to 1.6 at 262144 (measured in
+    bfloat16), as 3 (32768 / (B H))^0.3, and at most
     as many layers as their weights (3H x 2H each) fit in ``l2_bytes`` of L2
     cache: each step reads a layer's recurrent weights, and layers that
     evict each other's read them from memory (3 bfloat16 layers at H=2048,
     25 MB of W_h each, an H100's 50 MB L2: B1 7,081 us in one call a layer
     against 7,593 in 7 chunks, B16 7,495 against 8,730)."""
     if plan["family"] == "steps":
-        if dtype not in (torch.float16, torch.bfloat16):
+        if dtype not in (torch.float16, torch.bfloat16) and not (dtype == torch.float32 and tf32):
             return 1
         at_once = min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3)
         if l2_bytes:

@@ -300,12 +300,18 @@ def h100_properties(index):
 
 
 def test_layers_at_once_of_the_per_step_family():
-    """The per-step family: one layer at a time in float32; in the half types
-    fewer the larger B x H, and no more than the L2 cache holds the weights
-    of (3H x 2H each)."""
+    """The per-step family: one layer at a time where its products run on
+    FFMA (float32, float64); on tensor cores (the half types, float32 on
+    TF32) fewer the larger B x H, and no more than the L2 cache holds the
+    weights of (3H x 2H each)."""
     steps, l2 = {"family": "steps"}, 50 * 2**20
     at_once = _wavefront.layers_at_once
     assert at_once(steps, 3, 16, 1024, torch.float32, None, l2) == 1
+    assert at_once(steps, 3, 16, 1024, torch.float64, None, l2, tf32=True) == 1
+    assert at_once(steps, 3, 256, 256, torch.float32, None, l2, tf32=True) == \
+        at_once(steps, 3, 256, 256, torch.bfloat16, None, l2) == pytest.approx(3 * 0.5 ** 0.3)
+    assert at_once(steps, 3, 16, 1024, torch.float32, None, l2, tf32=True) == \
+        pytest.approx(l2 / (6 * 1024**2 * 4))  # 25 MB of float32 W_h a layer
     assert at_once(steps, 3, 16, 256, torch.bfloat16, None, l2) == 3
     assert 1.5 < at_once(steps, 3, 128, 2048, torch.bfloat16, None, 0) < 2  # 262144: 1.6
     assert at_once(steps, 3, 16, 1024, torch.bfloat16, None, l2) == 3  # 12.6 MB a layer
@@ -336,8 +342,9 @@ def test_choice_from_the_cost_model(monkeypatch):
     launches resident together (B16/H256 float32 on an H100: a grid of 32
     blocks, 4 of which fit, 971 us of steps: C4 captured, C3 eager with the
     host's time per call; a plan of which one fits at a time, such as 4
-    clusters of 16 blocks: 1; the per-step family in float32: 1). The same
-    plan whether planned for the whole device or shared: no sharing."""
+    clusters of 16 blocks: 1; the per-step family in float32: 1, on TF32 as
+    in the half types). The same plan whether planned for the whole device
+    or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
     family = {"plan": grid}
@@ -360,6 +367,12 @@ def test_choice_from_the_cost_model(monkeypatch):
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
     chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 1
+    # float32's per-step products on TF32 tensor cores overlap as the half
+    # types' do, in CUDA graphs; eager calls keep them a layer at a time
+    assert _wavefront._choose(100, 64, 512, 3, torch.float32, 0, True, tf32=True) == \
+        (chunks, sharing)
+    assert _wavefront._choose(100, 64, 512, 3, torch.float32, 0, False, tf32=True) == \
+        _wavefront._choose(100, 64, 512, 3, torch.float32, 0, False) == (1, 1)
     monkeypatch.setattr(overrides, "sequence_cost_in_force", lambda *a, **k: None)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)  # no library
 
