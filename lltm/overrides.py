@@ -177,8 +177,9 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     stream as it is, captured into a CUDA graph or eager: docs/cuda-plans.md,
     "Eager calls: the host's time counts"), as a dict: family, and
     per direction the launch (lanes, values, rows, chunk, exchange, blocks,
-    groups, smem, tf32: float32's grid on TF32 tensor cores); None where a forced family does not fit, or without the
-    CUDA library. ``device``: an ordinal (default: the current device)."""
+    groups, smem, tf32: float32's grid on TF32 tensor cores); None where a
+    forced family does not fit, or without the CUDA library. ``device``: an
+    ordinal (default: the current device)."""
     plan = _Plan()
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
                            T, B, I, H, ctypes.byref(plan))
