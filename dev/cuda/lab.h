@@ -1,7 +1,8 @@
 /*
  * lab.h - what the laboratory's CUDA programs share (dev/cuda, and
- * dev/timing/cell_tiles.cu): a CUDA call checked (exit with its error), and
- * random inputs from a seeded generator.
+ * dev/timing's cell_tiles.cu, barrier_bench.cu, exchange_bench.cu): a CUDA
+ * call checked (exit with its error), and random inputs from a seeded
+ * generator.
  */
 #ifndef LLTM_DEV_LAB_H
 #define LLTM_DEV_LAB_H

@@ -18,16 +18,10 @@
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
+
+#include "../cuda/lab.h" /* CHECK */
 namespace cg = cooperative_groups;
 
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 __global__ void grid_kernel(int steps, float *sink) {
     float acc = threadIdx.x;
     for (int s = 0; s < steps; ++s) { acc = acc * 1.0001f + 1.0f; cg::this_grid().sync(); }

@@ -33,16 +33,9 @@
 #include <algorithm>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "../cuda/lab.h" /* CHECK */
 
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int NT = 256;
 constexpr int MAX_BYTES = 2048; /* per destination */
