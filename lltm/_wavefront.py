@@ -178,7 +178,8 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         # float32's per-step products on TF32 overlap as the half types' in
         # CUDA graphs; in eager calls chunking them lost (3 layers B256/H1024
-        # on an H100: 0.85x cuDNN's eager step against 1.06x a call a layer)
+        # on an H100: 0.85x cuDNN's eager step chunked, 1.06x a call a layer
+        # in another run)
         concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
                                     tf32 and capturing)
         call_us = CALL_US[plan["family"]]

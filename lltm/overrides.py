@@ -217,8 +217,9 @@ def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E74
 def grid_tensor_cores(dtype, device: int | None = None) -> bool:
     """Whether the grid family's kernels of ``dtype`` form their products on
     tensor cores on ``device`` (float16 and bfloat16 on compute capability
-    8.0+, where the library's code for it is too); False without the CUDA
-    library."""
+    8.0+, where the library's code for it is too, and float32 there while
+    torch's float32 matmul setting allows TF32: its TF32 build); False
+    without the CUDA library."""
     found = ctypes.c_int()
     status = _ask_in_force("grid_tensor_cores", [ctypes.c_void_p], dtype, device,
                            ctypes.byref(found))
