@@ -1,7 +1,7 @@
 """A small driver for compute-sanitizer (memcheck, racecheck) over the CUDA
 sequence kernels: every route (cluster in both shapes, 8 and 16 blocks;
 grid in 16-row chunks, B split over batch groups, and in 4-row chunks, also
-float32's TF32 build;
+float32's TF32 build and the half types' layouts of 64 values a lane;
 block in 1- and 4-row chunks, one block a chunk or several chunks a block;
 per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
@@ -33,6 +33,12 @@ CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          # float32's TF32 build of the grid (16-row chunks; torch's float32
          # matmuls on TF32)
          "grid_tf32": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 64, 8, 300), (2, 6, 3, 600)],
+         # the layouts of 64 values a lane (bfloat16: tensor cores only), a
+         # lane two rows of a chunk (8x64), units past one block's
+         "grid:8x64": [(3, 17, 5, 33), (2, 64, 8, 300), (2, 37, 3, 500)],
+         "grid4:8x64": [(3, 13, 5, 33), (2, 6, 3, 500)],
+         "grid:16x64": [(3, 17, 5, 33), (2, 64, 8, 300), (2, 20, 3, 1000)],
+         "grid4:16x64": [(3, 13, 5, 33), (2, 6, 3, 1000)],
          # H = 64: every unit of the block; B = 300 in 1-row chunks: blocks
          # walking several chunks
          "block1": [(3, 17, 5, 33), (2, 2, 0, 64), (2, 300, 3, 40)],
@@ -58,9 +64,10 @@ def clusters_available() -> bool:
 
 def main() -> int:
     assert torch.cuda.is_available() and _native.has_cuda_kernels(), "needs the CUDA kernels"
-    quick = "--quick" in sys.argv  # racecheck is slow: float32 only
+    quick = "--quick" in sys.argv  # racecheck is slow: float32 only (x64 layouts: bfloat16)
     runs = 0
     for route, shapes in CASES.items():
+        route, _, shape = route.partition(":")
         blocks = int(route[len("cluster"):]) if route.startswith("cluster") else None
         if blocks and not clusters_available():
             print(f"{route}: not run (this build's code has no cluster kernels for this GPU)")
@@ -72,10 +79,12 @@ def main() -> int:
         block_chunk = {"block1": 1, "block4": 4}.get(route)
         lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan(
             family=family, cluster_blocks=blocks, grid_chunk=chunk, block_chunk=block_chunk,
-            grid_tf32=True if tf32 else None))
+            grid_tf32=True if tf32 else None, grid_shape=shape or None))
         torch.backends.cuda.matmul.allow_tf32 = tf32
         _native.sync_torch_settings()  # the ops below are called directly, not through lltm
-        for dtype in (torch.float32,) if quick or tf32 else (torch.float32, torch.bfloat16):
+        dtypes = ((torch.bfloat16,) if shape else (torch.float32,) if quick or tf32
+                  else (torch.float32, torch.bfloat16))
+        for dtype in dtypes:
             for T, B, I, H in shapes:
                 x, W, b, h, c = (torch.randn(*s, device="cuda", dtype=dtype) for s in
                                  ((T, B, I), (3 * H, I + H), (3 * H,), (B, H), (B, H)))
@@ -85,7 +94,7 @@ def main() -> int:
                     h, out, cells, gates)
                 torch.cuda.synchronize()
                 assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
-                    (route, dtype, T, B, I, H)
+                    (route, shape, dtype, T, B, I, H)
                 runs += 1
                 # rows stopping at their own lengths (1 .. T, the first row T),
                 # sorted longest first as a packed batch's are: whole chunks of
@@ -100,7 +109,7 @@ def main() -> int:
                     h, out, cells, gates, lengths)
                 torch.cuda.synchronize()
                 assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
-                    (route, dtype, T, B, I, H, "lengths")
+                    (route, shape, dtype, T, B, I, H, "lengths")
                 runs += 1
     lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan())
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -88,6 +88,11 @@ PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
          "grid_32_16_c4": dict(family=GRID, grid_lanes=32, grid_values=16, grid_chunk=4),
          "grid_32_32_c4": dict(family=GRID, grid_lanes=32, grid_values=32, grid_chunk=4),
          "grid_16_32_c4": dict(family=GRID, grid_lanes=16, grid_values=32, grid_chunk=4),
+         # the half types' only (tensor cores; a lane takes several rows of a chunk)
+         "grid_8_64": dict(family=GRID, grid_lanes=8, grid_values=64),
+         "grid_16_64": dict(family=GRID, grid_lanes=16, grid_values=64),
+         "grid_8_64_c4": dict(family=GRID, grid_lanes=8, grid_values=64, grid_chunk=4),
+         "grid_16_64_c4": dict(family=GRID, grid_lanes=16, grid_values=64, grid_chunk=4),
          "block_c1": dict(family=BLOCK, block_chunk=1),
          "block_c4": dict(family=BLOCK, block_chunk=4)}
 

@@ -70,6 +70,9 @@ def test_forced_plans_that_cannot_hold_the_shape_are_not_run(tmp_path, monkeypat
     v = variants.Variant("x", "lltm", {"family": "grid", "grid_shape": "32x32"})
     assert v.fits(1, 1024, torch.float32) is None
     assert v.fits(1, 1025, torch.float32) and v.fits(1, 64, torch.float64)
+    v = variants.Variant("x", "lltm", {"family": "grid", "grid_shape": "8x64"})
+    assert v.fits(1, 512, torch.bfloat16) is None and v.fits(1, 513, torch.bfloat16)
+    assert "half types" in v.fits(1, 64, torch.float32)
 
 
 def test_a_wrong_variant_is_reported_and_not_timed():

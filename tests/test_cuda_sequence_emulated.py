@@ -153,9 +153,16 @@ CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's u
 ]
 
 
-# float64 has no grid layout of 32 values a lane (the registers that hold W_h)
+def _has_kernels(plan, dtype):
+    """float64 has no grid layout of 32 values a lane (the registers that
+    hold W_h); those of 64 are the half types' only (tensor cores)."""
+    values = PLANS[plan].get("grid_values")
+    return not ((dtype == torch.float64 and values == 32)
+                or (values == 64 and dtype not in (torch.float16, torch.bfloat16)))
+
+
 PLAN_DTYPES = [(plan, dtype) for plan in PLANS for dtype in DTYPE_CODES
-               if not (dtype == torch.float64 and PLANS[plan].get("grid_values") == 32)]
+               if _has_kernels(plan, dtype)]
 
 
 @pytest.mark.parametrize("plan,dtype", PLAN_DTYPES,
@@ -199,8 +206,27 @@ def test_grid_chunks_that_stopped(emu, plan, groups):
     longer[0] = T
     short = torch.tensor([3, 3, 2, 2, 2, 1, 1, 1])  # chunks that stop early
     lengths = torch.cat([longer, short]).to(torch.int64)
-    _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), torch.float32, T, B, 3, 20,
+    dtype = torch.float32 if _has_kernels(plan, torch.float32) else torch.bfloat16
+    _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), dtype, T, B, 3, 20,
               lengths=lengths)
+
+
+@pytest.mark.parametrize("groups", [1, 0], ids=["one-group", "groups"])
+@pytest.mark.parametrize("plan", [p for p in GRID_PLANS if PLANS[p]["grid_values"] == 64])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_grid_layouts_of_64_values(emu, plan, dtype, groups):
+    """The layouts of 64 values a lane (tensor cores only), whose lanes take
+    two rows of a 16-row chunk (8x64) and whose threads two (row, unit)
+    pairs of the backward: H past one block's units (32 and 16 a block),
+    16-row chunks full and partial, rows of their own lengths; float32 and
+    float64 have no kernels of them."""
+    lengths = _lengths(4, 37)
+    _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), dtype, 4, 37, 5, 70,
+              lengths=lengths)
+    _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), dtype, 3, 16, 3, 33)
+    for refused in (torch.float32, torch.float64):
+        status, _ = make_plan(emu, refused, 4, 16, 3, 33, **PLANS[plan])
+        assert status != 0
 
 
 @pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),

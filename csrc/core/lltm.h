@@ -435,7 +435,7 @@ typedef struct lltm_sequence_plan {
 /* Constraints on the choice (zero: none), for tests and measurements:
  *   family          LLTM_SEQ_ANY, or one family (LLTM_ERR_ARGUMENT when it
  *                   cannot run these sizes here)
- *   grid_lanes, grid_values   one grid layout (16x8, 32x16, 32x32, 16x32)
+ *   grid_lanes, grid_values   one grid layout (16x8, 16x32, 32x16, 32x32, 8x64, 16x64)
  *                   instead of the cheapest
  *   grid_groups_max at most this many batch groups (the grid layouts'
  *                   groups of blocks; the 16-block clusters' batch groups
@@ -472,9 +472,8 @@ typedef struct lltm_sequence_plan_options {
  * (lltm_sequence_plan_cost_cuda, below; options->eager: the longer of that
  * and lltm_sequence_plan_host_cost_cuda) and the cheapest wins (a tie: the
  * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
- * order 16x8, 16x32, 32x16, 32x32, the block family in 1-row chunks, then
- * 4-row ones). The candidates:
- *   per-step kernels: always.
+ * order 16x8, 16x32, 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks,
+ * then 4-row ones). The candidates: per-step kernels, always;
  *   clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
  *      float64), where both kernels fit, in two shapes: 16 blocks of 8
  *      units, and 8 blocks of 16. The 16-block forward runs 4 lanes a unit
@@ -485,7 +484,8 @@ typedef struct lltm_sequence_plan_options {
  *      clusters do not fit). The 8-block shape's backward broadcasts dG.
  *   grid layouts that are co-resident, the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
- *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64).
+ *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64); the half
+ *      types on tensor cores also 8x64 (H <= 512) and 16x64 (H <= 1024).
  *   the block family (H <= 64, any compute capability): one block of all
  *      the units a chunk of 1 or 4 rows, as many blocks as are resident at
  *      once (at most one a chunk); no exchange between blocks.

@@ -143,6 +143,7 @@ __device__ __forceinline__ int64_t chunk_steps(const int64_t *__restrict__ lengt
  * `r` (past B: 0). */
 struct block_steps {
     int64_t chunk0, chunk1, row0, row1;
+    __device__ block_steps() : chunk0(0), chunk1(0), row0(0), row1(0) {}
     __device__ block_steps(const int64_t *__restrict__ lengths, int64_t first_row,
                            int64_t row_step, int n, int r, int64_t B, int64_t steps)
         : chunk0(chunk_steps(lengths, first_row, n, B, steps)),

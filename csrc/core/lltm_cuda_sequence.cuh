@@ -114,6 +114,12 @@ inline size_t grid_mma_smem(int cols, int ch, int outs, size_t mma)
            (size_t)(NT / 32) * ch * outs * sizeof(float);
 }
 inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+/* The grid layouts that exist on tensor cores only (64 values a lane: an
+ * FFMA build would hold 3 x 64 weights a thread): 8x64 and 16x64, whose
+ * blocks take 32 and 16 units, half the blocks of 16x32 and 32x32, so that
+ * two layers' grids fit the GPU at once. Half types only (TF32's m16n8k8
+ * takes twice the weight registers of a k range). */
+__host__ __device__ constexpr bool grid_mma_only(int kr) { return kr > 32; }
 /* bytes of a value the grid kernels of `dtype` stage for tensor cores (tf32:
  * float32's kernels on TF32) */
 inline size_t grid_mma_bytes(lltm_dtype dtype, bool tf32)
@@ -128,12 +134,12 @@ inline size_t grid_mma_bytes(lltm_dtype dtype, bool tf32)
  * whole chunks. */
 inline size_t grid_forward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
-    const size_t ffma = (size_t)ch * ks * kr * acc;
+    const size_t ffma = grid_mma_only(kr) ? 0 : (size_t)ch * ks * kr * acc;
     return mma ? max_size(ffma, grid_mma_smem(ks * kr, ch, NT / ks * 3, mma)) : ffma;
 }
 inline size_t grid_backward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
-    const size_t ffma = (size_t)ch * ks * 3 * kr * acc;
+    const size_t ffma = grid_mma_only(kr) ? 0 : (size_t)ch * ks * 3 * kr * acc;
     return mma ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, NT / ks, mma)) : ffma;
 }
 /* vec: values of a 16-byte vector (16 / acc) */

@@ -1,7 +1,7 @@
 /*
  * lltm_cuda_sequence_grid.cuh - the grid kernels of the persistent sequence
- * (lltm.h: family LLTM_SEQ_GRID) and their launchers, for one dtype: each
- * lltm_cuda_seq_grid_<dtype>.cu instantiates them (LLTM_SEQ_GRID_UNIT).
+ * (lltm.h: family LLTM_SEQ_GRID), for one dtype; their launchers are
+ * lltm_cuda_sequence_grid_launch.cuh.
  *
  * A cooperative launch of unit blocks x batch groups: the chunks of B (CH
  * rows: 16, or 4 where B is small) are shared out over as many copies of
@@ -14,8 +14,11 @@
  * grid.sync() and stages the state back from L2 into shared memory; a
  * chunk whose rows have all stopped (lengths) forms no product. Layouts
  * (lanes x values): 16x8 (H <= 128), 32x16 (H <= 512), 16x32 and 32x32
- * (H <= 512 and 1024; not float64: the registers that hold W_h); which one
- * runs is the plan's.
+ * (H <= 512 and 1024; not float64: the registers that hold W_h), and on
+ * tensor cores only 8x64 and 16x64 (H <= 512 and 1024: 32 and 16 units a
+ * block, half the blocks, so more batch groups fit; a forward lane then
+ * takes two rows of a 16-row chunk, a backward thread two (row, unit)
+ * pairs); which one runs is the plan's.
  *
  * The half types on sm_80 and newer form each step's product on tensor
  * cores instead (lltm_cuda_mma.cuh): the block's weights as B tiles in its
@@ -47,20 +50,23 @@ namespace {
  *   the half types; NULL for float32/float64, which use output/cells.
  */
 template <typename T, int KS, int KR, int CH, bool TF32>
-__global__ void __launch_bounds__(NT, 1)
-sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
-                        const T *__restrict__ h0, const T *__restrict__ c0,
-                        const T *__restrict__ weights, const T *__restrict__ bias,
-                        T *__restrict__ gates, T *__restrict__ output, T *__restrict__ cells,
-                        typename acc_of<T>::type *__restrict__ h_work,
-                        typename acc_of<T>::type *__restrict__ c_work,
-                        const int64_t *__restrict__ lengths)
+__device__ __forceinline__ void
+forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__restrict__ h0,
+                   const T *__restrict__ c0, const T *__restrict__ weights,
+                   const T *__restrict__ bias, T *__restrict__ gates, T *__restrict__ output,
+                   T *__restrict__ cells, typename acc_of<T>::type *__restrict__ h_work,
+                   typename acc_of<T>::type *__restrict__ c_work,
+                   const int64_t *__restrict__ lengths)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, KP = KS * KR;
     constexpr bool SAME = std::is_same<T, A>::value; /* state lives in the outputs */
-    static_assert(KR % VEC == 0 && KS >= CH && KS <= 32 && NT % KS == 0 && CH <= BC,
+    /* rows of a chunk a lane takes after the products: s, s + KS, ... (one
+     * but in the layouts of fewer lanes a unit than rows a chunk, which run
+     * on tensor cores only) */
+    constexpr int RL = KS < CH ? CH / KS : 1;
+    static_assert(KR % VEC == 0 && RL * KS >= CH && KS <= 32 && NT % KS == 0 && CH <= BC,
                   "configuration");
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *hs = reinterpret_cast<A *>(smem_raw); /* [CH][KP]: h_{t-1} of one chunk */
@@ -80,7 +86,6 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const int64_t u = (int64_t)(blockIdx.x % unit_blocks) * U + tid / KS;
     const int64_t first_row = (int64_t)(blockIdx.x / unit_blocks) * CH, row_step = groups * CH;
     const bool unit_ok = u < H;
-    const bool owner = s < CH; /* holds a row after the reduction */
     const int64_t G = 3 * H, BH = B * H;
 
     A w[MMA ? 1 : 3][MMA ? 1 : KR], b_i, b_o, b_z;
@@ -97,31 +102,49 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     }
 
-    const block_steps ends(lengths, first_row, row_step, CH, s & (CH - 1), B, steps);
+    /* this lane's rows of a chunk: row_of[r] (r < RL); owns[r]: it takes
+     * that row after the reduction */
+    int row_of[RL];
+    bool owns[RL];
+    block_steps ends[RL];
+#pragma unroll
+    for (int r = 0; r < RL; ++r) {
+        row_of[r] = (s + r * KS) & (CH - 1);
+        owns[r] = s + r * KS < CH;
+        ends[r] = block_steps(lengths, first_row, row_step, CH, row_of[r], B, steps);
+    }
     for (int64_t t = 0; t < steps; ++t) {
         int64_t chunk = 0; /* of this block's: b0 = first_row + chunk*row_step */
         for (int64_t b0 = first_row; b0 < B; b0 += row_step, ++chunk) {
-            const int64_t b = b0 + (s & (CH - 1));
-            const bool row_ok = owner && unit_ok && b < B;
-            T *grow = gates + (t * B + b) * G;
+            int64_t b[RL];
+            bool row_ok[RL];
             /* this lane's pointwise inputs, fetched before the dot products */
-            A p_i = 0, p_o = 0, p_z = 0, c_prev = 0;
-            bool live = false; /* step t lies within row b's length */
-            if (row_ok) {
-                live = t < ends.row(lengths, chunk, b, steps);
-                p_i = to_acc(grow[u]);
-                p_o = to_acc(grow[H + u]);
-                p_z = to_acc(grow[2 * H + u]);
-                if (t == 0)
-                    c_prev = to_acc(c0[b * H + u]);
-                else if (SAME)
-                    c_prev = to_acc(cells[(t - 1) * BH + b * H + u]);
-                else
-                    c_prev = c_work[b * H + u];
+            A p_i[RL], p_o[RL], p_z[RL], c_prev[RL];
+            bool live[RL]; /* step t lies within row b's length */
+#pragma unroll
+            for (int r = 0; r < RL; ++r) {
+                b[r] = b0 + row_of[r];
+                row_ok[r] = owns[r] && unit_ok && b[r] < B;
+                p_i[r] = p_o[r] = p_z[r] = c_prev[r] = 0;
+                live[r] = false;
+                if (row_ok[r]) {
+                    const T *grow = gates + (t * B + b[r]) * G;
+                    const int64_t bu = b[r] * H + u;
+                    live[r] = t < ends[r].row(lengths, chunk, b[r], steps);
+                    p_i[r] = to_acc(grow[u]);
+                    p_o[r] = to_acc(grow[H + u]);
+                    p_z[r] = to_acc(grow[2 * H + u]);
+                    if (t == 0)
+                        c_prev[r] = to_acc(c0[bu]);
+                    else if (SAME)
+                        c_prev[r] = to_acc(cells[(t - 1) * BH + bu]);
+                    else
+                        c_prev[r] = c_work[bu];
+                }
             }
             /* Every row of the chunk has stopped (uniform over the block):
              * no product; the rows' outputs are still written below. */
-            const bool chunk_live = t < ends.chunk(lengths, chunk, b0, CH, B, steps);
+            const bool chunk_live = t < ends[0].chunk(lengths, chunk, b0, CH, B, steps);
             A acc[CH * 3];
 #pragma unroll
             for (int v = 0; v < CH * 3; ++v)
@@ -132,10 +155,13 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                                     b0, H, tid);
                     __syncthreads();
                     chunk_products<T, KW, MN, MK, CH, LDA, 3 * U>(ha, wt, parts, tid);
-                    if (owner)
 #pragma unroll
-                        for (int q = 0; q < 3; ++q)
-                            acc[q] = sum_parts<CH, 3 * U>(parts, s, q * U + tid / KS);
+                    for (int r = 0; r < RL; ++r)
+                        if (owns[r])
+#pragma unroll
+                            for (int q = 0; q < 3; ++q)
+                                acc[r * 3 + q] =
+                                    sum_parts<CH, 3 * U>(parts, row_of[r], q * U + tid / KS);
                 }
             } else if (chunk_live) {
                 /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
@@ -168,19 +194,26 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                 reduce_rows<KS, CH, 3>(acc, s);
             }
 
-            if (row_ok) {
+#pragma unroll
+            for (int r = 0; r < RL; ++r) {
+                if (!row_ok[r])
+                    continue;
                 A i, o, z, c, h;
-                forward_step_math<A>(live, acc[0] + p_i + b_i, acc[1] + p_o + b_o,
-                                     acc[2] + p_z + b_z, c_prev, &i, &o, &z, &c, &h);
+                forward_step_math<A>(live[r], acc[r * 3] + p_i[r] + b_i,
+                                     acc[r * 3 + 1] + p_o[r] + b_o,
+                                     acc[r * 3 + 2] + p_z[r] + b_z, c_prev[r], &i, &o, &z, &c,
+                                     &h);
+                T *grow = gates + (t * B + b[r]) * G;
+                const int64_t bu = b[r] * H + u;
                 grow[u] = from_acc<T>(i);
                 grow[H + u] = from_acc<T>(o);
                 grow[2 * H + u] = from_acc<T>(z);
-                cells[t * BH + b * H + u] = from_acc<T>(c);
-                output[t * BH + b * H + u] = from_acc<T>(h);
+                cells[t * BH + bu] = from_acc<T>(c);
+                output[t * BH + bu] = from_acc<T>(h);
                 if (!SAME) {
-                    c_work[b * H + u] = c;
+                    c_work[bu] = c;
                     if (!MMA)
-                        h_work[(t & 1) * BH + b * H + u] = h;
+                        h_work[(t & 1) * BH + bu] = h;
                 }
             }
             if (chunk_live)
@@ -189,6 +222,26 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         if (t + 1 < steps)
             step_barrier(); /* h_t of every unit is written */
     }
+}
+
+/* The forward kernel. A layout that exists on tensor cores only
+ * (lltm_seq::grid_mma_only) is still compiled into code without them (a
+ * binary's PTX for an older GPU), where the chooser never runs it. */
+template <typename T, int KS, int KR, int CH, bool TF32>
+__global__ void __launch_bounds__(NT, 1)
+sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                        const T *__restrict__ h0, const T *__restrict__ c0,
+                        const T *__restrict__ weights, const T *__restrict__ bias,
+                        T *__restrict__ gates, T *__restrict__ output, T *__restrict__ cells,
+                        typename acc_of<T>::type *__restrict__ h_work,
+                        typename acc_of<T>::type *__restrict__ c_work,
+                        const int64_t *__restrict__ lengths)
+{
+    if constexpr (lltm_seq::grid_mma_only(KR) && !mma_products<T, TF32>())
+        __trap();
+    else
+        forward_recurrence<T, KS, KR, CH, TF32>(steps, B, H, K, h0, c0, weights, bias, gates,
+                                                output, cells, h_work, c_work, lengths);
 }
 
 /*
@@ -214,25 +267,29 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   in group order at the end (deterministic); NULL when groups == 1.
  */
 template <typename T, int KS, int KR, int CH, bool TF32>
-__global__ void __launch_bounds__(NT, 1)
-sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
-                         const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
-                         const T *__restrict__ grad_c_n, const T *__restrict__ weights,
-                         const T *__restrict__ cells, const T *__restrict__ gates,
-                         T *__restrict__ grad_gates, T *__restrict__ grad_bias,
-                         T *__restrict__ grad_h0, T *__restrict__ grad_c0,
-                         typename acc_of<T>::type *__restrict__ dg_work,
-                         typename acc_of<T>::type *__restrict__ dc_work,
-                         typename acc_of<T>::type *__restrict__ bias_work,
-                         const int64_t *__restrict__ lengths)
+__device__ __forceinline__ void
+backward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K,
+                    const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
+                    const T *__restrict__ grad_c_n, const T *__restrict__ weights,
+                    const T *__restrict__ cells, const T *__restrict__ gates,
+                    T *__restrict__ grad_gates, T *__restrict__ grad_bias,
+                    T *__restrict__ grad_h0, T *__restrict__ grad_c0,
+                    typename acc_of<T>::type *__restrict__ dg_work,
+                    typename acc_of<T>::type *__restrict__ dc_work,
+                    typename acc_of<T>::type *__restrict__ bias_work,
+                    const int64_t *__restrict__ lengths)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
     constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR;
     constexpr int SUM_LD = KS * U + U; /* a row's partial sums (+U: rows on other banks) */
     constexpr bool SAME = std::is_same<T, A>::value;
+    /* (row, unit) pairs of a chunk a thread takes after the products: one,
+     * but in the layouts of more units a block than threads a chunk's row
+     * (tensor cores only) rows own_bb + r*KS */
+    constexpr int RB = CH * U > NT ? CH * U / NT : 1;
     static_assert(RR % VEC == 0 && 32 % U == 0 && (NT / 32) * (32 / U) == KS, "configuration");
-    static_assert(SUM_LD <= RP && 3 * U <= RP && CH * U <= NT && CH <= BC,
+    static_assert(SUM_LD <= RP && 3 * U <= RP && CH * U <= NT * RB && CH <= BC,
                   "sums fit in the staging");
     LLTM_DYNAMIC_SMEM(smem_raw);
     A *ds = reinterpret_cast<A *>(smem_raw); /* [CH][RP]: dG_{t+1} of one chunk */
@@ -254,10 +311,14 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     const int64_t group = blockIdx.x / unit_blocks, unit0 = (blockIdx.x % unit_blocks) * U;
     const int64_t first_row = group * CH, row_step = groups * CH;
     const int64_t G = 3 * H, BH = B * H, BG = B * G;
-    /* this thread's pointwise work: row b0 + own_bb, unit own_u */
-    const bool owner = tid < CH * U;
+    /* this thread's pointwise work: rows b0 + own_bb + r*KS (r < RB; owns[r]:
+     * within the chunk), unit own_u */
     const int own_bb = tid / U;
     const int64_t own_u = unit0 + tid % U;
+    bool owns[RB];
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+        owns[r] = own_bb + r * KS < CH;
     A *dc_state = SAME ? reinterpret_cast<A *>(grad_c0) : dc_work;
 
     A w[MMA ? 1 : RR];
@@ -278,15 +339,17 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     }
 
     /* stage dG_t of rows b0 .. b0+CH-1, form this lane's share of dG_t W_h
-     * for unit j, and return the sum of the shares of (own_bb, own_u) */
-    auto dh_from = [&](int64_t t, int64_t b0) -> A {
+     * for unit j, and set total[r] to the sum of the shares of (own_bb +
+     * r*KS, own_u) */
+    auto dh_from = [&](int64_t t, int64_t b0, A (&total)[RB]) {
         if constexpr (MMA) {
             stage_tile_rows<T, RP, LDA, CH>(ga, grad_gates + t * BG, B, b0, G, tid);
             __syncthreads();
             chunk_products<T, KW, MN, MK, CH, LDA, U>(ga, wt, parts, tid);
-            const A total = owner ? sum_parts<CH, U>(parts, own_bb, tid % U) : A(0);
+#pragma unroll
+            for (int r = 0; r < RB; ++r)
+                total[r] = owns[r] ? sum_parts<CH, U>(parts, own_bb + r * KS, tid % U) : A(0);
             __syncthreads(); /* ga and parts are reused next */
-            return total;
         } else {
             if constexpr (SAME)
                 stage_rows<A, RP, CH>(ds, reinterpret_cast<const A *>(grad_gates) + t * BG, B, b0,
@@ -313,65 +376,78 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             for (int bb = 0; bb < CH; ++bb)
                 sums[bb * SUM_LD + s * U + j] = acc[bb];
             __syncthreads();
-            A total = 0;
-            if (owner)
+            total[0] = 0;
+            if (owns[0])
 #pragma unroll
                 for (int q = 0; q < KS; ++q)
-                    total += sums[own_bb * SUM_LD + q * U + tid % U];
+                    total[0] += sums[own_bb * SUM_LD + q * U + tid % U];
             __syncthreads(); /* ds is restaged next */
-            return total;
         }
     };
 
-    A bias_sum[3] = {0, 0, 0};
-    const block_steps ends(lengths, first_row, row_step, CH, own_bb, B, steps);
+    A bias_sum[RB][3] = {};
+    block_steps ends[RB];
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+        ends[r] = block_steps(lengths, first_row, row_step, CH, own_bb + r * KS, B, steps);
     for (int64_t t = steps - 1; t >= 0; --t) {
         const bool last = t == steps - 1;
         int64_t chunk = 0; /* of this block's: b0 = first_row + chunk*row_step */
         for (int64_t b0 = first_row; b0 < B; b0 += row_step, ++chunk) {
-            const int64_t b = b0 + own_bb;
-            const bool row_ok = owner && own_u < H && b < B;
-            const int64_t jj = t * BH + b * H + own_u;
-            const T *arow = gates + (t * B + b) * G;
-            A i = 0, o = 0, z = 0, c = 0, dh = 0, dc_in = 0;
-            bool live = false; /* step t lies within row b's length */
-            if (row_ok) {
-                const int64_t row_end = ends.row(lengths, chunk, b, steps);
-                live = t < row_end;
-                i = to_acc(arow[own_u]);
-                o = to_acc(arow[H + own_u]);
-                z = to_acc(arow[2 * H + own_u]);
-                c = to_acc(cells[jj]);
-                dh = to_acc(grad_output[jj]);
-                if (t == row_end - 1) /* the row's last step: dL/dh_n enters */
-                    dh += to_acc(grad_h_n[b * H + own_u]);
-                /* dL/dc_n enters at the last step and passes the rows that
-                 * ended before it unchanged */
-                dc_in = last ? to_acc(grad_c_n[b * H + own_u]) : dc_state[b * H + own_u];
+            int64_t b[RB];
+            bool row_ok[RB];
+            A i[RB], o[RB], z[RB], c[RB], dh[RB], dc_in[RB];
+            bool live[RB]; /* step t lies within row b's length */
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                b[r] = b0 + own_bb + r * KS;
+                row_ok[r] = owns[r] && own_u < H && b[r] < B;
+                i[r] = o[r] = z[r] = c[r] = dh[r] = dc_in[r] = 0;
+                live[r] = false;
+                if (row_ok[r]) {
+                    const int64_t bu = b[r] * H + own_u, jj = t * BH + bu;
+                    const T *arow = gates + (t * B + b[r]) * G;
+                    const int64_t row_end = ends[r].row(lengths, chunk, b[r], steps);
+                    live[r] = t < row_end;
+                    i[r] = to_acc(arow[own_u]);
+                    o[r] = to_acc(arow[H + own_u]);
+                    z[r] = to_acc(arow[2 * H + own_u]);
+                    c[r] = to_acc(cells[jj]);
+                    dh[r] = to_acc(grad_output[jj]);
+                    if (t == row_end - 1) /* the row's last step: dL/dh_n enters */
+                        dh[r] += to_acc(grad_h_n[bu]);
+                    /* dL/dc_n enters at the last step and passes the rows
+                     * that ended before it unchanged */
+                    dc_in[r] = last ? to_acc(grad_c_n[bu]) : dc_state[bu];
+                }
             }
             /* dG_{t+1} W_h: none at the last step (uniform over the grid),
              * and none once every row of the chunk stopped by step t+1 (its
              * dG_{t+1} is 0; uniform over the block) */
-            A from_above = 0;
-            if (!last && t + 1 < ends.chunk(lengths, chunk, b0, CH, B, steps))
-                from_above = dh_from(t + 1, b0);
-            if (row_ok) {
+            A from_above[RB] = {};
+            if (!last && t + 1 < ends[0].chunk(lengths, chunk, b0, CH, B, steps))
+                dh_from(t + 1, b0, from_above);
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                if (!row_ok[r])
+                    continue;
                 A d[3], dc;
-                backward_step_math<A>(live, i, o, z, c, dh + from_above, dc_in, d, &dc);
-                T *drow = grad_gates + (t * B + b) * G;
+                backward_step_math<A>(live[r], i[r], o[r], z[r], c[r], dh[r] + from_above[r],
+                                      dc_in[r], d, &dc);
+                T *drow = grad_gates + (t * B + b[r]) * G;
                 drow[own_u] = from_acc<T>(d[0]);
                 drow[H + own_u] = from_acc<T>(d[1]);
                 drow[2 * H + own_u] = from_acc<T>(d[2]);
                 if (!SAME && !MMA) {
-                    A *wrow = dg_work + (t & 1) * BG + b * G;
+                    A *wrow = dg_work + (t & 1) * BG + b[r] * G;
                     wrow[own_u] = d[0];
                     wrow[H + own_u] = d[1];
                     wrow[2 * H + own_u] = d[2];
                 }
-                dc_state[b * H + own_u] = dc;
-                bias_sum[0] += d[0];
-                bias_sum[1] += d[1];
-                bias_sum[2] += d[2];
+                dc_state[b[r] * H + own_u] = dc;
+                bias_sum[r][0] += d[0];
+                bias_sum[r][1] += d[1];
+                bias_sum[r][2] += d[2];
             }
         }
         step_barrier(); /* dG_t of every unit is written */
@@ -379,235 +455,81 @@ sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
 
     /* grad_h0 = dG_0 W_h; grad_c0 (half types: from the float state) */
     for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
-        const int64_t b = b0 + own_bb;
-        const bool row_ok = owner && own_u < H && b < B;
-        const A dh0 = dh_from(0, b0);
-        if (row_ok) {
-            grad_h0[b * H + own_u] = from_acc<T>(dh0);
-            if (!SAME)
-                grad_c0[b * H + own_u] = from_acc<T>(dc_work[b * H + own_u]);
+        A dh0[RB];
+        dh_from(0, b0, dh0);
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const int64_t b = b0 + own_bb + r * KS;
+            if (owns[r] && own_u < H && b < B) {
+                grad_h0[b * H + own_u] = from_acc<T>(dh0[r]);
+                if (!SAME)
+                    grad_c0[b * H + own_u] = from_acc<T>(dc_work[b * H + own_u]);
+            }
         }
     }
     /* bias: the owners of each unit add their row sums (fixed order) */
     A *bias_rows = ds; /* [3][CH][U] */
-    if (owner)
 #pragma unroll
-        for (int q = 0; q < 3; ++q)
-            bias_rows[(q * CH + own_bb) * U + tid % U] = bias_sum[q];
+    for (int r = 0; r < RB; ++r)
+        if (owns[r])
+#pragma unroll
+            for (int q = 0; q < 3; ++q)
+                bias_rows[(q * CH + own_bb + r * KS) * U + tid % U] = bias_sum[r][q];
     __syncthreads();
     const bool unit_writer = tid < U && unit0 + tid < H;
     const int64_t u = unit0 + tid;
+    A unit_sum[3] = {0, 0, 0};
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
-        bias_sum[q] = 0;
+    for (int q = 0; q < 3; ++q)
         if (unit_writer)
             for (int bb = 0; bb < CH; ++bb)
-                bias_sum[q] += bias_rows[(q * CH + bb) * U + tid];
-    }
+                unit_sum[q] += bias_rows[(q * CH + bb) * U + tid];
     if (groups > 1) { /* then the groups' sums, in group order */
         if (unit_writer)
 #pragma unroll
             for (int q = 0; q < 3; ++q)
-                bias_work[group * G + q * H + u] = bias_sum[q];
+                bias_work[group * G + q * H + u] = unit_sum[q];
         step_barrier();
         if (group != 0)
             return;
 #pragma unroll
         for (int q = 0; q < 3; ++q) {
-            bias_sum[q] = 0;
+            unit_sum[q] = 0;
             if (unit_writer)
                 for (int64_t g = 0; g < groups; ++g)
-                    bias_sum[q] += __ldcg(&bias_work[g * G + q * H + u]);
+                    unit_sum[q] += __ldcg(&bias_work[g * G + q * H + u]);
         }
     }
     if (unit_writer) {
-        grad_bias[u] = from_acc<T>(bias_sum[0]);
-        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
-        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+        grad_bias[u] = from_acc<T>(unit_sum[0]);
+        grad_bias[H + u] = from_acc<T>(unit_sum[1]);
+        grad_bias[2 * H + u] = from_acc<T>(unit_sum[2]);
     }
 }
 
-/* One cooperative launch of `blocks` blocks (co-residency: the chooser's) */
-template <typename... P, typename... Args>
-cudaError_t launch_cooperative(void (*kernel)(P...), int64_t blocks, size_t smem,
-                               cudaStream_t stream, Args... args)
-{
-    void *pointers[] = {(void *)&args...};
-    return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
-                                       stream);
-}
-
-/* the kernel's dynamic shared-memory limit raised past the default 48 KB */
-inline int allow_smem(const void *kernel, size_t smem)
-{
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
-    }
-    return LLTM_OK;
-}
-
-/* bytes of a value the kernel stages for tensor cores (grid_mma_bytes) */
-template <typename T, bool TF32> constexpr size_t mma_bytes()
-{
-    return sizeof(T) == 2 ? 2 : std::is_same<T, float>::value && TF32 ? 4 : 0;
-}
-
+/* The backward kernel (as the forward's: sequence_forward_kernel) */
 template <typename T, int KS, int KR, int CH, bool TF32>
-int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                     cudaStream_t stream)
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                         const T *__restrict__ grad_output, const T *__restrict__ grad_h_n,
+                         const T *__restrict__ grad_c_n, const T *__restrict__ weights,
+                         const T *__restrict__ cells, const T *__restrict__ gates,
+                         T *__restrict__ grad_gates, T *__restrict__ grad_bias,
+                         T *__restrict__ grad_h0, T *__restrict__ grad_c0,
+                         typename acc_of<T>::type *__restrict__ dg_work,
+                         typename acc_of<T>::type *__restrict__ dc_work,
+                         typename acc_of<T>::type *__restrict__ bias_work,
+                         const int64_t *__restrict__ lengths)
 {
-    typedef typename acc_of<T>::type A;
-    auto kernel = sequence_forward_kernel<T, KS, KR, CH, TF32>;
-    const size_t smem =
-        lltm_seq::grid_forward_smem(sizeof(A), mma_bytes<T, TF32>(), KS, KR, CH);
-    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
-        return LLTM_ERR_ARGUMENT;
-    const int status = allow_smem((const void *)kernel, smem);
-    if (status != LLTM_OK)
-        return status;
-    A *h_work = NULL, *c_work = NULL;
-    if (!std::is_same<T, A>::value) {
-        if (!a.workspace)
-            return LLTM_ERR_ARGUMENT;
-        h_work = (A *)a.workspace;
-        c_work = h_work + 2 * a.B * a.H;
-    }
-    return launch_status(launch_cooperative(
-        kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
-        (const T *)a.h0, (const T *)a.c0, (const T *)a.weights, (const T *)a.bias, (T *)a.gates,
-        (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths));
+    if constexpr (lltm_seq::grid_mma_only(KR) && !mma_products<T, TF32>())
+        __trap();
+    else
+        backward_recurrence<T, KS, KR, CH, TF32>(steps, B, H, K, grad_output, grad_h_n,
+                                                 grad_c_n, weights, cells, gates, grad_gates,
+                                                 grad_bias, grad_h0, grad_c0, dg_work, dc_work,
+                                                 bias_work, lengths);
 }
-
-template <typename T, int KS, int KR, int CH, bool TF32>
-int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                      cudaStream_t stream)
-{
-    typedef typename acc_of<T>::type A;
-    auto kernel = sequence_backward_kernel<T, KS, KR, CH, TF32>;
-    const size_t smem =
-        lltm_seq::grid_backward_smem(sizeof(A), mma_bytes<T, TF32>(), KS, KR, CH);
-    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups < 1)
-        return LLTM_ERR_ARGUMENT;
-    const int status = allow_smem((const void *)kernel, smem);
-    if (status != LLTM_OK)
-        return status;
-    A *dg_work = NULL, *dc_work = NULL, *bias_work = NULL;
-    if (!std::is_same<T, A>::value) {
-        if (!a.workspace)
-            return LLTM_ERR_ARGUMENT;
-        dg_work = (A *)a.workspace;
-        dc_work = dg_work + 2 * a.B * 3 * a.H;
-    }
-    const int work_status = bias_groups_work<T>(a, l.groups, &bias_work);
-    if (work_status != LLTM_OK)
-        return work_status;
-    return launch_status(launch_cooperative(
-        kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
-        (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
-        (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
-        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, dg_work, dc_work, bias_work,
-        a.lengths));
-}
-
-/* The layouts of the library (lanes x values; float64: not those of 32
- * values a lane), each in chunks of 16 rows and of 4, and what the chooser
- * picks them for: see lltm.h, lltm_sequence_plan_cuda. float32's in 16-row
- * chunks come in two builds, FFMA and TF32 (lltm_sequence_launch.tf32);
- * the others in one (TF32 false). */
-#define LLTM_SEQ_GRID_LAYOUTS(X)                                                             \
-    X(16, 8, 16)                                                                             \
-    X(16, 8, 4)                                                                              \
-    X(32, 16, 16)                                                                            \
-    X(32, 16, 4)                                                                             \
-    if constexpr (!std::is_same<T, double>::value) {                                         \
-        X(32, 32, 16)                                                                        \
-        X(32, 32, 4)                                                                         \
-        X(16, 32, 16)                                                                        \
-        X(16, 32, 4)                                                                         \
-    }
-
-/* Either build of a layout: TF32 for float32 in 16-row chunks where asked
- * (tf32; in 4-row chunks the TF32 tile of 16 rows lost to FFMA on 4) */
-#define LLTM_SEQ_GRID_BUILDS(KS, KR, CH, tf32, CALL)                                         \
-    if constexpr (std::is_same<T, float>::value && CH == BC) {                               \
-        if (tf32)                                                                            \
-            return CALL(KS, KR, CH, true);                                                   \
-    }                                                                                        \
-    return CALL(KS, KR, CH, false);
-
-template <typename T>
-const void *grid_kernel_of(bool forward, int lanes, int values, int chunk, bool tf32)
-{
-#define LLTM_SEQ_GRID_KERNEL(KS, KR, CH, TF)                                                 \
-    forward ? (const void *)sequence_forward_kernel<T, KS, KR, CH, TF>                       \
-            : (const void *)sequence_backward_kernel<T, KS, KR, CH, TF>
-#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (lanes == KS && values == KR && chunk == CH) {                                        \
-        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, tf32, LLTM_SEQ_GRID_KERNEL)                         \
-    }
-    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
-#undef LLTM_SEQ_GRID_CASE
-#undef LLTM_SEQ_GRID_KERNEL
-    return NULL;
-}
-
-template <typename T>
-int grid_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                    cudaStream_t stream)
-{
-#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_forward<T, KS, KR, CH, TF>(l, a, stream)
-#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
-        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
-    }
-    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
-#undef LLTM_SEQ_GRID_CASE
-#undef LLTM_SEQ_GRID_RUN
-    return LLTM_ERR_ARGUMENT;
-}
-
-template <typename T>
-int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                     cudaStream_t stream)
-{
-#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_backward<T, KS, KR, CH, TF>(l, a, stream)
-#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
-        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
-    }
-    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
-#undef LLTM_SEQ_GRID_CASE
-#undef LLTM_SEQ_GRID_RUN
-    return LLTM_ERR_ARGUMENT;
-}
-
-#undef LLTM_SEQ_GRID_BUILDS
 
 } // namespace
-
-/* The exported functions of one dtype's unit (lltm_cuda_sequence.cuh) */
-#define LLTM_SEQ_GRID_UNIT(T)                                                                \
-    namespace lltm_seq {                                                                     \
-    template <>                                                                              \
-    const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk, bool tf32)    \
-    {                                                                                        \
-        return grid_kernel_of<T>(forward, lanes, values, chunk, tf32);                       \
-    }                                                                                        \
-    template <>                                                                              \
-    int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
-                        cudaStream_t stream)                                                 \
-    {                                                                                        \
-        return grid_forward_of<T>(l, a, stream);                                             \
-    }                                                                                        \
-    template <>                                                                              \
-    int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
-                         cudaStream_t stream)                                                \
-    {                                                                                        \
-        return grid_backward_of<T>(l, a, stream);                                            \
-    }                                                                                        \
-    }
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_GRID_CUH */

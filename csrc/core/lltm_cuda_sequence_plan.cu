@@ -75,12 +75,13 @@ const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequen
 /* ---------------------------------------------------------------- grid -- */
 
 /* The grid layouts (lanes x values), in the order the chooser tries them
- * (a tie keeps the first). */
+ * (a tie keeps the first); 8x64 and 16x64 on tensor cores only
+ * (grid_mma_only). */
 struct grid_layout {
     int lanes, values;
 };
-constexpr grid_layout GRID_LAYOUTS[] = {{16, 8}, {16, 32}, {32, 16}, {32, 32}};
-constexpr int NUM_GRID_LAYOUTS = 4;
+constexpr grid_layout GRID_LAYOUTS[] = {{16, 8}, {16, 32}, {32, 16}, {32, 32}, {8, 64}, {16, 64}};
+constexpr int NUM_GRID_LAYOUTS = 6;
 /* The rows of a chunk each layout comes in (a tie keeps the first). */
 constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
@@ -136,6 +137,11 @@ bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int ch
 {
     const grid_layout g = GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
+        return false;
+    /* a layout of the tensor cores only: where the dtype's products run
+     * there (its kernels elsewhere stop at once) */
+    if (grid_mma_only(g.values) && (dtype == LLTM_FLOAT32 || dtype == LLTM_FLOAT64 ||
+                                    !lltm_cuda_grid_tensor_cores(&dev, dtype)))
         return false;
     const int64_t resident =
         grid_resident_blocks(dev, dtype, layout, chunk_index, tf32) / concurrent;

@@ -7,7 +7,8 @@ shape (B, H, I = H/2, T, one layer) and dtype:
   sequence  lltm.LLTM with each plan forced through lltm.overrides: the cluster
             family in both of its shapes (16 blocks of 8 units, 8 of 16), the
             grid family in each layout that holds H (16x8, 16x32, 32x16,
-            32x32), the block family in 1- and 4-row chunks (H <= 64), the
+            32x32; the half types also 8x64, 16x64), the block family in 1-
+            and 4-row chunks (H <= 64), the
             per-step kernels; the library's own choice
             ("lltm"); cuDNN's nn.LSTM; the loop of reference cells
   cell      the native cell on each matrix-product route (fused, cuBLAS) and
@@ -107,6 +108,8 @@ class Variant:
                 return f"grid {lanes}x{values} holds H <= {lanes * values}"
             if dtype == torch.float64 and values == 32:
                 return "no 32-value grid layouts in float64"
+            if values == 64 and dtype not in (torch.float16, torch.bfloat16):
+                return "64-value grid layouts in the half types only"
         return None
 
 

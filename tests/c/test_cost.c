@@ -174,6 +174,20 @@ int main(void)
               64, 512, "float32");
         check(lltm_sequence_plan_cost_cuda(&dev, &ffma, 100, 64, 256, 512) >= us_ffma,
               "FFMA grid: its products at the TF32 rate where allowed", 64, 512, "float32");
+        /* the layouts of 64 values a lane: their own passes (H100 bfloat16
+         * B64/H256: 8x64 in 16 groups of 4-row chunks, 637 us, against
+         * 16x32 in 4 groups of 16-row ones, 851); no TF32 build of them */
+        lltm_sequence_plan x64 = grid_plan(LLTM_BFLOAT16, 64, 256, 8, 64, 16);
+        x64.forward.rows = x64.backward.rows = x64.forward.chunk = x64.backward.chunk = 4;
+        const lltm_sequence_plan x32 = grid_plan(LLTM_BFLOAT16, 64, 256, 16, 32, 4);
+        const double us_x64 = lltm_sequence_plan_cost_cuda(&dev, &x64, 100, 64, 128, 256);
+        const double us_x32 = lltm_sequence_plan_cost_cuda(&dev, &x32, 100, 64, 128, 256);
+        check(us_x64 < 0.9 * us_x32 && us_x64 > 0.6 * us_x32, "8x64: 0.6x - 0.9x 16x32's", 64,
+              256, "bfloat16");
+        lltm_sequence_plan x64_tf32 = grid_plan(LLTM_FLOAT32, 64, 256, 8, 64, 4);
+        x64_tf32.forward.tf32 = x64_tf32.backward.tf32 = 1;
+        check(isinf(lltm_sequence_plan_cost_cuda(&allowed, &x64_tf32, 100, 64, 128, 256)),
+              "no TF32 build of the 64-value layouts", 64, 256, "float32");
     }
     /* TF32: float32 products at the TF32 rate only where the caller allows
      * it (dev.tf32) and the device has it (8.0+); other dtypes unchanged */

@@ -508,6 +508,8 @@ template <typename T> T shfl_xor(T v, int mask)
 #define threadIdx (emu::current->tid)
 #define blockIdx (emu::current->bid)
 
+/* a kernel that must never run here (see sequence_forward_kernel) */
+[[noreturn]] inline void __trap() { abort(); }
 inline void __syncthreads() { emu::arrive(emu::g->block_barriers[emu::current->block]); }
 
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask)
