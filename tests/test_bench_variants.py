@@ -30,6 +30,9 @@ def test_every_variant_is_checked_timed_and_summarized(tmp_path):
                                                             variants.SEQUENCE_VARIANTS)}
     assert set(cell) == {"reference", "native", "lstm_cell", "native[fused]", "native[cublas]"}
     for rec in list(seq.values()) + list(cell.values()):
+        if rec["impl"].endswith("x64]"):  # the half types' only; the run is float32
+            assert rec["status"] == "unfit" and "half types" in rec["note"], rec
+            continue
         assert rec["status"] == "ok", (rec["impl"], rec["note"])
         assert rec["error"] <= rec["tolerance"]
         assert rec["figure"] == "step"  # the CPU: no CUDA graphs
