@@ -161,8 +161,8 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
             if long is None or short is None:
                 continue
             plan, cost = long
-            if sharing == 2 and plan["family"] != "steps" and not (
-                    plan["family"] == "grid" and overrides.grid_tensor_cores(dtype, device=index)):
+            if sharing == 2 and plan["family"] != "steps" and not _grid_on_tensor_cores(
+                    plan, dtype, index):
                 # Persistent plans halved to share the device, their products
                 # on FFMA: the model predicted 12% - 32% gains for them on an
                 # H100, and they gained little or lost up to a fifth. The
@@ -194,6 +194,15 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best
+
+
+def _grid_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int) -> bool:
+    """Whether ``plan`` is the grid family forming its products on tensor
+    cores: the half types' where the device has them, float32's where the
+    plan took the TF32 build (its FFMA build is a choice too where TF32 is
+    allowed)."""
+    return (plan["family"] == "grid" and overrides.grid_tensor_cores(dtype, device=index)
+            and (dtype != torch.float32 or bool(plan["forward"].get("tf32"))))
 
 
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,

@@ -384,7 +384,7 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     at least a tenth over the layers one after the other, under CUDA-graph
     capture; not in eager mode, not where those plans are too slow, nor where
     the shared plan is a persistent one, unless it is the grid with its
-    products on tensor cores."""
+    products on tensor cores (float32: its TF32 build)."""
     whole = {"family": "grid", "forward": {"blocks": 128, "groups": 1},
              "backward": {"blocks": 128, "groups": 1}}
     shared = {"plan": {"family": "steps"}}
@@ -427,6 +427,16 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     assert chunks > 1 and sharing == 2
     step_us[2] = 25.0
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    # float32 where TF32 is allowed: the shared grid's TF32 build, not its FFMA one
+    step_us[2] = 11.0
+    tensor_cores.append(torch.float32)
+    shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1, "tf32": True},
+                      "backward": {"blocks": 64, "groups": 1, "tf32": True}}
+    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True)
+    assert chunks > 1 and sharing == 2
+    shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1, "tf32": False},
+                      "backward": {"blocks": 64, "groups": 1, "tf32": False}}
+    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == (1, 1)
     shared["plan"] = {"family": "cluster", "forward": {"blocks": 16, "groups": 2},
                       "backward": {"blocks": 16, "groups": 2}}
     step_us[2] = 11.0  # other persistent families: not taken
