@@ -241,13 +241,14 @@ __device__ __forceinline__ void load_unit_tiles(const T *__restrict__ weights, i
 
 /* Each warp's tiles of the chunk staged in a ([BC][LDA], T) times its B
  * tiles, over its k range [warp*KW, warp*KW + KW), written as float partial
- * sums to parts[warp][CH][NOUT] (rows of the chunk only); returns after the
- * block's barrier, the parts complete. */
-template <typename T, int KW, int MN, int MK, int CH, int LDA, int NOUT>
+ * sums to parts[warp][CH][LDP] (rows of the chunk only, NOUT columns of
+ * LDP: lltm_seq::mma_parts_ld); returns after the block's barrier, the
+ * parts complete. */
+template <typename T, int KW, int MN, int MK, int CH, int LDA, int NOUT, int LDP>
 __device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[MN][MK][2],
                                                float *parts, int tid)
 {
-    static_assert(MN * 8 == NOUT, "columns");
+    static_assert(MN * 8 == NOUT && LDP >= NOUT, "columns");
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     float c[MN][4];
 #pragma unroll
@@ -263,30 +264,30 @@ __device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[
         for (int n = 0; n < MN; ++n)
             mma_tile<T>(c[n], tile, wt[n][kk]);
     }
-    float *mine = parts + warp * CH * NOUT;
+    float *mine = parts + warp * CH * LDP;
 #pragma unroll
     for (int n = 0; n < MN; ++n) {
         const int col = n * 8 + 2 * t4;
         if (g < CH) {
-            mine[g * NOUT + col] = c[n][0];
-            mine[g * NOUT + col + 1] = c[n][1];
+            mine[g * LDP + col] = c[n][0];
+            mine[g * LDP + col + 1] = c[n][1];
         }
         if (g + 8 < CH) {
-            mine[(g + 8) * NOUT + col] = c[n][2];
-            mine[(g + 8) * NOUT + col + 1] = c[n][3];
+            mine[(g + 8) * LDP + col] = c[n][2];
+            mine[(g + 8) * LDP + col + 1] = c[n][3];
         }
     }
     __syncthreads();
 }
 
 /* the warps' partial sums of (row, col), added in warp order (deterministic) */
-template <int CH, int NOUT>
+template <int CH, int LDP>
 __device__ __forceinline__ float sum_parts(const float *parts, int row, int col)
 {
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < NT / 32; ++w)
-        sum += parts[(w * CH + row) * NOUT + col];
+        sum += parts[(w * CH + row) * LDP + col];
     return sum;
 }
 

@@ -108,6 +108,22 @@ inline size_t elem_bytes(lltm_dtype dtype)
  * the GPU is older PTX runs the FFMA kernels instead: the kernels get the
  * larger of the two sizes. */
 constexpr int MMA_ROW_PAD_BYTES = 16;
+/* The row stride (floats) of the warps' partial sums of `outs` columns,
+ * padded to `bank` modulo 32 banks. Unpadded, 3U or U columns put up to
+ * eight lanes of a warp on one bank: its fragment stores (rows l/4,
+ * columns 2(l%4)) at 3U = 96 or U = 32, and the forward's sums (a warp
+ * reads KS rows of 32 / KS units) at every layout. The strides of
+ * mma_parts_bank meet on a bank at most twice for either. */
+__host__ __device__ constexpr int mma_parts_ld(int outs, int bank)
+{
+    return outs + ((bank - outs % 32) % 32 + 32) % 32;
+}
+/* forward: KS rows a warp reads need an odd stride at KS = 32; backward:
+ * whole rows of U, four a warp at U = 8 */
+__host__ __device__ constexpr int mma_parts_bank(bool forward, int ks)
+{
+    return forward ? (ks == 32 ? 5 : 4) : (NT / ks == 8 ? 8 : 4);
+}
 inline size_t grid_mma_smem(int cols, int ch, int outs, size_t mma)
 {
     return (size_t)BC * (cols * mma + MMA_ROW_PAD_BYTES) +
@@ -135,12 +151,14 @@ inline size_t grid_mma_bytes(lltm_dtype dtype, bool tf32)
 inline size_t grid_forward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
     const size_t ffma = grid_mma_only(kr) ? 0 : (size_t)ch * ks * kr * acc;
-    return mma ? max_size(ffma, grid_mma_smem(ks * kr, ch, NT / ks * 3, mma)) : ffma;
+    const int parts = mma_parts_ld(NT / ks * 3, mma_parts_bank(true, ks));
+    return mma ? max_size(ffma, grid_mma_smem(ks * kr, ch, parts, mma)) : ffma;
 }
 inline size_t grid_backward_smem(size_t acc, size_t mma, int ks, int kr, int ch)
 {
     const size_t ffma = grid_mma_only(kr) ? 0 : (size_t)ch * ks * 3 * kr * acc;
-    return mma ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, NT / ks, mma)) : ffma;
+    const int parts = mma_parts_ld(NT / ks, mma_parts_bank(false, ks));
+    return mma ? max_size(ffma, grid_mma_smem(3 * ks * kr, ch, parts, mma)) : ffma;
 }
 /* vec: values of a 16-byte vector (16 / acc) */
 inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_t rows, int ch)

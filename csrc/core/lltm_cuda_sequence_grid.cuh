@@ -150,18 +150,20 @@ forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__re
             for (int v = 0; v < CH * 3; ++v)
                 acc[v] = 0;
             if constexpr (MMA) {
+                constexpr int LDP =
+                    lltm_seq::mma_parts_ld(3 * U, lltm_seq::mma_parts_bank(true, KS));
                 if (chunk_live) {
                     stage_tile_rows<T, KP, LDA, CH>(ha, t == 0 ? h0 : output + (t - 1) * BH, B,
                                                     b0, H, tid);
                     __syncthreads();
-                    chunk_products<T, KW, MN, MK, CH, LDA, 3 * U>(ha, wt, parts, tid);
+                    chunk_products<T, KW, MN, MK, CH, LDA, 3 * U, LDP>(ha, wt, parts, tid);
 #pragma unroll
                     for (int r = 0; r < RL; ++r)
                         if (owns[r])
 #pragma unroll
                             for (int q = 0; q < 3; ++q)
                                 acc[r * 3 + q] =
-                                    sum_parts<CH, 3 * U>(parts, row_of[r], q * U + tid / KS);
+                                    sum_parts<CH, LDP>(parts, row_of[r], q * U + tid / KS);
                 }
             } else if (chunk_live) {
                 /* stage h_{t-1} of rows b0 .. b0+CH-1 (zero beyond B and H) */
@@ -343,12 +345,13 @@ backward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K,
      * r*KS, own_u) */
     auto dh_from = [&](int64_t t, int64_t b0, A (&total)[RB]) {
         if constexpr (MMA) {
+            constexpr int LDP = lltm_seq::mma_parts_ld(U, lltm_seq::mma_parts_bank(false, KS));
             stage_tile_rows<T, RP, LDA, CH>(ga, grad_gates + t * BG, B, b0, G, tid);
             __syncthreads();
-            chunk_products<T, KW, MN, MK, CH, LDA, U>(ga, wt, parts, tid);
+            chunk_products<T, KW, MN, MK, CH, LDA, U, LDP>(ga, wt, parts, tid);
 #pragma unroll
             for (int r = 0; r < RB; ++r)
-                total[r] = owns[r] ? sum_parts<CH, U>(parts, own_bb + r * KS, tid % U) : A(0);
+                total[r] = owns[r] ? sum_parts<CH, LDP>(parts, own_bb + r * KS, tid % U) : A(0);
             __syncthreads(); /* ga and parts are reused next */
         } else {
             if constexpr (SAME)
