@@ -169,6 +169,18 @@ def _pick_misses(by_shape, tolerance):
     return misses
 
 
+def _errors_by_shape(records, counted=lambda t: True, shape=lambda t: (t["B"], t["H"])):
+    """Of _recorded_costs' records: the sorted relative errors of the model
+    against the times of those `counted`, and every record by its shape as
+    (model us, measured us, plan) for _pick_misses."""
+    errors, by_shape = [], {}
+    for t, us in records:
+        if counted(t):
+            errors.append(abs(us - t["us"]) / t["us"])
+        by_shape.setdefault(shape(t), []).append((us, t["us"], t["plan"]))
+    return sorted(errors), by_shape
+
+
 def test_grid_costs_on_tensor_cores_by_batch_group(emu):
     """The grid's cost on tensor cores against the H100's times of one
     bfloat16 layer in every layout and chunk size at every batch-group count
@@ -179,11 +191,7 @@ def test_grid_costs_on_tensor_cores_by_batch_group(emu):
     cheapest within GROUPS_PICK_TOLERANCE of the fastest measured."""
     records = _recorded_costs(emu, "grid-groups-h100.json")
     assert len(records) >= 150
-    errors, by_shape = [], {}
-    for t, us in records:
-        errors.append(abs(us - t["us"]) / t["us"])
-        by_shape.setdefault((t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
-    errors.sort()
+    errors, by_shape = _errors_by_shape(records)
     assert errors[len(errors) // 2] < GROUPS_MEDIAN_ERROR, errors[len(errors) // 2]
     misses = _pick_misses(by_shape, GROUPS_PICK_TOLERANCE)
     assert len(by_shape) >= 12 and not misses, "\n".join(misses)
@@ -204,12 +212,8 @@ def test_grid_costs_on_tf32_against_the_h100(emu):
     the plan the model costs cheapest (either build) within 5% of the
     fastest (the fastest itself at all 12; the FFMA build's 4-row plans
     where B is small, the TF32 build's elsewhere)."""
-    errors, by_shape = [], {}
-    for t, us in _recorded_costs(emu, "grid-tf32-h100.json", tf32=1):
-        if t["forward"]["tf32"]:
-            errors.append(abs(us - t["us"]) / t["us"])
-        by_shape.setdefault((t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
-    errors.sort()
+    errors, by_shape = _errors_by_shape(_recorded_costs(emu, "grid-tf32-h100.json", tf32=1),
+                                        lambda t: t["forward"]["tf32"])
     assert len(errors) >= 80 and errors[len(errors) // 2] < 0.05, errors[len(errors) // 2]
     assert errors[len(errors) * 9 // 10] < 0.10, errors[len(errors) * 9 // 10]
     misses = _pick_misses(by_shape, 0.05)
@@ -225,12 +229,8 @@ def test_grid_costs_of_the_64_value_layouts_against_the_h100(emu):
     the model costs cheapest within 5% of the fastest measured (where a
     64-value layout is fastest: B64/H256 637 us against 851 for 16x32,
     B256/H256 1,306 against 1,693, B32/H512 648 against 856)."""
-    errors, by_shape = [], {}
-    for t, us in _recorded_costs(emu, "grid-x64-h100.json"):
-        if t["forward"]["values"] == 64:
-            errors.append(abs(us - t["us"]) / t["us"])
-        by_shape.setdefault((t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
-    errors.sort()
+    errors, by_shape = _errors_by_shape(_recorded_costs(emu, "grid-x64-h100.json"),
+                                        lambda t: t["forward"]["values"] == 64)
     assert len(errors) >= 150 and errors[len(errors) // 2] < 0.05, errors[len(errors) // 2]
     assert errors[len(errors) * 9 // 10] < 0.10, errors[len(errors) * 9 // 10]
     misses = _pick_misses(by_shape, 0.05)
@@ -246,12 +246,9 @@ def test_cluster_costs_against_the_h100(emu):
     them): the median relative error of the cluster plans under 15%, and at
     every shape the plan the model costs cheapest the fastest measured, or
     within 10% of it."""
-    errors, by_shape = [], {}
-    for t, us in _recorded_costs(emu, "clusters-h100.json"):
-        if t["family"] == "cluster":
-            errors.append(abs(us - t["us"]) / t["us"])
-        by_shape.setdefault((t["dtype"], t["B"], t["H"]), []).append((us, t["us"], t["plan"]))
-    errors.sort()
+    errors, by_shape = _errors_by_shape(_recorded_costs(emu, "clusters-h100.json"),
+                                        lambda t: t["family"] == "cluster",
+                                        lambda t: (t["dtype"], t["B"], t["H"]))
     assert len(errors) >= 80 and errors[len(errors) // 2] < 0.15, errors[len(errors) // 2]
     misses = _pick_misses(by_shape, 0.10)
     assert len(by_shape) >= 24 and not misses, "\n".join(misses)
