@@ -1,0 +1,259 @@
+"""The grid family's tensor-core pass terms (GRID_MMA_PASS, GRID_TF32_PASS of
+csrc/core/lltm_cuda_cost.c) against times of forced plans: re-time the plans
+of the data files the tests check the model against, and fit the terms to
+them.
+
+    # on the GPU machine: every record's plan forced again, timed, written out
+    python3 dev/timing/grid_costs.py time tests/data/grid-groups-h100.json ... --out DIR
+    # anywhere (g++, no GPU): each kernel's pass term fitted to the times
+    python3 dev/timing/grid_costs.py fit DIR/grid-groups-h100.json ...
+
+`time`: each record's plan (layout, chunk rows, batch groups; float32's
+build, TF32 or FFMA) forced through lltm.overrides.sequence_plan, the plan
+in force checked against the record's (else the record is dropped and
+named), one layer's forward + backward timed by CUDA-graph replay
+(wavefront_timing.graph_time: median of 5 timings of 5 replays), T, B, I, H
+of the record; the outputs and gradients compared with the library's own
+plan first (each tensor's largest difference within 3e-2 of its largest
+value in the half types, 2e-2 in float32 on TF32; beyond that, both against
+the float64 operator, and the forced plan must be within twice the library's
+own plan's error: a check against a plan gone wrong, the tests hold the
+accuracy bars). float32 records run with torch's TF32 on, as they were taken.
+
+`fit`: the model's cost of each record on the emulated H100 (the .cu files
+compiled by g++ against tests/cuda_emu, as plan_table.py does); a pass term
+enters a plan's cost as T x (forward + backward passes) x term, so each
+kernel's term (layout x chunk rows, half types or TF32) is moved by the
+least squares of the relative errors of its records, the other terms held.
+Prints the terms as the C arrays hold them, and the errors before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+LAYOUTS = ("16x8", "16x32", "32x16", "32x32", "8x64", "16x64")  # the C arrays' order
+FIELDS = ("lanes", "values", "rows", "chunk", "blocks", "groups")
+
+
+def plan_name(f: dict, b: dict) -> str:
+    tf32 = " tf32" if f.get("tf32") else ""
+    return (f"grid {f['lanes']}x{f['values']} r{f['rows']}/{f['chunk']} g{f['groups']} "
+            f"b{f['blocks']}; bwd g{b['groups']} b{b['blocks']}{tf32}")
+
+
+def time_records(paths, out_dir: Path) -> None:
+    import torch
+
+    import lltm
+    from wavefront_timing import graph_time
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        kept, dropped = [], []
+        for t in data["times"]:
+            f, b = t["forward"], t["backward"]
+            dtype = getattr(torch, t["dtype"])
+            tf32 = dtype == torch.float32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            constraints = dict(family="grid", grid_shape=f"{f['lanes']}x{f['values']}",
+                               grid_chunk=f["chunk"], grid_groups=f["groups"])
+            if tf32:
+                constraints["grid_tf32"] = bool(f.get("tf32"))
+            T, B, I, H = t["T"], t["B"], t["I"], t["H"]
+            with lltm.overrides.sequence_plan(**constraints):
+                plan = lltm.overrides.sequence_plan_in_force(dtype, T, B, I, H)
+            same = plan is not None and all(
+                plan[d][k] == t[d][k] for d in ("forward", "backward") for k in FIELDS)
+            if not same:
+                dropped.append(t["plan"])
+                continue
+            torch.manual_seed(0)
+            module = lltm.LLTM(I, H, device="cuda", dtype=dtype)
+            x = torch.randn(T, B, I, device="cuda", dtype=dtype).requires_grad_()
+            grad_out = torch.randn(T, B, H, device="cuda", dtype=dtype)
+            leaves = [x, *module.parameters()]
+
+            def step():
+                out, _ = module(x)
+                return torch.autograd.grad(out, leaves, grad_out)
+            want = [g.double() for g in step()]
+            with lltm.overrides.sequence_plan(**constraints):
+                got = [g.double() for g in step()]
+            if not close(got, want, dtype):  # the float64 operator's own plan
+                check_against_float64(module, x, grad_out, got, want, t["plan"])
+            with lltm.overrides.sequence_plan(**constraints):
+                us = graph_time(step, 5, 5)
+            record = dict(t, forward=plan["forward"], backward=plan["backward"],
+                          plan=plan_name(plan["forward"], plan["backward"]), us=round(us, 2))
+            kept.append(record)
+            print(f"{Path(path).name}: B{B}/H{H} {record['plan']}: {us:.1f} us "
+                  f"(was {t['us']})", flush=True)
+        data["machine"] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "date": datetime.datetime.now(datetime.timezone.utc)
+                           .isoformat(timespec="seconds"), "code": "(set by the caller)"}
+        data["times"] = kept
+        (out_dir / Path(path).name).write_text(
+            "{" + ",\n ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in data.items()
+                              if k != "times")
+            + ',\n "times": [\n  ' + ",\n  ".join(json.dumps(r) for r in kept) + "\n ]}\n")
+        print(f"{path}: {len(kept)} timed, {len(dropped)} dropped (plan not in force: "
+              f"{', '.join(dropped) or '-'})")
+
+
+def relative_error(got, want) -> float:
+    """The largest difference of a tensor of `got` from `want`'s, over that
+    tensor's largest value."""
+    return max(((g - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
+
+
+def close(got, want, dtype) -> bool:
+    import torch
+    return relative_error(got, want) < (2e-2 if dtype == torch.float32 else 3e-2)
+
+
+def check_against_float64(module, x, grad_out, got, want, name) -> None:
+    """Where a forced plan's results and the library's own plan's differ by
+    more than close() lets (a long bfloat16 recurrence at large B drifts
+    apart plan to plan): both against the float64 operator's; a forced plan
+    twice as far from them as the library's own stops the run."""
+    import copy
+
+    import torch
+    m64 = copy.deepcopy(module).double()
+    x64 = x.detach().double().requires_grad_()
+    out, _ = m64(x64)
+    exact = torch.autograd.grad(out, [x64, *m64.parameters()], grad_out.double())
+    forced, own = relative_error(got, exact), relative_error(want, exact)
+    print(f"  {name}: error against float64 {forced:.2e}, the library's own plan {own:.2e}")
+    if forced > 2 * own + 1e-3:
+        raise SystemExit(f"{name}: error {forced:.2e} against float64, the library's plan "
+                         f"{own:.2e}")
+
+
+def kernel_of(t: dict) -> tuple[str, int, int] | None:
+    """(build, chunk rows, layout index) of a record's tensor-core kernel,
+    None for float32's FFMA build."""
+    f = t["forward"]
+    if t["dtype"] == "float32" and not f.get("tf32"):
+        return None
+    return ("tf32" if t["dtype"] == "float32" else "half", f["chunk"],
+            LAYOUTS.index(f"{f['lanes']}x{f['values']}"))
+
+
+def passes(t: dict) -> float:
+    """T x the forward's and backward's passes a step (launch_passes)."""
+    def one(launch):
+        chunks = -(-t["B"] // launch["chunk"])
+        return -(-chunks // launch["groups"])
+    return t["T"] * (one(t["forward"]) + one(t["backward"]))
+
+
+def model_costs(records, lib) -> list[float]:
+    from sequence_emu import DTYPE_CODES, GRID, Plan, device
+    import torch
+    exchanges = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
+    out = []
+    for t in records:
+        dev = device(lib, tf32=int(t["dtype"] == "float32"))
+        plan = Plan()
+        plan.family, plan.B, plan.H = GRID, t["B"], t["H"]
+        plan.dtype = DTYPE_CODES[getattr(torch, t["dtype"])]
+        for name in ("forward", "backward"):
+            for field, value in t[name].items():
+                setattr(getattr(plan, name), field,
+                        exchanges[value] if field == "exchange" else value)
+        out.append(lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan),
+                                                    t["T"], t["B"], t["I"], t["H"]))
+    return out
+
+
+def fit(paths) -> None:
+    from plan_table import build
+    records = [t for p in paths for t in json.loads(Path(p).read_text())["times"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = build(Path(tmp))
+        lib.lltm_cuda_device_query.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        lib.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 4
+        lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+        costs = model_costs(records, lib)
+    by_kernel: dict = {}
+    for t, cost in zip(records, costs):
+        key = kernel_of(t)
+        if key is not None:
+            by_kernel.setdefault(key, []).append((t, cost))
+    print(f"{len(records)} records, {sum(len(v) for v in by_kernel.values())} on tensor cores")
+    print("build chunk layout  n  delta_us  median_err before -> after  p90 before -> after")
+    deltas, all_before, all_after = {}, [], []
+    for key in sorted(by_kernel):
+        rows = by_kernel[key]
+        # minimize sum(((y - c - n d) / y)^2) over d
+        num = sum(passes(t) * (t["us"] - c) / t["us"] ** 2 for t, c in rows)
+        den = sum((passes(t) / t["us"]) ** 2 for t, c in rows)
+        d = num / den
+        deltas[key] = d
+        before = sorted(abs(c - t["us"]) / t["us"] for t, c in rows)
+        after = sorted(abs(c + passes(t) * d - t["us"]) / t["us"] for t, c in rows)
+        all_before += before
+        all_after += after
+        print(f"{key[0]:5} {key[1]:5} {LAYOUTS[key[2]]:6} {len(rows):3} {d:+8.4f}  "
+              f"{statistics.median(before):6.1%} -> {statistics.median(after):6.1%}  "
+              f"{before[len(before) * 9 // 10]:6.1%} -> {after[len(after) * 9 // 10]:6.1%}")
+    all_before.sort()
+    all_after.sort()
+    print(f"all: median {statistics.median(all_before):.1%} -> {statistics.median(all_after):.1%}"
+          f", p90 {all_before[len(all_before) * 9 // 10]:.1%} -> "
+          f"{all_after[len(all_after) * 9 // 10]:.1%}")
+    half, tf32 = c_terms()
+    for key, d in deltas.items():
+        if key[0] == "half":
+            half[key[1] == 4][key[2]] += d
+        elif key[1] == 16:
+            tf32[key[2]] += d
+    rows = ",\n    ".join("{" + ", ".join(f"{v:.4f}" for v in row) + "}" for row in half)
+    print(f"GRID_MMA_PASS[2][6] = {{{rows}}};")
+    print("GRID_TF32_PASS[4] = {" + ", ".join(f"{v:.4f}" for v in tf32) + "};")
+
+
+def c_terms() -> tuple[list, list]:
+    """GRID_MMA_PASS and GRID_TF32_PASS as lltm_cuda_cost.c has them."""
+    text = (ROOT / "csrc" / "core" / "lltm_cuda_cost.c").read_text()
+
+    def numbers(name):
+        body = re.search(name + r"\[[^=]*=\s*(\{.*?\});", text, re.S).group(1)
+        return [float(v) for v in re.findall(r"[-+]?\d+\.\d*(?:[eE][-+]?\d+)?", body)]
+    half = numbers("GRID_MMA_PASS")
+    return [half[:6], half[6:]], numbers("GRID_TF32_PASS")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    timing = sub.add_parser("time", help="re-time the records' plans (GPU)")
+    timing.add_argument("files", nargs="+")
+    timing.add_argument("--out", type=Path, required=True)
+    fitting = sub.add_parser("fit", help="fit the pass terms to the times (no GPU)")
+    fitting.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "time":
+        time_records(args.files, args.out)
+    else:
+        fit(args.files)
+
+
+if __name__ == "__main__":
+    main()
