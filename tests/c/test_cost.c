@@ -175,8 +175,8 @@ int main(void)
         check(lltm_sequence_plan_cost_cuda(&dev, &ffma, 100, 64, 256, 512) >= us_ffma,
               "FFMA grid: its products at the TF32 rate where allowed", 64, 512, "float32");
         /* the layouts of 64 values a lane: their own passes (H100 bfloat16
-         * B64/H256: 8x64 in 16 groups of 4-row chunks, 637 us, against
-         * 16x32 in 4 groups of 16-row ones, 851); no TF32 build of them */
+         * B64/H256: 8x64 in 16 groups of 4-row chunks, 600 us, against
+         * 16x32 in 4 groups of 16-row ones, 788); no TF32 build of them */
         lltm_sequence_plan x64 = grid_plan(LLTM_BFLOAT16, 64, 256, 8, 64, 16);
         x64.forward.rows = x64.backward.rows = x64.forward.chunk = x64.backward.chunk = 4;
         const lltm_sequence_plan x32 = grid_plan(LLTM_BFLOAT16, 64, 256, 16, 32, 4);
