@@ -87,27 +87,57 @@ def _split(T: int, chunks: int) -> list[int]:
 
 
 def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concurrent: float,
-                   host_us: float = 0.0, host_step_us: float = 0.0) -> float:
+                   host_us: float = 0.0, host_step_us: float = 0.0,
+                   persistent: bool = False) -> float:
     """Microseconds of one forward + backward of L layers over T steps in C
     chunks: a call costs call_us plus step_us a step (on the GPU) and host_us
     plus host_step_us a step of host time; at most ``concurrent`` layers'
-    kernels fit on the GPU at once. The wavefront takes C + L - 1 chunk
-    times; with fewer than L kernels at once, L C chunk calls shared out over
-    ``concurrent``; the host issues L C calls."""
+    kernels fit on the GPU at once. The per-step family's kernels share the
+    GPU as they come: the wavefront takes C + L - 1 chunk times, or with
+    fewer than L kernels at once the L C chunk calls shared out over
+    ``concurrent``. A ``persistent`` plan's launch holds its SMs from start
+    to end: chunk calls take ``concurrent`` whole slots (:func:`makespan`;
+    three layers in two slots: 6 chunk times in 3 chunks, not 5). The host
+    issues L C calls."""
     chunk = call_us + step_us * T / C
     host = host_us + host_step_us * T / C
     if C == 1:
         return L * max(chunk, host)
-    return max((C + L - 1) * chunk, L * C * chunk / concurrent, L * C * host)
+    if persistent:
+        times = makespan(L, C, max(1, int(concurrent)))
+    else:
+        times = max(C + L - 1, L * C / concurrent)
+    return max(times * chunk, L * C * host)
+
+
+def makespan(L: int, C: int, slots: int) -> int:
+    """Chunk times for the L x C chunk calls, call (l, k) after (l - 1, k)
+    and (l, k - 1), at most ``slots`` at once, each time the ready calls
+    taken in diagonal order (lower l + k first, the deeper layer first
+    within a diagonal)."""
+    if slots >= L:
+        return C + L - 1
+    done = [0] * L  # chunks each layer has finished
+    times = 0
+    while done[-1] < C:
+        ready = [l for l in range(L)
+                 if done[l] < C and (l == 0 or done[l - 1] > done[l])]
+        ready.sort(key=lambda l: (l + done[l], -l))
+        for l in ready[:slots]:
+            done[l] += 1
+        times += 1
+    return times
 
 
 def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: float,
-                host_us: float = 0.0, gain: float = GAIN, host_step_us: float = 0.0) -> int:
+                host_us: float = 0.0, gain: float = GAIN, host_step_us: float = 0.0,
+                persistent: bool = False) -> int:
     """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
     least :func:`predicted_time`; 1 unless that takes at most ``gain`` of the
     layers one after the other."""
     top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
-    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us, host_step_us)
+    times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us, host_step_us,
+                               persistent)
              for C in range(1, top + 1)}
     best = min(times, key=times.get)
     return best if times[best] <= gain * times[1] else 1
@@ -184,13 +214,15 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
                                     tf32 and capturing)
         call_us = CALL_US[plan["family"]]
         host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
+        persistent = plan["family"] != "steps"
         if sharing == 1:
             plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us, host_step_us)
         chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0,
-                             host_step_us=host_step_us)
+                             host_step_us=host_step_us, persistent=persistent)
         if chunks == 1:
             continue  # a layer alone on the device: planned for the whole of it
-        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us, host_step_us)
+        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us, host_step_us,
+                              persistent)
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best

@@ -6,6 +6,7 @@ layers; variable lengths (rows ending inside and before chunks);
 torch.compile(fullgraph=True) and torch.func; the cases that keep one call a
 layer (bidirectional, one layer); the chunk
 count's choice and its override. The CUDA streams: tests/test_cuda_wavefront.py."""
+import itertools
 import pytest
 import torch
 import torch.nn.functional as F
@@ -286,13 +287,52 @@ def test_predicted_time_and_best_chunks():
     assert _wavefront.predicted_time(4, 3, 100, 40, 10, 1) == 12 * (40 + 250)
     # the host issuing the calls
     assert _wavefront.predicted_time(4, 3, 100, 1, 1, 3, host_us=100) == 1200
+    # persistent launches hold whole slots: three layers in two, three chunks
+    # take 6 chunk times (the fluid count: max(5, 4.5)), two chunks 4
+    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2) == 5 * (40 + 400)
+    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2, persistent=True) == 6 * (40 + 400)
+    assert _wavefront.predicted_time(2, 3, 120, 40, 10, 2, persistent=True) == 4 * (40 + 600)
+    assert _wavefront.predicted_time(4, 3, 120, 40, 10, 3, persistent=True) == 6 * (40 + 300)
     c = _wavefront.best_chunks(3, 100, 40, 10, 3)
     assert 2 <= c <= 100 // _wavefront.MIN_CHUNK_STEPS
+    # where the fluid count favours 3 chunks, whole slots favour 2
+    assert _wavefront.best_chunks(3, 100, 110, 5, 2) == 3
+    assert _wavefront.best_chunks(3, 100, 110, 5, 2, persistent=True) == 2
     assert _wavefront.best_chunks(3, 100, 40, 10, 1) == 1  # no room: the layers in turn
     assert _wavefront.best_chunks(3, 100, 40, 10, 3, host_us=2000) == 1  # the host bound
     assert _wavefront.best_chunks(3, 100, 1000, 1, 3) == 1  # calls dearer than steps
     assert _wavefront.best_chunks(3, 12, 1, 10, 3) == 1  # too few steps for two chunks
     assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
+
+
+def test_makespan_of_the_chunk_calls():
+    """Chunk times of the L x C chunk calls in whole slots: the wavefront's
+    C + L - 1 where every layer has a slot, every call in turn with one, and
+    in between the list schedule's count, checked against every order of
+    the calls (a brute-force search over the ready calls each time)."""
+    from functools import lru_cache
+
+    def brute(L, C, slots):
+        @lru_cache(maxsize=None)
+        def rest(done):
+            if done[-1] == C:
+                return 0
+            ready = [l for l in range(L) if done[l] < C and (l == 0 or done[l - 1] > done[l])]
+            best = None
+            for n in range(1, min(slots, len(ready)) + 1):
+                for pick in itertools.combinations(ready, n):
+                    after = tuple(d + (l in pick) for l, d in enumerate(done))
+                    t = 1 + rest(after)
+                    best = t if best is None else min(best, t)
+            return best
+        return rest((0,) * L)
+    for L in (2, 3, 4, 5):
+        for C in range(1, 7):
+            assert _wavefront.makespan(L, C, L) == C + L - 1
+            assert _wavefront.makespan(L, C, 1) == L * C
+            for slots in range(2, L):
+                assert _wavefront.makespan(L, C, slots) == brute(L, C, slots), (L, C, slots)
+    assert [_wavefront.makespan(3, C, 2) for C in (2, 3, 4, 6)] == [4, 6, 7, 10]
 
 
 def h100_properties(index):
