@@ -44,6 +44,7 @@
  */
 #include "lltm.h"
 #include "lltm_cuda_cell_tiles.h"
+#include "lltm_cuda_grid_layouts.h"
 
 #include <math.h>
 
@@ -160,9 +161,9 @@
  * (float32 on TF32, torch's TF32 on), T 100: 503 times, median error 2.7%,
  * 90th percentile 7.9%, by kernel 1.5% - 6.3% (H100, 2026-11-27 13:21 -
  * 13:24 UTC, the kernels whose partial sums sit at a padded row stride) */
-static const double GRID_MMA_PASS[2][6] = {{1.8013, 2.3607, 2.3687, 2.6183, 3.0430, 2.7685},
+static const double GRID_MMA_PASS[2][LLTM_GRID_LAYOUT_COUNT] = {{1.8013, 2.3607, 2.3687, 2.6183, 3.0430, 2.7685},
                                            {1.2193, 1.3385, 1.3700, 1.5943, 1.5955, 1.6834}};
-static const double GRID_TF32_PASS[4] = {1.8073, 2.6145, 2.4922, 3.8008};
+static const double GRID_TF32_PASS[LLTM_GRID_TF32_LAYOUTS] = {1.8073, 2.6145, 2.4922, 3.8008};
 /* the same for the cluster family (its kernels of today: refitted to 84
  * times of every cluster shape and batch split, float32 and bfloat16, B 1 -
  * 64 x H 96 - 128, T 100, H100 2026-11-27 06:01 UTC: median error 18% ->
@@ -256,11 +257,12 @@ static void launch_work(const lltm_sequence_launch *l, int64_t B, int64_t H, dou
 static double mma_launch_us(const lltm_sequence_launch *l, int64_t B)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
-    const int layout = l->values == 64 ? (l->lanes == 8 ? 4 : 5)
-                       : l->lanes == 16 ? (l->values == 8 ? 0 : 1)
-                                        : (l->values == 16 ? 2 : 3);
+    const int layout = lltm_grid_layout_index(l->lanes, l->values);
+    if (layout < 0 || (chunk != 16 && chunk != 4))
+        return INFINITY; /* no such kernel */
     if (l->tf32) /* no TF32 build of the layouts of 64 values */
-        return layout < 4 ? launch_passes(l, B) * GRID_TF32_PASS[layout] : INFINITY;
+        return layout < LLTM_GRID_TF32_LAYOUTS ? launch_passes(l, B) * GRID_TF32_PASS[layout]
+                                               : INFINITY;
     return launch_passes(l, B) * (GRID_MMA_PASS[chunk == 4][layout] +
                                   GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
 }

@@ -10,6 +10,7 @@
  * best kept out of CUDA-graph capture, so they are cached (atomics: plans
  * may be made from several threads).
  */
+#include "lltm_cuda_grid_layouts.h"
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
 #include "lltm_cuda_sequence.cuh"
@@ -74,14 +75,9 @@ const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequen
 
 /* ---------------------------------------------------------------- grid -- */
 
-/* The grid layouts (lanes x values), in the order the chooser tries them
- * (a tie keeps the first); 8x64 and 16x64 on tensor cores only
- * (grid_mma_only). */
-struct grid_layout {
-    int lanes, values;
-};
-constexpr grid_layout GRID_LAYOUTS[] = {{16, 8}, {16, 32}, {32, 16}, {32, 32}, {8, 64}, {16, 64}};
-constexpr int NUM_GRID_LAYOUTS = 6;
+/* The grid layouts: LLTM_GRID_LAYOUTS (lltm_cuda_grid_layouts.h), in the
+ * order the chooser tries them. */
+constexpr int NUM_GRID_LAYOUTS = LLTM_GRID_LAYOUT_COUNT;
 /* The rows of a chunk each layout comes in (a tie keeps the first). */
 constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
@@ -93,7 +89,7 @@ int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNK
 int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout,
                              int chunk_index, bool tf32)
 {
-    const grid_layout g = GRID_LAYOUTS[layout];
+    const lltm_grid_layout g = LLTM_GRID_LAYOUTS[layout];
     const int ch = GRID_CHUNKS[chunk_index];
     int64_t *slot = cached_device(dev)
                         ? &resident_cache[dev.device][dtype][layout][chunk_index][tf32]
@@ -135,7 +131,7 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int ch, in
 bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int chunk_index,
                bool tf32, int64_t B, int64_t H, int64_t cap, int concurrent, int64_t *groups)
 {
-    const grid_layout g = GRID_LAYOUTS[layout];
+    const lltm_grid_layout g = LLTM_GRID_LAYOUTS[layout];
     if (H > (int64_t)g.lanes * g.values)
         return false;
     /* a layout of the tensor cores only: where the dtype's products run
@@ -155,7 +151,7 @@ bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int ch
 lltm_sequence_launch grid_launch(lltm_dtype dtype, bool forward, int layout, int ch, bool tf32,
                                  int64_t H, int64_t groups)
 {
-    const grid_layout g = GRID_LAYOUTS[layout];
+    const lltm_grid_layout g = LLTM_GRID_LAYOUTS[layout];
     lltm_sequence_launch l = {};
     l.lanes = g.lanes;
     l.values = g.values;
@@ -556,7 +552,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     /* Every plan that can run these sizes here (within the options), each
      * costed by the model (lltm_cuda_cost.c); the cheapest wins, a tie the
      * first considered: per-step kernels, clusters (16 blocks, then 8),
-     * the grid layouts in GRID_LAYOUTS order, each in 16-row chunks, then
+     * the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row chunks, then
      * in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
     /* eager: the host issues the launches as the GPU runs them, so a plan
@@ -594,7 +590,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     const int first_build = o.grid_tf32 > 0 ? 1 : 0;
     if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_GRID) {
         for (int k = 0; k < NUM_GRID_LAYOUTS; ++k) {
-            const grid_layout g = GRID_LAYOUTS[k];
+            const lltm_grid_layout g = LLTM_GRID_LAYOUTS[k];
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
             for (int c = 0; c < NUM_GRID_CHUNKS; ++c) {
@@ -644,10 +640,8 @@ int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_seque
     const lltm_sequence_launch &f = plan->forward, &b = plan->backward;
     int64_t n = most;
     if (plan->family == LLTM_SEQ_GRID) {
-        int layout = -1, chunk = -1;
-        for (int k = 0; k < NUM_GRID_LAYOUTS; ++k)
-            if (GRID_LAYOUTS[k].lanes == f.lanes && GRID_LAYOUTS[k].values == f.values)
-                layout = k;
+        const int layout = lltm_grid_layout_index(f.lanes, f.values);
+        int chunk = -1;
         for (int c = 0; c < NUM_GRID_CHUNKS; ++c)
             if (GRID_CHUNKS[c] == f.chunk)
                 chunk = c;
