@@ -184,6 +184,14 @@ int main(void)
         const double us_x32 = lltm_sequence_plan_cost_cuda(&dev, &x32, 100, 64, 128, 256);
         check(us_x64 < 0.9 * us_x32 && us_x64 > 0.6 * us_x32, "8x64: 0.6x - 0.9x 16x32's", 64,
               256, "bfloat16");
+        /* a layout or chunk size with no kernel costs no finite time */
+        const lltm_sequence_plan none = grid_plan(LLTM_BFLOAT16, 64, 256, 8, 8, 4);
+        check(isinf(lltm_sequence_plan_cost_cuda(&dev, &none, 100, 64, 128, 256)),
+              "no 8x8 layout", 64, 256, "bfloat16");
+        lltm_sequence_plan eight = x32;
+        eight.forward.chunk = eight.backward.chunk = eight.forward.rows = eight.backward.rows = 8;
+        check(isinf(lltm_sequence_plan_cost_cuda(&dev, &eight, 100, 64, 128, 256)),
+              "no 8-row chunks", 64, 256, "bfloat16");
         lltm_sequence_plan x64_tf32 = grid_plan(LLTM_FLOAT32, 64, 256, 8, 64, 4);
         x64_tf32.forward.tf32 = x64_tf32.backward.tf32 = 1;
         check(isinf(lltm_sequence_plan_cost_cuda(&allowed, &x64_tf32, 100, 64, 128, 256)),
