@@ -58,7 +58,7 @@ def time_records(paths, out_dir: Path) -> None:
     import torch
 
     import lltm
-    from wavefront_timing import graph_time
+    from wavefront_timing import graph_time, lltm_case
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = True
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def time_records(paths, out_dir: Path) -> None:
         data = json.loads(Path(path).read_text())
         kept, dropped = [], []
         for t in data["times"]:
-            f, b = t["forward"], t["backward"]
+            f = t["forward"]
             dtype = getattr(torch, t["dtype"])
             tf32 = dtype == torch.float32
             torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -82,20 +82,20 @@ def time_records(paths, out_dir: Path) -> None:
             if not same:
                 dropped.append(t["plan"])
                 continue
-            torch.manual_seed(0)
-            module = lltm.LLTM(I, H, device="cuda", dtype=dtype)
-            x = torch.randn(T, B, I, device="cuda", dtype=dtype).requires_grad_()
-            grad_out = torch.randn(T, B, H, device="cuda", dtype=dtype)
-            leaves = [x, *module.parameters()]
-
-            def step():
-                out, _ = module(x)
-                return torch.autograd.grad(out, leaves, grad_out)
-            want = [g.double() for g in step()]
+            if I != H // 2:
+                raise SystemExit(f"{t['plan']}: I = {I}, not H/2 as lltm_case makes it")
+            step, outputs, oracle = lltm_case(B, H, T, 1, dtype)
+            want = outputs()
             with lltm.overrides.sequence_plan(**constraints):
-                got = [g.double() for g in step()]
-            if not close(got, want, dtype):  # the float64 operator's own plan
-                check_against_float64(module, x, grad_out, got, want, t["plan"])
+                got = outputs()
+            if not close(got, want, dtype):  # both against the float64 operator's
+                exact = oracle()
+                forced, own = relative_error(got, exact), relative_error(want, exact)
+                print(f"  {t['plan']}: error against float64 {forced:.2e}, the library's own "
+                      f"plan {own:.2e}")
+                if forced > 2 * own + 1e-3:
+                    raise SystemExit(f"{t['plan']} B{B}/H{H}: error {forced:.2e} against "
+                                     f"float64, the library's plan {own:.2e}")
             with lltm.overrides.sequence_plan(**constraints):
                 us = graph_time(step, 5, 5)
             record = dict(t, forward=plan["forward"], backward=plan["backward"],
@@ -118,31 +118,13 @@ def time_records(paths, out_dir: Path) -> None:
 def relative_error(got, want) -> float:
     """The largest difference of a tensor of `got` from `want`'s, over that
     tensor's largest value."""
-    return max(((g - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
+    return max(((g.double() - w.double()).abs().max() / w.double().abs().max()).item()
+               for g, w in zip(got, want))
 
 
 def close(got, want, dtype) -> bool:
     import torch
     return relative_error(got, want) < (2e-2 if dtype == torch.float32 else 3e-2)
-
-
-def check_against_float64(module, x, grad_out, got, want, name) -> None:
-    """Where a forced plan's results and the library's own plan's differ by
-    more than close() lets (a long bfloat16 recurrence at large B drifts
-    apart plan to plan): both against the float64 operator's; a forced plan
-    twice as far from them as the library's own stops the run."""
-    import copy
-
-    import torch
-    m64 = copy.deepcopy(module).double()
-    x64 = x.detach().double().requires_grad_()
-    out, _ = m64(x64)
-    exact = torch.autograd.grad(out, [x64, *m64.parameters()], grad_out.double())
-    forced, own = relative_error(got, exact), relative_error(want, exact)
-    print(f"  {name}: error against float64 {forced:.2e}, the library's own plan {own:.2e}")
-    if forced > 2 * own + 1e-3:
-        raise SystemExit(f"{name}: error {forced:.2e} against float64, the library's plan "
-                         f"{own:.2e}")
 
 
 def kernel_of(t: dict) -> tuple[str, int, int] | None:
