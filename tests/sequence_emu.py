@@ -135,6 +135,30 @@ def device(lib, **changes):
     return dev
 
 
+FAMILY_CODES = {"steps": STEPS, "grid": GRID, "cluster": CLUSTER, "block": BLOCK}
+EXCHANGE_CODES = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
+
+
+def recorded_cost(lib, record, dev) -> float:
+    """The cost model's microseconds (lltm_sequence_plan_cost_cuda on `dev`)
+    of the plan of one record of tests/data/*-h100.json: its dtype, sizes,
+    family (the grid unless named) and launches as lltm.overrides gives
+    them."""
+    lib.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
+        [ctypes.c_int64] * 4
+    lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+    plan = Plan()
+    plan.family = FAMILY_CODES[record.get("family", "grid")]
+    plan.B, plan.H = record["B"], record["H"]
+    plan.dtype = DTYPE_CODES[getattr(torch, record["dtype"])]
+    for launch_name in ("forward", "backward"):
+        launch = getattr(plan, launch_name)
+        for field, value in record[launch_name].items():
+            setattr(launch, field, EXCHANGE_CODES[value] if field == "exchange" else value)
+    return lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), record["T"],
+                                            record["B"], record["I"], record["H"])
+
+
 def make_plan(lib, dtype, T, B, I, H, dev=None, **options):
     """(status, Plan) of the chooser for these sizes and options"""
     plan = Plan()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sequence_emu import (BLOCK, CLUSTER, DTYPE_CODES, EXCHANGE_REDUCE_SCATTER, GRID, STEPS, Plan,
-                          device, make_plan)
+from sequence_emu import (BLOCK, CLUSTER, DTYPE_CODES, EXCHANGE_REDUCE_SCATTER, GRID, STEPS,
+                          device, make_plan, recorded_cost)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -131,8 +131,6 @@ def test_sequence_choices_on_an_h100_are_the_fastest_measured(emu):
 
 DATA = Path(__file__).resolve().parent / "data"
 GROUPS_MEDIAN_ERROR, GROUPS_PICK_TOLERANCE = 0.10, 0.10
-FAMILY_CODES = {"steps": STEPS, "grid": GRID, "cluster": CLUSTER, "block": BLOCK}
-EXCHANGE_CODES = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
 
 
 def _recorded_costs(emu, name, **device_changes):
@@ -141,21 +139,9 @@ def _recorded_costs(emu, name, **device_changes):
     with the model's cost of its plan on the emulated H100 (with
     device_changes: tf32=1 where torch's TF32 setting was on)."""
     import json
-    emu.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
-        [ctypes.c_int64] * 4
-    emu.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
-    dev, out = device(emu, **device_changes), []
-    for t in json.loads((DATA / name).read_text())["times"]:
-        plan = Plan()
-        plan.family, plan.B, plan.H = FAMILY_CODES[t.get("family", "grid")], t["B"], t["H"]
-        plan.dtype = DTYPE_CODES[TORCH_DTYPES[t["dtype"]]]
-        for launch_name in ("forward", "backward"):
-            launch = getattr(plan, launch_name)
-            for field, value in t[launch_name].items():
-                setattr(launch, field, EXCHANGE_CODES[value] if field == "exchange" else value)
-        out.append((t, emu.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan),
-                                                        t["T"], t["B"], t["I"], t["H"])))
-    return out
+    dev = device(emu, **device_changes)
+    records = json.loads((DATA / name).read_text())["times"]
+    return [(t, recorded_cost(emu, t, dev)) for t in records]
 
 
 def _pick_misses(by_shape, tolerance):

@@ -161,8 +161,9 @@
  * (float32 on TF32, torch's TF32 on), T 100: 503 times, median error 2.7%,
  * 90th percentile 7.9%, by kernel 1.5% - 6.3% (H100, 2026-11-27 13:21 -
  * 13:24 UTC, the kernels whose partial sums sit at a padded row stride) */
-static const double GRID_MMA_PASS[2][LLTM_GRID_LAYOUT_COUNT] = {{1.8013, 2.3607, 2.3687, 2.6183, 3.0430, 2.7685},
-                                           {1.2193, 1.3385, 1.3700, 1.5943, 1.5955, 1.6834}};
+static const double GRID_MMA_PASS[2][LLTM_GRID_LAYOUT_COUNT] = {
+    {1.8013, 2.3607, 2.3687, 2.6183, 3.0430, 2.7685},
+    {1.2193, 1.3385, 1.3700, 1.5943, 1.5955, 1.6834}};
 static const double GRID_TF32_PASS[LLTM_GRID_TF32_LAYOUTS] = {1.8073, 2.6145, 2.4922, 3.8008};
 /* the same for the cluster family (its kernels of today: refitted to 84
  * times of every cluster shape and batch split, float32 and bfloat16, B 1 -

@@ -44,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-LAYOUTS = ("16x8", "16x32", "32x16", "32x32", "8x64", "16x64")  # the C arrays' order
+# the grid layouts in the order the C arrays index them (lltm_cuda_grid_layouts.h)
+LAYOUTS = tuple(f"{lanes}x{values}" for lanes, values in re.findall(
+    r"\{(\d+), (\d+)\}", (ROOT / "csrc" / "core" / "lltm_cuda_grid_layouts.h").read_text()))
 FIELDS = ("lanes", "values", "rows", "chunk", "blocks", "groups")
 
 
@@ -59,7 +61,6 @@ def time_records(paths, out_dir: Path) -> None:
 
     import lltm
     from wavefront_timing import graph_time, lltm_case
-    torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = True
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in paths:
@@ -146,22 +147,11 @@ def passes(t: dict) -> float:
 
 
 def model_costs(records, lib) -> list[float]:
-    from sequence_emu import DTYPE_CODES, GRID, Plan, device
-    import torch
-    exchanges = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
-    out = []
-    for t in records:
-        dev = device(lib, tf32=int(t["dtype"] == "float32"))
-        plan = Plan()
-        plan.family, plan.B, plan.H = GRID, t["B"], t["H"]
-        plan.dtype = DTYPE_CODES[getattr(torch, t["dtype"])]
-        for name in ("forward", "backward"):
-            for field, value in t[name].items():
-                setattr(getattr(plan, name), field,
-                        exchanges[value] if field == "exchange" else value)
-        out.append(lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan),
-                                                    t["T"], t["B"], t["I"], t["H"]))
-    return out
+    """The model's cost of each record's plan on the emulated H100 (its TF32
+    setting on for float32, as the records were taken)."""
+    from sequence_emu import device, recorded_cost
+    return [recorded_cost(lib, t, device(lib, tf32=int(t["dtype"] == "float32")))
+            for t in records]
 
 
 def fit(paths) -> None:
@@ -170,8 +160,6 @@ def fit(paths) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(Path(tmp))
         lib.lltm_cuda_device_query.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        lib.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 4
-        lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
         costs = model_costs(records, lib)
     by_kernel: dict = {}
     for t, cost in zip(records, costs):
