@@ -88,22 +88,25 @@ def _split(T: int, chunks: int) -> list[int]:
 
 def predicted_time(C: int, L: int, T: int, call_us: float, step_us: float, concurrent: float,
                    host_us: float = 0.0, host_step_us: float = 0.0,
-                   persistent: bool = False) -> float:
+                   whole_launches: bool = False) -> float:
     """Microseconds of one forward + backward of L layers over T steps in C
     chunks: a call costs call_us plus step_us a step (on the GPU) and host_us
     plus host_step_us a step of host time; at most ``concurrent`` layers'
-    kernels fit on the GPU at once. The per-step family's kernels share the
-    GPU as they come: the wavefront takes C + L - 1 chunk times, or with
-    fewer than L kernels at once the L C chunk calls shared out over
-    ``concurrent``. A ``persistent`` plan's launch holds its SMs from start
-    to end: chunk calls take ``concurrent`` whole slots (:func:`makespan`;
+    kernels fit on the GPU at once. Kernels whose parts start as they fit
+    (the per-step family's, the cluster and block families' clusters and
+    blocks) share the GPU as they come: the wavefront takes C + L - 1 chunk
+    times, or with fewer than L layers at once the L C chunk calls shared
+    out over ``concurrent`` (1.75: a layer and three quarters). With
+    ``whole_launches`` (the grid family, whose blocks meet every step) a
+    launch runs only once all of it is resident and holds its SMs to its
+    end: chunk calls take ``concurrent`` whole slots (:func:`makespan`;
     three layers in two slots: 6 chunk times in 3 chunks, not 5). The host
     issues L C calls."""
     chunk = call_us + step_us * T / C
     host = host_us + host_step_us * T / C
     if C == 1:
         return L * max(chunk, host)
-    if persistent:
+    if whole_launches:
         times = makespan(L, C, max(1, int(concurrent)))
     else:
         times = max(C + L - 1, L * C / concurrent)
@@ -131,13 +134,13 @@ def makespan(L: int, C: int, slots: int) -> int:
 
 def best_chunks(L: int, T: int, call_us: float, step_us: float, concurrent: float,
                 host_us: float = 0.0, gain: float = GAIN, host_step_us: float = 0.0,
-                persistent: bool = False) -> int:
+                whole_launches: bool = False) -> int:
     """The chunk count (1 .. T // MIN_CHUNK_STEPS, at most MAX_CHUNKS) of the
     least :func:`predicted_time`; 1 unless that takes at most ``gain`` of the
     layers one after the other."""
     top = max(1, min(MAX_CHUNKS, T // MIN_CHUNK_STEPS))
     times = {C: predicted_time(C, L, T, call_us, step_us, concurrent, host_us, host_step_us,
-                               persistent)
+                               whole_launches)
              for C in range(1, top + 1)}
     best = min(times, key=times.get)
     return best if times[best] <= gain * times[1] else 1
@@ -203,8 +206,14 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
                 continue
             # how many layers of a persistent plan the device holds at once
             # (the per-step family's count is layers_at_once's own)
-            resident = (None if plan["family"] == "steps" else
-                        overrides.sequence_layers_in_force(dtype, T, B, H, H, L, device=index))
+            resident = (None if plan["family"] == "steps" else resident_layers(
+                overrides.sequence_residency_in_force(dtype, T, B, H, H, device=index)))
+            if resident is not None and not capturing:
+                # eager: whole layers only; part of a layer at once did not pay
+                # for the calls it adds, each issued by the host (3 float32
+                # layers B64/H128 on an H100: 2 chunks 3,263 us a step, one
+                # call a layer 1,861; captured, 3 chunks 0.90x)
+                resident = float(int(resident))
         step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         # float32's per-step products on TF32 overlap as the half types' in
         # CUDA graphs; in eager calls chunking them lost (3 layers B256/H1024
@@ -214,15 +223,15 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
                                     tf32 and capturing)
         call_us = CALL_US[plan["family"]]
         host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
-        persistent = plan["family"] != "steps"
+        whole = plan["family"] == "grid"
         if sharing == 1:
             plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us, host_step_us)
         chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0,
-                             host_step_us=host_step_us, persistent=persistent)
+                             host_step_us=host_step_us, whole_launches=whole)
         if chunks == 1:
             continue  # a layer alone on the device: planned for the whole of it
         time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us, host_step_us,
-                              persistent)
+                              whole)
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best
@@ -237,15 +246,27 @@ def _grid_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int) -> bool:
             and (dtype != torch.float32 or bool(plan["forward"].get("tf32"))))
 
 
+def resident_layers(residency) -> float | None:
+    """How many layers the device holds at once by a persistent plan's
+    residency (lltm.overrides.sequence_residency_in_force: per direction,
+    (parts resident at once, parts a call launches)): of the direction that
+    holds fewer, the resident parts over a call's, a fraction where the
+    parts start as they fit (7 clusters of a layer's 4: 1.75; the grid's one
+    part a launch: whole launches). None without an answer or for the
+    per-step family (no parts)."""
+    counts = [resident / parts for resident, parts in residency or () if parts]
+    return min(counts) if counts else None
+
+
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
-                   resident: int | None, l2_bytes: int = 0, tf32: bool = False) -> float:
+                   resident: float | None, l2_bytes: int = 0, tf32: bool = False) -> float:
     """How many layers' kernels run at once at full speed: for the persistent
     plans, ``resident``, as many as the library finds resident together
-    (lltm.overrides.sequence_layers_in_force; by their blocks, or their
-    clusters, which need free SMs within one GPU processing cluster: an H100
-    holds 7 of 16 blocks, so two layers of 4 such clusters do not fit at
-    once, though their 128 blocks are fewer than its 132 SMs), at least 1 and
-    at most L. For the per-step family, whose products spread over the GPU:
+    (:func:`resident_layers`; by their blocks, or their clusters, which need
+    free SMs within one GPU processing cluster: an H100 holds 7 of 16
+    blocks, so a layer of 4 such clusters and three quarters of another fit
+    at once, though two layers' 128 blocks are fewer than its 132 SMs), at
+    least 1 and at most L. For the per-step family, whose products spread over the GPU:
     one where they run on FFMA, float64 and float32 (they fill it: at
     B256/H1024 chunks saved 9%); on tensor cores, the half types and float32
     where torch lets its products use TF32 (``tf32``; taken as the half

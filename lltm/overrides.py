@@ -199,19 +199,37 @@ def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     return (_plan_dict(plan), cost.value) if status == 0 else None
 
 
+def sequence_residency_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
+                                device: int | None = None) -> tuple | None:
+    """How much of the device one layer of these sizes, run by the plan in
+    force (:func:`sequence_plan_in_force`), holds: ((resident, parts) of the
+    forward, (resident, parts) of the backward), a call launching ``parts``
+    parts that each start when they fit and run on their own, ``resident``
+    of which fit on the device at once: the grid family's whole launch (one
+    part; its blocks meet every step), the cluster family's clusters (which
+    need free SMs within one GPU processing cluster), the block family's
+    blocks; parts 0 for the per-step family, whose launches hold no SMs
+    between steps. None where no plan fits, or without the CUDA library."""
+    resident, parts = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
+    status = _ask_in_force("sequence_residency", _SIZES + [ctypes.c_void_p] * 2, dtype, device,
+                           T, B, I, H, resident, parts)
+    return tuple(zip(resident, parts)) if status == 0 else None
+
+
 def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                              most: int, device: int | None = None) -> int | None:
     """How many layers of these sizes, each run by the plan in force
     (:func:`sequence_plan_in_force`), fit on the device at once with all
-    their kernels' blocks resident, at most ``most``: for the persistent
-    plans by the occupancy of their blocks, or of their clusters (which need
-    free SMs within one GPU processing cluster); ``most`` for the per-step
-    family. 0 where not one fits; None where no plan fits, or without the
-    CUDA library."""
-    layers = ctypes.c_int()
-    status = _ask_in_force("sequence_layers", _SIZES + [ctypes.c_int, ctypes.c_void_p], dtype,
-                           device, T, B, I, H, most, ctypes.byref(layers))
-    return layers.value if status == 0 else None
+    their kernels' blocks resident, at most ``most`` (>= 1): whole layers of
+    :func:`sequence_residency_in_force`; ``most`` for the per-step family.
+    0 where not one fits; None where no plan fits, or without the CUDA
+    library."""
+    if most < 1:
+        raise ValueError(f"most must be at least 1, not {most}")
+    residency = sequence_residency_in_force(dtype, T, B, I, H, device)
+    if residency is None:
+        return None
+    return min([most] + [resident // parts for resident, parts in residency if parts])
 
 
 def grid_tensor_cores(dtype, device: int | None = None) -> bool:

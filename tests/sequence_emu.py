@@ -172,7 +172,7 @@ def _declare(lib):
     i64, p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     lib.lltm_cuda_device_query.argtypes = [i32, p]
     lib.lltm_sequence_plan_cuda.argtypes = [p, i32, i64, i64, i64, i64, p, p]
-    lib.lltm_sequence_plan_layers_cuda.argtypes = [p, p, i32, p]
+    lib.lltm_sequence_plan_residency_cuda.argtypes = [p, p, p, p]
     lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 10
     lib.lltm_sequence_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 13
     lib.lltm_sequence_forward_step_cuda.argtypes = [i32, i64, i64, i64] + [p] * 8
@@ -185,7 +185,7 @@ def _declare(lib):
     lib.lltm_stack_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p]
     lib.lltm_stack_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p]
     for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda,
-               lib.lltm_sequence_plan_layers_cuda, lib.lltm_sequence_forward_persistent_cuda,
+               lib.lltm_sequence_plan_residency_cuda, lib.lltm_sequence_forward_persistent_cuda,
                lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_last_state_cuda,
                lib.lltm_sequence_bias_sum_cuda, lib.lltm_stack_plan_cuda,

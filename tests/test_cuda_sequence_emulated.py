@@ -441,43 +441,43 @@ def test_plan_choice(emu):
     assert _family(emu, f32, 16, 0) == (0, STEPS)
 
 
-def test_layers_at_once(emu):
-    """How many layers of a plan fit on the device at once, all of each one's
-    blocks resident (the emulated H100: 132 SMs, one 256-thread block an
-    SM, two of 128, 7 clusters of 8 or 16 blocks); `most` for the per-step
-    family."""
+def test_residency(emu):
+    """How much of the device a plan's launches hold (the emulated H100: 132
+    SMs, one 256-thread block an SM, two of 128, 7 clusters of 8 or 16
+    blocks): per direction, the parts a call launches (the grid's whole
+    launch; the cluster family's clusters, the block family's blocks) and
+    how many fit at once; parts 0 for the per-step family."""
     f32, bf16 = torch.float32, torch.bfloat16
 
-    def layers(dtype, B, H, most=8, **options):
+    def residency(dtype, B, H, **options):
         status, p = make_plan(emu, dtype, 100, B, H // 2, H, **options)
         assert status == 0
-        out = ctypes.c_int(-1)
-        assert emu.lltm_sequence_plan_layers_cuda(ctypes.byref(device(emu)), ctypes.byref(p),
-                                                  most, ctypes.byref(out)) == 0
-        return p, out.value
-    p, n = layers(f32, 1, 256, family=GRID, grid_lanes=32, grid_values=16)
-    assert p.forward.blocks * p.forward.groups == 32 and n == 4  # 132 // 32 grids
-    assert layers(f32, 1, 256, most=3, family=GRID, grid_lanes=32, grid_values=16)[1] == 3
-    p, n = layers(f32, 16, 1024, family=GRID)
-    assert p.forward.blocks * p.forward.groups == 128 and n == 1  # one grid of 128 blocks
+        resident, parts = (ctypes.c_int64 * 2)(-1, -1), (ctypes.c_int64 * 2)(-1, -1)
+        assert emu.lltm_sequence_plan_residency_cuda(ctypes.byref(device(emu)), ctypes.byref(p),
+                                                     resident, parts) == 0
+        return p, list(zip(resident, parts))
+    p, r = residency(f32, 1, 256, family=GRID, grid_lanes=32, grid_values=16)
+    assert p.forward.blocks * p.forward.groups == 32 and r == [(4, 1)] * 2  # 132 // 32 grids
+    p, r = residency(f32, 16, 1024, family=GRID)
+    assert p.forward.blocks * p.forward.groups == 128 and r == [(1, 1)] * 2  # one grid
     # 4 clusters of 16 blocks: 7 clusters fit, not 8 (128 blocks on 132 SMs)
-    p, n = layers(f32, 64, 128, family=CLUSTER)
-    assert (p.forward.blocks, p.forward.groups) == (16, 4) and n == 1
-    p, n = layers(f32, 16, 128, family=CLUSTER, cluster_chunk=16)  # one cluster of 16
-    assert (p.forward.blocks, p.forward.groups) == (16, 1) and n == 7
-    p, n = layers(bf16, 16, 64, family=BLOCK, block_chunk=1)  # 16 blocks of 128 threads
-    assert p.forward.groups == 16 and n == 8  # most: 264 of them fit
-    p, n = layers(f32, 1024, 64, family=BLOCK, block_chunk=4)  # 256 threads a block
-    assert p.forward.groups == 132 and n == 1
-    p, n = layers(f32, 300, 64, family=BLOCK, block_chunk=4)
-    assert p.forward.groups == 75 and n == 1  # a second layer's 75 blocks: only 57 fit
-    assert layers(f32, 16, 100, most=5, family=STEPS)[1] == 5
+    p, r = residency(f32, 64, 128, family=CLUSTER)
+    assert (p.forward.blocks, p.forward.groups) == (16, 4) and r == [(7, 4)] * 2
+    p, r = residency(f32, 16, 128, family=CLUSTER, cluster_chunk=16)  # one cluster of 16
+    assert (p.forward.blocks, p.forward.groups) == (16, 1) and r == [(7, 1)] * 2
+    p, r = residency(bf16, 16, 64, family=BLOCK, block_chunk=1)  # 16 blocks of 128 threads
+    assert p.forward.groups == 16 and r == [(264, 16)] * 2
+    p, r = residency(f32, 1024, 64, family=BLOCK, block_chunk=4)  # 256 threads a block
+    assert p.forward.groups == 132 and r == [(132, 132)] * 2
+    p, r = residency(f32, 300, 64, family=BLOCK, block_chunk=4)
+    assert p.forward.groups == 75 and r == [(132, 75)] * 2  # a second layer's 75: 57 fit
+    assert residency(f32, 16, 100, family=STEPS)[1] == [(0, 0)] * 2
     status, p = make_plan(emu, f32, 100, 16, 50, 100)
-    out = ctypes.c_int()
-    assert emu.lltm_sequence_plan_layers_cuda(ctypes.byref(device(emu)), ctypes.byref(p), 0,
-                                              ctypes.byref(out)) != 0  # most < 1
-    assert emu.lltm_sequence_plan_layers_cuda(ctypes.byref(device(emu)), None, 2,
-                                              ctypes.byref(out)) != 0
+    resident, parts = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
+    assert emu.lltm_sequence_plan_residency_cuda(ctypes.byref(device(emu)), None, resident,
+                                                 parts) != 0
+    assert emu.lltm_sequence_plan_residency_cuda(ctypes.byref(device(emu)), ctypes.byref(p),
+                                                 None, parts) != 0
 
 
 def test_plan_layouts(emu):
@@ -843,3 +843,4 @@ def test_core_reads_no_environment():
     readers = [p.name for p in sorted(CORE.iterdir())
                if p.suffix in (".c", ".h", ".cu", ".cuh") and "getenv" in p.read_text()]
     assert readers == []
+

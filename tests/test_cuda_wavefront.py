@@ -187,6 +187,27 @@ def test_layers_in_force():
         plan = lltm.overrides.sequence_plan_in_force(torch.float32, 100, 1, 1024, 1024)
         assert plan["forward"]["blocks"] == 128
         assert layers(torch.float32, 100, 1, 1024, 1024, 3) == (1 if sms < 256 else 2)
+        # the grid's part is its whole launch
+        assert lltm.overrides.sequence_residency_in_force(torch.float32, 100, 1, 1024, 1024) == \
+            ((1 if sms < 256 else 2, 1),) * 2
+
+
+def test_residency_in_force():
+    """Per direction, the parts a call launches (the cluster family's
+    clusters, one a batch group; the block family's blocks) and how many fit
+    at once: at least a layer's wherever the plan runs; parts 0 for the
+    per-step family."""
+    residency = lltm.overrides.sequence_residency_in_force
+    for family, B, H in [("cluster", 64, 128), ("cluster", 16, 128), ("block", 64, 64),
+                         ("block", 1024, 64)]:
+        for dtype in (torch.float32, torch.bfloat16):
+            with lltm.overrides.sequence_plan(family=family):
+                plan = lltm.overrides.sequence_plan_in_force(dtype, 100, B, H, H)
+                (rf, pf), (rb, pb) = residency(dtype, 100, B, H, H)
+            assert (pf, pb) == (plan["forward"]["groups"], plan["backward"]["groups"])
+            assert rf >= pf and rb >= pb, (family, B, H, dtype, rf, rb)
+    with lltm.overrides.sequence_plan(family="steps"):
+        assert residency(torch.float32, 100, 16, 256, 256) == ((0, 0), (0, 0))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

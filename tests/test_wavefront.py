@@ -287,17 +287,20 @@ def test_predicted_time_and_best_chunks():
     assert _wavefront.predicted_time(4, 3, 100, 40, 10, 1) == 12 * (40 + 250)
     # the host issuing the calls
     assert _wavefront.predicted_time(4, 3, 100, 1, 1, 3, host_us=100) == 1200
-    # persistent launches hold whole slots: three layers in two, three chunks
+    # whole launches hold whole slots: three layers in two, three chunks
     # take 6 chunk times (the fluid count: max(5, 4.5)), two chunks 4
     assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2) == 5 * (40 + 400)
-    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2, persistent=True) == 6 * (40 + 400)
-    assert _wavefront.predicted_time(2, 3, 120, 40, 10, 2, persistent=True) == 4 * (40 + 600)
-    assert _wavefront.predicted_time(4, 3, 120, 40, 10, 3, persistent=True) == 6 * (40 + 300)
+    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2, whole_launches=True) == 6 * (40 + 400)
+    assert _wavefront.predicted_time(2, 3, 120, 40, 10, 2, whole_launches=True) == 4 * (40 + 600)
+    assert _wavefront.predicted_time(4, 3, 120, 40, 10, 3, whole_launches=True) == 6 * (40 + 300)
+    # parts that start as they fit, a layer and three quarters at once: fluid
+    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 1.75) == pytest.approx(
+        9 / 1.75 * (40 + 400))
     c = _wavefront.best_chunks(3, 100, 40, 10, 3)
     assert 2 <= c <= 100 // _wavefront.MIN_CHUNK_STEPS
     # where the fluid count favours 3 chunks, whole slots favour 2
     assert _wavefront.best_chunks(3, 100, 110, 5, 2) == 3
-    assert _wavefront.best_chunks(3, 100, 110, 5, 2, persistent=True) == 2
+    assert _wavefront.best_chunks(3, 100, 110, 5, 2, whole_launches=True) == 2
     assert _wavefront.best_chunks(3, 100, 40, 10, 1) == 1  # no room: the layers in turn
     assert _wavefront.best_chunks(3, 100, 40, 10, 3, host_us=2000) == 1  # the host bound
     assert _wavefront.best_chunks(3, 100, 1000, 1, 3) == 1  # calls dearer than steps
@@ -359,8 +362,21 @@ def test_layers_at_once_of_the_per_step_family():
     assert at_once(steps, 3, 1, 1536, torch.bfloat16, None, l2) == pytest.approx(l2 / (6 * 1536**2 * 2))
     grid = {"family": "grid"}
     assert at_once(grid, 3, 16, 256, torch.float32, 2, l2) == 2  # the library's count
+    assert at_once(grid, 3, 64, 128, torch.float32, 1.75, l2) == 1.75
     assert at_once(grid, 3, 16, 256, torch.float32, 5, l2) == 3  # at most L
     assert at_once(grid, 3, 16, 256, torch.float32, 0, l2) == 1  # at least 1
+
+
+def test_resident_layers():
+    """Layers held at once from the library's residency (per direction:
+    parts resident at once, parts a call): the direction that holds fewer;
+    a fraction of a layer where parts start as they fit; None for the
+    per-step family (no parts) or without an answer."""
+    assert _wavefront.resident_layers(((7, 4), (14, 4))) == 1.75
+    assert _wavefront.resident_layers(((4, 1), (4, 1))) == 4  # whole grids
+    assert _wavefront.resident_layers(((264, 256), (264, 256))) == pytest.approx(1.03125)
+    assert _wavefront.resident_layers(((0, 0), (0, 0))) is None
+    assert _wavefront.resident_layers(None) is None
 
 
 def test_eager_host_time_of_the_per_step_family():
@@ -381,28 +397,42 @@ def test_choice_from_the_cost_model(monkeypatch):
     at T and T/2, the layers at once from the library's count of the plan's
     launches resident together (B16/H256 float32 on an H100: a grid of 32
     blocks, 4 of which fit, 971 us of steps: C4 captured, C3 eager with the
-    host's time per call; a plan of which one fits at a time, such as 4
-    clusters of 16 blocks: 1; the per-step family in float32: 1, on TF32 as
-    in the half types). The same plan whether planned for the whole device
-    or shared: no sharing."""
+    host's time per call; a grid of which one fits at a time: 1; the
+    per-step family in float32: 1, on TF32 as in the half types). Clusters
+    and blocks start as they fit: 7 clusters of a layer's 4 hold a layer and
+    three quarters (B64/H128 on an H100, 346 us of steps a layer: 3 chunks
+    measured 0.89x - 0.91x of a call a layer), in CUDA graphs (eager calls:
+    whole layers); 264 blocks of a layer's 256 little more than one. The same plan whether planned for the whole
+    device or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
-    family = {"plan": grid}
-    resident = {"layers": 4}
+    family = {"plan": grid, "step_us": 9.71}
+    resident = {"parts": ((4, 1), (4, 1))}
 
     def cost(dtype, T, B, I, H, device=None):  # noqa: E741
-        return family["plan"], 69 + 9.71 * T
+        return family["plan"], 69 + family["step_us"] * T
 
-    def layers(dtype, T, B, I, H, most, device=None):  # noqa: E741
-        return min(most, resident["layers"])
+    def residency(dtype, T, B, I, H, device=None):  # noqa: E741
+        return resident["parts"]
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
-    monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
+    monkeypatch.setattr(overrides, "sequence_residency_in_force", residency)
     monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
-    resident["layers"] = 1
+    resident["parts"] = ((1, 1), (1, 1))
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
-    resident["layers"] = 4
+    family["plan"], family["step_us"] = {"family": "cluster"}, 3.46
+    resident["parts"] = ((7, 4), (7, 4))
+    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
+    # eager: whole layers only (the host issues every chunk call)
+    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, False) == (1, 1)
+    resident["parts"] = ((14, 4), (7, 4))  # the direction that holds fewer
+    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
+    family["plan"] = {"family": "block"}
+    resident["parts"] = ((264, 256), (264, 256))
+    assert _wavefront._choose(100, 256, 64, 3, torch.float32, 0, True) == (1, 1)
+    family["step_us"] = 9.71
+    resident["parts"] = ((4, 1), (4, 1))
     family["plan"] = {"family": "steps"}
     assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
     chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
@@ -434,10 +464,10 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
         layers = _sharing.concurrent_layers()
         return (whole if layers == 1 else shared["plan"]), 69 + step_us[layers] * T
 
-    def layers(dtype, T, B, I, H, most, device=None):  # noqa: E741
-        return min(most, 1 if _sharing.concurrent_layers() == 1 else 2)
+    def residency(dtype, T, B, I, H, device=None):  # noqa: E741
+        return ((1, 1),) * 2 if _sharing.concurrent_layers() == 1 else ((2, 1),) * 2
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
-    monkeypatch.setattr(overrides, "sequence_layers_in_force", layers)
+    monkeypatch.setattr(overrides, "sequence_residency_in_force", residency)
     monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
     B, H = 64, 256
     chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)

@@ -132,24 +132,25 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t T, int64_t B, in
     return LLTM_OK;
 }
 
-/* How many layers of these sizes, each run by the plan in force, fit on
- * the device at once (lltm_sequence_plan_layers_cuda, at most `most`): the
- * layers lltm.LLTM's time chunks can overlap (lltm/_wavefront.py). Returns
- * an lltm_status, as above. */
+/* How much of the device a layer of these sizes, run by the plan in force,
+ * holds (lltm_sequence_plan_residency_cuda: for the forward and the
+ * backward, the parts a call launches and how many fit at once): what
+ * lltm.LLTM's time chunks can overlap (lltm/_wavefront.py). Returns an
+ * lltm_status, as above. */
 __attribute__((visibility("default"))) int
-lltm_cuda_sequence_layers_in_force(int device, int dtype, int64_t T, int64_t B, int64_t I,
-                                   int64_t H, int most, int *layers)
+lltm_cuda_sequence_residency_in_force(int device, int dtype, int64_t T, int64_t B, int64_t I,
+                                      int64_t H, int64_t *resident, int64_t *parts)
 {
     lltm_sequence_plan plan;
     lltm_cuda_device dev;
-    if (!layers)
+    if (!resident || !parts)
         return LLTM_ERR_ARGUMENT;
     int status = lltm_cuda_sequence_plan_in_force(device, dtype, T, B, I, H, &plan);
     if (status == LLTM_OK)
         status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
-    return lltm_sequence_plan_layers_cuda(&dev, &plan, most, layers);
+    return lltm_sequence_plan_residency_cuda(&dev, &plan, resident, parts);
 }
 
 /* Whether the grid family's kernels of `dtype` run their products on tensor

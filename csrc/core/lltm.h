@@ -496,20 +496,19 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
                             lltm_sequence_plan *plan);
 
 /*
- * How many layers run by `plan` (as lltm_sequence_plan_cuda made it) fit on
- * the device at once, all of each one's blocks resident, so that they run
- * side by side instead of one waiting for another's kernels to finish
- * (stacked layers overlapped in time, on several streams): at most `most`
- * (>= 1), in *layers. The persistent families by the occupancy of their
- * kernels: blocks (grid and block families), or clusters (which need free
- * SMs within one GPU processing cluster, not only free SMs). A layer only
- * part of which fits does not count: its last batch groups would wait for
- * another layer's to finish, and its call would take twice as long. `most`
- * for the per-step family, whose launches hold no SMs between steps; 0
- * where not one layer fits (a plan made for another device).
- */
-int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                   int most, int *layers);
+ * How much of the device the launches of `plan` (as lltm_sequence_plan_cuda
+ * made it) hold, for layers run side by side on several streams (stacked
+ * layers overlapped in time): for the forward [0] and the backward [1], a
+ * call launches parts[d] parts that start as they fit and run to the end
+ * on their own, resident[d] of which (of any calls) fit at once. The grid
+ * family: one part, the whole launch (its blocks meet every step), and how
+ * many whole launches fit by its blocks' occupancy; the cluster family: its
+ * clusters (a batch group each; they need free SMs within one GPU
+ * processing cluster, not only free SMs); the block family: its blocks.
+ * resident[d] 0 where not one part fits (a plan made for another device);
+ * parts 0 for the per-step family (its launches hold no SMs between steps). */
+int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                      int64_t resident[2], int64_t parts[2]);
 
 /*
  * CUDA route costs (lltm_cuda_cost.c): the GPU time, in microseconds, of
@@ -684,11 +683,12 @@ int lltm_small_mm_cuda(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const 
                        int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs, int64_t b_cs,
                        void *c, int64_t ldc, void *stream);
 
-/* Stream-ordered device-to-device copy and zero fill; copy_2d: `rows` rows
- * of `bytes` each, src rows src_pitch bytes apart, dst rows dst_pitch. */
+/* Stream-ordered device-to-device copy and zero fill; join_rows: `rows`
+ * rows of dst [rows, a_bytes + b_bytes] = [a | b], a's rows a_bytes long,
+ * b's b_bytes (one launch). */
 int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
-int lltm_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
-                      size_t bytes, size_t rows, void *stream);
+int lltm_cuda_join_rows(void *dst, const void *a, size_t a_bytes, const void *b,
+                        size_t b_bytes, size_t rows, void *stream);
 int lltm_cuda_zero(void *dst, size_t bytes, void *stream);
 /* 1 if `stream` is being captured into a CUDA graph, 0 if not (or unknown) */
 int lltm_cuda_stream_capturing(void *stream);

@@ -244,16 +244,15 @@ int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, c
     if (grad_weights) {
         /* hx [T*B,K] = [h_prev | x], the rows of the weights' columns:
          * h_prev = [h0; h_1 .. h_{T-1}] (one product for all of dW instead
-         * of two: one library call less) */
-        const size_t row_K = (size_t)K * elem, row_H = (size_t)H * elem;
-        const size_t row_I = (size_t)I * elem;
-        status = lltm_cuda_copy_2d(hx, row_K, h0, row_H, row_H, (size_t)B, stream);
+         * of two: one library call less); joined by one kernel a part
+         * (cudaMemcpy2D moves rows of a few hundred bytes at a fraction of
+         * the bandwidth) */
+        const size_t row_H = (size_t)H * elem, row_I = (size_t)I * elem;
+        status = lltm_cuda_join_rows(hx, h0, row_H, input, row_I, (size_t)B, stream);
         if (status == LLTM_OK)
-            status = lltm_cuda_copy_2d(at(hx, B * K, elem), row_K, output, row_H, row_H,
-                                       (size_t)((T - 1) * B), stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy_2d(at(hx, H, elem), row_K, input, row_I, row_I,
-                                       (size_t)TB, stream);
+            status = lltm_cuda_join_rows(at(hx, B * K, elem), output, row_H,
+                                         at(input, B * I, elem), row_I, (size_t)((T - 1) * B),
+                                         stream);
         /* dW = dG^T [h_prev | x]: all steps at once */
         if (status == LLTM_OK)
             status = product(dtype, G, K, TB, dG, 1, G, hx, K, 1, grad_weights, K, gemm,

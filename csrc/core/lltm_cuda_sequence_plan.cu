@@ -631,42 +631,48 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     return LLTM_OK;
 }
 
-int lltm_sequence_plan_layers_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                   int most, int *layers)
+int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                      int64_t resident[2], int64_t parts[2])
 {
-    if (!dev || !plan || !layers || most < 1 || !known_dtype(plan->dtype))
+    if (!dev || !plan || !resident || !parts || !known_dtype(plan->dtype))
         return LLTM_ERR_ARGUMENT;
     const lltm_dtype dtype = plan->dtype;
-    const lltm_sequence_launch &f = plan->forward, &b = plan->backward;
-    int64_t n = most;
-    if (plan->family == LLTM_SEQ_GRID) {
-        const int layout = lltm_grid_layout_index(f.lanes, f.values);
-        int chunk = -1;
-        for (int c = 0; c < NUM_GRID_CHUNKS; ++c)
-            if (GRID_CHUNKS[c] == f.chunk)
-                chunk = c;
-        const int64_t grid = f.blocks * f.groups;
-        if (layout < 0 || chunk < 0 || grid < 1)
+    for (int d = 0; d < 2; ++d) {
+        const lltm_sequence_launch &l = d == 0 ? plan->forward : plan->backward;
+        int64_t n = 0, per_call = 1;
+        if (plan->family == LLTM_SEQ_GRID) {
+            /* the whole launch, one part: its blocks meet at every step */
+            const int layout = lltm_grid_layout_index(l.lanes, l.values);
+            int chunk = -1;
+            for (int c = 0; c < NUM_GRID_CHUNKS; ++c)
+                if (GRID_CHUNKS[c] == l.chunk)
+                    chunk = c;
+            const int64_t grid = l.blocks * l.groups;
+            if (layout < 0 || chunk < 0 || grid < 1)
+                return LLTM_ERR_ARGUMENT;
+            n = grid_resident_blocks(*dev, dtype, layout, chunk, l.tf32 != 0) / grid;
+        } else if (plan->family == LLTM_SEQ_BLOCK) {
+            int c = -1;
+            for (int k = 0; k < NUM_BLOCK_CHUNKS; ++k)
+                if (BLOCK_CHUNKS[k] == l.chunk)
+                    c = k;
+            if (c < 0 || l.groups < 1)
+                return LLTM_ERR_ARGUMENT;
+            n = block_resident_blocks(*dev, dtype, c);
+            per_call = l.groups;
+        } else if (plan->family == LLTM_SEQ_CLUSTER) {
+            if (l.groups < 1)
+                return LLTM_ERR_ARGUMENT;
+            n = launch_resident(dtype, d == 0, l, *dev);
+            per_call = l.groups;
+        } else if (plan->family == LLTM_SEQ_STEPS) {
+            per_call = 0;
+        } else {
             return LLTM_ERR_ARGUMENT;
-        n = grid_resident_blocks(*dev, dtype, layout, chunk, f.tf32 != 0) / grid;
-    } else if (plan->family == LLTM_SEQ_BLOCK) {
-        int c = -1;
-        for (int k = 0; k < NUM_BLOCK_CHUNKS; ++k)
-            if (BLOCK_CHUNKS[k] == f.chunk)
-                c = k;
-        if (c < 0 || f.groups < 1)
-            return LLTM_ERR_ARGUMENT;
-        n = block_resident_blocks(*dev, dtype, c) / f.groups;
-    } else if (plan->family == LLTM_SEQ_CLUSTER) {
-        if (f.groups < 1 || b.groups < 1)
-            return LLTM_ERR_ARGUMENT;
-        const int64_t nf = launch_resident(dtype, true, f, *dev) / f.groups;
-        const int64_t nb = launch_resident(dtype, false, b, *dev) / b.groups;
-        n = nf < nb ? nf : nb;
-    } else if (plan->family != LLTM_SEQ_STEPS) {
-        return LLTM_ERR_ARGUMENT;
+        }
+        resident[d] = n;
+        parts[d] = per_call;
     }
-    *layers = (int)(n < most ? n : most);
     return LLTM_OK;
 }
 

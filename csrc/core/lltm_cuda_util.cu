@@ -1,8 +1,8 @@
 /*
  * lltm_cuda_util.cu - small generic pieces the binding uses around the
  * sequence kernels (lltm.h): a deterministic small matrix product that
- * costs one launch, stream-ordered copies and zero fills, whether a stream
- * is being captured.
+ * costs one launch, stream-ordered copies (rows of two arrays joined side
+ * by side too) and zero fills, whether a stream is being captured.
  */
 #include "lltm.h"
 
@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+
+#include <algorithm>
 
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
@@ -78,6 +80,35 @@ int small_mm(int64_t M, int64_t N, int64_t K, const void *a, int64_t a_rs, int64
     return launch_status(cudaGetLastError());
 }
 
+/* dst row r = [row r of a | row r of b] (lltm_cuda_join_rows), in units
+ * of U: one unit a thread, grid-stride */
+template <typename U>
+__global__ void __launch_bounds__(256)
+join_rows_kernel(U *__restrict__ dst, const U *__restrict__ a, int64_t na,
+                 const U *__restrict__ b, int64_t nb, int64_t rows)
+{
+    const int64_t n = na + nb, total = rows * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n, c = i - r * n;
+        dst[i] = c < na ? a[r * na + c] : b[r * nb + (c - na)];
+    }
+}
+
+constexpr int64_t JOIN_MAX_BLOCKS = 4096;
+
+template <typename U>
+int join_rows(void *dst, const void *a, size_t a_bytes, const void *b, size_t b_bytes,
+              size_t rows, cudaStream_t stream)
+{
+    const int64_t na = (int64_t)(a_bytes / sizeof(U)), nb = (int64_t)(b_bytes / sizeof(U));
+    const int64_t blocks = std::min(ceil_div((int64_t)rows * (na + nb), (int64_t)256),
+                                    JOIN_MAX_BLOCKS);
+    LLTM_LAUNCH((unsigned)blocks, 256, 0, stream, join_rows_kernel<U>)(
+        (U *)dst, (const U *)a, na, (const U *)b, nb, (int64_t)rows);
+    return launch_status(cudaGetLastError());
+}
+
 } // namespace
 
 extern "C" {
@@ -120,15 +151,26 @@ int lltm_cuda_copy(void *dst, const void *src, size_t bytes, void *stream)
                : (cudaGetLastError(), LLTM_ERR_CUDA);
 }
 
-int lltm_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
-                      size_t bytes, size_t rows, void *stream)
+int lltm_cuda_join_rows(void *dst, const void *a, size_t a_bytes, const void *b,
+                        size_t b_bytes, size_t rows, void *stream)
 {
-    if (bytes == 0 || rows == 0)
+    if (rows == 0 || a_bytes + b_bytes == 0)
         return LLTM_OK;
-    return cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, bytes, rows,
-                             cudaMemcpyDeviceToDevice, (cudaStream_t)stream) == cudaSuccess
-               ? LLTM_OK
-               : (cudaGetLastError(), LLTM_ERR_CUDA);
+    if (!dst || (a_bytes && !a) || (b_bytes && !b))
+        return LLTM_ERR_ARGUMENT;
+    /* the widest unit (16 bytes down to 1) that every row and address is a
+     * multiple of */
+    const uintptr_t bits = (uintptr_t)dst | (uintptr_t)a | (uintptr_t)b | a_bytes | b_bytes;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (bits % 16 == 0)
+        return join_rows<uint4>(dst, a, a_bytes, b, b_bytes, rows, s);
+    if (bits % 8 == 0)
+        return join_rows<uint64_t>(dst, a, a_bytes, b, b_bytes, rows, s);
+    if (bits % 4 == 0)
+        return join_rows<uint32_t>(dst, a, a_bytes, b, b_bytes, rows, s);
+    if (bits % 2 == 0)
+        return join_rows<uint16_t>(dst, a, a_bytes, b, b_bytes, rows, s);
+    return join_rows<uint8_t>(dst, a, a_bytes, b, b_bytes, rows, s);
 }
 
 int lltm_cuda_zero(void *dst, size_t bytes, void *stream)
