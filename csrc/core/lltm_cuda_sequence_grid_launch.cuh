@@ -40,9 +40,10 @@ template <typename T, bool TF32> constexpr size_t mma_bytes()
     return sizeof(T) == 2 ? 2 : std::is_same<T, float>::value && TF32 ? 4 : 0;
 }
 
+/* One grid launch of a layout and build: the forward or the backward (by
+ * the args' type) */
 template <typename T, int KS, int KR, int CH, bool TF32>
-int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                     cudaStream_t stream)
+int run_grid(const lltm_sequence_launch &l, const lltm_seq::forward_args &a, cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     auto kernel = sequence_forward_kernel<T, KS, KR, CH, TF32>;
@@ -67,8 +68,7 @@ int run_grid_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args
 }
 
 template <typename T, int KS, int KR, int CH, bool TF32>
-int run_grid_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                      cudaStream_t stream)
+int run_grid(const lltm_sequence_launch &l, const lltm_seq::backward_args &a, cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     auto kernel = sequence_backward_kernel<T, KS, KR, CH, TF32>;
@@ -146,26 +146,12 @@ const void *grid_kernel_of(bool forward, int lanes, int values, int chunk, bool 
     return NULL;
 }
 
-template <typename T>
-int grid_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                    cudaStream_t stream)
+/* run_grid of the launch's layout and build (Args: lltm_seq::forward_args
+ * or backward_args) */
+template <typename T, typename Args>
+int grid_run_of(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream)
 {
-#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_forward<T, KS, KR, CH, TF>(l, a, stream)
-#define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
-    if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
-        LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
-    }
-    LLTM_SEQ_GRID_LAYOUTS(LLTM_SEQ_GRID_CASE)
-#undef LLTM_SEQ_GRID_CASE
-#undef LLTM_SEQ_GRID_RUN
-    return LLTM_ERR_ARGUMENT;
-}
-
-template <typename T>
-int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                     cudaStream_t stream)
-{
-#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid_backward<T, KS, KR, CH, TF>(l, a, stream)
+#define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid<T, KS, KR, CH, TF>(l, a, stream)
 #define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
     if (l.lanes == KS && l.values == KR && l.chunk == CH) {                                  \
         LLTM_SEQ_GRID_BUILDS(KS, KR, CH, l.tf32, LLTM_SEQ_GRID_RUN)                          \
@@ -192,13 +178,13 @@ int grid_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_arg
     int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
                         cudaStream_t stream)                                                 \
     {                                                                                        \
-        return grid_forward_of<T>(l, a, stream);                                             \
+        return grid_run_of<T>(l, a, stream);                                                 \
     }                                                                                        \
     template <>                                                                              \
     int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
                          cudaStream_t stream)                                                \
     {                                                                                        \
-        return grid_backward_of<T>(l, a, stream);                                            \
+        return grid_run_of<T>(l, a, stream);                                                 \
     }                                                                                        \
     }
 

@@ -60,7 +60,10 @@ bool known_dtype(lltm_dtype dtype)
            dtype == LLTM_BFLOAT16;
 }
 
-bool cached_device(const lltm_cuda_device &dev) { return dev.device >= 0 && dev.device < MAX_DEVICES; }
+bool cached_device(const lltm_cuda_device &dev)
+{
+    return dev.device >= 0 && dev.device < MAX_DEVICES;
+}
 
 const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk,
                             bool tf32)
@@ -76,15 +79,14 @@ const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequen
 /* ---------------------------------------------------------------- grid -- */
 
 /* The grid layouts: LLTM_GRID_LAYOUTS (lltm_cuda_grid_layouts.h), in the
- * order the chooser tries them. */
-constexpr int NUM_GRID_LAYOUTS = LLTM_GRID_LAYOUT_COUNT;
-/* The rows of a chunk each layout comes in (a tie keeps the first). */
+ * order the chooser tries them; the rows of a chunk each comes in (a tie
+ * keeps the first). */
 constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
 constexpr int NUM_GRID_CHUNKS = 2;
 
 /* max_resident_blocks of a layout's two kernels plus one (0: not asked
  * yet); [tf32]: float32's TF32 build */
-int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][NUM_GRID_LAYOUTS][NUM_GRID_CHUNKS][2];
+int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][LLTM_GRID_LAYOUT_COUNT][NUM_GRID_CHUNKS][2];
 
 int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout,
                              int chunk_index, bool tf32)
@@ -589,7 +591,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     const bool tf32_ok = dtype == LLTM_FLOAT32 && lltm_cuda_grid_tensor_cores(dev, dtype);
     const int first_build = o.grid_tf32 > 0 ? 1 : 0;
     if (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_GRID) {
-        for (int k = 0; k < NUM_GRID_LAYOUTS; ++k) {
+        for (int k = 0; k < LLTM_GRID_LAYOUT_COUNT; ++k) {
             const lltm_grid_layout g = LLTM_GRID_LAYOUTS[k];
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
