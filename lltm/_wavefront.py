@@ -263,10 +263,10 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
     """How many layers' kernels run at once at full speed: for the persistent
     plans, ``resident``, as many as the library finds resident together
     (:func:`resident_layers`; by their blocks, or their clusters, which need
-    free SMs within one GPU processing cluster: an H100 holds 7 of 16
-    blocks, so a layer of 4 such clusters and three quarters of another fit
-    at once, though two layers' 128 blocks are fewer than its 132 SMs), at
-    least 1 and at most L. For the per-step family, whose products spread over the GPU:
+    free SMs within one GPU processing cluster: an H100 holds 7 clusters of
+    16 blocks, a layer of 4 such clusters and three quarters of another,
+    though two layers' 128 blocks are fewer than its 132 SMs), at least 1
+    and at most L. For the per-step family, whose products spread over the GPU:
     one where they run on FFMA, float64 and float32 (they fill it: at
     B256/H1024 chunks saved 9%); on tensor cores, the half types and float32
     where torch lets its products use TF32 (``tf32``; taken as the half

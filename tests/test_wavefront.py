@@ -402,8 +402,8 @@ def test_choice_from_the_cost_model(monkeypatch):
     and blocks start as they fit: 7 clusters of a layer's 4 hold a layer and
     three quarters (B64/H128 on an H100, 346 us of steps a layer: 3 chunks
     measured 0.89x - 0.91x of a call a layer), in CUDA graphs (eager calls:
-    whole layers); 264 blocks of a layer's 256 little more than one. The same plan whether planned for the whole
-    device or shared: no sharing."""
+    whole layers); 264 blocks of a layer's 256 little more than one. The
+    same plan whether planned for the whole device or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
     family = {"plan": grid, "step_us": 9.71}
