@@ -843,4 +843,3 @@ def test_core_reads_no_environment():
     readers = [p.name for p in sorted(CORE.iterdir())
                if p.suffix in (".c", ".h", ".cu", ".cuh") and "getenv" in p.read_text()]
     assert readers == []
-

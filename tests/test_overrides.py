@@ -2,6 +2,7 @@
 parsed in Python (the C core reads no environment). Their effect on the
 kernels is tested on a GPU (tests/test_cuda_sequence.py, test_cuda_cell.py)."""
 import pytest
+import torch
 
 import lltm
 from lltm import overrides
@@ -114,3 +115,24 @@ def test_the_cost_models_follow_torchs_tf32_setting(allow):
     finally:
         torch.set_float32_matmul_precision(before)
     assert _native._float32_tf32() is (before != "highest")
+
+
+def test_whole_layers_from_the_residency(monkeypatch):
+    """sequence_layers_in_force: the whole layers of the residency's
+    direction that holds fewer, at most ``most``; ``most`` for the per-step
+    family (no parts); None without an answer; ``most`` below 1 refused."""
+    residency = {"parts": ((7, 4), (14, 4))}
+    monkeypatch.setattr(overrides, "sequence_residency_in_force",
+                        lambda dtype, T, B, I, H, device=None: residency["parts"])
+    layers = overrides.sequence_layers_in_force
+    assert layers(torch.float32, 100, 64, 128, 128, 3) == 1  # 1.75 layers: one whole
+    residency["parts"] = ((264, 64), (264, 64))
+    assert layers(torch.float32, 100, 64, 64, 64, 3) == 3  # 4 whole, at most 3
+    residency["parts"] = ((0, 0), (0, 0))
+    assert layers(torch.float32, 100, 16, 256, 256, 5) == 5
+    residency["parts"] = ((0, 4), (0, 4))
+    assert layers(torch.float32, 100, 16, 256, 256, 5) == 0  # not one fits
+    residency["parts"] = None
+    assert layers(torch.float32, 100, 16, 256, 256, 5) is None
+    with pytest.raises(ValueError, match="most"):
+        layers(torch.float32, 100, 16, 256, 256, 0)

@@ -12,8 +12,6 @@
 
 #include <stdint.h>
 
-#include <algorithm>
-
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
 
@@ -95,17 +93,13 @@ join_rows_kernel(U *__restrict__ dst, const U *__restrict__ a, int64_t na,
     }
 }
 
-constexpr int64_t JOIN_MAX_BLOCKS = 4096;
-
 template <typename U>
 int join_rows(void *dst, const void *a, size_t a_bytes, const void *b, size_t b_bytes,
               size_t rows, cudaStream_t stream)
 {
     const int64_t na = (int64_t)(a_bytes / sizeof(U)), nb = (int64_t)(b_bytes / sizeof(U));
-    const int64_t blocks = std::min(ceil_div((int64_t)rows * (na + nb), (int64_t)256),
-                                    JOIN_MAX_BLOCKS);
-    LLTM_LAUNCH((unsigned)blocks, 256, 0, stream, join_rows_kernel<U>)(
-        (U *)dst, (const U *)a, na, (const U *)b, nb, (int64_t)rows);
+    LLTM_LAUNCH(pointwise_blocks((int64_t)rows * (na + nb), 256), 256, 0, stream,
+                join_rows_kernel<U>)((U *)dst, (const U *)a, na, (const U *)b, nb, (int64_t)rows);
     return launch_status(cudaGetLastError());
 }
 
