@@ -80,6 +80,7 @@ CUDA_ONLY_SOURCES = [
     "binding/cublas_gemm.c",
     "core/lltm_cuda_sequence.cu",
     "core/lltm_cuda_sequence_plan.cu",
+    "core/lltm_cuda_sequence_plan_cluster.cu",
     "core/lltm_cuda_cost.c",
     "core/lltm_cuda_sequence_steps.cu",
     *(f"core/lltm_cuda_seq_{family}_{dtype}.cu"  # a unit a kernel family and dtype

@@ -26,7 +26,10 @@ from lltm import _native  # noqa: E402
 
 CASES = {"cluster8": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100)],
          # B = 13, 2: the batch split (four clusters of 4-row chunks, one)
-         "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100), (3, 13, 4, 128)],
+         # H past 128 (16 blocks of 16 units): clusters of 4-row chunks (B = 13,
+         # 2), of 8-row ones (B = 40)
+         "cluster16": [(3, 17, 5, 33), (2, 2, 0, 128), (2, 40, 3, 100), (3, 13, 4, 128),
+                       (3, 13, 4, 200), (2, 2, 3, 256), (2, 40, 5, 129)],
          "grid": [(3, 17, 5, 33), (2, 3, 4, 129), (2, 2, 3, 600), (2, 64, 8, 300)],
          # 4-row chunks: B = 13 (4 chunks, a group each), 3 (one padded chunk)
          "grid4": [(3, 13, 5, 33), (2, 3, 4, 129), (2, 6, 3, 600)],

@@ -8,7 +8,8 @@ kernel, thread-block clusters, H <= 128, B <= 64; in both of its shapes, 8
 blocks or 16: routes "cluster8" and "cluster16" here; and "cluster16-split8"
 and "cluster16-nosplit", the 16-block shape with its batch split in 8-row
 chunks instead of 4, and without it: one cluster of 16-row chunks also for
-B <= 16), "grid" (persistent kernel, cooperative grid), "block" (persistent
+B <= 16; past H = 128 the 16-block shape of 16 units a block, H <= 256, a
+cluster a chunk of 4 or 8 rows, not float64), "grid" (persistent kernel, cooperative grid), "block" (persistent
 kernel, one block a batch chunk, H <= 64), "steps" (per-step products +
 pointwise kernel) and "auto". The core reads no environment.
 
@@ -85,8 +86,9 @@ def route(request):
 
 
 def route_fits(route, H, dtype):
-    if route.startswith("cluster"):
-        return H <= 128
+    if route.startswith("cluster"):  # 16 units a block past 128: 4- or 8-row clusters
+        wide = route in ("cluster16", "cluster16-split8") and dtype != torch.float64
+        return H <= (256 if wide else 128)
     if route == "grid":
         return H <= (512 if dtype == torch.float64 else 1024)
     if route == "block":
@@ -272,6 +274,27 @@ def test_cluster_plan_rows(route, dtype, B):
     """The cluster plan keeps every row's state in shared memory: several
     16-row chunks, up to the most it takes."""
     compare(4, B, 5, 100, dtype)
+
+
+@pytest.mark.parametrize("route", ["cluster16", "cluster16-split8"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("B,H", [(1, 256), (13, 200), (40, 160), (56, 256)])
+def test_wide_cluster_plan(route, dtype, B, H):
+    """Past H = 128 the 16-block clusters take 16 units a block: a cluster a
+    chunk of 4 rows (8 past 28 rows, or forced), up to 56 rows (7 clusters
+    of 8); the last block part padded at H = 200 and 160."""
+    compare(4, B, 7, H, dtype)
+
+
+@pytest.mark.parametrize("route", ["cluster16"], indirect=True)
+@pytest.mark.parametrize("dtype,B,H", [(torch.float32, 57, 256), (torch.float64, 4, 200),
+                                       (torch.float32, 4, 257)])
+def test_wide_cluster_plan_refused(route, dtype, B, H):
+    """No wide cluster plan past 56 rows (8 clusters of 8 rows do not fit an
+    H100 at once), in float64, or past H = 256."""
+    with pytest.raises(RuntimeError, match="no plan of the forced kernel family"):
+        compare(2, B, 3, H, dtype)
 
 
 @pytest.mark.parametrize("route", CLUSTERS, indirect=True)

@@ -405,16 +405,26 @@ def test_plan_choice(emu):
     # rows; H100 float32: 600 us against 1,102) and at B = 64, H = 256 (8
     # groups of 16 blocks walking 2 chunks: 1,186 us against 1,303 for 4
     # groups of 32 blocks and one 16-row chunk)
-    assert grid(f32, 16, 256) == (32, 16, 4, 4)
+    assert grid(f32, 16, 256, family=GRID) == (32, 16, 4, 4)
     assert grid(f32, 64, 256) == (16, 32, 8, 4)
     assert grid(f32, 256, 64, family=GRID) == (16, 8, 33, 4)
     # bfloat16 (tensor cores) B1/H256: 4-row chunks (32x16 in 16-row ones 688 us
     # against 519 - 528 in 4-row ones); of the two layouts within 3% of each
     # other in 4-row chunks (B1/H512: 32x16 487 us, 16x32 501; B16/H256: 495,
     # 500; tests/data/grid-x64-h100.json), 16x32, in half the blocks
-    assert grid(bf16, 1, 256) == (16, 32, 1, 4)
+    assert grid(bf16, 1, 256, family=GRID) == (16, 32, 1, 4)
     assert grid(f32, 4, 1024) == (32, 32, 1, 4)
-    assert grid(f32, 16, 256, grid_chunk=16) == (32, 16, 1, 16)
+    assert grid(f32, 16, 256, family=GRID, grid_chunk=16) == (32, 16, 1, 16)
+    # 128 < H <= 256 and B <= 56: 16-block clusters of 16 units, a cluster a
+    # 4-row chunk (8-row past 28 rows), where the grid's step is slower (H100
+    # graph replay, T 100: float32 B16/H256 392 us against 595, bfloat16
+    # B1/H256 315 against 502, B48/H256 491 against 590); past 56 rows the grid
+    for dtype, B, H, chunk in ((f32, 16, 256, 4), (bf16, 1, 256, 4), (bf16, 48, 256, 8),
+                               (f32, 32, 160, 8)):
+        status, plan = make_plan(emu, dtype, 100, B, H // 2, H)
+        assert status == 0 and plan.family == CLUSTER
+        assert (plan.forward.chunk, plan.forward.blocks) == (chunk, -(-H // 16))
+    assert grid(bf16, 64, 256)[3] == 4
     assert grid(f32, 64, 256, family=GRID, grid_chunk=4)[2:] == (8, 4)  # forced: 2 passes
     assert make_plan(emu, f32, 100, 16, 128, 256, grid_chunk=8)[0] != 0  # no such chunk
     # large B x H: per-step products (cuBLAS) beat a grid walking many chunks

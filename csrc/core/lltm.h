@@ -17,8 +17,8 @@
  *
  * Shapes (legend): B batch rows, I input features, H state size, G = 3H.
  * Every array is dense and row-major: [B,G] means element (b, k) sits at
- * b*G + k. Gate blocks inside a [.,G] row are ordered i, o, z: column k of
- * block q is at q*H + k.
+ * b*G + k. Gate blocks in a [.,G] row are ordered i, o, z: column k of block
+ * q at q*H + k.
  *
  * Element types: each array has the kernel's dtype unless stated otherwise.
  * Float32 and float64 compute in their own precision (float32's products
@@ -33,8 +33,7 @@
  * A training step keeps for the backward the gate activations [B,G] beyond
  * its own inputs (x, h, W) and output c', which the caller keeps anyway.
  *
- * Return codes: LLTM_OK, or a negative lltm_status; lltm_status_string()
- * names it.
+ * Return codes: LLTM_OK, or a negative lltm_status (lltm_status_string).
  */
 #ifndef LLTM_CORE_LLTM_H
 #define LLTM_CORE_LLTM_H
@@ -403,10 +402,10 @@ enum { /* lltm_sequence_launch.exchange: how blocks pass the state on */
 
 /*
  * One direction's persistent launch. A block holds U hidden units (the
- * reduce-scatter backward: 8; else 256 / lanes / (chunk / rows)); the
- * lanes of a unit split its k range, `values` k values a lane per gate
- * (W_h in registers: H <= lanes * values). B is cut into chunks of `chunk`
- * rows; a lane group works on `rows` rows of each chunk.
+ * reduce-scatter backward: 256 / lanes, 8 or 16; else 256 / lanes / (chunk
+ * / rows)); the lanes of a unit split its k range, `values` k values a lane
+ * per gate (W_h in registers: H <= lanes * values). B is cut into chunks of
+ * `chunk` rows; a lane group works on `rows` rows of each chunk.
  *   blocks  blocks of one batch group: ceil(H / U) (the cluster's size;
  *           the block family: 1, 4 lanes x 64 units)
  *   groups  batch groups: copies of the blocks, group g taking the chunks
@@ -441,11 +440,10 @@ typedef struct lltm_sequence_plan {
  *                   groups of blocks; the 16-block clusters' batch groups
  *                   at B > 16: 1 keeps one cluster walking every chunk;
  *                   the block family's blocks)
- *   cluster_blocks  8 (16 units a block) or 16 (8 units a block)
+ *   cluster_blocks  8 (16 units a block) or 16 (8 units; 16 past H = 128)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
  *                   batch split into clusters of chunks of that many rows
- *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the
- *                   cheaper by the cost model)
+ *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the cheaper)
  *   block_chunk     1 or 4: the block family's chunk rows (0: the cheaper)
  *   grid_tf32       float32: 1 only the grid's TF32 build (16-row chunks,
  *                   where dev->tf32 allows it), -1 only FFMA (0: the cheaper)
@@ -482,6 +480,8 @@ typedef struct lltm_sequence_plan_options {
  *      (reduce-scatter). For B <= 16 (not float64) each 16-block kernel
  *      splits the batch into clusters of 4-row chunks (8 where that many
  *      clusters do not fit). The 8-block shape's backward broadcasts dG.
+ *      128 < H <= 256 (not float64): 16 blocks of 16 units, a cluster a
+ *      4-row chunk (8-row where those do not all fit at once).
  *   grid layouts that are co-resident, the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
  *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64); the half

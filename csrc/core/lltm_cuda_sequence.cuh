@@ -3,6 +3,7 @@
  * CUDA sequence code (internal; the public API is lltm.h):
  *
  *   lltm_cuda_sequence_plan.cu        the plan chooser (occupancy, costs)
+ *   lltm_cuda_sequence_plan_cluster.cu   its cluster family's shapes
  *   lltm_cuda_sequence.cu             one layer (the time loop, the products
  *                                     around it) and the persistent launches
  *   lltm_cuda_seq_grid_<dtype>.cu     grid kernels of one dtype
@@ -42,7 +43,12 @@ constexpr int NT = 256;   /* threads per block of every persistent kernel */
 constexpr int BC = 16;    /* batch rows per chunk of the persistent kernels */
 constexpr int GRID_SMALL_CHUNK = 4; /* the grid kernels' other chunk, for small B */
 constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
-constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H */
+constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H (8 units a block) */
+/* The 16-block clusters past it (H <= 256): 16 units a block, their
+ * forward in 4- or 8-row chunks, their backward the reduce-scatter's */
+constexpr int WIDE_UNITS = 16;
+constexpr int CLUSTER_RANKS = 16; /* blocks of the 16-block (non-portable) clusters */
+constexpr int WIDE_MAX_H = CLUSTER_RANKS * WIDE_UNITS;
 constexpr int BLOCK_UNITS = 64;    /* the block kernels' H (all units in one block) */
 constexpr int BLOCK_CHUNKS[] = {1, 4}; /* their chunk rows, in the order the chooser tries them */
 constexpr int NUM_BLOCK_CHUNKS = 2;
@@ -171,21 +177,21 @@ inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_
     const int64_t vec = 16 / (int64_t)acc, U = NT / ks;
     return 16 + acc * (size_t)(2 * rows * (3 * ks * kr + vec) + 2 * BC * 3 * U + rows * U);
 }
-/* Threads a block of the reduce-scatter backward: its product step covers
- * a chunk's rows x CLUSTER_MAX_H / (16 / acc) pieces of 16 bytes, one a
- * thread, NT at most. A 4-row chunk (4-byte types) takes 128: with NT, half
+/* Threads a block of the reduce-scatter backward (`units` a block, 16
+ * blocks): its product step covers a chunk's rows x 16 * units / (16 /
+ * acc) pieces of 16 bytes, one a thread, NT at most. A 4-row chunk (4-byte types) takes 128: with NT, half
  * the threads had no work, and at ~170 - 185 registers a thread one block
  * filled an SM, so two directions' clusters of 4-row chunks (eight of 16
  * blocks) did not fit an H100 at once; two 128-thread blocks share an SM. */
-constexpr int cluster_backward_rs_threads(size_t acc, int ch)
+constexpr int cluster_backward_rs_threads(size_t acc, int ch, int units = RS_UNITS)
 {
-    const int pieces = ch * CLUSTER_MAX_H * (int)acc / 16;
+    const int pieces = ch * CLUSTER_RANKS * units * (int)acc / 16;
     return pieces < NT ? pieces : NT;
 }
-inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch)
+inline size_t cluster_backward_rs_smem(size_t acc, int64_t rows, int ch, int units = RS_UNITS)
 {
-    constexpr int U = RS_UNITS, RANKS = CLUSTER_MAX_H / U;
-    return 16 + acc * (size_t)(2 * RANKS * rows * U + 2 * ch * 3 * U + rows * U);
+    const int64_t U = units;
+    return 16 + acc * (size_t)(2 * CLUSTER_RANKS * rows * U + 2 * ch * 3 * U + rows * U);
 }
 
 /* rows: one block's rows, padded to whole chunks (lltm_cuda_sequence_block.cuh) */
@@ -286,6 +292,29 @@ int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, c
  * (lltm_cuda_sequence_plan.cu). */
 int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
                             bool cooperative = true, int threads = NT);
+
+/* The chooser's caches of occupancy answers: per device ordinal below
+ * MAX_DEVICES, dtype and, where it matters, how many layers run at once
+ * (lltm_sequence_plan_options.concurrent: 1 or MAX_CONCURRENT). */
+constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4, MAX_CONCURRENT = 2;
+inline bool cached_device(const lltm_cuda_device &dev)
+{
+    return dev.device >= 0 && dev.device < MAX_DEVICES;
+}
+
+/* The cluster family's plans for B rows of H units on `dev` within the
+ * options (`concurrent` launches of each at once), in the order the chooser
+ * considers them: copies of `base` with the family and both launches set,
+ * at most MAX_CLUSTER_PLANS; returns how many
+ * (lltm_cuda_sequence_plan_cluster.cu). */
+constexpr int MAX_CLUSTER_PLANS = 3;
+int cluster_plans(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
+                  const lltm_sequence_plan_options &o, int concurrent,
+                  const lltm_sequence_plan &base, lltm_sequence_plan plans[MAX_CLUSTER_PLANS]);
+/* How many clusters of launch l (a cluster a batch group) run at once on
+ * `dev` (0: none, or no such kernel in the library) */
+int64_t cluster_launch_resident(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
+                                const lltm_cuda_device &dev);
 
 /* Sizes no kernel takes (negative, or past what int64_t indexing holds) */
 inline bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)

@@ -239,7 +239,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *   dcs [BPL][U] (shared): dL/dc of this block's units
  */
 template <typename T, int U, int CH = BC,
-          int NB = lltm_seq::cluster_backward_rs_threads(sizeof(typename acc_of<T>::type), CH)>
+          int NB = lltm_seq::cluster_backward_rs_threads(sizeof(typename acc_of<T>::type), CH, U)>
 __global__ void __launch_bounds__(NB, 1)
 sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                     const T *__restrict__ grad_output,
@@ -258,7 +258,7 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
     constexpr int PK = 16 / (int)sizeof(A), VEC = vec_of<A>::n, R = 3 * U;
     /* NB threads (lltm_seq::cluster_backward_rs_threads: every one a
      * product thread), RB rows each */
-    constexpr int RANKS = lltm_seq::CLUSTER_MAX_H / U, KG = RANKS * U / PK;
+    constexpr int RANKS = lltm_seq::CLUSTER_RANKS, KG = RANKS * U / PK;
     constexpr int RB = CH * KG / NB;
     static_assert(PK == VEC && U % PK == 0 && R % VEC == 0 && NB % KG == 0 &&
                       CH * KG % NB == 0 && CH * U <= NB && CH <= BC,
@@ -479,12 +479,11 @@ int run_cluster_backward_broadcast(const lltm_sequence_launch &l,
 /* The reduce-scatter backward in l.groups clusters of chunks of CH rows;
  * with groups > 1 the clusters' bias sums go through the workspace (after
  * the float32 state of the half types) and are added in group order. */
-template <typename T, int CH>
+template <typename T, int U, int CH>
 int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                             cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
-    constexpr int U = lltm_seq::RS_UNITS;
     if (l.blocks != ceil_div(a.H, U) || l.groups < 1)
         return LLTM_ERR_ARGUMENT;
     A *bias_work = NULL;
@@ -492,10 +491,10 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
     if (work_status != LLTM_OK)
         return work_status;
     const size_t smem = lltm_seq::cluster_backward_rs_smem(
-        sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups), CH);
+        sizeof(A), lltm_seq::group_rows(a.B, CH, l.groups), CH, U);
     const int status = launch_status(launch_cluster(
         sequence_backward_cluster_rs_kernel<T, U, CH>, l.blocks, l.groups, smem, stream,
-        lltm_seq::cluster_backward_rs_threads(sizeof(A), CH), a.steps, a.B, a.H, a.I + a.H,
+        lltm_seq::cluster_backward_rs_threads(sizeof(A), CH, U), a.steps, a.B, a.H, a.I + a.H,
         (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
         (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
         (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, bias_work, a.lengths));
@@ -504,20 +503,26 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
 
 /*
  * The backward layouts of the library, with the shapes the chooser picks
- * each for (H <= 128):
+ * each for (reduce-scatter: units a block, chunk rows; a launch names its
+ * units by lanes = NT / units):
  *   broadcast, 16 x 8          the 8-block clusters, where 16-block
- *                              clusters do not fit
- *   reduce-scatter, 16 rows    16-block clusters, B > 16 or float64
- *   reduce-scatter, 4 rows     16-block clusters, B <= 16: a cluster per
+ *                              clusters do not fit (H <= 128)
+ *   reduce-scatter, 8, 16      16-block clusters, B > 16 or float64
+ *   reduce-scatter, 8, 4       16-block clusters, B <= 16: a cluster per
  *                              4-row chunk (not float64)
- *   reduce-scatter, 8 rows     the same where that many clusters do not fit
+ *   reduce-scatter, 8, 8       the same where that many clusters do not fit
+ *   reduce-scatter, 16, 4 / 8  the 16-block clusters at 128 < H <= 256, a
+ *                              cluster per 4-row chunk (8 where that many
+ *                              do not fit; not float64)
  */
 #define LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(BROADCAST, RS)                                     \
     BROADCAST(16, 8)                                                                         \
-    RS(16)                                                                                   \
+    RS(lltm_seq::RS_UNITS, 16)                                                               \
     if constexpr (!std::is_same<T, double>::value) {                                         \
-        RS(4)                                                                                \
-        RS(8)                                                                                \
+        RS(lltm_seq::RS_UNITS, 4)                                                            \
+        RS(lltm_seq::RS_UNITS, 8)                                                            \
+        RS(lltm_seq::WIDE_UNITS, 4)                                                          \
+        RS(lltm_seq::WIDE_UNITS, 8)                                                          \
     }
 
 template <typename T> const void *cluster_backward_kernel_of(const lltm_sequence_launch &l)
@@ -525,9 +530,9 @@ template <typename T> const void *cluster_backward_kernel_of(const lltm_sequence
 #define LLTM_SEQ_BROADCAST(KS, KR)                                                           \
     if (l.exchange == LLTM_SEQ_EXCHANGE_BROADCAST && l.lanes == KS && l.values == KR)        \
         return (const void *)sequence_backward_cluster_kernel<T, KS, KR>;
-#define LLTM_SEQ_RS(CH)                                                                      \
-    if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.chunk == CH)                     \
-        return (const void *)sequence_backward_cluster_rs_kernel<T, lltm_seq::RS_UNITS, CH>;
+#define LLTM_SEQ_RS(U, CH)                                                                   \
+    if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
+        return (const void *)sequence_backward_cluster_rs_kernel<T, U, CH>;
     LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_BROADCAST, LLTM_SEQ_RS)
 #undef LLTM_SEQ_BROADCAST
 #undef LLTM_SEQ_RS
@@ -541,9 +546,9 @@ int cluster_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_
 #define LLTM_SEQ_BROADCAST(KS, KR)                                                           \
     if (l.exchange == LLTM_SEQ_EXCHANGE_BROADCAST && l.lanes == KS && l.values == KR)        \
         return run_cluster_backward_broadcast<T, KS, KR>(l, a, stream);
-#define LLTM_SEQ_RS(CH)                                                                      \
-    if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.chunk == CH)                     \
-        return run_cluster_backward_rs<T, CH>(l, a, stream);
+#define LLTM_SEQ_RS(U, CH)                                                                   \
+    if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
+        return run_cluster_backward_rs<T, U, CH>(l, a, stream);
     LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_BROADCAST, LLTM_SEQ_RS)
 #undef LLTM_SEQ_BROADCAST
 #undef LLTM_SEQ_RS

@@ -50,30 +50,16 @@ namespace {
 
 using namespace lltm_seq;
 
-constexpr int MAX_DEVICES = 64, NUM_DTYPES = 4;
-/* layers planned to run at once on a device (lltm_sequence_plan_options.concurrent) */
-constexpr int MAX_CONCURRENT = 2;
-
 bool known_dtype(lltm_dtype dtype)
 {
     return dtype == LLTM_FLOAT32 || dtype == LLTM_FLOAT64 || dtype == LLTM_FLOAT16 ||
            dtype == LLTM_BFLOAT16;
 }
 
-bool cached_device(const lltm_cuda_device &dev)
-{
-    return dev.device >= 0 && dev.device < MAX_DEVICES;
-}
-
 const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk,
                             bool tf32)
 {
     LLTM_DISPATCH_OR(dtype, grid_kernel<T>(forward, lanes, values, chunk, tf32), nullptr);
-}
-const void *cluster_kernel_for(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l)
-{
-    LLTM_DISPATCH_OR(dtype, forward ? cluster_forward_kernel<T>(l) : cluster_backward_kernel<T>(l),
-                     nullptr);
 }
 
 /* ---------------------------------------------------------------- grid -- */
@@ -236,249 +222,6 @@ bool block_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int c, int64_t B,
     return true;
 }
 
-/* ------------------------------------------------------------- cluster -- */
-
-/* How many clusters of `blocks` blocks of `kernel`, smem bytes each, can
- * run at once on the device (0: none, or the kernel is not in the library;
- * sets the kernel's attributes). */
-int64_t cluster_resident(const void *kernel, int64_t blocks, size_t smem,
-                         const lltm_cuda_device &dev, int threads = NT)
-{
-    if (!kernel || dev.major < 9 || !dev.cluster_launch || smem > (size_t)dev.smem_optin)
-        return 0;
-    if (cluster_attributes(kernel, blocks, smem) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = cluster_config(blocks, smem, nullptr, &attr, 1, threads);
-    int resident = 0;
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return resident;
-}
-
-/* One launch of the cluster family: the layout, its blocks (H = 128, the
- * most, for the chooser's fit; ceil(H / units) in the plan) and smem. */
-lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange, int lanes,
-                                    int values, int rows, int chunk, int64_t B, int64_t H,
-                                    int64_t groups)
-{
-    const size_t acc = acc_bytes(dtype);
-    lltm_sequence_launch l = {};
-    l.lanes = lanes;
-    l.values = values;
-    l.rows = rows;
-    l.chunk = chunk;
-    l.exchange = exchange;
-    l.groups = groups;
-    const int64_t grows = group_rows(B, chunk, groups);
-    if (forward) {
-        const int units = NT / lanes / (chunk / rows);
-        l.blocks = ceil_div(H, units);
-        l.smem = cluster_forward_smem(acc, lanes, values, units, grows, chunk);
-    } else if (exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER) {
-        l.blocks = ceil_div(H, RS_UNITS);
-        l.smem = cluster_backward_rs_smem(acc, grows, chunk);
-    } else {
-        l.blocks = ceil_div(H, NT / lanes);
-        l.smem = cluster_backward_broadcast_smem(acc, lanes, values, grows);
-    }
-    return l;
-}
-
-/* how many clusters of launch l (a cluster a batch group) run at once */
-int64_t launch_resident(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
-                        const lltm_cuda_device &dev)
-{
-    const int threads = !forward && l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER
-                            ? cluster_backward_rs_threads(acc_bytes(dtype), l.chunk)
-                            : NT;
-    return cluster_resident(cluster_kernel_for(dtype, forward, l), l.blocks, l.smem, dev,
-                            threads);
-}
-
-/* whether `concurrent` launches l run at once (all their clusters resident) */
-bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
-                 const lltm_cuda_device &dev, int concurrent)
-{
-    const int64_t resident = launch_resident(dtype, forward, l, dev);
-    return resident > 0 && resident >= l.groups * concurrent;
-}
-
-/* The two cluster shapes (lanes x values of the backward's unit layout):
- *   0: 16 x 8, 16 units a block, 8 blocks at H = 128 (the portable size);
- *      forward and backward (broadcast) in that layout;
- *   1: 32 x 4, 8 units a block, 16 blocks (a non-portable cluster: half the
- *      arithmetic per block and step, twice the remote stores); its forward
- *      runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
- *      on all 16: 96 values a lane would take 192 registers), its backward
- *      the reduce-scatter exchange.
- * Without a batch split (16-row chunks, one cluster). */
-lltm_sequence_launch shape_launch(lltm_dtype dtype, int shape, bool forward, int64_t B, int64_t H)
-{
-    if (shape == 0)
-        return cluster_launch(dtype, forward, LLTM_SEQ_EXCHANGE_BROADCAST, 16, 8, BC, BC, B, H, 1);
-    if (!forward)
-        return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, BC, BC, B, H,
-                              1);
-    if (dtype == LLTM_FLOAT64)
-        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 32, 4, BC, BC, B, H, 1);
-    return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 4, 32, 2, BC, B, H, 1);
-}
-
-/* The rows the cluster family takes: every row's state stays in shared
- * memory (B <= 64 in the 4-byte types, 32 in float64: where its kernels
- * were measured against the grid family's on an H100). */
-int64_t cluster_max_rows(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 32 : 64; }
-
-/* whether shape `shape` runs B rows (both kernels, no split; `concurrent`
- * launches of each at once), per device, dtype, shape, concurrent launches
- * and number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
-constexpr int CLUSTER_MAX_CHUNKS = 4;
-signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
-
-bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
-                        int concurrent)
-{
-    const int64_t chunks = ceil_div(B, BC);
-    if (chunks < 1 || chunks * BC > cluster_max_rows(dtype) || chunks > CLUSTER_MAX_CHUNKS)
-        return false;
-    signed char *slot =
-        cached_device(dev) ? &cluster_cache[dev.device][dtype][shape][concurrent - 1][chunks]
-                           : nullptr;
-    const int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
-    if (known)
-        return known == 2;
-    const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
-    const int64_t H = CLUSTER_MAX_H;  /* the most blocks */
-    const bool fits =
-        launch_fits(dtype, true, shape_launch(dtype, shape, true, rows, H), dev, concurrent) &&
-        launch_fits(dtype, false, shape_launch(dtype, shape, false, rows, H), dev, concurrent);
-    if (slot)
-        __atomic_store_n(slot, (signed char)(fits ? 2 : 1), __ATOMIC_RELAXED);
-    return fits;
-}
-
-/* Whether cluster shape `shape` (0: 8 blocks, 1: 16) runs B rows here. */
-bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
-                      int concurrent)
-{
-    if (dev.major < 9 || !dev.cluster_launch)
-        return false; /* before the caches: they are kept per device ordinal */
-    return cluster_shape_fits(dev, dtype, shape, B, concurrent);
-}
-
-/* The 16-block shape's batch split: for B <= 16 (float accumulation), each
- * kernel runs chunks of 4 rows (else 8, where that many clusters do not fit
- * at once), one cluster of 16 blocks each: fewer multiply-adds a thread
- * (the forward: 8 lanes a unit on 1 row of 4, or 4 lanes on 1 row of 8;
- * the backward's products on 1 row) and fewer bytes exchanged per block and
- * step. The launch, or none (*split false: no split fits, B > 16, float64,
- * or `chunk` 16). chunk: 0 any, else only that many rows. */
-constexpr int SPLIT_MAX_ROWS = 16;
-signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][2][SPLIT_MAX_ROWS / 4];
-
-lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_t B)
-{
-    const int64_t groups = ceil_div(B, ch);
-    const int64_t H = CLUSTER_MAX_H; /* the most blocks */
-    if (forward)
-        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, NT / RS_UNITS / ch,
-                              CLUSTER_MAX_H / (NT / RS_UNITS / ch), 1, ch, B, H, groups);
-    return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, ch, ch, B, H,
-                          groups);
-}
-
-bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, int64_t B,
-                   int chunk, int concurrent, int *rows)
-{
-    if (dtype == LLTM_FLOAT64 || B > SPLIT_MAX_ROWS || chunk == BC)
-        return false;
-    for (int ch = chunk == 8 ? 8 : 4; ch <= (chunk == 4 ? 4 : 8); ch *= 2) {
-        signed char *slot = cached_device(dev)
-                                ? &split_cache[dev.device][dtype][forward][concurrent - 1]
-                                              [ch / 8][ceil_div(B, 4) - 1]
-                                : nullptr;
-        int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
-        if (!known) {
-            known = launch_fits(dtype, forward, split_launch(dtype, forward, ch, B), dev,
-                                concurrent)
-                        ? 2
-                        : 1;
-            if (slot)
-                __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
-        }
-        if (known == 2) {
-            *rows = ch;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The cluster plan's launches for B rows of H units, shape `shape` */
-void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B, int64_t H,
-                  int chunk, int concurrent, lltm_sequence_plan *plan)
-{
-    plan->family = LLTM_SEQ_CLUSTER;
-    for (int forward = 1; forward >= 0; --forward) {
-        lltm_sequence_launch l = shape_launch(dtype, shape, forward, B, H);
-        int rows = 0;
-        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows)) {
-            l = split_launch(dtype, forward, rows, B);
-            l.blocks = ceil_div(H, RS_UNITS);
-        }
-        (forward ? plan->forward : plan->backward) = l;
-    }
-}
-
-/* The 16-block shape's batch groups, for B > 16 rows: a cluster a 16-row
- * chunk (at most `cap` clusters; 0: no cap), each walking its own chunks,
- * so the clusters of a batch run side by side on their own SMs instead of
- * one cluster walking every chunk each step. Whether `groups` clusters of
- * both kernels (at H = 128, the most blocks) fit at once (`concurrent`
- * launches of them), per device, dtype, concurrent launches and group
- * count (0: not asked yet, 1: no, 2: yes). */
-signed char group_cache[MAX_DEVICES][NUM_DTYPES][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
-
-bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
-                          int64_t cap, int concurrent, lltm_sequence_plan *plan)
-{
-    int64_t groups = ceil_div(B, BC);
-    if (cap >= 1 && cap < groups)
-        groups = cap;
-    if (groups < 2 || groups > CLUSTER_MAX_CHUNKS)
-        return false;
-    signed char *slot =
-        cached_device(dev) ? &group_cache[dev.device][dtype][concurrent - 1][groups] : nullptr;
-    int known = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
-    if (!known) {
-        const int64_t rows = groups * BC; /* the answer holds for every B of these groups */
-        bool fits = true;
-        for (int forward = 1; forward >= 0 && fits; --forward) {
-            lltm_sequence_launch l = shape_launch(dtype, 1, forward, rows, CLUSTER_MAX_H);
-            l = cluster_launch(dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, rows,
-                               CLUSTER_MAX_H, groups);
-            fits = launch_fits(dtype, forward, l, dev, concurrent);
-        }
-        known = fits ? 2 : 1;
-        if (slot)
-            __atomic_store_n(slot, (signed char)known, __ATOMIC_RELAXED);
-    }
-    if (known != 2)
-        return false;
-    plan->family = LLTM_SEQ_CLUSTER;
-    for (int forward = 1; forward >= 0; --forward) {
-        const lltm_sequence_launch l = shape_launch(dtype, 1, forward, B, H);
-        (forward ? plan->forward : plan->backward) = cluster_launch(
-            dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, B, H, groups);
-    }
-    return true;
-}
-
 /* Asked for the virtual architecture of the code that runs on a device
  * (cudaFuncAttributes.ptxVersion); every unit is built with the same
  * architectures, so its answer holds for the cluster kernels too. */
@@ -572,19 +315,11 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             *plan = candidate;
         }
     };
-    if (H <= CLUSTER_MAX_H && (o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_CLUSTER)) {
-        for (int shape = 1; shape >= 0; --shape) {
-            if (o.cluster_blocks && o.cluster_blocks != (shape == 1 ? 16 : 8))
-                continue;
-            if (!cluster_shape_ok(*dev, dtype, shape, B, concurrent))
-                continue;
-            cluster_plan(*dev, dtype, shape, B, H, o.cluster_chunk, concurrent, &candidate);
-            consider();
-            if (shape == 1 && B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC) &&
-                cluster_grouped_plan(*dev, dtype, B, H, o.grid_groups_max, concurrent,
-                                     &candidate))
-                consider();
-        }
+    lltm_sequence_plan clusters[MAX_CLUSTER_PLANS];
+    const int cluster_count = cluster_plans(*dev, dtype, B, H, o, concurrent, candidate, clusters);
+    for (int k = 0; k < cluster_count; ++k) {
+        candidate = clusters[k];
+        consider();
     }
     /* float32 where TF32 is allowed: the grid's FFMA and TF32 builds (or the
      * one asked for); TF32 in 16-row chunks only */
@@ -665,7 +400,7 @@ int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_se
         } else if (plan->family == LLTM_SEQ_CLUSTER) {
             if (l.groups < 1)
                 return LLTM_ERR_ARGUMENT;
-            n = launch_resident(dtype, d == 0, l, *dev);
+            n = cluster_launch_resident(dtype, d == 0, l, *dev);
             per_call = l.groups;
         } else if (plan->family == LLTM_SEQ_STEPS) {
             per_call = 0;

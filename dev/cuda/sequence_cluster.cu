@@ -7,21 +7,31 @@
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I../../csrc/core \
  *        sequence_cluster.cu -o sequence_cluster
- *   ./sequence_cluster forward 1 [B H T]      (B <= 64, H <= 128)
+ *   ./sequence_cluster forward 1 [B H T]      (B <= 64, H <= 128; 256 for 5 - 8)
  *   ./sequence_cluster backward 2 [B H T]
  *
- * forward versions (16 blocks of 8 units):
+ * forward versions (16 blocks of 8 units; 5 - 8: of 16 units, H <= 256):
  *   1  32 lanes a unit x 4 values, all 16 rows of a chunk (float32: lab only;
  *      the library runs it for float64)
  *   2  4 lanes x 32 values on 2 rows of each 16-row chunk (library, B > 16)
  *   3  8 lanes x 16 values on 1 row, a cluster per 4-row chunk (library, B <= 16)
  *   4  4 lanes x 32 values on 1 row, a cluster per 8-row chunk (library, where
  *      the clusters of version 3 do not fit)
- * backward versions:
+ *   5  8 lanes x 32 values on 2 rows, a cluster per 4-row chunk (library,
+ *      128 < H <= 256)
+ *   6  16 lanes x 16 values on all 8 rows, a cluster per 8-row chunk (library,
+ *      where the clusters of version 5 do not fit)
+ *   7  16 x 16 on all 16 rows, one cluster (lab only)
+ *   8  16 x 16 on all 4 rows, a cluster per 4-row chunk (lab only)
+ * backward versions (reduce-scatter: 8 units a block; 5 - 7: 16, H <= 256):
  *   1  broadcast: every block gets all of dG_t, 16 blocks of 8 units (lab only)
  *   2  reduce-scatter on 16-row chunks, one cluster (library, B > 16)
  *   3  reduce-scatter, a cluster per 4-row chunk (library, B <= 16)
  *   4  reduce-scatter, a cluster per 8-row chunk (library)
+ *   5  reduce-scatter, a cluster per 4-row chunk (library, 128 < H <= 256)
+ *   6  reduce-scatter, a cluster per 8-row chunk (library, 128 < H <= 256)
+ *   7  reduce-scatter on 16-row chunks, one cluster (lab only)
+ *   8  broadcast, 16 blocks of 16 units (lab only)
  */
 #include "lltm_cuda_sequence_cluster_backward.cuh"
 #include "lltm_cuda_sequence_cluster_forward.cuh"
@@ -137,10 +147,11 @@ std::vector<float> download(const float *d, size_t n)
 lltm_sequence_launch layout(int lanes, int values, int rows, int chunk, int exchange,
                             int64_t B, int64_t H, bool split)
 {
+    /* reduce-scatter: NT / lanes units a block (8 at lanes 32, 16 at 16) */
     lltm_sequence_launch l = {};
     l.lanes = lanes, l.values = values, l.rows = rows, l.chunk = chunk, l.exchange = exchange;
     l.groups = split ? ceil_div(B, chunk) : 1;
-    const int units = exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER ? 8
+    const int units = exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER ? 256 / lanes
                                                                    : 256 / lanes / (chunk / rows);
     l.blocks = ceil_div(H, units);
     return l;
@@ -179,8 +190,8 @@ int main(int argc, char **argv)
     p.B = argc > 3 ? std::atoll(argv[3]) : 16;
     p.H = argc > 4 ? std::atoll(argv[4]) : 128;
     p.T = argc > 5 ? std::atoll(argv[5]) : 100;
-    if (p.B < 1 || p.B > 64 || p.H < 1 || p.H > 128 || p.T < 1) {
-        std::fprintf(stderr, "B in 1..64, H in 1..128, T >= 1\n");
+    if (p.B < 1 || p.B > 64 || p.H < 1 || p.H > 256 || p.T < 1) {
+        std::fprintf(stderr, "B in 1..64, H in 1..256 (versions 1 - 4: 128), T >= 1\n");
         return 2;
     }
     const int64_t T = p.T, B = p.B, H = p.H, G = 3 * H;
@@ -221,6 +232,18 @@ int main(int argc, char **argv)
         case 4:
             return run_cluster_forward<float, 4, 32, 1, 8>(layout(4, 32, 1, 8, 0, B, H, true), fa,
                                                             stream);
+        case 5:
+            return run_cluster_forward<float, 8, 32, 2, 4>(layout(8, 32, 2, 4, 0, B, H, true), fa,
+                                                            stream);
+        case 6:
+            return run_cluster_forward<float, 16, 16, 8, 8>(layout(16, 16, 8, 8, 0, B, H, true),
+                                                             fa, stream);
+        case 7:
+            return run_cluster_forward<float, 16, 16, 16, 16>(
+                layout(16, 16, 16, 16, 0, B, H, false), fa, stream);
+        case 8:
+            return run_cluster_forward<float, 16, 16, 4, 4>(layout(16, 16, 4, 4, 0, B, H, true),
+                                                             fa, stream);
         }
         return -100;
     };
@@ -231,19 +254,34 @@ int main(int argc, char **argv)
             return run_cluster_backward_broadcast<float, 32, 4>(
                 layout(32, 4, 16, 16, LLTM_SEQ_EXCHANGE_BROADCAST, B, H, false), ba, stream);
         case 2:
-            return run_cluster_backward_rs<float, 16>(layout(32, 4, 16, 16, RS, B, H, false), ba,
-                                                      stream);
+            return run_cluster_backward_rs<float, 8, 16>(layout(32, 4, 16, 16, RS, B, H, false),
+                                                         ba, stream);
         case 3:
-            return run_cluster_backward_rs<float, 4>(layout(32, 4, 4, 4, RS, B, H, true), ba,
-                                                     stream);
+            return run_cluster_backward_rs<float, 8, 4>(layout(32, 4, 4, 4, RS, B, H, true), ba,
+                                                        stream);
         case 4:
-            return run_cluster_backward_rs<float, 8>(layout(32, 4, 8, 8, RS, B, H, true), ba,
-                                                     stream);
+            return run_cluster_backward_rs<float, 8, 8>(layout(32, 4, 8, 8, RS, B, H, true), ba,
+                                                        stream);
+        case 5:
+            return run_cluster_backward_rs<float, 16, 4>(layout(16, 16, 4, 4, RS, B, H, true), ba,
+                                                         stream);
+        case 6:
+            return run_cluster_backward_rs<float, 16, 8>(layout(16, 16, 8, 8, RS, B, H, true), ba,
+                                                         stream);
+        case 7:
+            return run_cluster_backward_rs<float, 16, 16>(
+                layout(16, 16, 16, 16, RS, B, H, false), ba, stream);
+        case 8:
+            return run_cluster_backward_broadcast<float, 16, 16>(
+                layout(16, 16, 16, 16, LLTM_SEQ_EXCHANGE_BROADCAST, B, H, false), ba, stream);
         }
         return -100;
     };
     /* the forward of the library's layout for B feeds every backward */
-    int status = forward ? run_forward() : (B > 16 ? run_cluster_forward<float, 4, 32, 2, 16>(
+    int status = forward    ? run_forward()
+                 : H > 128  ? run_cluster_forward<float, 8, 32, 2, 4>(
+                                 layout(8, 32, 2, 4, 0, B, H, true), fa, stream)
+                            : (B > 16 ? run_cluster_forward<float, 4, 32, 2, 16>(
                                                           layout(4, 32, 2, 16, 0, B, H, false),
                                                           fa, stream)
                                                     : run_cluster_forward<float, 8, 16, 1, 4>(

@@ -55,7 +55,8 @@ def describe(p) -> str:
         return (f"grid {f.lanes}x{f.values}/{f.chunk}{' TF32' if f.tf32 else ''}, "
                 f"{f.blocks * f.groups} blocks ({f.groups} groups)")
     if family == "cluster":
-        shape = "16x8u" if b.exchange == 3 else "8x16u"  # blocks x units a block
+        # blocks x units a block: the reduce-scatter's 256 / lanes units
+        shape = f"16x{256 // b.lanes}u" if b.exchange == 3 else "8x16u"
         split = f" x{f.groups}" if f.groups > 1 else ""
         return (f"cluster {shape}: fwd {f.lanes}x{f.values} r{f.rows}/{f.chunk}{split}, "
                 f"bwd {EXCHANGES.get(b.exchange, b.exchange)}/{b.chunk}"
@@ -70,7 +71,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--T", type=int, default=100)
     parser.add_argument("--batches", default="1,4,16,17,32,64,65,128,256,1024")
-    parser.add_argument("--hidden", default="32,64,128,129,256,512,513,1024,1025,2048")
+    parser.add_argument("--hidden", default="32,64,128,129,256,257,512,513,1024,1025,2048")
     parser.add_argument("--dtypes", default="float32,float32-tf32,bfloat16,float64",
                         help="float32-tf32: float32 with torch's TF32 setting on")
     args = parser.parse_args(argv)

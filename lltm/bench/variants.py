@@ -95,8 +95,12 @@ class Variant:
         family = self.plan.get("family")
         if family == "cluster":
             rows = 32 if dtype == torch.float64 else 64
-            if H > 128 or B > rows:
-                return f"cluster plans hold H <= 128 and B <= {rows}"
+            # past H = 128 the 16-block shape of 16 units a block, in 4- or
+            # 8-row clusters (all of them at once: B <= 56 on an H100)
+            most = 256 if self.plan.get("cluster_blocks") in (None, 16) and \
+                self.plan.get("cluster_chunk") != 16 and dtype != torch.float64 else 128
+            if H > most or B > rows:
+                return f"cluster plans hold H <= {most} and B <= {rows}"
         if family == "grid" and "grid_shape" not in self.plan:  # the cheapest layout
             most = 512 if dtype == torch.float64 else 1024
             return f"grid layouts hold H <= {most}" if H > most else None
