@@ -245,6 +245,20 @@ def test_cluster_costs_against_the_h100(emu):
     assert len(by_shape) >= 24 and not misses, "\n".join(misses)
 
 
+def test_wide_cluster_costs_against_the_h100(emu):
+    """The clusters of 16 units a block (128 < H <= 256) against the H100's
+    times of one layer, the grid's plan of the same run beside them
+    (tests/data/clusters-wide-h100.json: B 1 - 48 x H 160, 192, 256, float32
+    and bfloat16): the model within 20% of each cluster time, and at every
+    shape the plan it costs cheaper the faster measured."""
+    errors, by_shape = _errors_by_shape(_recorded_costs(emu, "clusters-wide-h100.json"),
+                                        lambda t: t["family"] == "cluster",
+                                        lambda t: (t["dtype"], t["B"], t["H"]))
+    assert len(errors) >= 40 and errors[-1] < 0.20, errors[-1]
+    misses = _pick_misses(by_shape, 0.0)
+    assert len(by_shape) >= 48 and not misses, "\n".join(misses)
+
+
 def test_cell_choices_on_an_h100_are_the_faster_measured(emu):
     emu.lltm_cell_route_cuda.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_int64] * 3
     emu.lltm_cell_route_cuda.restype = ctypes.c_int
