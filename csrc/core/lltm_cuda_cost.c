@@ -161,7 +161,7 @@
  * (float32 on TF32, torch's TF32 on), T 100: 503 times, median error 2.7%,
  * 90th percentile 7.9%, by kernel 1.5% - 6.3% (H100, 2026-11-27 13:21 -
  * 13:24 UTC, the kernels whose partial sums sit at a padded row stride) */
-static const double GRID_MMA_PASS[2][LLTM_GRID_LAYOUT_COUNT] = {
+static const double GRID_MMA_PASS[LLTM_GRID_CHUNK_COUNT][LLTM_GRID_LAYOUT_COUNT] = {
     {1.8013, 2.3607, 2.3687, 2.6183, 3.0430, 2.7685},
     {1.2193, 1.3385, 1.3700, 1.5943, 1.5955, 1.6834}};
 static const double GRID_TF32_PASS[LLTM_GRID_TF32_LAYOUTS] = {1.8073, 2.6145, 2.4922, 3.8008};
@@ -259,12 +259,13 @@ static double mma_launch_us(const lltm_sequence_launch *l, int64_t B)
 {
     const int64_t chunk = l->chunk > 0 ? l->chunk : 1, groups = l->groups > 0 ? l->groups : 1;
     const int layout = lltm_grid_layout_index(l->lanes, l->values);
-    if (layout < 0 || (chunk != 16 && chunk != 4))
+    const int c = lltm_grid_chunk_index((int)chunk);
+    if (layout < 0 || c < 0)
         return INFINITY; /* no such kernel */
     if (l->tf32) /* no TF32 build of the layouts of 64 values */
         return layout < LLTM_GRID_TF32_LAYOUTS ? launch_passes(l, B) * GRID_TF32_PASS[layout]
                                                : INFINITY;
-    return launch_passes(l, B) * (GRID_MMA_PASS[chunk == 4][layout] +
+    return launch_passes(l, B) * (GRID_MMA_PASS[c][layout] +
                                   GRID_MMA_ROW * (double)(chunk * l->blocks * groups));
 }
 

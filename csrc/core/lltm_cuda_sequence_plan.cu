@@ -64,21 +64,20 @@ const void *grid_kernel_for(lltm_dtype dtype, bool forward, int lanes, int value
 
 /* ---------------------------------------------------------------- grid -- */
 
-/* The grid layouts: LLTM_GRID_LAYOUTS (lltm_cuda_grid_layouts.h), in the
- * order the chooser tries them; the rows of a chunk each comes in (a tie
- * keeps the first). */
-constexpr int GRID_CHUNKS[] = {BC, GRID_SMALL_CHUNK};
-constexpr int NUM_GRID_CHUNKS = 2;
+/* The grid layouts and the rows of a chunk each comes in:
+ * LLTM_GRID_LAYOUTS and LLTM_GRID_CHUNKS (lltm_cuda_grid_layouts.h), in the
+ * order the chooser tries them (a tie keeps the first). */
+static_assert(BC == 16 && GRID_SMALL_CHUNK == 4, "LLTM_GRID_CHUNKS: the grid kernels' chunks");
 
 /* max_resident_blocks of a layout's two kernels plus one (0: not asked
  * yet); [tf32]: float32's TF32 build */
-int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][LLTM_GRID_LAYOUT_COUNT][NUM_GRID_CHUNKS][2];
+int64_t resident_cache[MAX_DEVICES][NUM_DTYPES][LLTM_GRID_LAYOUT_COUNT][LLTM_GRID_CHUNK_COUNT][2];
 
 int64_t grid_resident_blocks(const lltm_cuda_device &dev, lltm_dtype dtype, int layout,
                              int chunk_index, bool tf32)
 {
     const lltm_grid_layout g = LLTM_GRID_LAYOUTS[layout];
-    const int ch = GRID_CHUNKS[chunk_index];
+    const int ch = LLTM_GRID_CHUNKS[chunk_index];
     int64_t *slot = cached_device(dev)
                         ? &resident_cache[dev.device][dtype][layout][chunk_index][tf32]
                         : nullptr;
@@ -112,8 +111,8 @@ int64_t grid_groups(int64_t resident, int64_t unit_blocks, int64_t B, int ch, in
     return groups < 1 ? 1 : groups;
 }
 
-/* Whether a grid layout in chunks of GRID_CHUNKS[chunk_index] rows runs B,
- * H here (H within lanes * values, co-resident, in the library for the
+/* Whether a grid layout in chunks of LLTM_GRID_CHUNKS[chunk_index] rows
+ * runs B, H here (H within lanes * values, co-resident, in the library for the
  * dtype; `concurrent` such grids at once, each with its share of the
  * resident blocks), and its batch groups. */
 bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int chunk_index,
@@ -132,7 +131,7 @@ bool grid_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int layout, int ch
     const int64_t unit_blocks = ceil_div(H, NT / g.lanes);
     if (unit_blocks > resident)
         return false;
-    *groups = grid_groups(resident, unit_blocks, B, GRID_CHUNKS[chunk_index], cap);
+    *groups = grid_groups(resident, unit_blocks, B, LLTM_GRID_CHUNKS[chunk_index], cap);
     return true;
 }
 
@@ -280,7 +279,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     const lltm_sequence_plan_options &o = options ? *options : none;
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
         o.concurrent > MAX_CONCURRENT ||
-        (o.grid_chunk != 0 && o.grid_chunk != BC && o.grid_chunk != GRID_SMALL_CHUNK) ||
+        (o.grid_chunk != 0 && lltm_grid_chunk_index(o.grid_chunk) < 0) ||
         (o.block_chunk != 0 && o.block_chunk != BLOCK_CHUNKS[0] &&
          o.block_chunk != BLOCK_CHUNKS[1]) ||
         o.grid_tf32 < -1 || o.grid_tf32 > 1)
@@ -330,8 +329,8 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             const lltm_grid_layout g = LLTM_GRID_LAYOUTS[k];
             if (o.grid_lanes && (o.grid_lanes != g.lanes || o.grid_values != g.values))
                 continue;
-            for (int c = 0; c < NUM_GRID_CHUNKS; ++c) {
-                const int ch = GRID_CHUNKS[c];
+            for (int c = 0; c < LLTM_GRID_CHUNK_COUNT; ++c) {
+                const int ch = LLTM_GRID_CHUNKS[c];
                 if (o.grid_chunk && o.grid_chunk != ch)
                     continue;
                 const int end_build = o.grid_tf32 < 0 || !tf32_ok || ch != BC ? 1 : 2;
@@ -380,10 +379,7 @@ int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_se
         if (plan->family == LLTM_SEQ_GRID) {
             /* the whole launch, one part: its blocks meet at every step */
             const int layout = lltm_grid_layout_index(l.lanes, l.values);
-            int chunk = -1;
-            for (int c = 0; c < NUM_GRID_CHUNKS; ++c)
-                if (GRID_CHUNKS[c] == l.chunk)
-                    chunk = c;
+            const int chunk = lltm_grid_chunk_index(l.chunk);
             const int64_t grid = l.blocks * l.groups;
             if (layout < 0 || chunk < 0 || grid < 1)
                 return LLTM_ERR_ARGUMENT;

@@ -195,7 +195,7 @@ def fit(paths) -> None:
         elif key[1] == 16:
             tf32[key[2]] += d
     rows = ",\n    ".join("{" + ", ".join(f"{v:.4f}" for v in row) + "}" for row in half)
-    print(f"GRID_MMA_PASS[2][6] = {{{rows}}};")
+    print(f"GRID_MMA_PASS[LLTM_GRID_CHUNK_COUNT][LLTM_GRID_LAYOUT_COUNT] = {{{rows}}};")
     print("GRID_TF32_PASS[4] = {" + ", ".join(f"{v:.4f}" for v in tf32) + "};")
 
 
