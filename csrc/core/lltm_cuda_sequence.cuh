@@ -43,15 +43,23 @@ constexpr int NT = 256;   /* threads per block of every persistent kernel */
 constexpr int BC = 16;    /* batch rows per chunk of the persistent kernels */
 constexpr int GRID_SMALL_CHUNK = 4; /* the grid kernels' other chunk, for small B */
 constexpr int RS_UNITS = 8; /* units a block of the reduce-scatter backward */
-constexpr int CLUSTER_MAX_H = 128; /* the cluster kernels' H (8 units a block) */
+constexpr int CLUSTER_RANKS = 16; /* blocks of the 16-block (non-portable) clusters */
+constexpr int CLUSTER_MAX_H = CLUSTER_RANKS * RS_UNITS; /* the cluster kernels' H: 128 */
 /* The 16-block clusters past it (H <= 256): 16 units a block, their
  * forward in 4- or 8-row chunks, their backward the reduce-scatter's */
 constexpr int WIDE_UNITS = 16;
-constexpr int CLUSTER_RANKS = 16; /* blocks of the 16-block (non-portable) clusters */
 constexpr int WIDE_MAX_H = CLUSTER_RANKS * WIDE_UNITS;
 constexpr int BLOCK_UNITS = 64;    /* the block kernels' H (all units in one block) */
 constexpr int BLOCK_CHUNKS[] = {1, 4}; /* their chunk rows, in the order the chooser tries them */
 constexpr int NUM_BLOCK_CHUNKS = 2;
+/* The position of a chunk size in BLOCK_CHUNKS; -1 where it is none */
+constexpr int block_chunk_index(int chunk)
+{
+    for (int c = 0; c < NUM_BLOCK_CHUNKS; ++c)
+        if (BLOCK_CHUNKS[c] == chunk)
+            return c;
+    return -1;
+}
 /* Lanes a unit in the block kernels (acc: bytes of the accumulation type):
  * 2 in 1-row chunks (128 threads: each lane 96 weights, one shuffle to add
  * a unit's halves; a step is one thread's chain of math, and fewer warps
@@ -179,10 +187,11 @@ inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_
 }
 /* Threads a block of the reduce-scatter backward (`units` a block, 16
  * blocks): its product step covers a chunk's rows x 16 * units / (16 /
- * acc) pieces of 16 bytes, one a thread, NT at most. A 4-row chunk (4-byte types) takes 128: with NT, half
- * the threads had no work, and at ~170 - 185 registers a thread one block
- * filled an SM, so two directions' clusters of 4-row chunks (eight of 16
- * blocks) did not fit an H100 at once; two 128-thread blocks share an SM. */
+ * acc) pieces of 16 bytes, one a thread, NT at most. A 4-row chunk of 8
+ * units (4-byte types) takes 128: with NT, half the threads had no work,
+ * and at ~170 - 185 registers a thread one block filled an SM, so two
+ * directions' clusters of 4-row chunks (eight of 16 blocks) did not fit an
+ * H100 at once; two 128-thread blocks share an SM. */
 constexpr int cluster_backward_rs_threads(size_t acc, int ch, int units = RS_UNITS)
 {
     const int pieces = ch * CLUSTER_RANKS * units * (int)acc / 16;

@@ -280,8 +280,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
         o.concurrent > MAX_CONCURRENT ||
         (o.grid_chunk != 0 && lltm_grid_chunk_index(o.grid_chunk) < 0) ||
-        (o.block_chunk != 0 && o.block_chunk != BLOCK_CHUNKS[0] &&
-         o.block_chunk != BLOCK_CHUNKS[1]) ||
+        (o.block_chunk != 0 && block_chunk_index(o.block_chunk) < 0) ||
         o.grid_tf32 < -1 || o.grid_tf32 > 1)
         return LLTM_ERR_ARGUMENT;
     const int concurrent = o.concurrent > 1 ? o.concurrent : 1;
@@ -385,10 +384,7 @@ int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_se
                 return LLTM_ERR_ARGUMENT;
             n = grid_resident_blocks(*dev, dtype, layout, chunk, l.tf32 != 0) / grid;
         } else if (plan->family == LLTM_SEQ_BLOCK) {
-            int c = -1;
-            for (int k = 0; k < NUM_BLOCK_CHUNKS; ++k)
-                if (BLOCK_CHUNKS[k] == l.chunk)
-                    c = k;
+            const int c = block_chunk_index(l.chunk);
             if (c < 0 || l.groups < 1)
                 return LLTM_ERR_ARGUMENT;
             n = block_resident_blocks(*dev, dtype, c);

@@ -185,10 +185,9 @@ bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, 
 constexpr int SPLIT_MAX_ROWS = 16;
 signed char split_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][2][SPLIT_MAX_ROWS / 4];
 
-lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_t B)
+lltm_sequence_launch split_launch(lltm_dtype dtype, bool forward, int ch, int64_t B, int64_t H)
 {
     const int64_t groups = ceil_div(B, ch);
-    const int64_t H = CLUSTER_MAX_H; /* the most blocks */
     if (forward)
         return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, NT / RS_UNITS / ch,
                               CLUSTER_MAX_H / (NT / RS_UNITS / ch), 1, ch, B, H, groups);
@@ -207,7 +206,9 @@ bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, 
                                               [ch / 8][ceil_div(B, 4) - 1]
                                 : nullptr;
         if (cached_answer(slot, [&] {
-                return launch_fits(dtype, forward, split_launch(dtype, forward, ch, B), dev,
+                /* at H = 128: the most blocks */
+                return launch_fits(dtype, forward,
+                                   split_launch(dtype, forward, ch, B, CLUSTER_MAX_H), dev,
                                    concurrent);
             })) {
             *rows = ch;
@@ -225,10 +226,8 @@ void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int6
     for (int forward = 1; forward >= 0; --forward) {
         lltm_sequence_launch l = shape_launch(dtype, shape, forward, B, H);
         int rows = 0;
-        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows)) {
-            l = split_launch(dtype, forward, rows, B);
-            l.blocks = ceil_div(H, RS_UNITS);
-        }
+        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows))
+            l = split_launch(dtype, forward, rows, B, H);
         (forward ? plan->forward : plan->backward) = l;
     }
 }
