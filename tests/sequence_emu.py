@@ -173,7 +173,7 @@ def _declare(lib):
     lib.lltm_cuda_device_query.argtypes = [i32, p]
     lib.lltm_sequence_plan_cuda.argtypes = [p, i32, i64, i64, i64, i64, p, p]
     lib.lltm_sequence_plan_residency_cuda.argtypes = [p, p, p, p]
-    lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 10
+    lib.lltm_sequence_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 12
     lib.lltm_sequence_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64] + [p] * 13
     lib.lltm_sequence_forward_step_cuda.argtypes = [i32, i64, i64, i64] + [p] * 8
     lib.lltm_sequence_backward_step_cuda.argtypes = [i32, i64, i64, i64, i64] + [p] * 11

@@ -118,13 +118,21 @@ def _run_case(lib, options, dtype, T, B, I, H, check_plan=None, lengths=None):
     proj = (x.double().reshape(T * B, I) @ W.double()[:, H:].t()).reshape(T, B, 3 * H)
     gates = Guarded((T, B, 3 * H), dtype, fill=proj.to(dtype))
     output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
+    h_n, c_n = Guarded((B, H), dtype), Guarded((B, H), dtype)
     status = lib.lltm_sequence_forward_persistent_cuda(
         plan_ref, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr, output.ptr,
-        cells.ptr, ws_ptr, lengths_ptr, None)
+        cells.ptr, h_n.ptr, c_n.ptr, ws_ptr, lengths_ptr, None)
     assert status == 0, f"forward status {status}"
     _close("output", output.check("output"), out_r, dtype)
     _close("cells", cells.check("cells"), cells_r, dtype)
     _close("gates", gates.check("gates"), acts_r, dtype)
+    # the final state, written by the recurrence: each row's own last step
+    _close("h_n", h_n.check("h_n"), h_r, dtype)
+    _close("c_n", c_n.check("c_n"), c_r, dtype)
+    rows = torch.arange(B)
+    last = (lengths.long() - 1) if lengths is not None else torch.full((B,), T - 1)
+    assert torch.equal(h_n.value, output.value[last, rows]), "h_n is not the output's last step"
+    assert torch.equal(c_n.value, cells.value[T - 1]), "c_n is not the last step's cell"
 
     # backward, from the kernel's own saved state (what the op does)
     grads_in = [torch.randn(T, B, H, dtype=torch.float64), torch.randn(B, H, dtype=torch.float64),
@@ -517,7 +525,7 @@ def test_plan_layouts(emu):
     # a plan is for its sizes only
     ws = torch.empty(1)
     assert emu.lltm_sequence_forward_persistent_cuda(ctypes.byref(p), 2, 15, 32, 128, *[None] * 4,
-                                                     *[as_ptr(ws)] * 3, None, None, None) != 0
+                                                     *[as_ptr(ws)] * 5, None, None, None) != 0
 
 
 def test_plan_for_two_concurrent_layers(emu):

@@ -92,18 +92,22 @@ def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
              for l in range(L)]
     outputs = [Guarded((T, B, H), dtype) for _ in range(L)]
     cells = [Guarded((T, B, H), dtype) for _ in range(L)]
+    h_n = [Guarded((B, H), dtype) for _ in range(L)]
+    c_n = [Guarded((B, H), dtype) for _ in range(L)]
     fwd = (StackForwardLayer * L)()
     for l, (_, W, b, h0, c0) in enumerate(params):
         fwd[l] = StackForwardLayer(as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0), gates[l].ptr,
-                                   outputs[l].ptr, cells[l].ptr)
+                                   outputs[l].ptr, cells[l].ptr, h_n[l].ptr, c_n[l].ptr)
     status = lib.lltm_stack_forward_persistent_cuda(ctypes.byref(plan), T, B, I, H, fwd, ws_ptr,
                                                     lengths_ptr, None)
     assert status == 0, f"forward status {status}"
     for l in range(L):
-        out_r, _, _, cells_r, acts_r, _ = refs[l]
+        out_r, h_r, c_r, cells_r, acts_r, _ = refs[l]
         close(f"output {l}", outputs[l].check(f"output {l}"), out_r)
         close(f"cells {l}", cells[l].check(f"cells {l}"), cells_r)
         close(f"gates {l}", gates[l].check(f"gates {l}"), acts_r)
+        close(f"h_n {l}", h_n[l].check(f"h_n {l}"), h_r)
+        close(f"c_n {l}", c_n[l].check(f"c_n {l}"), c_r)
 
     go, ghn, gcn, ref_grads = _stack_grads(dtype, refs, T, B, H)
     dG = [Guarded((T, B, 3 * H), dtype) for _ in range(L)]

@@ -104,7 +104,7 @@ def _run_tf32(lib, plan, T, B, I, H, seed):
     ws_ptr = as_ptr(workspace) if plan.workspace_bytes else None
     assert lib.lltm_sequence_forward_persistent_cuda(
         plan_ref, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr,
-        output.ptr, cells.ptr, ws_ptr, None, None) == 0
+        output.ptr, cells.ptr, None, None, ws_ptr, None, None) == 0
     got = [output.check("output"), cells.check("cells"), gates.check("gates")]
 
     dG = Guarded((T, B, 3 * H), torch.float32)

@@ -580,17 +580,17 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
  *   gates      [T,B,G]  in/out: in x_t W_x^T of every step, out activations
  *   output     [T,B,H]  out: h_1..h_T
  *   cells      [T,B,H]  out: c_1..c_T
+ *   h_n, c_n   [B,H]    out: the layer's (NULL: not written)
  *   workspace  plan->workspace_bytes, or NULL if that is 0
  *   lengths    [B] int64 (device) or NULL: row b stops after lengths[b]
  *              steps, each in [1, T] (the layer's rule, see above)
  */
 int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
-                                          int64_t B, int64_t I, int64_t H,
-                                          const void *h0, const void *c0,
-                                          const void *weights, const void *bias,
-                                          void *gates, void *output, void *cells,
-                                          void *workspace, const int64_t *lengths,
-                                          void *stream);
+                                          int64_t B, int64_t I, int64_t H, const void *h0,
+                                          const void *c0, const void *weights,
+                                          const void *bias, void *gates, void *output,
+                                          void *cells, void *h_n, void *c_n, void *workspace,
+                                          const int64_t *lengths, void *stream);
 
 /*
  * Backward recurrence in one launch, T >= 1, B >= 1.

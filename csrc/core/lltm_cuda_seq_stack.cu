@@ -64,6 +64,7 @@ int forward_call(const lltm_stack_plan &p, int64_t T_, int64_t B, int64_t I, int
         a.weights[l] = (const T *)y.weights, a.bias[l] = (const T *)y.bias;
         a.h0[l] = (const T *)y.h0, a.c0[l] = (const T *)y.c0;
         a.gates[l] = (T *)y.gates, a.output[l] = (T *)y.output, a.cells[l] = (T *)y.cells;
+        a.h_n[l] = (T *)y.h_n, a.c_n[l] = (T *)y.c_n;
         if (state) {
             if (!workspace)
                 return LLTM_ERR_ARGUMENT;
@@ -215,17 +216,13 @@ int lltm_stack_forward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, i
     for (int l = 0; l < plan->layers; ++l)
         if (!layers[l].h_n || !layers[l].c_n)
             return LLTM_ERR_ARGUMENT;
-    int status = lltm_seq::input_projection(plan->dtype, T * B, I, H, input, layers[0].weights,
-                                            layers[0].gates, gemm, gemm_ctx, stream);
-    if (status == LLTM_OK)
-        status = lltm_stack_forward_persistent_cuda(plan, T, B, I, H, layers, workspace, lengths,
-                                                    stream);
-    for (int l = 0; l < plan->layers && status == LLTM_OK; ++l) {
-        const lltm_stack_forward_layer &y = layers[l];
-        status = lltm_seq::final_state(plan->dtype, T, B, H, lengths, y.h0, y.c0, y.output,
-                                       y.cells, y.h_n, y.c_n, stream);
-    }
-    return status;
+    /* the recurrence writes each layer's h_n and c_n itself */
+    const int status = lltm_seq::input_projection(plan->dtype, T * B, I, H, input,
+                                                  layers[0].weights, layers[0].gates, gemm,
+                                                  gemm_ctx, stream);
+    return status == LLTM_OK ? lltm_stack_forward_persistent_cuda(plan, T, B, I, H, layers,
+                                                                  workspace, lengths, stream)
+                             : status;
 }
 
 int lltm_stack_backward_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B, int64_t I,

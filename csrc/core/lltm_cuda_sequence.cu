@@ -4,7 +4,7 @@
  * the call, hand it to the unit of its kernel family and dtype;
  * lltm_cuda_sequence.cuh lists the parts), and the layer around them
  * (lltm_sequence_forward_cuda / _backward_cuda): the input projection, the
- * per-step loop where no persistent kernel fits, h_n / c_n and the
+ * per-step loop where no persistent kernel fits and its h_n / c_n, the
  * weight-gradient products.
  *
  * Every launch is checked; all work goes to the caller's stream on the
@@ -57,16 +57,16 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
                                           int64_t B, int64_t I, int64_t H, const void *h0,
                                           const void *c0, const void *weights,
                                           const void *bias, void *gates, void *output,
-                                          void *cells, void *workspace,
+                                          void *cells, void *h_n, void *c_n, void *workspace,
                                           const int64_t *lengths, void *stream)
 {
     if (lltm_seq::bad_sizes(steps, B, I, H) || !plan_matches(plan, B, H))
         return LLTM_ERR_ARGUMENT;
     if (steps == 0 || B == 0 || H == 0)
         return LLTM_OK;
-    const lltm_seq::forward_args a = {steps,  B,     I,     H,         h0,     c0,
-                                      weights, bias, gates, output, cells, workspace,
-                                      lengths};
+    const lltm_seq::forward_args a = {steps, B,     I,      H,     h0,        c0,      weights,
+                                      bias,  gates, output, cells, workspace, lengths, h_n,
+                                      c_n};
     LLTM_DISPATCH(plan->dtype, forward_dispatch<T>(*plan, a, (cudaStream_t)stream));
 }
 
@@ -209,15 +209,17 @@ int input_projection(lltm_dtype dtype, int64_t TB, int64_t I, int64_t H, const v
                  : lltm_cuda_zero(gates, (size_t)(TB * G) * elem, stream);
 }
 
-int final_state(lltm_dtype dtype, int64_t T, int64_t B, int64_t H, const int64_t *lengths,
-                const void *h0, const void *c0, const void *output, const void *cells,
-                void *h_n, void *c_n, void *stream)
+/* h_n, c_n [B,H] after the per-step family or an empty sequence (the
+ * persistent recurrences write them themselves): the last step's state (h0,
+ * c0 for an empty sequence); with lengths h_n is each row's h at its own
+ * last step, and c_T is each row's c already (kept past the row's end) */
+static int final_state(lltm_dtype dtype, int64_t T, int64_t B, int64_t H,
+                       const int64_t *lengths, const void *h0, const void *c0,
+                       const void *output, const void *cells, void *h_n, void *c_n,
+                       void *stream)
 {
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
     int status = LLTM_OK;
-    /* h_n, c_n: the last step's state (h0, c0 for an empty sequence); with
-     * lengths h_n is each row's h at its own last step, and c_T is each
-     * row's c already (kept past the row's end) */
     if (T > 0 && B * H > 0) {
         status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
                                                          stream)
@@ -314,24 +316,22 @@ int lltm_sequence_forward_cuda(const lltm_sequence_plan *plan, int64_t T, int64_
                                             gemm_ctx, stream);
         if (status != LLTM_OK)
             return status;
-        if (persistent(plan)) {
-            status = lltm_sequence_forward_persistent_cuda(plan, T, B, I, H, h0, c0, weights,
-                                                           bias, gates, output, cells, workspace,
-                                                           lengths, stream);
-        } else {
-            /* per step: r = h_{t-1} W_h^T (the caller's gemm), then one
-             * pointwise kernel */
-            void *r = workspace;
-            for (int64_t t = 0; t < T && status == LLTM_OK; ++t) {
-                const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
-                const void *c_prev = t == 0 ? c0 : at(cells, (t - 1) * B * H, elem);
-                status = call_gemm(gemm, gemm_ctx, dtype, B, G, H, h_prev, H, 1, weights, 1, K,
-                                   r, G);
-                if (status == LLTM_OK)
-                    status = lltm_sequence_forward_step_cuda(
-                        dtype, B, H, t, lengths, r, at(gates, t * B * G, elem), bias, c_prev,
-                        at(output, t * B * H, elem), at(cells, t * B * H, elem), stream);
-            }
+        if (persistent(plan)) /* h_n, c_n written by the recurrence */
+            return lltm_sequence_forward_persistent_cuda(plan, T, B, I, H, h0, c0, weights,
+                                                         bias, gates, output, cells, h_n, c_n,
+                                                         workspace, lengths, stream);
+        /* per step: r = h_{t-1} W_h^T (the caller's gemm), then one
+         * pointwise kernel */
+        void *r = workspace;
+        for (int64_t t = 0; t < T && status == LLTM_OK; ++t) {
+            const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
+            const void *c_prev = t == 0 ? c0 : at(cells, (t - 1) * B * H, elem);
+            status = call_gemm(gemm, gemm_ctx, dtype, B, G, H, h_prev, H, 1, weights, 1, K, r,
+                               G);
+            if (status == LLTM_OK)
+                status = lltm_sequence_forward_step_cuda(
+                    dtype, B, H, t, lengths, r, at(gates, t * B * G, elem), bias, c_prev,
+                    at(output, t * B * H, elem), at(cells, t * B * H, elem), stream);
         }
         if (status != LLTM_OK)
             return status;

@@ -77,6 +77,7 @@ struct forward_args {
     const void *h0, *c0, *weights, *bias;
     void *gates, *output, *cells, *workspace;
     const int64_t *lengths;
+    void *h_n, *c_n; /* NULL: not written */
 };
 
 struct backward_args {
@@ -278,17 +279,12 @@ LLTM_SEQ_DECLARE_UNITS(__nv_bfloat16)
  * with the stacked layers (lltm_cuda_seq_stack.cu); products through the
  * library's small kernel or the caller's gemm as lltm.h says:
  *   input_projection  gates [T*B,G] = x [T*B,I] W_x^T (zero where I = 0)
- *   final_state       h_n, c_n [B,H]: each row's state after its last step
- *                     (h0, c0 where T = 0)
  *   weight_grads      grad_weights [G,H+I] = dG^T [h_prev | x] through hx
  *                     [T*B,H+I] (workspace), grad_input [T*B,I] = dG W_x;
  *                     either NULL: not formed */
 int input_projection(lltm_dtype dtype, int64_t TB, int64_t I, int64_t H, const void *input,
                      const void *weights, void *gates, lltm_gemm gemm, void *gemm_ctx,
                      void *stream);
-int final_state(lltm_dtype dtype, int64_t T, int64_t B, int64_t H, const int64_t *lengths,
-                const void *h0, const void *c0, const void *output, const void *cells,
-                void *h_n, void *c_n, void *stream);
 int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, const void *dG,
                  const void *h0, const void *output, const void *input, const void *weights,
                  void *hx, void *grad_weights, void *grad_input, lltm_gemm gemm, void *gemm_ctx,

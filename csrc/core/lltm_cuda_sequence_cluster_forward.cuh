@@ -87,7 +87,8 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                                 const T *__restrict__ h0, const T *__restrict__ c0,
                                 const T *__restrict__ weights, const T *__restrict__ bias,
                                 T *__restrict__ gates, T *__restrict__ output,
-                                T *__restrict__ cells, const int64_t *__restrict__ lengths)
+                                T *__restrict__ cells, const int64_t *__restrict__ lengths,
+                                T *__restrict__ h_n, T *__restrict__ c_n)
 {
 #if LLTM_CUDA_HAS_CLUSTERS
     typedef typename acc_of<T>::type A;
@@ -141,6 +142,7 @@ sequence_forward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
     };
     auto store_outputs = [&](int64_t t, int64_t b, A i, A o, A z, A c, A h) {
         store_forward_outputs(gates, cells, output, B, H, t, b, u, i, o, z, c, h);
+        store_final_state(h_n, c_n, lengths, steps, H, t, b, u, c, h);
     };
     const int64_t first_row = (int64_t)group * CH + r; /* local chunk 0: row r */
     const bool first_row_ok = owner && unit_ok && first_row < B;
@@ -235,7 +237,8 @@ int run_cluster_forward(const lltm_sequence_launch &l, const lltm_seq::forward_a
     return launch_status(launch_cluster(
         sequence_forward_cluster_kernel<T, KS, KR, RW, CH>, l.blocks, l.groups, smem, stream,
         NT, a.steps, a.B, a.H, a.I + a.H, (const T *)a.h0, (const T *)a.c0, (const T *)a.weights,
-        (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells, a.lengths));
+        (const T *)a.bias, (T *)a.gates, (T *)a.output, (T *)a.cells, a.lengths, (T *)a.h_n,
+        (T *)a.c_n));
 }
 
 /*

@@ -46,6 +46,7 @@ namespace {
  * k = (kv*KS + s)*VEC + e in registers (zero where k >= H or u >= H).
  *   gates [T,B,G]  in: x_t W_x^T of every step; out: the activations
  *   output, cells [T,B,H] out
+ *   h_n, c_n [B,H] out, where not NULL (store_final_state)
  *   h_work [2,B,H], c_work [B,H] (accumulation type): the recurrent state of
  *   the half types; NULL for float32/float64, which use output/cells.
  */
@@ -56,7 +57,8 @@ forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__re
                    const T *__restrict__ bias, T *__restrict__ gates, T *__restrict__ output,
                    T *__restrict__ cells, typename acc_of<T>::type *__restrict__ h_work,
                    typename acc_of<T>::type *__restrict__ c_work,
-                   const int64_t *__restrict__ lengths)
+                   const int64_t *__restrict__ lengths, T *__restrict__ h_n,
+                   T *__restrict__ c_n)
 {
     typedef typename acc_of<T>::type A;
     typedef typename vec_of<A>::type V;
@@ -212,6 +214,7 @@ forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__re
                 grow[2 * H + u] = from_acc<T>(z);
                 cells[t * BH + bu] = from_acc<T>(c);
                 output[t * BH + bu] = from_acc<T>(h);
+                store_final_state(h_n, c_n, lengths, steps, H, t, b[r], u, c, h);
                 if (!SAME) {
                     c_work[bu] = c;
                     if (!MMA)
@@ -237,13 +240,15 @@ sequence_forward_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
                         T *__restrict__ gates, T *__restrict__ output, T *__restrict__ cells,
                         typename acc_of<T>::type *__restrict__ h_work,
                         typename acc_of<T>::type *__restrict__ c_work,
-                        const int64_t *__restrict__ lengths)
+                        const int64_t *__restrict__ lengths, T *__restrict__ h_n,
+                        T *__restrict__ c_n)
 {
     if constexpr (lltm_seq::grid_mma_only(KR) && !mma_products<T, TF32>())
         __trap();
     else
         forward_recurrence<T, KS, KR, CH, TF32>(steps, B, H, K, h0, c0, weights, bias, gates,
-                                                output, cells, h_work, c_work, lengths);
+                                                output, cells, h_work, c_work, lengths, h_n,
+                                                c_n);
 }
 
 /*

@@ -64,7 +64,7 @@ int run_grid(const lltm_sequence_launch &l, const lltm_seq::forward_args &a, cud
     return launch_status(launch_cooperative(
         kernel, l.blocks * l.groups, smem, stream, a.steps, a.B, a.H, a.I + a.H,
         (const T *)a.h0, (const T *)a.c0, (const T *)a.weights, (const T *)a.bias, (T *)a.gates,
-        (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths));
+        (T *)a.output, (T *)a.cells, h_work, c_work, a.lengths, (T *)a.h_n, (T *)a.c_n));
 }
 
 template <typename T, int KS, int KR, int CH, bool TF32>

@@ -40,6 +40,7 @@ template <typename T> struct stack_forward_args {
     const T *h0[LLTM_STACK_MAX_LAYERS], *c0[LLTM_STACK_MAX_LAYERS];
     T *gates[LLTM_STACK_MAX_LAYERS], *output[LLTM_STACK_MAX_LAYERS],
         *cells[LLTM_STACK_MAX_LAYERS];
+    T *h_n[LLTM_STACK_MAX_LAYERS], *c_n[LLTM_STACK_MAX_LAYERS]; /* NULL: not written */
     float *h_work[LLTM_STACK_MAX_LAYERS], *c_work[LLTM_STACK_MAX_LAYERS];
     const int64_t *lengths;
 };
@@ -205,6 +206,7 @@ stack_forward_kernel(lltm_seq::stack_forward_args<T> a)
                 grow[2 * H + u] = from_acc<T>(z);
                 a.cells[l][t * BH + b * H + u] = from_acc<T>(c);
                 a.output[l][t * BH + b * H + u] = from_acc<T>(h);
+                store_final_state(a.h_n[l], a.c_n[l], a.lengths, steps, H, t, b, u, c, h);
                 if (!SAME) {
                     a.c_work[l][b * H + u] = c;
                     a.h_work[l][(t & 1) * BH + b * H + u] = h;

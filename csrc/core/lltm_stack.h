@@ -70,7 +70,7 @@ int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int laye
  *   output   [T,B,H]  out: h_1..h_T (the next layer's input)
  *   cells    [T,B,H]  out: c_1..c_T
  *   h_n, c_n [B,H]    out: each row's state after its last step (the
- *            whole call only; the recurrence alone does not read them) */
+ *            recurrence alone: NULL, not written) */
 typedef struct lltm_stack_forward_layer {
     const void *weights, *bias, *h0, *c0;
     void *gates, *output, *cells, *h_n, *c_n;

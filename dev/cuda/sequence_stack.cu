@@ -305,8 +305,8 @@ int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, in
     const lltm_seq::backward_args ba = {T_, B, H, H, go_d, topb.grad_h_n, topb.grad_c_n,
                                         topb.weights, topb.cells, topb.gates, scratch_dg,
                                         scratch_db, scratch_dh0, scratch_dc0, work, nullptr};
-    const float layer_f = time_us([&] { OK((run_grid_forward<T, 32, 16, 4, false>(g, fa, 0))); }, 50);
-    const float layer_b = time_us([&] { OK((run_grid_backward<T, 32, 16, 4, false>(g, ba, 0))); }, 50);
+    const float layer_f = time_us([&] { OK((run_grid<T, 32, 16, 4, false>(g, fa, 0))); }, 50);
+    const float layer_b = time_us([&] { OK((run_grid<T, 32, 16, 4, false>(g, ba, 0))); }, 50);
     std::printf("  forward:  stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_f, layer_f, L,
                 L * layer_f);
     std::printf("  backward: stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_b, layer_b, L,
