@@ -119,6 +119,16 @@ __device__ __forceinline__ int64_t row_steps(const int64_t *__restrict__ lengths
     return lengths ? __ldg(lengths + b) : steps;
 }
 
+/* The last step of batch row b: row_steps clamped into [1, steps], less one
+ * (where h_n takes the row's h; lengths outside [1, T] clamped, as
+ * lltm_sequence_last_state_cuda documents). */
+__device__ __forceinline__ int64_t row_last_step(const int64_t *__restrict__ lengths, int64_t b,
+                                                 int64_t steps)
+{
+    const int64_t end = row_steps(lengths, b, steps);
+    return (end < 1 ? 1 : end > steps ? steps : end) - 1;
+}
+
 /* Steps of the longest of batch rows b0 .. b0+n-1 (those below B): past
  * them a chunk of rows has no product to form. The same for every thread
  * that passes the same b0, so a block may branch on it. */

@@ -201,12 +201,9 @@ sequence_forward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
             continue;
         if (c_n)
             c_n[b * H + k] = from_acc<T>(cs[e]);
-        if (h_n) {
-            const int64_t end = row_steps(lengths, b, steps);
-            h_n[b * H + k] = lengths ? output[((end < 1 ? 1 : end > steps ? steps : end) - 1) *
-                                                  B * H + b * H + k]
+        if (h_n)
+            h_n[b * H + k] = lengths ? output[row_last_step(lengths, b, steps) * B * H + b * H + k]
                                      : from_acc<T>(h_last[lb * LD + k]);
-        }
     }
 }
 

@@ -249,21 +249,17 @@ __device__ __forceinline__ void store_forward_outputs(T *gates, T *cells, T *out
 }
 
 /* The layer's final state of (b, u) as step t's outputs pass: h_n [B,H]
- * takes h at the row's last step (its length - 1, clamped into [0, T - 1]
- * as lltm_sequence_last_state_cuda does), c_n [B,H] c at step T - 1 (a
- * row past its length keeps its state). NULL: not wanted. Written by the
- * recurrence itself, so that no copies follow it: the next time chunk of
- * a stacked layer starts from them. */
+ * takes h at the row's last step (row_last_step), c_n [B,H] c at step
+ * T - 1 (a row past its length keeps its state). NULL: not wanted. Written
+ * by the recurrence itself, so that no copies follow it: the next time
+ * chunk of a stacked layer starts from them. */
 template <typename T, typename A>
 __device__ __forceinline__ void store_final_state(T *h_n, T *c_n, const int64_t *lengths,
                                                   int64_t steps, int64_t H, int64_t t, int64_t b,
                                                   int64_t u, A c, A h)
 {
-    if (h_n) {
-        const int64_t end = row_steps(lengths, b, steps);
-        if (t + 1 == (end < 1 ? 1 : end > steps ? steps : end))
-            h_n[b * H + u] = from_acc<T>(h);
-    }
+    if (h_n && t == row_last_step(lengths, b, steps))
+        h_n[b * H + u] = from_acc<T>(h);
     if (c_n && t + 1 == steps)
         c_n[b * H + u] = from_acc<T>(c);
 }

@@ -80,10 +80,8 @@ __global__ void last_state_kernel(int64_t steps, int64_t B, int64_t H,
 {
     const int64_t n = B * H;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t last = __ldg(lengths + e / H) - 1;
-        h_n[e] = output[(last < 0 ? 0 : last < steps ? last : steps - 1) * n + e];
-    }
+         e += (int64_t)gridDim.x * blockDim.x)
+        h_n[e] = output[row_last_step(lengths, e / H, steps) * n + e];
 }
 
 /* The backward step t of T_: a block takes `rows` consecutive rows
