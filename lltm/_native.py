@@ -96,7 +96,8 @@ def _register_refusing_cuda_kernels(message: str) -> None:
     _refusing_library = torch.library.Library("lltm", "IMPL")  # noqa: TOR901
     for prefix in ("", "_"):  # the operators and their autograd-free twins (lltm/_ops.py)
         for op in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward",
-                   "sequence_forward.lengths", "sequence_backward.lengths"):
+                   "sequence_forward.lengths", "sequence_backward.lengths",
+                   "sequence_backward_gates", "sequence_backward_gates.lengths"):
             _refusing_library.impl(prefix + op, refuse, "CUDA")
 
 

@@ -205,6 +205,16 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
                    output_mask)
 
 
+@_register_fake("sequence_backward_gates")
+def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                  cells, gates, output_mask=_ALL):
+    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                    cells, gates)
+    T, B, _ = gates.shape
+    return _masked("lltm::sequence_backward_gates",
+                   (grads[0], gates.new_empty(T, B, gates.shape[2]), *grads[2:]), output_mask)
+
+
 def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) -> None:
     if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
         raise RuntimeError(f"{op}: lengths must be an int64 tensor of shape [{B}] (one length "
@@ -227,6 +237,15 @@ def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weig
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates, output_mask)
     _check_lengths("lltm::sequence_backward", lengths, input, input.shape[1])
+    return grads
+
+
+@_register_fake("sequence_backward_gates.lengths")
+def _sequence_backward_gates_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
+                                          output, cells, gates, lengths, output_mask=_ALL):
+    grads = _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
+                                          output, cells, gates, output_mask)
+    _check_lengths("lltm::sequence_backward_gates", lengths, input, input.shape[1])
     return grads
 
 
@@ -386,7 +405,8 @@ def _not_differentiable(name: str):
     def backward(ctx, *grads):
         raise RuntimeError(
             f"{name} is not differentiable. For second derivatives differentiate "
-            f"{name.replace('backward', 'forward')} (lltm.functional) with "
+            f"{name.replace('backward_gates', 'forward').replace('backward', 'forward')} "
+            "(lltm.functional) with "
             "create_graph=True: its backward then runs in differentiable operations.")
     return backward
 
@@ -398,7 +418,8 @@ def _no_context(ctx, inputs, output):
 # The backward operators have no derivative of their own: a clear error
 # instead of autograd's silent zeros if someone differentiates through them.
 for _name in ("lltm::cell_backward", "lltm::sequence_backward",
-              "lltm::sequence_backward.lengths", "lltm::stack_backward",
+              "lltm::sequence_backward.lengths", "lltm::sequence_backward_gates",
+              "lltm::sequence_backward_gates.lengths", "lltm::stack_backward",
               "lltm::stack_backward.lengths"):
     torch.library.register_autograd(_name, _not_differentiable(_name),
                                     setup_context=_no_context)

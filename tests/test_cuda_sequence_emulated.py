@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from lltm import reference
-from guarded import Guarded, as_ptr
+from guarded import SENTINEL, Guarded, as_ptr
 from sequence_emu import (BLOCK, CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST, EXCHANGE_LOCAL,
                           EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, TOLERANCES, device,
                           make_plan)
@@ -696,7 +696,8 @@ class BackwardTensors(ctypes.Structure):
     """lltm_sequence_backward_tensors"""
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "grad_output", "grad_h_n", "grad_c_n", "input", "weights", "h0", "output", "cells",
-        "gates", "grad_input", "grad_weights", "grad_bias", "grad_h0", "grad_c0", "lengths")]
+        "gates", "grad_input", "grad_weights", "grad_bias", "grad_h0", "grad_c0", "lengths",
+        "grad_gates")]
 
 
 def _declare_layer(lib):
@@ -767,7 +768,8 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
 
     # Gradients not wanted (NULL): the others bitwise equal to the full run's.
     for skip in (("grad_input",), ("grad_weights",), ("grad_h0", "grad_c0", "grad_bias"),
-                 ("grad_input", "grad_weights", "grad_h0"), tuple(outs)):
+                 ("grad_input", "grad_weights", "grad_h0"),
+                 ("grad_input", "grad_weights", "grad_bias", "grad_c0"), tuple(outs)):
         some = {name: None if name in skip else Guarded(g.shape, dtype)
                 for name, g in outs.items()}
         workspace.fill_(float("nan"))
@@ -782,6 +784,31 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
         for name, guarded in some.items():
             if guarded is not None:
                 assert torch.equal(guarded.check(name), full[name]), f"{name} without {skip}"
+
+    # dG given out (grad_gates), no dW: the rest bitwise as before (the
+    # unwanted ones in the workspace's places, not past dG), and dW formed
+    # from dG as the core forms it
+    for skip in (("grad_weights",), ("grad_weights", "grad_h0", "grad_c0", "grad_bias")):
+        some = {name: None if name in skip else Guarded(g.shape, dtype)
+                for name, g in outs.items()}
+        dG = Guarded((T, B, 3 * H), dtype)
+        # past dG as far as the workspace reaches: nothing written there
+        beyond = torch.full((ws // dG.buf.element_size() + 1,), SENTINEL, dtype=dtype)
+        dG.buf = torch.cat([dG.buf, beyond])
+        workspace.fill_(float("nan"))
+        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
+                                  as_ptr(gates.value), *[None if o is None else o.ptr
+                                                         for o in some.values()],
+                                  lengths_ptr, dG.ptr)
+        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
+                                               ctypes.byref(tensors), as_ptr(workspace),
+                                               _torch_gemm, None, None) == 0
+        for name, guarded in some.items():
+            if guarded is not None:
+                assert torch.equal(guarded.check(name), full[name]), f"{name} with grad_gates"
+        _close("grad_weights from grad_gates",
+               _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)[0], d_W, dtype)
 
 
 def test_small_products_eager_and_captured(emu):

@@ -55,6 +55,22 @@
     ") -> (Tensor grad_input, Tensor grad_weights, Tensor grad_bias, "            \
     "Tensor grad_h0, Tensor grad_c0)"
 
+/* sequence_backward with the gates' gradients dG [T,B,3H] out in place of
+ * grad_weights (output_mask[1] asks for them), for a caller that forms
+ * dW = dG^T [h_prev | x] itself: stacked layers run in time chunks form it
+ * once a layer (lltm/_wavefront.py). The same kernels as sequence_backward. */
+#define LLTM_SIGNATURE_SEQUENCE_BACKWARD_GATES                                     \
+    "(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n, "                     \
+    "Tensor input, Tensor weights, Tensor h0, Tensor output, Tensor cells, "      \
+    "Tensor gates, " LLTM_SCHEMA_OUTPUT_MASK ") -> (Tensor grad_input, "         \
+    "Tensor grad_gates, Tensor grad_bias, Tensor grad_h0, Tensor grad_c0)"
+#define LLTM_SIGNATURE_SEQUENCE_BACKWARD_GATES_LENGTHS                             \
+    "(Tensor grad_output, Tensor grad_h_n, "                                      \
+    "Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, Tensor output, "   \
+    "Tensor cells, Tensor gates, Tensor lengths, " LLTM_SCHEMA_OUTPUT_MASK        \
+    ") -> (Tensor grad_input, Tensor grad_gates, Tensor grad_bias, "              \
+    "Tensor grad_h0, Tensor grad_c0)"
+
 /* L stacked layers over a whole sequence, the layer below's output the
  * input of the layer above (I of every layer above the first = H): input
  * [T,B,I]; weights0 [3H,H+I] of layer 0, weights [L-1,3H,2H] and biases
@@ -110,6 +126,11 @@
       lltm_sequence_forward_cpu_boxed, lltm_sequence_forward_cuda_boxed)           \
     X(prefix "sequence_backward.lengths", LLTM_SIGNATURE_SEQUENCE_BACKWARD_LENGTHS, \
       lltm_sequence_backward_cpu_boxed, lltm_sequence_backward_cuda_boxed)       \
+    X(prefix "sequence_backward_gates", LLTM_SIGNATURE_SEQUENCE_BACKWARD_GATES,    \
+      lltm_sequence_backward_gates_cpu_boxed, lltm_sequence_backward_gates_cuda_boxed) \
+    X(prefix "sequence_backward_gates.lengths",                                    \
+      LLTM_SIGNATURE_SEQUENCE_BACKWARD_GATES_LENGTHS,                              \
+      lltm_sequence_backward_gates_cpu_boxed, lltm_sequence_backward_gates_cuda_boxed) \
     X(prefix "stack_forward", LLTM_SIGNATURE_STACK_FORWARD,                        \
       lltm_stack_forward_cpu_boxed, lltm_stack_forward_cuda_boxed)                 \
     X(prefix "stack_backward", LLTM_SIGNATURE_STACK_BACKWARD,                      \
@@ -131,6 +152,8 @@ void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
                                      uint64_t num_outputs);
 void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
                                       uint64_t num_outputs);
+void lltm_sequence_backward_gates_cpu_boxed(StableIValue *stack, uint64_t num_args,
+                                            uint64_t num_outputs);
 
 /* (csrc/binding/stack_cpu.c) */
 void lltm_stack_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
@@ -146,6 +169,8 @@ void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
                                       uint64_t num_outputs);
 void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
                                        uint64_t num_outputs);
+void lltm_sequence_backward_gates_cuda_boxed(StableIValue *stack, uint64_t num_args,
+                                             uint64_t num_outputs);
 
 /* (csrc/binding/stack_cuda.c) */
 void lltm_stack_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,

@@ -139,16 +139,21 @@ int lltm_mm_matrices(const lltm_matrix *a, const lltm_matrix *b,
     return 0;
 }
 
-static int results_new(bool backward, const bool *mask, const lltm_sequence_dims *d,
-                       const lltm_tensor *like, lltm_owned *owned,
+static int results_new(bool backward, bool gate_grads, const bool *mask,
+                       const lltm_sequence_dims *d, const lltm_tensor *like, lltm_owned *owned,
                        lltm_sequence_results *results, lltm_error *err)
 {
     const int64_t G = 3 * d->H;
     const int64_t forward_sizes[5][3] = {{d->T, d->B, d->H}, {d->B, d->H}, {d->B, d->H},
                                          {d->T, d->B, d->H}, {d->T, d->B, G}};
-    const int64_t backward_sizes[5][3] = {{d->T, d->B, d->I}, {G, d->I + d->H}, {G},
-                                          {d->B, d->H}, {d->B, d->H}};
-    const int forward_dims[5] = {3, 2, 2, 3, 3}, backward_dims[5] = {3, 2, 1, 2, 2};
+    int64_t backward_sizes[5][3] = {{d->T, d->B, d->I}, {G, d->I + d->H}, {G},
+                                    {d->B, d->H}, {d->B, d->H}};
+    const int forward_dims[5] = {3, 2, 2, 3, 3};
+    int backward_dims[5] = {3, 2, 1, 2, 2};
+    if (gate_grads) { /* grad_gates [T,B,G] in grad_weights' place */
+        backward_sizes[1][0] = d->T, backward_sizes[1][1] = d->B, backward_sizes[1][2] = G;
+        backward_dims[1] = 3;
+    }
     for (int k = 0; k < 5; ++k) {
         results->tensors[k] = NULL;
         results->data[k] = NULL;
@@ -160,11 +165,13 @@ static int results_new(bool backward, const bool *mask, const lltm_sequence_dims
     return 0;
 }
 
-int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack,
+int lltm_sequence_open(lltm_sequence_call *c, lltm_sequence_op op, StableIValue *stack,
                        uint64_t num_args, uint64_t num_outputs, int32_t device_type)
 {
     lltm_tensor *a = c->args;
+    const bool backward = op != LLTM_SEQ_FORWARD;
     c->backward = backward;
+    c->gate_grads = op == LLTM_SEQ_BACKWARD_GATES;
     c->owned.count = 0;
     c->err.msg[0] = '\0';
     c->gemm_err.msg[0] = '\0';
@@ -192,7 +199,7 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
             return -1;
         lengths = (const int64_t *)a[nargs].data;
     }
-    if (results_new(backward, c->mask, &c->d, &a[0], &c->owned, &c->results, &c->err))
+    if (results_new(backward, c->gate_grads, c->mask, &c->d, &a[0], &c->owned, &c->results, &c->err))
         return -1;
     void *const *r = c->results.data;
     if (backward)
@@ -201,7 +208,8 @@ int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack
             a[LLTM_SEQ_BWD_GRAD_C_N].data,    a[LLTM_SEQ_BWD_INPUT].data,
             a[LLTM_SEQ_BWD_WEIGHTS].data,     a[LLTM_SEQ_BWD_H0].data,
             a[LLTM_SEQ_BWD_OUTPUT].data,      a[LLTM_SEQ_BWD_CELLS].data,
-            a[LLTM_SEQ_BWD_GATES].data,       r[0], r[1], r[2], r[3], r[4], lengths};
+            a[LLTM_SEQ_BWD_GATES].data,       r[0], c->gate_grads ? NULL : r[1],
+            r[2],                             r[3], r[4], lengths, c->gate_grads ? r[1] : NULL};
     else
         c->forward_tensors = (lltm_sequence_forward_tensors){
             a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data, a[LLTM_SEQ_FWD_BIAS].data,

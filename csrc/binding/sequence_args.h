@@ -46,6 +46,14 @@ int lltm_check_sequence_backward(const lltm_tensor in[LLTM_SEQ_BWD_NARGS],
                                  int32_t device_type, bool half_types_ok,
                                  lltm_sequence_dims *dims, lltm_error *err);
 
+/* Which operator a kernel serves: the forward, the backward, or the
+ * backward that hands out dG [T,B,3H] (the gates' gradients) in place of
+ * grad_weights, for a caller that forms dW itself
+ * (lltm::sequence_backward_gates). */
+typedef enum lltm_sequence_op {
+    LLTM_SEQ_FORWARD, LLTM_SEQ_BACKWARD, LLTM_SEQ_BACKWARD_GATES
+} lltm_sequence_op;
+
 /* The five results of either operator, new and uninitialised, like the first
  * argument: sequence_forward's output [T,B,H], h_n [B,H], c_n [B,H], cells
  * [T,B,H], gates [T,B,3H]; sequence_backward's grad_input [T,B,I],
@@ -61,7 +69,7 @@ typedef struct lltm_sequence_results {
  * struct pointing at both, and the matrix-product callback's context. Lives
  * on the kernel's stack (the callback context points into it). */
 typedef struct lltm_sequence_call {
-    bool backward;
+    bool backward, gate_grads; /* gate_grads: LLTM_SEQ_BACKWARD_GATES */
     bool mask[5]; /* the results wanted: the backward's output_mask (forward: all) */
     lltm_owned owned;
     lltm_error err, gemm_err;
@@ -80,7 +88,7 @@ typedef struct lltm_sequence_call {
  * host memory), allocate the five results and point the core's tensor
  * struct at the arguments and results. On failure: nonzero,
  * message in c->err, every handle in c->owned (lltm_raise frees them). */
-int lltm_sequence_open(lltm_sequence_call *c, bool backward, StableIValue *stack,
+int lltm_sequence_open(lltm_sequence_call *c, lltm_sequence_op op, StableIValue *stack,
                        uint64_t num_args, uint64_t num_outputs, int32_t device_type);
 
 /* The close after the core call `core_fn` returned `status`: on LLTM_OK hand
@@ -100,7 +108,9 @@ int lltm_sequence_core_failed(lltm_error *err, const lltm_error *gemm_err, const
 /* The operator's name, for lltm_raise. */
 static inline const char *lltm_sequence_op_name(const lltm_sequence_call *c)
 {
-    return c->backward ? "lltm::sequence_backward" : "lltm::sequence_forward";
+    return c->gate_grads ? "lltm::sequence_backward_gates"
+           : c->backward ? "lltm::sequence_backward"
+                         : "lltm::sequence_forward";
 }
 
 /* A matrix inside a tensor's storage: element (r, c) at

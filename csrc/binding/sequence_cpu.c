@@ -16,12 +16,13 @@
  *                   output, cells, gates)
  *   -> (grad_input [T,B,I], grad_weights [3H,I+H], grad_bias [3H],
  *       grad_h0 [B,H], grad_c0 [B,H]) */
-static void sequence_cpu(bool backward, StableIValue *stack, uint64_t num_args,
+static void sequence_cpu(lltm_sequence_op op, StableIValue *stack, uint64_t num_args,
                          uint64_t num_outputs)
 {
     lltm_sequence_call c;
     void *workspace;
-    if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
+    const bool backward = op != LLTM_SEQ_FORWARD;
+    if (lltm_sequence_open(&c, op, stack, num_args, num_outputs,
                            aoti_torch_device_type_cpu()))
         goto fail;
     const lltm_sequence_dims *d = &c.d;
@@ -46,8 +47,10 @@ fail:
     lltm_raise(lltm_sequence_op_name(&c), &c.owned, &c.err);
 }
 
-/* the two operators' boxed kernels (ops.h) */
+/* the operators' boxed kernels (ops.h) */
 void lltm_sequence_forward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cpu(false, s, n_args, n_out); }
+{ sequence_cpu(LLTM_SEQ_FORWARD, s, n_args, n_out); }
 void lltm_sequence_backward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cpu(true, s, n_args, n_out); }
+{ sequence_cpu(LLTM_SEQ_BACKWARD, s, n_args, n_out); }
+void lltm_sequence_backward_gates_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cpu(LLTM_SEQ_BACKWARD_GATES, s, n_args, n_out); }

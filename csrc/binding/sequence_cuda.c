@@ -173,14 +173,15 @@ lltm_cuda_grid_tensor_cores_in_force(int device, int dtype, int *tensor_cores)
 }
 
 /* Either operator (the signatures: sequence_cpu.c). */
-static void sequence_cuda(bool backward, StableIValue *stack, uint64_t num_args,
+static void sequence_cuda(lltm_sequence_op op, StableIValue *stack, uint64_t num_args,
                           uint64_t num_outputs)
 {
     lltm_sequence_call c;
     CUDAGuardHandle guard = NULL;
     void *stream = NULL, *workspace = NULL;
     lltm_sequence_plan plan;
-    if (lltm_sequence_open(&c, backward, stack, num_args, num_outputs,
+    const bool backward = op != LLTM_SEQ_FORWARD;
+    if (lltm_sequence_open(&c, op, stack, num_args, num_outputs,
                            aoti_torch_device_type_cuda()) ||
         lltm_cuda_enter_device(c.args[0].device_index, &guard, &stream, &c.err) ||
         lltm_cuda_choose_plan(&c.d, c.args[0].device_index, stream, &plan, &c.err))
@@ -209,8 +210,10 @@ fail:
     lltm_raise(lltm_sequence_op_name(&c), &c.owned, &c.err);
 }
 
-/* the two operators' boxed kernels (ops.h) */
+/* the operators' boxed kernels (ops.h) */
 void lltm_sequence_forward_cuda_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cuda(false, s, n_args, n_out); }
+{ sequence_cuda(LLTM_SEQ_FORWARD, s, n_args, n_out); }
 void lltm_sequence_backward_cuda_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cuda(true, s, n_args, n_out); }
+{ sequence_cuda(LLTM_SEQ_BACKWARD, s, n_args, n_out); }
+void lltm_sequence_backward_gates_cuda_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ sequence_cuda(LLTM_SEQ_BACKWARD_GATES, s, n_args, n_out); }

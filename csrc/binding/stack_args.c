@@ -262,6 +262,7 @@ void lltm_stack_layer_backward(const lltm_stack_call *c, int64_t l, void *scratc
     t->grad_h0 = at(c, c->data[4], l * B * H);
     t->grad_c0 = at(c, c->data[5], l * B * H);
     t->lengths = c->lengths;
+    t->grad_gates = NULL; /* dG in the core's workspace */
 }
 
 int lltm_stack_backward_by_layers(const lltm_stack_call *c, void *scratch,

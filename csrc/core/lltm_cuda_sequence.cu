@@ -376,8 +376,9 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
      * then where the kernels put the gradients of h0, c0 and the bias that
      * the caller does not want */
     const size_t first = persistent(plan) ? plan->workspace_bytes : steps_bias_bytes(plan, B, H);
-    void *dG = (char *)workspace + round_up(first);
-    void *hx = (char *)dG + round_up((size_t)(TB * G) * elem);
+    void *own_dG = (char *)workspace + round_up(first);
+    void *dG = tensors->grad_gates ? tensors->grad_gates : own_dG;
+    void *hx = (char *)own_dG + round_up((size_t)(TB * G) * elem);
     void *spare_h0 = (char *)hx + round_up((size_t)(TB * K) * elem);
     void *spare_c0 = (char *)spare_h0 + round_up(state_bytes);
     void *spare_bias = (char *)spare_c0 + round_up(state_bytes);

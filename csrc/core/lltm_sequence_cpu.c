@@ -463,6 +463,8 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     const size_t elem = k.elem;
     char *cursor = (char *)workspace;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
+    if (a->grad_gates != NULL)
+        d_gates = a->grad_gates;
     void *h_prev = take(&cursor, (size_t)(TB * H) * elem);  /* [T,B,H] */
     void *dh = take(&cursor, (size_t)(B * H) * elem);       /* [B,H] */
     void *dc = take(&cursor, (size_t)(B * H) * k.acc);      /* [B,H] acc */

@@ -223,6 +223,11 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
         lltm_sequence_backward_tensors t = *all;
         t.grad_input = got[0], t.grad_weights = got[1], t.grad_bias = got[2];
         t.grad_h0 = got[3], t.grad_c0 = got[4];
+        /* odd masks also take dG out (grad_gates), which the dW products
+         * then read: grad_weights still bitwise the full backward's */
+        const size_t n_dG = (size_t)(T * B * 3 * H);
+        void *dG = mask & 1 ? poisoned(n_dG, dt) : NULL;
+        t.grad_gates = dG;
         void *work = poisoned_bytes(ws);
         gemm_log log = {0, -1, 0};
         const int status = lltm_sequence_backward_cpu(dt, T, B, I, H, &t, work, naive_gemm, &log,
@@ -233,6 +238,11 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
             if (got[k] != NULL && n[k] > 0 && memcmp(got[k], full[k], n[k] * e) != 0)
                 same = 0;
         check(same, "wanted gradients bitwise equal to the full backward's", B, H, name);
+        int written = 1;
+        for (size_t k = 0; dG != NULL && k < n_dG; ++k)
+            written &= !isnan(at(dG, k, dt));
+        check(written, "grad_gates written at every step", B, H, name);
+        free(dG);
         /* products: one recurrent one a step that runs (the first step's only
          * for grad_h0; steps: T, or up to the longest row),
          * dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
@@ -315,7 +325,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     void *work_b = poisoned_bytes(ws_b);
     const lltm_sequence_backward_tensors bwd = {g_out, g_hn, g_cn, x,    W,    h0,
                                                 out,   cells, gates, d_x, d_W, d_b,
-                                                d_h0,  d_c0, L.len};
+                                                d_h0,  d_c0, L.len, NULL};
     status = lltm_sequence_backward_cpu(dt, T, B, I, H, &bwd, work_b, naive_gemm, &log, pfor);
     check(status == LLTM_OK && ws_b > 0, "backward status", B, H, name);
     check(matches(d_x, L.d_x, nx, dt), "backward grad_input", B, H, name);
@@ -371,7 +381,7 @@ static void test_errors(void)
                                                buf + 220, buf + 240, buf + 300, NULL};
     const lltm_sequence_backward_tensors bwd = {buf, buf, buf, buf, buf, buf, buf, buf, buf,
                                                 buf + 400, buf + 500, buf + 700, buf + 720,
-                                                buf + 740, NULL};
+                                                buf + 740, NULL, NULL};
     /* every product of both directions fails in turn: the failure comes back */
     for (int fail_at = 0; fail_at < 1 + (int)T; ++fail_at) {
         gemm_log log = {0, fail_at, 0};
