@@ -36,7 +36,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import _native, _sharing, overrides
+from . import _layer_grads, _native, _sharing, overrides
 
 # The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
@@ -345,13 +345,32 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
                 for t in (*chunk_lengths, *finished[1:]):
                     t.record_stream(side)
 
-    def call(k: int, layer: int) -> None:
+    # Each layer's weight and bias gradients formed once from all its chunks
+    # (lltm/_layer_grads.py), where they are wanted; the parameters pass
+    # through on the layer's stream, where that backward then runs.
+    sinks = [None] * L
+    if chunks > 1 and _layer_grads.wanted(x):
+        for layer, (weights, bias) in enumerate(params):
+            if bias is None:
+                bias = weights.new_zeros(weights.shape[0])
+            if not (weights.requires_grad or bias.requires_grad):
+                continue
+            sinks[layer] = _layer_grads.Sink()
+            with torch.cuda.stream(streams[layer]) if streams else contextlib.nullcontext():
+                params[layer] = _layer_grads.LayerParameters.apply(weights, bias, sinks[layer])
+
+    def run_chunk(k: int, layer: int, state, chunk_lengths=None):
         weights, bias = params[layer]
+        if sinks[layer] is None:
+            return lltm_sequence(inputs[k], weights, bias, *state, lengths=chunk_lengths)
+        return _layer_grads.chunk_call(inputs[k], weights, bias, *state, sinks[layer], k,
+                                       chunk_lengths)
+
+    def call(k: int, layer: int) -> None:
         if lengths is None:
-            out, states[layer] = lltm_sequence(inputs[k], weights, bias, *states[layer])
+            out, states[layer] = run_chunk(k, layer, states[layer])
         else:
-            out, (h, c) = lltm_sequence(inputs[k], weights, bias, *states[layer],
-                                        lengths=chunk_lengths[k])
+            out, (h, c) = run_chunk(k, layer, states[layer], chunk_lengths[k])
             done = finished[k]
             if done is not None:  # rows finished before this chunk: output 0, state kept
                 out = out.masked_fill(done, 0)

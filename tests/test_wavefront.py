@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import lltm
-from lltm import _sharing, _wavefront, functional, overrides
+from lltm import _layer_grads, _sharing, _wavefront, functional, overrides
 
 DT = torch.float64
 
@@ -38,14 +38,20 @@ def results(m, x, state, chunks, grad_out=None):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """The sequence operator's calls (one per layer and chunk)."""
+    """The sequence operator's calls (one per layer and chunk): through
+    lltm_sequence, or where the chunks leave dW to the layer
+    (lltm/_layer_grads.py), its chunk_call."""
     count = []
-    original = functional.lltm_sequence
 
-    def counting(*args, **kwargs):
-        count.append(args[0].shape[0])  # the steps of the call
-        return original(*args, **kwargs)
-    monkeypatch.setattr(functional, "lltm_sequence", counting)
+    def counted(module, name):
+        original = getattr(module, name)
+
+        def counting(*args, **kwargs):
+            count.append(args[0].shape[0])  # the steps of the call
+            return original(*args, **kwargs)
+        monkeypatch.setattr(module, name, counting)
+    counted(functional, "lltm_sequence")
+    counted(_layer_grads, "chunk_call")
     return count
 
 
@@ -518,16 +524,16 @@ def test_calls_planned_for_a_shared_device(calls, monkeypatch):
     and so is its backward (ctx.concurrent_layers); the same results as the
     layers one after the other; the setting restored after."""
     seen, entered = [], []
-    counting, sharing_device = functional.lltm_sequence, _sharing.sharing_device
-
-    def recording(*args, **kwargs):
-        seen.append(_sharing.concurrent_layers())
-        return counting(*args, **kwargs)
+    sharing_device = _sharing.sharing_device
+    for module, name in ((functional, "lltm_sequence"), (_layer_grads, "chunk_call")):
+        def recording(*args, _counting=getattr(module, name), **kwargs):
+            seen.append(_sharing.concurrent_layers())
+            return _counting(*args, **kwargs)
+        monkeypatch.setattr(module, name, recording)
 
     def entering(layers):
         entered.append(layers)
         return sharing_device(layers)
-    monkeypatch.setattr(functional, "lltm_sequence", recording)
     monkeypatch.setattr(_sharing, "sharing_device", entering)
     T, B, I, H, L = 9, 3, 4, 5, 3
     m, x = model(I, H, L), rand(T, B, I)

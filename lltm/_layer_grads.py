@@ -1,0 +1,149 @@
+"""A layer's weight and bias gradients formed once from all its time chunks.
+
+The wavefront (lltm/_wavefront.py) runs a layer as C calls over time chunks.
+Through lltm_sequence each call's backward would form that chunk's dW = dG^T
+[h_prev | x] (two row joins and a product) and autograd would add the C
+results; all of it on the layer's stream, between one chunk's recurrence and
+the previous chunk's, which waits for it. Here each chunk's backward runs
+the recurrence and dx only (lltm::sequence_backward_gates hands out dG, the
+gates' gradients, instead of dW), and the layer's parameters reach its chunk
+calls through :class:`LayerParameters`, whose backward runs once every chunk
+has run: it joins the chunks' dG and [h_prev | x] and forms dW in one
+product, and the bias gradient as the sum of the chunks'. On CUDA it runs on
+the layer's stream after the layer's last chunk, while the layers below
+still run theirs.
+
+Used by the wavefront where gradients are recorded eagerly (or under CUDA
+graph capture): not while torch.compile traces, under torch.func transforms
+or forward-mode AD, nor where a layer's parameters need no gradient. A
+backward that records its own graph (create_graph=True) runs each chunk's
+backward in differentiable operations and passes dW through autograd as
+lltm_sequence does.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+
+from . import _autocast, _differentiable, _native, _sharing
+
+_forward = torch.ops.lltm._sequence_forward
+_backward_gates = torch.ops.lltm._sequence_backward_gates
+
+
+def wanted(x: torch.Tensor) -> bool:
+    """Whether the wavefront's calls over ``x`` record gradients this way."""
+    return (torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and not torch._C._are_functorch_transforms_active()
+            and _forward_ad._current_level < 0)
+
+
+class Sink:
+    """What a layer's chunk backwards leave for :class:`LayerParameters`:
+    per backward pass (autograd's graph task), per chunk, (dG, the bias
+    gradient, h0, output, input) of the call."""
+
+    def __init__(self):
+        self.passes: dict[int, dict[int, tuple]] = {}
+
+    def add(self, chunk: int, entry: tuple) -> None:
+        self.passes.setdefault(torch._C._current_graph_task_id(), {})[chunk] = entry
+
+    def take(self) -> list[tuple]:
+        """This pass's entries in time order; those of passes that never
+        reached the parameters (a gradient of the input alone) dropped."""
+        mine = self.passes.pop(torch._C._current_graph_task_id(), {})
+        self.passes.clear()
+        return [mine[k] for k in sorted(mine)]
+
+
+class LayerParameters(torch.autograd.Function):
+    """(weights, bias) as they are; the backward forms their gradients from
+    the chunks in ``sink``."""
+
+    @staticmethod
+    def forward(ctx, weights, bias, sink):
+        ctx.sink = sink
+        ctx.set_materialize_grads(False)
+        return weights.view_as(weights), bias.view_as(bias)
+
+    @staticmethod
+    def backward(ctx, grad_weights, grad_bias):
+        # grad_weights / grad_bias: what came through autograd (the chunks'
+        # differentiable backwards under create_graph), else None
+        entries = ctx.sink.take()
+        d_weights = d_bias = None
+        if entries:
+            G = entries[0][0].shape[2]
+            dG = torch.cat([e[0] for e in entries]).view(-1, G)
+            h_prev = torch.cat([p for e in entries for p in (e[2].unsqueeze(0), e[3][:-1])])
+            x = torch.cat([e[4] for e in entries])
+            hx = torch.cat([h_prev, x], 2).view(dG.shape[0], -1)
+            if ctx.needs_input_grad[0]:
+                d_weights = torch.mm(dG.t(), hx)
+            if ctx.needs_input_grad[1]:
+                d_bias = torch.stack([e[1] for e in entries]).sum(0)
+        d_weights = _add(grad_weights, d_weights)
+        d_bias = _add(grad_bias, d_bias)
+        return d_weights, d_bias, None
+
+
+def _add(a, b):
+    return b if a is None else a if b is None else a + b
+
+
+class ChunkCall(torch.autograd.Function):
+    """One chunk's lltm_sequence call (the forward operator as it is) whose
+    backward leaves dG and the bias gradient in ``sink`` instead of returning
+    gradients for weights and bias."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, h0, c0, sink, chunk, lengths):
+        if lengths is None:
+            out, h_n, c_n, cells, gates = _forward.default(input, weights, bias, h0, c0)
+        else:
+            out, h_n, c_n, cells, gates = _forward.lengths(input, weights, bias, h0, c0, lengths)
+        ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates,
+                              *(() if lengths is None else (lengths,)))
+        ctx.sink, ctx.chunk = sink, chunk
+        ctx.concurrent_layers = _sharing.concurrent_layers()
+        ctx.set_materialize_grads(False)
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h_n, grad_c_n):
+        input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
+        if grad_output is None:
+            grad_output = torch.zeros_like(out)
+        if grad_h_n is None:
+            grad_h_n = torch.zeros_like(h0)
+        if grad_c_n is None:
+            grad_c_n = torch.zeros_like(h0)
+        if torch.is_grad_enabled():  # create_graph: the backward's own graph, dW through it
+            d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
+                grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
+            return (d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0, None, None, None)
+        need = ctx.needs_input_grad
+        op = _backward_gates.lengths if lengths else _backward_gates.default
+        layers = ctx.concurrent_layers
+        with _sharing.sharing_device(layers) if layers > 1 else contextlib.nullcontext():
+            d_input, d_gates, d_bias, d_h0, d_c0 = op(
+                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+                [need[0], True, need[2], need[3], need[4]])
+        ctx.sink.add(ctx.chunk, (d_gates, d_bias, h0, out, input))
+        return d_input, None, None, d_h0, d_c0, None, None, None
+
+
+def chunk_call(input, weights, bias, h0, c0, sink, chunk, lengths=None):
+    """(output, (h_n, c_n)) of one chunk, as lltm_sequence returns them;
+    weights and bias from :class:`LayerParameters` with the same ``sink``."""
+    args = (input, weights, bias, h0, c0, sink, chunk, lengths)
+    if input.is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
+        _native.sync_torch_settings()
+    if torch._C._is_any_autocast_enabled():
+        out, h_n, c_n = _autocast.eager_call(lambda a: ChunkCall.apply(*a), args)
+    else:
+        out, h_n, c_n = ChunkCall.apply(*args)
+    return out, (h_n, c_n)
