@@ -7,7 +7,9 @@ per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
 batch split (B <= 16) and I = 0; each also with rows of their own lengths,
 sorted longest first; then stacked layers in one launch (lltm::stack_forward /
-stack_backward: 2 and 3 layers, both layouts, several batch groups). Run by
+stack_backward: 2 and 3 layers, both layouts, several batch groups); then
+lltm.LLTM's stacked layers in time chunks (their backward through
+sequence_backward_gates). Run by
 scripts/gpu.sh (mode sanitize) as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sequence.py
@@ -121,6 +123,8 @@ def main() -> int:
         for L, T, B, I, H in STACK_CASES:
             assert lltm.overrides.stack_plan_in_force(dtype, L, T, B, I, H) is not None
             runs += run_stack(dtype, L, T, B, I, H)
+        for L, T, B, I, H in WAVEFRONT_CASES:
+            runs += run_wavefront(dtype, L, T, B, I, H)
     print(f"sanitize driver: {runs} runs ok", flush=True)
     return 0
 
@@ -147,6 +151,28 @@ def run_stack(dtype, L, T, B, I, H) -> int:  # noqa: E741
         torch.cuda.synchronize()
         assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
             ("stack", dtype, L, T, B, I, H, bool(extra))
+    return 2
+
+
+# (L, T, B, I, H) of lltm.LLTM's layers in time chunks on their streams
+WAVEFRONT_CASES = [(3, 9, 5, 4, 20), (2, 8, 13, 6, 130)]
+
+
+def run_wavefront(dtype, L, T, B, I, H) -> int:  # noqa: E741
+    """lltm.LLTM's stacked layers in 3 time chunks, forward and backward
+    (each chunk's backward through lltm::sequence_backward_gates, each
+    layer's dW once), all T steps and rows of their own lengths: two runs."""
+    m = lltm.LLTM(I, H, num_layers=L, device="cuda", dtype=dtype)
+    x = torch.randn(T, B, I, device="cuda", dtype=dtype, requires_grad=True)
+    lengths = torch.randint(1, T + 1, (B,), device="cuda")
+    for extra in ({}, {"lengths": lengths}):
+        with lltm.overrides.wavefront(3):
+            out, (h_n, c_n) = m(x, **extra)
+        grads = torch.autograd.grad((out, h_n, c_n), [x, *m.parameters()],
+                                    [torch.randn_like(t) for t in (out, h_n, c_n)])
+        torch.cuda.synchronize()
+        assert all(torch.isfinite(t).all() for t in (out, h_n, c_n) + tuple(grads)), \
+            ("wavefront", dtype, L, T, B, I, H, bool(extra))
     return 2
 
 
