@@ -28,6 +28,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from . import _autocast, _differentiable, _native, _sharing
+from ._ops import incoming_grads
 
 _forward = torch.ops.lltm._sequence_forward
 _backward_gates = torch.ops.lltm._sequence_backward_gates
@@ -115,12 +116,8 @@ class ChunkCall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n):
         input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
-        if grad_output is None:
-            grad_output = torch.zeros_like(out)
-        if grad_h_n is None:
-            grad_h_n = torch.zeros_like(h0)
-        if grad_c_n is None:
-            grad_c_n = torch.zeros_like(h0)
+        grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n,
+                                                         grad_c_n)
         if torch.is_grad_enabled():  # create_graph: the backward's own graph, dW through it
             d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
                 grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)

@@ -269,15 +269,19 @@ def _sequence_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
+def incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n):
+    """The gradients arriving through a layer's (or stack's) output, h_n
+    and c_n, which may come in any combination: zeros (like ``out`` and
+    ``h0``) for those that did not."""
+    zeros = torch.zeros_like
+    return (zeros(out) if grad_output is None else grad_output,
+            zeros(h0) if grad_h_n is None else grad_h_n,
+            zeros(h0) if grad_c_n is None else grad_c_n)
+
+
 def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
     input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
-    # Gradients may arrive through output, h_n and c_n in any combination.
-    if grad_output is None:
-        grad_output = torch.zeros_like(out)
-    if grad_h_n is None:
-        grad_h_n = torch.zeros_like(h0)
-    if grad_c_n is None:
-        grad_c_n = torch.zeros_like(h0)
+    grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
     if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
@@ -385,12 +389,7 @@ _stack_backward_kernel = torch.ops.lltm._stack_backward
 def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
     input, weights0, weights, biases, h0, c0, out, outputs, cells, gates, *lengths = (
         ctx.saved_tensors)
-    if grad_output is None:
-        grad_output = torch.zeros_like(out)
-    if grad_h_n is None:
-        grad_h_n = torch.zeros_like(h0)
-    if grad_c_n is None:
-        grad_c_n = torch.zeros_like(h0)
+    grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
     if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
         grads = _differentiable.stack_backward(grad_output, grad_h_n, grad_c_n, input,
                                                weights0, weights, biases, h0, c0, *lengths)
