@@ -95,7 +95,11 @@ def _grad_out(T, B, H, L, dtype=DT):
 
 @pytest.mark.parametrize("frozen", ["none", "weights", "biases", "layer1", "no_bias"])
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
-def test_chunked_gradients_equal_one_call_a_layer(frozen, with_lengths):
+@pytest.mark.parametrize("joined", [False, True], ids=["views", "joined"])
+def test_chunked_gradients_equal_one_call_a_layer(frozen, with_lengths, joined, monkeypatch):
+    """Either way of forming dW: the chunks' rows joined (the GPU's, while
+    they fit in its L2 cache) or products on their views."""
+    monkeypatch.setattr(_layer_grads, "join_limit", lambda device: 1 << 62 if joined else 0)
     T, B, I, H, L = 11, 4, 5, 6, 3
     m = _model(I, H, L, bias=frozen != "no_bias")
     for name, p in m.named_parameters():
@@ -110,6 +114,13 @@ def test_chunked_gradients_equal_one_call_a_layer(frozen, with_lengths):
     got = _grads(m, x, 4, grad_out, lengths=lengths)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_join_limit():
+    assert _layer_grads.join_limit(torch.device("cpu")) == 0
+    if torch.cuda.is_available():
+        assert _layer_grads.join_limit(torch.device("cuda")) == \
+            torch.cuda.get_device_properties(0).L2_cache_size
 
 
 def test_route_taken_only_where_it_applies(monkeypatch):
