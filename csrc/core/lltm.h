@@ -214,10 +214,8 @@ typedef struct lltm_sequence_forward_tensors {
  *   grad_input    [T,B,I]  out
  *   grad_weights  [G,H+I]  out
  *   grad_bias     [G]      out
- *   grad_h0       [B,H]    out
- *   grad_c0       [B,H]    out
+ *   grad_h0, grad_c0  [B,H]  out
  *   lengths       [B]      int64 or NULL, as for the forward
- *   grad_gates    [T,B,G]  out or NULL: dG, for a caller that forms dW itself
  * Outputs do not overlap the inputs or each other. An output may be NULL:
  * that gradient is not wanted, and its work is not done (grad_input: no
  * dx = dG W_x product; grad_weights: no dW products; grad_h0: no dh product
@@ -228,7 +226,7 @@ typedef struct lltm_sequence_backward_tensors {
     const void *input, *weights, *h0, *output, *cells, *gates;
     void *grad_input, *grad_weights, *grad_bias, *grad_h0, *grad_c0;
     const int64_t *lengths; /* [B] or NULL, the forward's */
-    void *grad_gates;
+    void *grad_gates; /* [T,B,G] out or NULL: dG, for a caller that forms dW */
 } lltm_sequence_backward_tensors;
 
 /*
