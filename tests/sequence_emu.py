@@ -2,9 +2,11 @@
 against the fiber emulator of tests/cuda_emu, and the ctypes view of their C
 API (lltm.h): the device and plan structs, the chooser, the launchers. Used
 through the fixture ``emu`` (conftest.py, built once per test run) by
-tests/test_cuda_sequence_emulated.py (the kernels against the reference)
-and tests/test_cuda_routes_emulated.py (the choice against the H100's
-measurements)."""
+tests/test_cuda_sequence_emulated.py (the kernels against the reference),
+tests/test_cuda_layer_emulated.py (the layer's entry points) and
+tests/test_cuda_routes_emulated.py (the choice against the H100's
+measurements); with the inputs, float64 reference and checks the first two
+share."""
 import ctypes
 import hashlib
 import subprocess
@@ -12,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+
+from lltm import reference
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,3 +196,72 @@ def _declare(lib):
                lib.lltm_stack_forward_persistent_cuda, lib.lltm_stack_backward_persistent_cuda):
         fn.restype = ctypes.c_int
     return lib
+
+
+# --- inputs, the float64 reference and checks shared by the emulated tests --------
+
+def layer_inputs(T, B, I, H, dtype):
+    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    def rand(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+    args64 = [rand(T, B, I), rand(3 * H, I + H, scale=2.0 / (I + H) ** 0.5), rand(3 * H),
+              rand(B, H), rand(B, H)]
+    args = [a.to(dtype) for a in args64]  # the reference sees the rounded inputs
+    return args, [a.double() for a in args]
+
+
+def reference_layer(x, W, b, h0, c0, lengths=None):
+    """float64 outputs of the reference loop, its per-step activations, and a
+    backward closure for (grad_output, grad_h_n, grad_c_n). lengths [B] or
+    None: row b stops after lengths[b] steps (state kept, output and
+    activations 0 beyond them)."""
+    args = [t.clone().requires_grad_() for t in (x, W, b, h0, c0)]
+    H = h0.shape[1]
+    h, c, outs, cells, acts = args[3], args[4], [], [], []
+    for t in range(x.shape[0]):
+        g = torch.cat([h, args[0][t]], 1) @ args[1].t() + args[2]
+        act = torch.cat([g[:, :H].sigmoid(), g[:, H:2 * H].sigmoid(),
+                         torch.nn.functional.elu(g[:, 2 * H:])], 1)
+        h_t, c_t = reference.lltm_cell(args[0][t], args[1], args[2], h, c)
+        if lengths is None:
+            h, c, out = h_t, c_t, h_t
+        else:
+            live = (lengths > t).unsqueeze(1)
+            h, c = torch.where(live, h_t, h), torch.where(live, c_t, c)
+            out, act = torch.where(live, h_t, 0), torch.where(live, act, 0)
+        acts.append(act)
+        outs.append(out)
+        cells.append(c)
+    output, cells_t, acts_t = torch.stack(outs), torch.stack(cells), torch.stack(acts)
+
+    def backward(grad_output, grad_h_n, grad_c_n):
+        grads = torch.autograd.grad((output, h, c), args, (grad_output, grad_h_n, grad_c_n),
+                                    allow_unused=True)
+        return [torch.zeros_like(a) if gr is None else gr for a, gr in zip(args, grads)]
+    return output.detach(), h.detach(), c.detach(), cells_t.detach(), acts_t.detach(), backward
+
+
+def assert_close_to(name, got, want, dtype):
+    tol = TOLERANCES[dtype]
+    got = got.double()
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
+
+
+def weight_grads(dG, x, W, h0, output, H):
+    """What the binding does after the backward kernel (cuBLAS there)."""
+    T, B, G = dG.shape
+    dG2 = dG.double().reshape(T * B, G)
+    h_prev = torch.cat([h0.double().unsqueeze(0), output.double()[:-1]], 0).reshape(T * B, H)
+    dW = torch.cat([dG2.t() @ h_prev, dG2.t() @ x.double().reshape(T * B, -1)], 1)
+    dx = (dG2 @ W.double()[:, H:]).reshape(T, B, -1)
+    return dW, dx
+
+
+def random_lengths(T, B):
+    """B random lengths in [1, T], 1 and T among them (where B allows)."""
+    lengths = torch.randint(1, T + 1, (B,), dtype=torch.int64)
+    lengths[0] = T
+    if B > 1:
+        lengths[B // 2] = 1
+    return lengths

@@ -12,103 +12,35 @@ blocks of 16 units, 16 blocks of 8: LLTM_CUDA_CLUSTER_BLOCKS), with its
 state exchanged through the emulated distributed shared memory (st.async
 into every block, counted on transaction barriers) under a schedule that
 lets some threads lag. Timing and the memory model are not emulated:
-tests/test_cuda_sequence.py runs the real thing on a GPU.
+tests/test_cuda_sequence.py runs the real thing on a GPU. The whole layer
+through the core's entry points: tests/test_cuda_layer_emulated.py.
 """
 
 import ctypes
 import shutil
-import threading
 
 import pytest
 import torch
 
-from lltm import reference
-from guarded import SENTINEL, Guarded, as_ptr
+from guarded import Guarded, as_ptr
 from sequence_emu import (BLOCK, CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST, EXCHANGE_LOCAL,
-                          EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, TOLERANCES, device,
-                          make_plan)
+                          EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, assert_close_to, device,
+                          layer_inputs, make_plan, random_lengths, reference_layer, weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
-def _inputs(T, B, I, H, dtype):
-    g = torch.Generator().manual_seed(torch.seed() % (2**31))
-    def rand(*shape, scale=1.0):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
-    args64 = [rand(T, B, I), rand(3 * H, I + H, scale=2.0 / (I + H) ** 0.5), rand(3 * H),
-              rand(B, H), rand(B, H)]
-    args = [a.to(dtype) for a in args64]  # the reference sees the rounded inputs
-    return args, [a.double() for a in args]
-
-
-def _reference(x, W, b, h0, c0, lengths=None):
-    """float64 outputs of the reference loop, its per-step activations, and a
-    backward closure for (grad_output, grad_h_n, grad_c_n). lengths [B] or
-    None: row b stops after lengths[b] steps (state kept, output and
-    activations 0 beyond them)."""
-    args = [t.clone().requires_grad_() for t in (x, W, b, h0, c0)]
-    H = h0.shape[1]
-    h, c, outs, cells, acts = args[3], args[4], [], [], []
-    for t in range(x.shape[0]):
-        g = torch.cat([h, args[0][t]], 1) @ args[1].t() + args[2]
-        act = torch.cat([g[:, :H].sigmoid(), g[:, H:2 * H].sigmoid(),
-                         torch.nn.functional.elu(g[:, 2 * H:])], 1)
-        h_t, c_t = reference.lltm_cell(args[0][t], args[1], args[2], h, c)
-        if lengths is None:
-            h, c, out = h_t, c_t, h_t
-        else:
-            live = (lengths > t).unsqueeze(1)
-            h, c = torch.where(live, h_t, h), torch.where(live, c_t, c)
-            out, act = torch.where(live, h_t, 0), torch.where(live, act, 0)
-        acts.append(act)
-        outs.append(out)
-        cells.append(c)
-    output, cells_t, acts_t = torch.stack(outs), torch.stack(cells), torch.stack(acts)
-
-    def backward(grad_output, grad_h_n, grad_c_n):
-        grads = torch.autograd.grad((output, h, c), args, (grad_output, grad_h_n, grad_c_n),
-                                    allow_unused=True)
-        return [torch.zeros_like(a) if gr is None else gr for a, gr in zip(args, grads)]
-    return output.detach(), h.detach(), c.detach(), cells_t.detach(), acts_t.detach(), backward
-
-
-def _close(name, got, want, dtype):
-    tol = TOLERANCES[dtype]
-    got = got.double()
-    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=name)
-
-
-def _weight_grads(dG, x, W, h0, output, H):
-    """What the binding does after the backward kernel (cuBLAS there)."""
-    T, B, G = dG.shape
-    dG2 = dG.double().reshape(T * B, G)
-    h_prev = torch.cat([h0.double().unsqueeze(0), output.double()[:-1]], 0).reshape(T * B, H)
-    dW = torch.cat([dG2.t() @ h_prev, dG2.t() @ x.double().reshape(T * B, -1)], 1)
-    dx = (dG2 @ W.double()[:, H:]).reshape(T, B, -1)
-    return dW, dx
-
-
-def _lengths(T, B):
-    """B random lengths in [1, T], 1 and T among them (where B allows)."""
-    lengths = torch.randint(1, T + 1, (B,), dtype=torch.int64)
-    lengths[0] = T
-    if B > 1:
-        lengths[B // 2] = 1
-    return lengths
-
-
 def _run_case(lib, options, dtype, T, B, I, H, check_plan=None, lengths=None):
     """The chooser's plan for `options` (a dict of lltm_sequence_plan_options),
-    run forward and backward against the reference; lengths: see _reference."""
+    run forward and backward against the reference; lengths: see reference_layer."""
     status, plan = make_plan(lib, dtype, T, B, I, H, **options)
     assert status == 0, f"no plan for {options}"
     assert plan.family in (GRID, CLUSTER, BLOCK)
     if check_plan:
         check_plan(plan)
     plan_ref = ctypes.byref(plan)
-    (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
-    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args, lengths)
+    (x, W, b, h0, c0), ref_args = layer_inputs(T, B, I, H, dtype)
+    out_r, h_r, c_r, cells_r, acts_r, backward = reference_layer(*ref_args, lengths)
     lengths_ptr = None if lengths is None else as_ptr(lengths)
     ws_bytes = plan.workspace_bytes
     workspace = torch.full((max(1, ws_bytes // 4),), float("nan"), dtype=torch.float32)
@@ -123,12 +55,12 @@ def _run_case(lib, options, dtype, T, B, I, H, check_plan=None, lengths=None):
         plan_ref, T, B, I, H, as_ptr(h0), as_ptr(c0), as_ptr(W), as_ptr(b), gates.ptr, output.ptr,
         cells.ptr, h_n.ptr, c_n.ptr, ws_ptr, lengths_ptr, None)
     assert status == 0, f"forward status {status}"
-    _close("output", output.check("output"), out_r, dtype)
-    _close("cells", cells.check("cells"), cells_r, dtype)
-    _close("gates", gates.check("gates"), acts_r, dtype)
+    assert_close_to("output", output.check("output"), out_r, dtype)
+    assert_close_to("cells", cells.check("cells"), cells_r, dtype)
+    assert_close_to("gates", gates.check("gates"), acts_r, dtype)
     # the final state, written by the recurrence: each row's own last step
-    _close("h_n", h_n.check("h_n"), h_r, dtype)
-    _close("c_n", c_n.check("c_n"), c_r, dtype)
+    assert_close_to("h_n", h_n.check("h_n"), h_r, dtype)
+    assert_close_to("c_n", c_n.check("c_n"), c_r, dtype)
     rows = torch.arange(B)
     last = (lengths.long() - 1) if lengths is not None else torch.full((B,), T - 1)
     assert torch.equal(h_n.value, output.value[last, rows]), "h_n is not the output's last step"
@@ -146,12 +78,12 @@ def _run_case(lib, options, dtype, T, B, I, H, check_plan=None, lengths=None):
         plan_ref, T, B, I, H, as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(W), as_ptr(cells.value),
         as_ptr(gates.value), dG.ptr, db.ptr, dh0.ptr, dc0.ptr, ws_ptr, lengths_ptr, None)
     assert status == 0, f"backward status {status}"
-    dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
-    _close("grad_bias", db.check("grad_bias"), d_b, dtype)
-    _close("grad_h0", dh0.check("grad_h0"), d_h0, dtype)
-    _close("grad_c0", dc0.check("grad_c0"), d_c0, dtype)
-    _close("grad_weights", dW, d_W, dtype)
-    _close("grad_input", dx, d_x, dtype)
+    dW, dx = weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
+    assert_close_to("grad_bias", db.check("grad_bias"), d_b, dtype)
+    assert_close_to("grad_h0", dh0.check("grad_h0"), d_h0, dtype)
+    assert_close_to("grad_c0", dc0.check("grad_c0"), d_c0, dtype)
+    assert_close_to("grad_weights", dW, d_W, dtype)
+    assert_close_to("grad_input", dx, d_x, dtype)
 
 
 CASES = [  # (T, B, I, H): batch 1, B past one 16-row chunk, H off the block's units, I = 0,
@@ -188,7 +120,7 @@ def test_persistent_kernels_lengths(emu, plan, dtype, T, B, I, H):
     state kept, output and gates 0 beyond each row's length; backward:
     dL/dh_n entering at each row's last step, dL/dc passing the later steps,
     no gate gradient there."""
-    _run_case(emu, PLANS[plan], dtype, T, B, I, H, lengths=_lengths(T, B))
+    _run_case(emu, PLANS[plan], dtype, T, B, I, H, lengths=random_lengths(T, B))
 
 
 @pytest.mark.parametrize("plan", ["cluster_32_4", "cluster_32_4_split8", "grid_16_8"])
@@ -196,7 +128,7 @@ def test_persistent_kernels_lengths_batch_groups(emu, plan):
     """Lengths with the batch split into clusters / groups of chunks."""
     options = dict(PLANS[plan], grid_groups_max=0) if plan.startswith("grid") else PLANS[plan]
     _run_case(emu, options, torch.float32, 4, 13, 3, 61 if plan.startswith("cluster") else 20,
-              lengths=_lengths(4, 13))
+              lengths=random_lengths(4, 13))
 
 
 GRID_PLANS = [p for p in PLANS if PLANS[p]["family"] == GRID]
@@ -228,7 +160,7 @@ def test_grid_layouts_of_64_values(emu, plan, dtype, groups):
     pairs of the backward: H past one block's units (32 and 16 a block),
     16-row chunks full and partial, rows of their own lengths; float32 and
     float64 have no kernels of them."""
-    lengths = _lengths(4, 37)
+    lengths = random_lengths(4, 37)
     _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), dtype, 4, 37, 5, 70,
               lengths=lengths)
     _run_case(emu, dict(PLANS[plan], grid_groups_max=groups), dtype, 3, 16, 3, 33)
@@ -275,7 +207,7 @@ def test_cluster_batch_groups(emu, dtype, lengths):
         assert (p.forward.chunk, p.forward.groups) == (16, 3)
         assert (p.backward.chunk, p.backward.groups) == (16, 3)
     _run_case(emu, PLANS["cluster_32_4_nosplit"], dtype, T, B, 5, 40, check,
-              lengths=_lengths(T, B) if lengths else None)
+              lengths=random_lengths(T, B) if lengths else None)
 
 
 @pytest.mark.parametrize("groups", [1, 3, None])
@@ -312,7 +244,7 @@ def test_grid_small_chunks(emu, plan, dtype, groups, lengths):
         assert (p.forward.chunk, p.forward.rows, p.backward.chunk) == (4, 4, 4)
         assert p.forward.groups == p.backward.groups == (groups or 4)
     _run_case(emu, options, dtype, T, B, 5, 20, check,
-              lengths=_lengths(T, B) if lengths else None)
+              lengths=random_lengths(T, B) if lengths else None)
 
 
 @pytest.mark.parametrize("groups", [1, 3, None])
@@ -338,7 +270,7 @@ def test_block_family(emu, chunk, dtype, H, groups, lengths):
                                                                      groups or chunks)
         assert (p.workspace_bytes > 0) == ((groups or chunks) > 1 or dtype == torch.bfloat16)
     _run_case(emu, options, dtype, T, B, 5, H, check,
-              lengths=_lengths(T, B) if lengths else None)
+              lengths=random_lengths(T, B) if lengths else None)
 
 
 def test_block_family_limits(emu):
@@ -566,7 +498,7 @@ def test_persistent_kernels_planned_for_two_layers(emu, T, B, I, H):
     backward against the reference), with and without lengths."""
     _run_case(emu, dict(concurrent=2), torch.float32, T, B, I, H)
     _run_case(emu, dict(family=CLUSTER, cluster_blocks=16, concurrent=2), torch.float32, T, B,
-              I, H, lengths=_lengths(T, B))
+              I, H, lengths=random_lengths(T, B))
 
 
 def test_device_query_reports_the_code_that_runs(emu):
@@ -603,10 +535,10 @@ def test_per_step_kernels(emu, dtype, with_lengths, B, H):
     bias sums."""
     T, I = 3, 3
     code = DTYPE_CODES[dtype]
-    lengths = _lengths(T, B) if with_lengths else None
+    lengths = random_lengths(T, B) if with_lengths else None
     lengths_ptr = None if lengths is None else as_ptr(lengths)
-    (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
-    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args, lengths)
+    (x, W, b, h0, c0), ref_args = layer_inputs(T, B, I, H, dtype)
+    out_r, h_r, c_r, cells_r, acts_r, backward = reference_layer(*ref_args, lengths)
     Wd = W.double()
     gates = (x.double() @ Wd[:, H:].t()).to(dtype)
     output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
@@ -620,14 +552,14 @@ def test_per_step_kernels(emu, dtype, with_lengths, B, H):
             ctypes.c_void_p(output.value[t].data_ptr()), ctypes.c_void_p(cells.value[t].data_ptr()),
             None)
         assert status == 0
-    _close("output", output.check("output"), out_r, dtype)
-    _close("cells", cells.check("cells"), cells_r, dtype)
-    _close("gates", gates, acts_r, dtype)
+    assert_close_to("output", output.check("output"), out_r, dtype)
+    assert_close_to("cells", cells.check("cells"), cells_r, dtype)
+    assert_close_to("gates", gates, acts_r, dtype)
     if lengths is not None:
         h_n = Guarded((B, H), dtype)
         assert emu.lltm_sequence_last_state_cuda(code, T, B, H, lengths_ptr, as_ptr(output.value),
                                                  h_n.ptr, None) == 0
-        _close("h_n", h_n.check("h_n"), h_r, dtype)
+        assert_close_to("h_n", h_n.check("h_n"), h_r, dtype)
 
     go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
     ghn, gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2)]
@@ -653,234 +585,12 @@ def test_per_step_kernels(emu, dtype, with_lengths, B, H):
     assert emu.lltm_sequence_bias_sum_cuda(code, parts, 3 * H, as_ptr(bias_parts), db.ptr,
                                            None) == 0
     db = db.check("grad_bias")
-    dW, dx = _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
-    _close("grad_bias", db, d_b, dtype)
-    _close("grad_h0", dh, d_h0, dtype)
-    _close("grad_c0", dc, d_c0, dtype)
-    _close("grad_weights", dW, d_W, dtype)
-    _close("grad_input", dx, d_x, dtype)
-
-
-GEMM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                        ctypes.c_void_p, ctypes.c_int64)
-DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
-
-
-def _strided(ptr, dtype, rows, cols, rs, cs):
-    """A tensor over emulated device memory at ptr"""
-    extent = (rows - 1) * rs + (cols - 1) * cs + 1
-    size = torch.empty((), dtype=dtype).element_size()
-    buffer = (ctypes.c_char * (extent * size)).from_address(ptr)
-    return torch.frombuffer(buffer, dtype=dtype).as_strided((rows, cols), (rs, cs))
-
-
-@GEMM
-def _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
-    """The core's matrix-product callback, as the binding's aten::mm"""
-    dtype = DTYPES_BY_CODE[code]
-    A, Bm = _strided(a, dtype, M, K, a_rs, a_cs), _strided(b, dtype, K, N, b_rs, b_cs)
-    _strided(c, dtype, M, N, ldc, 1).copy_((A.double() @ Bm.double()).to(dtype))
-    return 0
-
-
-class ForwardTensors(ctypes.Structure):
-    """lltm_sequence_forward_tensors"""
-    _fields_ = [(name, ctypes.c_void_p) for name in (
-        "input", "weights", "bias", "h0", "c0", "output", "h_n", "c_n", "cells", "gates",
-        "lengths")]
-
-
-class BackwardTensors(ctypes.Structure):
-    """lltm_sequence_backward_tensors"""
-    _fields_ = [(name, ctypes.c_void_p) for name in (
-        "grad_output", "grad_h_n", "grad_c_n", "input", "weights", "h0", "output", "cells",
-        "gates", "grad_input", "grad_weights", "grad_bias", "grad_h0", "grad_c0", "lengths",
-        "grad_gates")]
-
-
-def _declare_layer(lib):
-    i64, p = ctypes.c_int64, ctypes.c_void_p
-    lib.lltm_sequence_forward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
-    lib.lltm_sequence_forward_workspace_cuda.restype = ctypes.c_size_t
-    lib.lltm_sequence_backward_workspace_cuda.argtypes = [p, i64, i64, i64, i64]
-    lib.lltm_sequence_backward_workspace_cuda.restype = ctypes.c_size_t
-    lib.lltm_sequence_forward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, GEMM, p, p]
-    lib.lltm_sequence_backward_cuda.argtypes = [p, i64, i64, i64, i64, p, p, GEMM, p, p]
-    lib.lltm_sequence_forward_cuda.restype = ctypes.c_int
-    lib.lltm_sequence_backward_cuda.restype = ctypes.c_int
-
-
-@pytest.mark.parametrize("family", [STEPS, GRID, CLUSTER], ids=["steps", "grid", "cluster"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
-                         ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("T,B,I,H", [(3, 5, 4, 9), (2, 3, 0, 6), (1, 40, 3, 12)])
-@pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
-def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
-    """lltm_sequence_forward_cuda / _backward_cuda: the whole layer (input
-    projection, recurrence, h_n / c_n, weight-gradient and input-gradient
-    products) with a torch matmul as the gemm callback, every output
-    against the reference; with lengths, rows stopping at their own."""
-    _declare_layer(emu)
-    status, plan = make_plan(emu, dtype, T, B, I, H, family=family)
-    if family == CLUSTER and dtype == torch.float64 and B > 32:
-        assert status != 0  # float64 state of more than 32 rows: no cluster plan
-        return
-    assert status == 0 and plan.family == family
-    (x, W, b, h0, c0), ref_args = _inputs(T, B, I, H, dtype)
-    lengths = _lengths(T, B) if with_lengths else None
-    lengths_ptr = None if lengths is None else as_ptr(lengths)
-    out_r, h_r, c_r, cells_r, acts_r, backward = _reference(*ref_args, lengths)
-    ws = emu.lltm_sequence_forward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
-    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
-    output, cells = Guarded((T, B, H), dtype), Guarded((T, B, H), dtype)
-    h_n, c_n, gates = Guarded((B, H), dtype), Guarded((B, H), dtype), Guarded((T, B, 3 * H), dtype)
-    tensors = ForwardTensors(as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
-                             output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, lengths_ptr)
-    status = emu.lltm_sequence_forward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
-                                            as_ptr(workspace), _torch_gemm, None, None)
-    assert status == 0
-    _close("output", output.check("output"), out_r, dtype)
-    _close("h_n", h_n.check("h_n"), h_r, dtype)
-    _close("c_n", c_n.check("c_n"), c_r, dtype)
-    _close("cells", cells.check("cells"), cells_r, dtype)
-    _close("gates", gates.check("gates"), acts_r, dtype)
-
-    go = torch.randn(T, B, H, dtype=torch.float64).to(dtype)
-    ghn, gcn = [torch.randn(B, H, dtype=torch.float64).to(dtype) for _ in range(2)]
-    d_x, d_W, d_b, d_h0, d_c0 = backward(go.double(), ghn.double(), gcn.double())
-    ws = emu.lltm_sequence_backward_workspace_cuda(ctypes.byref(plan), T, B, I, H)
-    workspace = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
-    outs = {"grad_input": Guarded((T, B, I), dtype), "grad_weights": Guarded((3 * H, I + H), dtype),
-            "grad_bias": Guarded((3 * H,), dtype), "grad_h0": Guarded((B, H), dtype),
-            "grad_c0": Guarded((B, H), dtype)}
-    tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                              as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                              as_ptr(gates.value), *[o.ptr for o in outs.values()], lengths_ptr)
-    status = emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
-                                             as_ptr(workspace), _torch_gemm, None, None)
-    assert status == 0
-    full = {}
-    for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
-        full[name] = guarded.check(name)
-        _close(name, full[name], want, dtype)
-
-    # Gradients not wanted (NULL): the others bitwise equal to the full run's.
-    for skip in (("grad_input",), ("grad_weights",), ("grad_h0", "grad_c0", "grad_bias"),
-                 ("grad_input", "grad_weights", "grad_h0"),
-                 ("grad_input", "grad_weights", "grad_bias", "grad_c0"), tuple(outs)):
-        some = {name: None if name in skip else Guarded(g.shape, dtype)
-                for name, g in outs.items()}
-        workspace.fill_(float("nan"))
-        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                                  as_ptr(gates.value),
-                                  *[None if o is None else o.ptr for o in some.values()],
-                                  lengths_ptr)
-        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
-                                               ctypes.byref(tensors), as_ptr(workspace),
-                                               _torch_gemm, None, None) == 0
-        for name, guarded in some.items():
-            if guarded is not None:
-                assert torch.equal(guarded.check(name), full[name]), f"{name} without {skip}"
-
-    # dG given out (grad_gates), no dW: the rest bitwise as before (the
-    # unwanted ones in the workspace's places, not past dG), and dW formed
-    # from dG as the core forms it
-    for skip in (("grad_weights",), ("grad_weights", "grad_h0", "grad_c0", "grad_bias")):
-        some = {name: None if name in skip else Guarded(g.shape, dtype)
-                for name, g in outs.items()}
-        dG = Guarded((T, B, 3 * H), dtype)
-        # past dG as far as the workspace reaches: nothing written there
-        beyond = torch.full((ws // dG.buf.element_size() + 1,), SENTINEL, dtype=dtype)
-        dG.buf = torch.cat([dG.buf, beyond])
-        workspace.fill_(float("nan"))
-        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                                  as_ptr(gates.value), *[None if o is None else o.ptr
-                                                         for o in some.values()],
-                                  lengths_ptr, dG.ptr)
-        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
-                                               ctypes.byref(tensors), as_ptr(workspace),
-                                               _torch_gemm, None, None) == 0
-        for name, guarded in some.items():
-            if guarded is not None:
-                assert torch.equal(guarded.check(name), full[name]), f"{name} with grad_gates"
-        _close("grad_weights from grad_gates",
-               _weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)[0], d_W, dtype)
-
-
-def test_small_products_eager_and_captured(emu):
-    """The layer's small products (lltm_small_mm_fits): eager on the
-    library's kernel, a thread's first readying the gemm by one 1 x 1 x 1
-    call (torch makes a thread's cuBLAS handle at its first product, which a
-    capture may not do); while the stream is captured (the emulator's
-    switch), through the gemm with their own sizes; the results alike."""
-    _declare_layer(emu)
-    emu.emu_set_capturing.argtypes = [ctypes.c_int]
-    emu.emu_set_capturing.restype = None
-    T, B, I, H, dtype = 3, 5, 4, 9, torch.float32
-    status, plan = make_plan(emu, dtype, T, B, I, H, family=GRID)
-    assert status == 0
-    (x, W, b, h0, c0), _ = _inputs(T, B, I, H, dtype)
-    go = torch.randn(T, B, H)
-    ghn, gcn = torch.randn(B, H), torch.randn(B, H)
-    calls = []
-
-    @GEMM
-    def counting_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc):
-        calls.append((M, N, K))
-        return _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc)
-
-    def layer():
-        """(gemm calls, every output) of one forward and backward"""
-        calls.clear()
-        fwd = {name: torch.zeros(shape) for name, shape in (
-            ("output", (T, B, H)), ("h_n", (B, H)), ("c_n", (B, H)), ("cells", (T, B, H)),
-            ("gates", (T, B, 3 * H)))}
-        ws = torch.zeros(emu.lltm_sequence_forward_workspace_cuda(
-            ctypes.byref(plan), T, B, I, H) // 4 + 64)
-        tensors = ForwardTensors(as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
-                                 *[as_ptr(t) for t in fwd.values()], None)
-        assert emu.lltm_sequence_forward_cuda(ctypes.byref(plan), T, B, I, H,
-                                              ctypes.byref(tensors), as_ptr(ws),
-                                              counting_gemm, None, None) == 0
-        bwd = {name: torch.zeros(shape) for name, shape in (
-            ("grad_input", (T, B, I)), ("grad_weights", (3 * H, I + H)), ("grad_bias", (3 * H,)),
-            ("grad_h0", (B, H)), ("grad_c0", (B, H)))}
-        ws = torch.zeros(emu.lltm_sequence_backward_workspace_cuda(
-            ctypes.byref(plan), T, B, I, H) // 4 + 64)
-        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                                  as_ptr(h0), as_ptr(fwd["output"]), as_ptr(fwd["cells"]),
-                                  as_ptr(fwd["gates"]), *[as_ptr(t) for t in bwd.values()],
-                                  None)
-        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
-                                               ctypes.byref(tensors), as_ptr(ws),
-                                               counting_gemm, None, None) == 0
-        return list(calls), [*fwd.values(), *bwd.values()]
-
-    seen = {}
-
-    def fresh_thread():  # the gemm is readied once a thread (and device)
-        seen["eager first"] = layer()
-        seen["eager again"] = layer()
-        emu.emu_set_capturing(1)
-        try:
-            seen["captured"] = layer()
-        finally:
-            emu.emu_set_capturing(0)
-
-    worker = threading.Thread(target=fresh_thread)
-    worker.start()
-    worker.join()
-    assert seen["eager first"][0] == [(1, 1, 1)]
-    assert seen["eager again"][0] == []
-    assert seen["captured"][0] == [(T * B, 3 * H, I), (3 * H, H + I, T * B), (T * B, I, 3 * H)]
-    for eager, captured in zip(seen["eager again"][1], seen["captured"][1]):
-        torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-6)
-    for first, again in zip(seen["eager first"][1], seen["eager again"][1]):
-        assert torch.equal(first, again)  # the readying call leaves no trace
+    dW, dx = weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)
+    assert_close_to("grad_bias", db, d_b, dtype)
+    assert_close_to("grad_h0", dh, d_h0, dtype)
+    assert_close_to("grad_c0", dc, d_c0, dtype)
+    assert_close_to("grad_weights", dW, d_W, dtype)
+    assert_close_to("grad_input", dx, d_x, dtype)
 
 
 def test_core_reads_no_environment():
