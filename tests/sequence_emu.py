@@ -265,3 +265,29 @@ def random_lengths(T, B):
     if B > 1:
         lengths[B // 2] = 1
     return lengths
+
+
+# --- the core's matrix-product callback, in torch -------------------------------
+
+GEMM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                        ctypes.c_void_p, ctypes.c_int64)
+DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+def _strided(ptr, dtype, rows, cols, rs, cs):
+    """A tensor over emulated device memory at ptr"""
+    extent = (rows - 1) * rs + (cols - 1) * cs + 1
+    size = torch.empty((), dtype=dtype).element_size()
+    buffer = (ctypes.c_char * (extent * size)).from_address(ptr)
+    return torch.frombuffer(buffer, dtype=dtype).as_strided((rows, cols), (rs, cs))
+
+
+@GEMM
+def torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
+    """The core's matrix-product callback, as the binding's aten::mm"""
+    dtype = DTYPES_BY_CODE[code]
+    A, Bm = _strided(a, dtype, M, K, a_rs, a_cs), _strided(b, dtype, K, N, b_rs, b_cs)
+    _strided(c, dtype, M, N, ldc, 1).copy_((A.double() @ Bm.double()).to(dtype))
+    return 0

@@ -12,8 +12,9 @@ import shutil
 import pytest
 import torch
 
-from sequence_emu import CLUSTER, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER, device, make_plan
-from test_cuda_sequence_emulated import _lengths, _run_case
+from sequence_emu import (CLUSTER, EXCHANGE_BROADCAST, EXCHANGE_REDUCE_SCATTER, device, make_plan,
+                          random_lengths)
+from test_cuda_sequence_emulated import _run_case
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -51,7 +52,7 @@ def test_wide_cluster_lengths(emu, chunk):
     clusters (the bias sums of the clusters added through the workspace)."""
     T, B, H = 5, 11, 150
     _run_case(emu, dict(WIDE, cluster_chunk=chunk), torch.float32, T, B, 3, H,
-              _check_wide(B, H, chunk), lengths=_lengths(T, B))
+              _check_wide(B, H, chunk), lengths=random_lengths(T, B))
 
 
 def test_wide_cluster_plans(emu):

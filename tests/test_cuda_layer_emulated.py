@@ -14,34 +14,10 @@ import pytest
 import torch
 
 from guarded import SENTINEL, Guarded, as_ptr
-from sequence_emu import (CLUSTER, DTYPE_CODES, GRID, STEPS, assert_close_to, layer_inputs,
-                          make_plan, random_lengths, reference_layer, weight_grads)
+from sequence_emu import (CLUSTER, GEMM, GRID, STEPS, assert_close_to, layer_inputs, make_plan,
+                          random_lengths, reference_layer, torch_gemm, weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
-
-GEMM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                        ctypes.c_void_p, ctypes.c_int64)
-DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
-
-
-def _strided(ptr, dtype, rows, cols, rs, cs):
-    """A tensor over emulated device memory at ptr"""
-    extent = (rows - 1) * rs + (cols - 1) * cs + 1
-    size = torch.empty((), dtype=dtype).element_size()
-    buffer = (ctypes.c_char * (extent * size)).from_address(ptr)
-    return torch.frombuffer(buffer, dtype=dtype).as_strided((rows, cols), (rs, cs))
-
-
-@GEMM
-def _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc):
-    """The core's matrix-product callback, as the binding's aten::mm"""
-    dtype = DTYPES_BY_CODE[code]
-    A, Bm = _strided(a, dtype, M, K, a_rs, a_cs), _strided(b, dtype, K, N, b_rs, b_cs)
-    _strided(c, dtype, M, N, ldc, 1).copy_((A.double() @ Bm.double()).to(dtype))
-    return 0
 
 
 class ForwardTensors(ctypes.Structure):
@@ -98,7 +74,7 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
     tensors = ForwardTensors(as_ptr(x), as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0),
                              output.ptr, h_n.ptr, c_n.ptr, cells.ptr, gates.ptr, lengths_ptr)
     status = emu.lltm_sequence_forward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
-                                            as_ptr(workspace), _torch_gemm, None, None)
+                                            as_ptr(workspace), torch_gemm, None, None)
     assert status == 0
     assert_close_to("output", output.check("output"), out_r, dtype)
     assert_close_to("h_n", h_n.check("h_n"), h_r, dtype)
@@ -118,7 +94,7 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
                               as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
                               as_ptr(gates.value), *[o.ptr for o in outs.values()], lengths_ptr)
     status = emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
-                                             as_ptr(workspace), _torch_gemm, None, None)
+                                             as_ptr(workspace), torch_gemm, None, None)
     assert status == 0
     full = {}
     for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
@@ -139,7 +115,7 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
                                   lengths_ptr)
         assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
                                                ctypes.byref(tensors), as_ptr(workspace),
-                                               _torch_gemm, None, None) == 0
+                                               torch_gemm, None, None) == 0
         for name, guarded in some.items():
             if guarded is not None:
                 assert torch.equal(guarded.check(name), full[name]), f"{name} without {skip}"
@@ -162,7 +138,7 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
                                   lengths_ptr, dG.ptr)
         assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
                                                ctypes.byref(tensors), as_ptr(workspace),
-                                               _torch_gemm, None, None) == 0
+                                               torch_gemm, None, None) == 0
         for name, guarded in some.items():
             if guarded is not None:
                 assert torch.equal(guarded.check(name), full[name]), f"{name} with grad_gates"
@@ -190,7 +166,7 @@ def test_small_products_eager_and_captured(emu):
     @GEMM
     def counting_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc):
         calls.append((M, N, K))
-        return _torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc)
+        return torch_gemm(ctx, code, M, N, K, a, a_rs, a_cs, b_, b_rs, b_cs, c, ldc)
 
     def layer():
         """(gemm calls, every output) of one forward and backward"""

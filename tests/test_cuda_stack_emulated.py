@@ -20,8 +20,8 @@ import torch
 
 from guarded import Guarded, as_ptr
 from sequence_emu import DTYPE_CODES, StackBackwardLayer, StackForwardLayer, StackPlan, device
-from test_cuda_sequence_emulated import (GEMM, _inputs, _lengths, _reference, _torch_gemm,
-                                         _weight_grads)
+from sequence_emu import (GEMM, layer_inputs, random_lengths, reference_layer, torch_gemm,
+                          weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -48,15 +48,15 @@ def stack_plan(lib, dtype, layers, T, B, I, H, dev=None):  # noqa: E741
 
 def _stack_inputs(dtype, L, T, B, I, H, lengths):  # noqa: E741
     """Each layer's (x, W, b, h0, c0) in dtype (x used by layer 0 only) and
-    its reference (_reference), the layers run one after another on the
+    its reference (reference_layer), the layers run one after another on the
     float64 outputs of the layer below."""
     params, refs, ref_x = [], [], None
     for l in range(L):
-        (x, W, b, h0, c0), ref_args = _inputs(T, B, I if l == 0 else H, H, dtype)
+        (x, W, b, h0, c0), ref_args = layer_inputs(T, B, I if l == 0 else H, H, dtype)
         if l > 0:
             ref_args[0] = ref_x
         params.append((x, W, b, h0, c0))
-        refs.append(_reference(*ref_args, lengths))
+        refs.append(reference_layer(*ref_args, lengths))
         ref_x = refs[-1][0]
     return params, refs
 
@@ -126,7 +126,7 @@ def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
     for l in range(L):
         d_x, d_W, d_b, d_h0, d_c0 = ref_grads[l]
         x_l = params[0][0] if l == 0 else outputs[l - 1].value
-        dW, dx = _weight_grads(dG[l].check(f"grad_gates {l}"), x_l, params[l][1], params[l][3],
+        dW, dx = weight_grads(dG[l].check(f"grad_gates {l}"), x_l, params[l][1], params[l][3],
                                outputs[l].value, H)
         close(f"grad_bias {l}", db[l].check(f"grad_bias {l}"), d_b)
         close(f"grad_h0 {l}", dh0[l].check(f"grad_h0 {l}"), d_h0)
@@ -151,7 +151,7 @@ def test_stack(emu, dtype, L, T, B, I, H):  # noqa: E741
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("L, T, B, I, H", [(3, 6, 9, 5, 20), (2, 5, 7, 3, 130)])
 def test_stack_lengths(emu, dtype, L, T, B, I, H):  # noqa: E741
-    _run_stack(emu, dtype, L, T, B, I, H, lengths=_lengths(T, B))
+    _run_stack(emu, dtype, L, T, B, I, H, lengths=random_lengths(T, B))
 
 
 def test_stack_plans(emu):
@@ -211,7 +211,7 @@ def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # 
     status, plan = stack_plan(emu, dtype, L, T, B, I, H)
     assert status == 0
     close = _closer(dtype)
-    lengths = _lengths(T, B) if with_lengths else None
+    lengths = random_lengths(T, B) if with_lengths else None
     lengths_ptr = None if lengths is None else as_ptr(lengths)
     params, refs = _stack_inputs(dtype, L, T, B, I, H, lengths)
     fwd_ws = torch.full((max(1, plan.workspace_bytes // 8 + 1),), float("nan"),
@@ -225,7 +225,7 @@ def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # 
         fwd[l] = StackForwardLayer(as_ptr(W), as_ptr(b), as_ptr(h0), as_ptr(c0), o["gates"].ptr,
                                    o["output"].ptr, o["cells"].ptr, o["h_n"].ptr, o["c_n"].ptr)
     status = emu.lltm_stack_forward_cuda(ctypes.byref(plan), T, B, I, H, as_ptr(params[0][0]),
-                                         fwd, as_ptr(fwd_ws), lengths_ptr, _torch_gemm, None, None)
+                                         fwd, as_ptr(fwd_ws), lengths_ptr, torch_gemm, None, None)
     assert status == 0, f"forward status {status}"
     for l in range(L):
         out_r, h_r, c_r, _, _, _ = refs[l]
@@ -251,7 +251,7 @@ def test_stack_whole_calls(emu, dtype, L, T, B, I, H, wanted, with_lengths):  # 
     bwd_ws = torch.full((max(1, ws // 8 + 1),), float("nan"), dtype=torch.float64)
     status = emu.lltm_stack_backward_cuda(ctypes.byref(plan), T, B, I, H, as_ptr(params[0][0]),
                                           as_ptr(go), bwd, None if some or I == 0 else dx.ptr,
-                                          as_ptr(bwd_ws), lengths_ptr, _torch_gemm, None, None)
+                                          as_ptr(bwd_ws), lengths_ptr, torch_gemm, None, None)
     assert status == 0, f"backward status {status}"
     for l in range(L):
         d_x, d_W, d_b, d_h0, d_c0 = ref_grads[l]
