@@ -23,20 +23,18 @@ lltm_sequence does.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _autocast, _differentiable, _native, _sharing
-from ._ops import incoming_grads
+from . import _autocast, _native, _sharing
+from ._ops import layer_grads
 
 _forward = torch.ops.lltm._sequence_forward
 _backward_gates = torch.ops.lltm._sequence_backward_gates
 
 
-def wanted(x: torch.Tensor) -> bool:
-    """Whether the wavefront's calls over ``x`` record gradients this way."""
+def wanted() -> bool:
+    """Whether the wavefront's chunk calls record gradients this way here."""
     return (torch.is_grad_enabled() and not torch.compiler.is_compiling()
             and not torch._C._are_functorch_transforms_active()
             and _forward_ad._current_level < 0)
@@ -116,19 +114,13 @@ def _weight_grads(entries) -> torch.Tensor:
     return torch.cat([d_h, d_x], 1)
 
 
-_L2_BYTES: dict = {}
-
-
 def join_limit(device: torch.device) -> int:
     """Bytes of joined rows (dG and [h_prev | x]) up to which a layer's dW
     joins its chunks' rows: the GPU's L2 cache, where the copies stay; on
     the CPU none (the products on views cost no more there)."""
     if device.type != "cuda":
         return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _L2_BYTES:
-        _L2_BYTES[index] = torch.cuda.get_device_properties(index).L2_cache_size
-    return _L2_BYTES[index]
+    return torch.cuda.get_device_properties(device).L2_cache_size
 
 
 def _add(a, b):
@@ -155,21 +147,14 @@ class ChunkCall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n):
-        input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
-        grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n,
-                                                         grad_c_n)
-        if torch.is_grad_enabled():  # create_graph: the backward's own graph, dW through it
-            d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
-                grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
-            return (d_input, d_weights, d_bias.view(bias.shape), d_h0, d_c0, None, None, None)
         need = ctx.needs_input_grad
-        op = _backward_gates.lengths if lengths else _backward_gates.default
-        layers = ctx.concurrent_layers
-        with _sharing.sharing_device(layers) if layers > 1 else contextlib.nullcontext():
-            d_input, d_gates, d_bias, d_h0, d_c0 = op(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-                [need[0], True, need[2], need[3], need[4]])
-        ctx.sink.add(ctx.chunk, (d_gates, d_bias, h0, out, input))
+        (d_input, second, d_bias, d_h0, d_c0), saved = layer_grads(
+            ctx, grad_output, grad_h_n, grad_c_n, _backward_gates,
+            [need[0], True, need[2], need[3], need[4]])
+        if torch.is_grad_enabled():  # create_graph: the backward's own graph, dW through it
+            return d_input, second, d_bias, d_h0, d_c0, None, None, None
+        input, _, _, h0, _, out = saved[:6]
+        ctx.sink.add(ctx.chunk, (second, d_bias, h0, out, input))  # second: dG
         return d_input, None, None, d_h0, d_c0, None, None, None
 
 

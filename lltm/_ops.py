@@ -210,9 +210,8 @@ def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weight
                                   cells, gates, output_mask=_ALL):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates)
-    T, B, _ = gates.shape
     return _masked("lltm::sequence_backward_gates",
-                   (grads[0], gates.new_empty(T, B, gates.shape[2]), *grads[2:]), output_mask)
+                   (grads[0], gates.new_empty(gates.shape), *grads[2:]), output_mask)
 
 
 def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) -> None:
@@ -279,24 +278,39 @@ def incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n):
             zeros(h0) if grad_c_n is None else grad_c_n)
 
 
-def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
-    input, weights, bias, h0, c0, out, cells, gates, *lengths = ctx.saved_tensors
+def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
+    """One layer's backward from what _sequence_setup_context saves in
+    ``ctx``: ((d_input, d_weights, d_bias, d_h0, d_c0), saved tensors).
+    Where the backward's graph is recorded (create_graph), in differentiable
+    operations (see _cell_backward); else through ``kernel``
+    (sequence_backward, or sequence_backward_gates, whose second result is
+    then dG), its lengths overload where the forward had lengths, with
+    output_mask ``mask`` (only the gradients asked for, as in
+    _cell_backward), planned for the layers that ran beside this one."""
+    saved = ctx.saved_tensors
+    input, weights, bias, h0, c0, out, cells, gates, *lengths = saved
     grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
-    if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
+    if torch.is_grad_enabled():
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
-    else:  # only the gradients autograd asks for, as in _cell_backward
-        op = _sequence_backward_kernel.lengths if lengths else _sequence_backward_kernel.default
+    else:
+        op = kernel.lengths if lengths else kernel.default
         layers = getattr(ctx, "concurrent_layers", 1)
         sharing = _sharing.sharing_device(layers) if layers > 1 else contextlib.nullcontext()
         with sharing:
             d_input, d_weights, d_bias, d_h0, d_c0 = op(
                 grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-                ctx.needs_input_grad[:5])
+                mask)
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
-    # lengths (an integer tensor) has no gradient
-    return (d_input, d_weights, d_bias, d_h0, d_c0) + (None,) * len(lengths)
+    return (d_input, d_weights, d_bias, d_h0, d_c0), saved
+
+
+def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_gates):
+    grads, saved = layer_grads(ctx, grad_output, grad_h_n, grad_c_n, _sequence_backward_kernel,
+                               ctx.needs_input_grad[:5])
+    # lengths (an integer tensor, saved last where given) has no gradient
+    return grads + (None,) * (len(saved) - 8)
 
 
 # --- stacked layers over a whole sequence ----------------------------------------------

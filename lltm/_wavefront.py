@@ -349,7 +349,7 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
     # (lltm/_layer_grads.py), where they are wanted; the parameters pass
     # through on the layer's stream, where that backward then runs.
     sinks = [None] * L
-    if chunks > 1 and _layer_grads.wanted(x):
+    if chunks > 1 and _layer_grads.wanted():
         for layer, (weights, bias) in enumerate(params):
             if bias is None:
                 bias = weights.new_zeros(weights.shape[0])

@@ -101,10 +101,10 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
         full[name] = guarded.check(name)
         assert_close_to(name, full[name], want, dtype)
 
-    # Gradients not wanted (NULL): the others bitwise equal to the full run's.
-    for skip in (("grad_input",), ("grad_weights",), ("grad_h0", "grad_c0", "grad_bias"),
-                 ("grad_input", "grad_weights", "grad_h0"),
-                 ("grad_input", "grad_weights", "grad_bias", "grad_c0"), tuple(outs)):
+    def backward_without(skip, dG=None):
+        """The backward with the gradients in ``skip`` not wanted (NULL) and
+        dG handed out to ``dG`` (a Guarded, or None): the others bitwise
+        equal to the full run's."""
         some = {name: None if name in skip else Guarded(g.shape, dtype)
                 for name, g in outs.items()}
         workspace.fill_(float("nan"))
@@ -112,38 +112,31 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
                                   as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
                                   as_ptr(gates.value),
                                   *[None if o is None else o.ptr for o in some.values()],
-                                  lengths_ptr)
+                                  lengths_ptr, None if dG is None else dG.ptr)
         assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
                                                ctypes.byref(tensors), as_ptr(workspace),
                                                torch_gemm, None, None) == 0
         for name, guarded in some.items():
             if guarded is not None:
-                assert torch.equal(guarded.check(name), full[name]), f"{name} without {skip}"
+                assert torch.equal(guarded.check(name), full[name]), \
+                    f"{name} without {skip}, grad_gates {dG is not None}"
 
-    # dG given out (grad_gates), no dW: the rest bitwise as before (the
-    # unwanted ones in the workspace's places, not past dG), and dW formed
-    # from dG as the core forms it
+    for skip in (("grad_input",), ("grad_weights",), ("grad_h0", "grad_c0", "grad_bias"),
+                 ("grad_input", "grad_weights", "grad_h0"),
+                 ("grad_input", "grad_weights", "grad_bias", "grad_c0"), tuple(outs)):
+        backward_without(skip)
+
+    # dG given out (grad_gates), no dW: the rest as before (the unwanted ones
+    # in the workspace's places, nothing written past dG as far as the
+    # workspace reaches), and dW formed from dG as the core forms it
     for skip in (("grad_weights",), ("grad_weights", "grad_h0", "grad_c0", "grad_bias")):
-        some = {name: None if name in skip else Guarded(g.shape, dtype)
-                for name, g in outs.items()}
         dG = Guarded((T, B, 3 * H), dtype)
-        # past dG as far as the workspace reaches: nothing written there
         beyond = torch.full((ws // dG.buf.element_size() + 1,), SENTINEL, dtype=dtype)
         dG.buf = torch.cat([dG.buf, beyond])
-        workspace.fill_(float("nan"))
-        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                                  as_ptr(gates.value), *[None if o is None else o.ptr
-                                                         for o in some.values()],
-                                  lengths_ptr, dG.ptr)
-        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
-                                               ctypes.byref(tensors), as_ptr(workspace),
-                                               torch_gemm, None, None) == 0
-        for name, guarded in some.items():
-            if guarded is not None:
-                assert torch.equal(guarded.check(name), full[name]), f"{name} with grad_gates"
+        backward_without(skip, dG)
         assert_close_to("grad_weights from grad_gates",
-               weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)[0], d_W, dtype)
+                        weight_grads(dG.check("grad_gates"), x, W, h0, output.value, H)[0], d_W,
+                        dtype)
 
 
 def test_small_products_eager_and_captured(emu):

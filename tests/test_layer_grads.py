@@ -12,6 +12,7 @@ import torch
 
 import lltm
 from lltm import _layer_grads, _native, overrides
+from test_wavefront import model  # float64, freshly seeded
 
 DT = torch.float64
 
@@ -75,22 +76,17 @@ def test_gates_operator_checks_and_refuses_to_differentiate():
                                                gates)[1].sum().backward()
 
 
-def _grads(m, x, chunks, grad_out, state=None, lengths=None, leaves=None):
+def _grads(m, x, chunks, grad_out, lengths=None):
+    """Gradients of x and of the parameters that want one."""
     with overrides.wavefront(chunks):
-        out, (h, c) = m(x, state, lengths=lengths)
-    leaves = leaves if leaves is not None else [x, *(p for p in m.parameters()
-                                                     if p.requires_grad)]
+        out, (h, c) = m(x, lengths=lengths)
+    leaves = [x, *(p for p in m.parameters() if p.requires_grad)]
     return torch.autograd.grad((out, h, c), leaves, grad_out)
 
 
-def _model(I, H, L, **kwargs):
-    torch.manual_seed(torch.seed() % 2**31)
-    return lltm.LLTM(I, H, num_layers=L, dtype=DT, **kwargs)
-
-
-def _grad_out(T, B, H, L, dtype=DT):
-    return [torch.randn(T, B, H, dtype=dtype), torch.randn(L, B, H, dtype=dtype),
-            torch.randn(L, B, H, dtype=dtype)]
+def _grad_out(T, B, H, L):
+    return [torch.randn(T, B, H, dtype=DT), torch.randn(L, B, H, dtype=DT),
+            torch.randn(L, B, H, dtype=DT)]
 
 
 @pytest.mark.parametrize("frozen", ["none", "weights", "biases", "layer1", "no_bias"])
@@ -101,7 +97,7 @@ def test_chunked_gradients_equal_one_call_a_layer(frozen, with_lengths, joined, 
     they fit in its L2 cache) or products on their views."""
     monkeypatch.setattr(_layer_grads, "join_limit", lambda device: 1 << 62 if joined else 0)
     T, B, I, H, L = 11, 4, 5, 6, 3
-    m = _model(I, H, L, bias=frozen != "no_bias")
+    m = model(I, H, L, bias=frozen != "no_bias")
     for name, p in m.named_parameters():
         if (frozen == "weights" and name.startswith("weights")) or \
                 (frozen == "biases" and name.startswith("bias")) or \
@@ -135,7 +131,7 @@ def test_route_taken_only_where_it_applies(monkeypatch):
         return original(*args, **kwargs)
     monkeypatch.setattr(_layer_grads, "chunk_call", counting)
     T, B, I, H, L = 8, 2, 3, 4, 2
-    m, x = _model(I, H, L), torch.randn(T, B, I, dtype=DT)
+    m, x = model(I, H, L), torch.randn(T, B, I, dtype=DT)
     with overrides.wavefront(4):
         m(x)
         assert len(taken) == 4 * L
@@ -158,7 +154,7 @@ def test_input_gradient_first_then_all():
     """A backward that asks for the input's gradient alone leaves nothing
     behind that a later backward through the same graph would add."""
     T, B, I, H, L = 9, 3, 4, 5, 3
-    m, x = _model(I, H, L), torch.randn(T, B, I, dtype=DT, requires_grad=True)
+    m, x = model(I, H, L), torch.randn(T, B, I, dtype=DT, requires_grad=True)
     grad_out = torch.randn(T, B, H, dtype=DT)
     with overrides.wavefront(3):
         out, _ = m(x)
@@ -174,7 +170,7 @@ def test_input_gradient_first_then_all():
 
 def test_gradients_accumulate_over_backward_calls():
     T, B, I, H, L = 7, 2, 3, 4, 2
-    m, x = _model(I, H, L), torch.randn(T, B, I, dtype=DT)
+    m, x = model(I, H, L), torch.randn(T, B, I, dtype=DT)
     grad_out = torch.randn(T, B, H, dtype=DT)
     for chunks in (1, 3):
         m.zero_grad(set_to_none=True)
@@ -189,7 +185,7 @@ def test_gradients_accumulate_over_backward_calls():
 
 def test_double_backward_and_gradgradcheck():
     T, B, I, H, L = 6, 2, 3, 3, 2
-    m = _model(I, H, L)
+    m = model(I, H, L)
     x = torch.randn(T, B, I, dtype=DT, requires_grad=True)
     weights = list(m.parameters())
 
