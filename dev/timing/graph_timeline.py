@@ -11,7 +11,9 @@ forced (lltm.overrides.wavefront; 0: the library's own choice), DTYPE float32
 or bfloat16 (default 16:256:3:4:float32). T = 100. Prints per configuration the
 graph's GPU time a step (CUDA events over 10 replays), the replay's span and
 the sum of its kernels' times (above the span: kernels overlapped), then the GPU
-time per kernel name (calls, total, mean); --timeline adds every kernel (start
+time per kernel name (calls, total, mean), then the tail: the kernels after the
+last recurrence kernel ends (what the step waits for after the bottom layer's
+recurrence) and how long they take; --timeline adds every kernel (start
 from the first one, duration, stream, name), --out writes those timelines to a
 file. Times only (the wavefront's results are checked by wavefront_timing.py and
 the tests).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -69,6 +72,22 @@ def summary(kernels) -> list[tuple[str, int, float]]:
     return sorted(((k, calls[k], total[k]) for k in calls), key=lambda r: -r[2])
 
 
+# the recurrences' kernels: persistent (each family), stacked, per step
+RECURRENCE = re.compile(r"(sequence|stack)_(forward|backward)\w*_kernel|(forward|backward)_step_kernel")
+
+
+def tail(kernels) -> tuple[float, list]:
+    """(us from the end of the last recurrence kernel to the end of the
+    replay, the kernels that start there): what the step waits for after
+    the bottom layer's recurrence."""
+    ends = [start + duration for start, duration, _, name in kernels if RECURRENCE.search(name)]
+    if not ends:
+        return 0.0, []
+    last = max(ends)
+    after = [k for k in kernels if k[0] >= last]
+    return max(start + duration for start, duration, _, _ in kernels) - last, after
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("configs", nargs="*", default=["16:256:3:4:float32"],
@@ -92,6 +111,10 @@ def main(argv=None):
         print(head)
         for name, calls, total in summary(kernels)[:10]:
             print(f"  {calls:5d} calls {total:9.1f} us {total / calls:8.2f} us each  {name[:70]}")
+        after_us, after = tail(kernels)
+        print(f"  tail {after_us:.1f} us after the last recurrence kernel, {len(after)} kernels: "
+              + ", ".join(f"{name.split('<')[0].split('(')[0].strip()[:40]} {duration:.1f}"
+                          for _, duration, _, name in after))
         if args.timeline:
             print("\n".join(lines))
         written += [head, *lines]
