@@ -90,12 +90,21 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
     outs = {"grad_input": Guarded((T, B, I), dtype), "grad_weights": Guarded((3 * H, I + H), dtype),
             "grad_bias": Guarded((3 * H,), dtype), "grad_h0": Guarded((B, H), dtype),
             "grad_c0": Guarded((B, H), dtype)}
-    tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                              as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                              as_ptr(gates.value), *[o.ptr for o in outs.values()], lengths_ptr)
-    status = emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H, ctypes.byref(tensors),
-                                             as_ptr(workspace), torch_gemm, None, None)
-    assert status == 0
+
+    def run_backward(results, dG=None):
+        """The core's backward into ``results`` (name -> Guarded, or None:
+        not wanted) and dG into ``dG`` (a Guarded, or None); its status."""
+        workspace.fill_(float("nan"))
+        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
+                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
+                                  as_ptr(gates.value),
+                                  *[None if o is None else o.ptr for o in results.values()],
+                                  lengths_ptr, None if dG is None else dG.ptr)
+        return emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
+                                               ctypes.byref(tensors), as_ptr(workspace),
+                                               torch_gemm, None, None)
+
+    assert run_backward(outs) == 0
     full = {}
     for (name, guarded), want in zip(outs.items(), (d_x, d_W, d_b, d_h0, d_c0)):
         full[name] = guarded.check(name)
@@ -107,15 +116,7 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
         equal to the full run's."""
         some = {name: None if name in skip else Guarded(g.shape, dtype)
                 for name, g in outs.items()}
-        workspace.fill_(float("nan"))
-        tensors = BackwardTensors(as_ptr(go), as_ptr(ghn), as_ptr(gcn), as_ptr(x), as_ptr(W),
-                                  as_ptr(h0), as_ptr(output.value), as_ptr(cells.value),
-                                  as_ptr(gates.value),
-                                  *[None if o is None else o.ptr for o in some.values()],
-                                  lengths_ptr, None if dG is None else dG.ptr)
-        assert emu.lltm_sequence_backward_cuda(ctypes.byref(plan), T, B, I, H,
-                                               ctypes.byref(tensors), as_ptr(workspace),
-                                               torch_gemm, None, None) == 0
+        assert run_backward(some, dG) == 0
         for name, guarded in some.items():
             if guarded is not None:
                 assert torch.equal(guarded.check(name), full[name]), \

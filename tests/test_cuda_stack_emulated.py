@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from guarded import Guarded, as_ptr
-from sequence_emu import DTYPE_CODES, StackBackwardLayer, StackForwardLayer, StackPlan, device
-from sequence_emu import (GEMM, layer_inputs, random_lengths, reference_layer, torch_gemm,
+from sequence_emu import (DTYPE_CODES, GEMM, StackBackwardLayer, StackForwardLayer, StackPlan,
+                          device, layer_inputs, random_lengths, reference_layer, torch_gemm,
                           weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
