@@ -62,11 +62,16 @@ def timeline(B: int, H: int, L: int, chunks: int, dtype: torch.dtype, T: int = 1
     return per_replay, [(e["ts"] - t0, e["dur"], e.get("tid"), e["name"]) for e in kernels]
 
 
+def kernel_name(name: str) -> str:
+    """A kernel's name without template arguments."""
+    return name.split("<")[0].strip() or name
+
+
 def summary(kernels) -> list[tuple[str, int, float]]:
     """(kernel name without template arguments, calls, total us), largest first."""
     calls, total = collections.Counter(), collections.Counter()
     for _, duration, _, name in kernels:
-        key = name.split("<")[0].strip() or name
+        key = kernel_name(name)
         calls[key] += 1
         total[key] += duration
     return sorted(((k, calls[k], total[k]) for k in calls), key=lambda r: -r[2])
@@ -113,7 +118,7 @@ def main(argv=None):
             print(f"  {calls:5d} calls {total:9.1f} us {total / calls:8.2f} us each  {name[:70]}")
         after_us, after = tail(kernels)
         print(f"  tail {after_us:.1f} us after the last recurrence kernel, {len(after)} kernels: "
-              + ", ".join(f"{name.split('<')[0].split('(')[0].strip()[:40]} {duration:.1f}"
+              + ", ".join(f"{kernel_name(name)[:60]} {duration:.1f}"
                           for _, duration, _, name in after))
         if args.timeline:
             print("\n".join(lines))
