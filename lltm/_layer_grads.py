@@ -8,11 +8,16 @@ the previous chunk's, which waits for it. Here each chunk's backward runs
 the recurrence and dx only (lltm::sequence_backward_gates hands out dG, the
 gates' gradients, instead of dW), and the layer's parameters reach its chunk
 calls through :class:`LayerParameters`, whose backward runs once every chunk
-has run: it forms dW from the chunks' dG and [h_prev | x] (joined and one
-product while the rows fit in the GPU's L2 cache, else products summed over
-the chunks), and the bias gradient as the sum of the chunks'. On CUDA it runs on
-the layer's stream after the layer's last chunk, while the layers below
-still run theirs.
+has run: it forms dW from the chunks' dG and [h_prev | x], and the bias
+gradient as the sum of the chunks'. On CUDA it runs on the layer's stream
+after the layer's last chunk, while the layers below still run theirs. The
+chunks before it (all but the first in time: the backward runs them last to
+first) add their products to the layer's dW as they finish, on a stream of
+the layer's own beside its recurrence, so that what is left after the last
+chunk is that chunk's products: the bottom layer's run after everything
+else. Where no such stream is given (CUDA without overlapping streams) every
+product waits for the last chunk: joined and one product while the rows fit
+in the GPU's L2 cache, else products on the chunks' views, summed.
 
 Used by the wavefront where gradients are recorded eagerly (or under CUDA
 graph capture): not while torch.compile traces, under torch.func transforms
@@ -22,6 +27,8 @@ backward in differentiable operations and passes dW through autograd as
 lltm_sequence does.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -41,22 +48,71 @@ def wanted() -> bool:
 
 
 class Sink:
-    """What a layer's chunk backwards leave for :class:`LayerParameters`:
-    per backward pass (autograd's graph task), per chunk, (dG, the bias
-    gradient, h0, output, input) of the call."""
+    """What a layer's chunk backwards leave for :class:`LayerParameters`, per
+    backward pass (autograd's graph task): per chunk, (dG, the bias
+    gradient, h0, output, input) of the call, and the products already added
+    (:class:`Early`). ``stream``: where those products run (CUDA), beside the
+    layer's; ``early``: whether the chunks add theirs as they finish (on
+    the CPU in place, the same products as at the end)."""
 
-    def __init__(self):
+    def __init__(self, stream=None, early=False):
         self.passes: dict[int, dict[int, tuple]] = {}
+        self.early: dict[int, Early] = {}
+        self.stream, self.fold = stream, early or stream is not None
+        self.node = None  # LayerParameters' node: the pass runs it or not
+        self.wants = (True, True)  # (weights, bias) want gradients
 
     def add(self, chunk: int, entry: tuple) -> None:
-        self.passes.setdefault(torch._C._current_graph_task_id(), {})[chunk] = entry
+        task = torch._C._current_graph_task_id()
+        if self.fold and chunk > 0 and torch._C._will_engine_execute_node(self.node):
+            early = self.early.get(task)
+            if early is None:
+                early = self.early[task] = Early(entry, self.wants)
+            early.add(chunk, entry, self.stream)
+        self.passes.setdefault(task, {})[chunk] = entry
 
-    def take(self) -> list[tuple]:
-        """This pass's entries in time order; those of passes that never
-        reached the parameters (a gradient of the input alone) dropped."""
-        mine = self.passes.pop(torch._C._current_graph_task_id(), {})
+    def take(self):
+        """(this pass's entries not yet added in time order, its Early or
+        None); the stream that ran the early products joined to the current
+        one; entries of passes that never reached the parameters (a gradient
+        of the input alone) dropped."""
+        task = torch._C._current_graph_task_id()
+        mine, early = self.passes.pop(task, {}), self.early.pop(task, None)
         self.passes.clear()
-        return [mine[k] for k in sorted(mine)]
+        self.early.clear()
+        if early is not None and self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+        added = early.chunks if early is not None else ()
+        return [mine[k] for k in sorted(mine) if k not in added], early
+
+
+class Early:
+    """A layer's dW and bias gradient summed over the chunks that finished
+    before its last, in place, in tensors made on the layer's stream (where
+    the gradients are returned; the early products run on the sink's
+    stream after waiting for the layer's, which waits for them before
+    reading)."""
+
+    def __init__(self, entry, wants):
+        dG, _, h0, _, x = entry
+        G, K = dG.shape[2], h0.shape[1] + x.shape[2]
+        self.weights = dG.new_empty(G, K) if wants[0] else None
+        self.bias = dG.new_empty(G) if wants[1] else None
+        self.chunks: set[int] = set()
+
+    def add(self, chunk: int, entry: tuple, stream) -> None:
+        first = not self.chunks
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream(stream.device))
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if self.weights is not None:
+                add_products(self.weights, entry, first)
+            if self.bias is not None:
+                if first:
+                    self.bias.copy_(entry[1])
+                else:
+                    self.bias.add_(entry[1])
+        self.chunks.add(chunk)
 
 
 class LayerParameters(torch.autograd.Function):
@@ -73,45 +129,69 @@ class LayerParameters(torch.autograd.Function):
     def backward(ctx, grad_weights, grad_bias):
         # grad_weights / grad_bias: what came through autograd (the chunks'
         # differentiable backwards under create_graph), else None
-        entries = ctx.sink.take()
-        d_weights = d_bias = None
+        entries, early = ctx.sink.take()
+        d_weights = early.weights if early is not None else None
+        d_bias = early.bias if early is not None else None
         if entries and ctx.needs_input_grad[0]:
-            d_weights = _weight_grads(entries)
+            d_weights = _weight_grads(entries, d_weights)
         if entries and ctx.needs_input_grad[1]:
-            d_bias = torch.stack([e[1] for e in entries]).sum(0)
+            rest = torch.stack([e[1] for e in entries]).sum(0) if len(entries) > 1 \
+                else entries[0][1]
+            d_bias = rest if d_bias is None else d_bias.add_(rest)
         d_weights = _add(grad_weights, d_weights)
         d_bias = _add(grad_bias, d_bias)
         return d_weights, d_bias, None
 
 
-def _weight_grads(entries) -> torch.Tensor:
+def _weight_grads(entries, into=None) -> torch.Tensor:
     """dW [G, H+I] = dG^T [h_prev | x] over the chunks' (dG, _, h0, output,
-    input), h_prev the chunk's h0 at its first step and its output after.
-    Where the joined rows fit in join_limit bytes, all chunks' dG and
-    [h_prev | x] joined and one product (fewest launches); past it products
-    on the chunks' views, summed, no rows copied: dW_h from dG_0^T h0 and
-    dG_{1..}^T output[:-1], dW_x from dG^T x (at B1024/H256 in bfloat16 the
-    joins' copies cost 8% of the step)."""
+    input), h_prev the chunk's h0 at its first step and its output after,
+    added to ``into`` in place where given: where the joined rows fit in
+    join_limit bytes, the chunks' dG and [h_prev | x] joined and one product
+    (fewest launches); past it products on the chunks' views, summed, no
+    rows copied (at B1024/H256 in bfloat16 the joins' copies cost 8% of the
+    step)."""
     dG0 = entries[0][0]
     G, K = dG0.shape[2], entries[0][2].shape[1] + entries[0][4].shape[2]
     rows = sum(e[0].shape[0] * e[0].shape[1] for e in entries)
     if rows * (G + K) * dG0.element_size() <= join_limit(dG0.device):
-        dG = torch.cat([e[0] for e in entries]).view(rows, G)
+        dG = _join([e[0] for e in entries]).view(rows, G)
         h_prev = torch.cat([p for e in entries for p in (e[2].unsqueeze(0), e[3][:-1])])
-        x = torch.cat([e[4] for e in entries])
-        return torch.mm(dG.t(), torch.cat([h_prev, x], 2).view(rows, K))
-    d_h = d_x = None
-    for dG, _, h0, out, x in entries:
-        T, B, _ = dG.shape
-        flat = dG.reshape(T * B, G)
-        parts = [(dG[0], h0)]
-        if T > 1:
-            parts.append((flat[B:], out[:-1].reshape(-1, out.shape[2])))
-        for g, h in parts:
-            d_h = torch.mm(g.t(), h) if d_h is None else d_h.addmm_(g.t(), h)
-        x_rows = x.reshape(T * B, x.shape[2])
-        d_x = torch.mm(flat.t(), x_rows) if d_x is None else d_x.addmm_(flat.t(), x_rows)
-    return torch.cat([d_h, d_x], 1)
+        joined = torch.cat([h_prev, _join([e[4] for e in entries])], 2).view(rows, K)
+        return torch.mm(dG.t(), joined) if into is None else into.addmm_(dG.t(), joined)
+    first = into is None
+    if first:
+        into = dG0.new_empty(G, K)
+    for entry in entries:
+        add_products(into, entry, first)
+        first = False
+    return into
+
+
+def _join(tensors):
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
+def add_products(d_weights: torch.Tensor, entry: tuple, first: bool) -> None:
+    """One chunk's dG^T [h_prev | x] into d_weights [G, H+I] (written where
+    ``first``, else added), as products on views, no rows copied: dW_h from
+    dG_0^T h0 and dG_{1..}^T output[:-1], dW_x from dG^T x."""
+    dG, _, h0, out, x = entry
+    T, B, G = dG.shape
+    H = h0.shape[1]
+    flat = dG.reshape(T * B, G)
+    d_h, d_x = d_weights[:, :H], d_weights[:, H:]
+    _product_into(d_h, dG[0].t(), h0, first)
+    if T > 1:
+        d_h.addmm_(flat[B:].t(), out[:-1].reshape(-1, H))
+    _product_into(d_x, flat.t(), x.reshape(T * B, x.shape[2]), first)
+
+
+def _product_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool) -> None:
+    if first:
+        torch.mm(a, b, out=out)
+    else:
+        out.addmm_(a, b)
 
 
 def join_limit(device: torch.device) -> int:

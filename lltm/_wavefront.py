@@ -62,11 +62,12 @@ _CHOICES: dict = {}
 _CHOICES_SIZE = 256
 
 
-def _streams(device: torch.device, count: int) -> list:
-    """``count`` side streams of ``device``, made once and reused (one per
-    layer above the first)."""
+def _streams(device: torch.device, count: int, use: str = "layers") -> list:
+    """``count`` side streams of ``device`` for ``use``, made once and reused
+    ("layers": one per layer above the first; "parameters": one per layer,
+    for its weight gradient's early products)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    pool = _STREAMS.setdefault(index, [])
+    pool = _STREAMS.setdefault((index, use), [])
     while len(pool) < count:
         pool.append(torch.cuda.Stream(device=index))
     return pool[:count]
@@ -355,9 +356,13 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
                 bias = weights.new_zeros(weights.shape[0])
             if not (weights.requires_grad or bias.requires_grad):
                 continue
-            sinks[layer] = _layer_grads.Sink()
+            sinks[layer] = sink = _layer_grads.Sink(
+                _streams(x.device, L, "parameters")[layer] if streams else None,
+                early=not x.is_cuda)
             with torch.cuda.stream(streams[layer]) if streams else contextlib.nullcontext():
-                params[layer] = _layer_grads.LayerParameters.apply(weights, bias, sinks[layer])
+                params[layer] = _layer_grads.LayerParameters.apply(weights, bias, sink)
+            sink.node = params[layer][0].grad_fn
+            sink.wants = (weights.requires_grad, bias.requires_grad)
 
     def run_chunk(k: int, layer: int, state, chunk_lengths=None):
         weights, bias = params[layer]

@@ -5,8 +5,9 @@ sequence_backward (dW = dG^T [h_prev | x], the rest bitwise), its opcheck
 and output_mask; the chunked module against one call a layer with some
 parameters frozen, without bias, under autocast, with a gradient of the
 input alone first (retain_graph), gradients accumulated over two backward
-calls, double backward; the route left where it does not apply. On the CPU
-(forced chunks); the CUDA streams: tests/test_cuda_wavefront.py."""
+calls, the chunks' early products, double backward; the route left where it
+does not apply. On the CPU (forced chunks), some on CUDA too; the CUDA streams
+under capture: tests/test_cuda_wavefront.py."""
 import pytest
 import torch
 
@@ -150,12 +151,15 @@ def test_route_taken_only_where_it_applies(monkeypatch):
         assert taken == []
 
 
-def test_input_gradient_first_then_all():
+@pytest.mark.parametrize("device", DEVICES)
+def test_input_gradient_first_then_all(device):
     """A backward that asks for the input's gradient alone leaves nothing
-    behind that a later backward through the same graph would add."""
+    behind that a later backward through the same graph would add (and on
+    CUDA issues no early products: nothing left unjoined on their streams)."""
     T, B, I, H, L = 9, 3, 4, 5, 3
-    m, x = model(I, H, L), torch.randn(T, B, I, dtype=DT, requires_grad=True)
-    grad_out = torch.randn(T, B, H, dtype=DT)
+    m = model(I, H, L).to(device)
+    x = torch.randn(T, B, I, dtype=DT, device=device, requires_grad=True)
+    grad_out = torch.randn(T, B, H, dtype=DT, device=device)
     with overrides.wavefront(3):
         out, _ = m(x)
     torch.autograd.grad(out, [x], torch.randn_like(grad_out), retain_graph=True)
@@ -168,10 +172,12 @@ def test_input_gradient_first_then_all():
         assert torch.equal(a, b)
 
 
-def test_gradients_accumulate_over_backward_calls():
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_accumulate_over_backward_calls(device):
     T, B, I, H, L = 7, 2, 3, 4, 2
-    m, x = model(I, H, L), torch.randn(T, B, I, dtype=DT)
-    grad_out = torch.randn(T, B, H, dtype=DT)
+    m = model(I, H, L).to(device)
+    x = torch.randn(T, B, I, dtype=DT, device=device)
+    grad_out = torch.randn(T, B, H, dtype=DT, device=device)
     for chunks in (1, 3):
         m.zero_grad(set_to_none=True)
         with overrides.wavefront(chunks):
@@ -181,6 +187,33 @@ def test_gradients_accumulate_over_backward_calls():
             want = [p.grad.clone() for p in m.parameters()]
     for p, w in zip(m.parameters(), want):
         torch.testing.assert_close(p.grad, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
+    """Each chunk but the first in time adds its products to the layer's
+    gradients as it finishes, in a pass that forms them only, for the
+    parameters that want them: the first chunk's are left for the end."""
+    added = []
+    original = _layer_grads.Early.add
+
+    def counting(self, chunk, entry, stream):
+        added.append((chunk, self.weights is not None, self.bias is not None))
+        return original(self, chunk, entry, stream)
+    monkeypatch.setattr(_layer_grads.Early, "add", counting)
+    T, B, I, H, L = 10, 3, 4, 5, 3
+    m = model(I, H, L).to(device)
+    m.bias_l1.requires_grad_(False)
+    m.weights_l2.requires_grad_(False)
+    x = torch.randn(T, B, I, dtype=DT, device=device, requires_grad=True)
+    with overrides.wavefront(4):
+        out, _ = m(x)
+    torch.autograd.grad(out.sum(), [x], retain_graph=True)
+    assert added == []
+    out.sum().backward()
+    assert sorted(added) == sorted([(k, True, True) for k in (1, 2, 3)]
+                                   + [(k, True, False) for k in (1, 2, 3)]
+                                   + [(k, False, True) for k in (1, 2, 3)])
 
 
 def test_double_backward_and_gradgradcheck():
