@@ -52,8 +52,8 @@ class Sink:
     backward pass (autograd's graph task): per chunk, (dG, the bias
     gradient, h0, output, input) of the call, and the products already added
     (:class:`Early`). ``stream``: where those products run (CUDA), beside the
-    layer's; ``early``: whether the chunks add theirs as they finish (on
-    the CPU in place, the same products as at the end)."""
+    layer's; ``early``: whether the chunks add theirs before the last (on
+    the CPU in place: the same products as at the end)."""
 
     def __init__(self, stream=None, early=False):
         self.passes: dict[int, dict[int, tuple]] = {}
@@ -64,11 +64,15 @@ class Sink:
 
     def add(self, chunk: int, entry: tuple) -> None:
         task = torch._C._current_graph_task_id()
-        if self.fold and chunk > 0 and torch._C._will_engine_execute_node(self.node):
+        if self.fold and torch._C._will_engine_execute_node(self.node):
             early = self.early.get(task)
             if early is None:
                 early = self.early[task] = Early(entry, self.wants)
-            early.add(chunk, entry, self.stream)
+            # the chunk before this one (later in time) adds its products now
+            # that this one's kernels are queued ahead of them
+            early.add_held(self.stream)
+            if chunk > 0:  # the first in time runs last: its products at the end
+                early.hold(chunk, entry, self.stream)
         self.passes.setdefault(task, {})[chunk] = entry
 
     def take(self):
@@ -80,18 +84,20 @@ class Sink:
         mine, early = self.passes.pop(task, {}), self.early.pop(task, None)
         self.passes.clear()
         self.early.clear()
-        if early is not None and self.stream is not None:
+        if early is None or not early.chunks:
+            return [mine[k] for k in sorted(mine)], None
+        if self.stream is not None:
             torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
-        added = early.chunks if early is not None else ()
-        return [mine[k] for k in sorted(mine) if k not in added], early
+        return [mine[k] for k in sorted(mine) if k not in early.chunks], early
 
 
 class Early:
     """A layer's dW and bias gradient summed over the chunks that finished
     before its last, in place, in tensors made on the layer's stream (where
-    the gradients are returned; the early products run on the sink's
-    stream after waiting for the layer's, which waits for them before
-    reading)."""
+    the gradients are returned). A chunk's products run on the sink's stream
+    once the chunk after it (earlier in time) is queued on the layer's, and
+    wait for the chunk's own kernels by an event; the layer's stream waits
+    for them before reading."""
 
     def __init__(self, entry, wants):
         dG, _, h0, _, x = entry
@@ -99,11 +105,22 @@ class Early:
         self.weights = dG.new_empty(G, K) if wants[0] else None
         self.bias = dG.new_empty(G) if wants[1] else None
         self.chunks: set[int] = set()
+        self.held = None
 
-    def add(self, chunk: int, entry: tuple, stream) -> None:
+    def hold(self, chunk: int, entry: tuple, stream) -> None:
+        event = None
+        if stream is not None:  # the chunk's kernels, on the current stream
+            event = torch.cuda.Event()
+            event.record()
+        self.held = (chunk, entry, event)
+
+    def add_held(self, stream) -> None:
+        if self.held is None:
+            return
+        (chunk, entry, event), self.held = self.held, None
         first = not self.chunks
-        if stream is not None:
-            stream.wait_stream(torch.cuda.current_stream(stream.device))
+        if event is not None:
+            stream.wait_event(event)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if self.weights is not None:
                 add_products(self.weights, entry, first)

@@ -192,15 +192,17 @@ def test_gradients_accumulate_over_backward_calls(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
     """Each chunk but the first in time adds its products to the layer's
-    gradients as it finishes, in a pass that forms them only, for the
-    parameters that want them: the first chunk's are left for the end."""
+    gradients before the end (once the chunk after it is queued), in a pass
+    that forms them only, for the parameters that want them: the first
+    chunk's are left for the end."""
     added = []
-    original = _layer_grads.Early.add
+    original = _layer_grads.Early.add_held
 
-    def counting(self, chunk, entry, stream):
-        added.append((chunk, self.weights is not None, self.bias is not None))
-        return original(self, chunk, entry, stream)
-    monkeypatch.setattr(_layer_grads.Early, "add", counting)
+    def counting(self, stream):
+        if self.held is not None:
+            added.append((self.held[0], self.weights is not None, self.bias is not None))
+        return original(self, stream)
+    monkeypatch.setattr(_layer_grads.Early, "add_held", counting)
     T, B, I, H, L = 10, 3, 4, 5, 3
     m = model(I, H, L).to(device)
     m.bias_l1.requires_grad_(False)
