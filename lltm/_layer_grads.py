@@ -12,12 +12,11 @@ has run: it forms dW from the chunks' dG and [h_prev | x], and the bias
 gradient as the sum of the chunks'. On CUDA it runs on the layer's stream
 after the layer's last chunk, while the layers below still run theirs. The
 chunks before it (all but the first in time: the backward runs them last to
-first) add their products to the layer's dW as they finish, on a stream of
-the layer's own beside its recurrence, so that what is left after the last
-chunk is that chunk's products: the bottom layer's run after everything
-else. Where no such stream is given (CUDA without overlapping streams) every
-product waits for the last chunk: joined and one product while the rows fit
-in the GPU's L2 cache, else products on the chunks' views, summed.
+first) add their products to the layer's dW before that, each once the next
+chunk's recurrence is queued, on a stream of the layer's own beside it, so
+that what is left after the last chunk is that chunk's products (the bottom
+layer's run after everything else): joined and one product while its rows
+fit in the GPU's L2 cache, else products on views.
 
 Used by the wavefront where gradients are recorded eagerly (or under CUDA
 graph capture): not while torch.compile traces, under torch.func transforms
