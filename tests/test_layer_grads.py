@@ -218,6 +218,37 @@ def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
                                    + [(k, False, True) for k in (1, 2, 3)])
 
 
+@CUDA
+def test_no_early_products_where_the_recurrence_fills_the_gpu(monkeypatch):
+    """Where early products do not pay (a large recurrence beside them) the
+    CUDA chunks leave all their products for the end, with the same
+    gradients as one call a layer."""
+    assert _layer_grads.early_products_pay(64, 511) and _layer_grads.early_products_pay(1, 4095)
+    assert not _layer_grads.early_products_pay(64, 512)
+    assert not _layer_grads.early_products_pay(16, 1024)
+    added = []
+    original = _layer_grads.Early.add_held
+
+    def counting(self, stream):
+        if self.held is not None:
+            added.append(self.held[0])
+        return original(self, stream)
+    monkeypatch.setattr(_layer_grads.Early, "add_held", counting)
+    monkeypatch.setattr(_layer_grads, "early_products_pay", lambda B, H: False)
+    T, B, I, H, L = 10, 3, 4, 5, 3
+    m = model(I, H, L).to("cuda")
+    x = torch.randn(T, B, I, dtype=DT, device="cuda", requires_grad=True)
+    grad_out = torch.randn(T, B, H, dtype=DT, device="cuda")
+    grads = {}
+    for chunks in (1, 4):
+        with overrides.wavefront(chunks):
+            out, _ = m(x)
+        grads[chunks] = torch.autograd.grad(out, [x, *m.parameters()], grad_out)
+    assert added == []
+    for a, b in zip(grads[4], grads[1]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_double_backward_and_gradgradcheck():
     T, B, I, H, L = 6, 2, 3, 3, 2
     m = model(I, H, L)
