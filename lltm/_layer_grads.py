@@ -51,16 +51,16 @@ class Sink:
     """What a layer's chunk backwards leave for :class:`LayerParameters`, per
     backward pass (autograd's graph task): per chunk, (dG, the bias
     gradient, h0, output, input) of the call, and the products already added
-    (:class:`Early`). ``stream``: where those products run (CUDA), beside the
-    layer's; ``early``: whether the chunks add theirs before the last (on
-    the CPU in place: the same products as at the end)."""
+    (:class:`Early`). ``early``: whether the chunks add theirs before the
+    last, on ``stream`` beside the layer's (CUDA) or in place (the CPU: the
+    same products as at the end); ``wants``: whether (weights, bias) want
+    gradients."""
 
-    def __init__(self, stream=None, early=False):
+    def __init__(self, early: bool, stream=None, wants=(True, True)):
         self.passes: dict[int, dict[int, tuple]] = {}
         self.early: dict[int, Early] = {}
-        self.stream, self.fold = stream, early or stream is not None
+        self.fold, self.stream, self.wants = early, stream, wants
         self.node = None  # LayerParameters' node: the pass runs it or not
-        self.wants = (True, True)  # (weights, bias) want gradients
 
     def add(self, chunk: int, entry: tuple) -> None:
         task = torch._C._current_graph_task_id()

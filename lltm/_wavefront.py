@@ -356,15 +356,13 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
                 bias = weights.new_zeros(weights.shape[0])
             if not (weights.requires_grad or bias.requires_grad):
                 continue
-            early = streams is not None and _layer_grads.early_products_pay(
-                x.shape[1], h0.shape[2])
+            early = not x.is_cuda or _layer_grads.early_products_pay(x.shape[1], h0.shape[2])
             sinks[layer] = sink = _layer_grads.Sink(
-                _streams(x.device, L, "parameters")[layer] if early else None,
-                early=not x.is_cuda)
+                early, _streams(x.device, L, "parameters")[layer] if early and streams else None,
+                (weights.requires_grad, bias.requires_grad))
             with torch.cuda.stream(streams[layer]) if streams else contextlib.nullcontext():
                 params[layer] = _layer_grads.LayerParameters.apply(weights, bias, sink)
             sink.node = params[layer][0].grad_fn
-            sink.wants = (weights.requires_grad, bias.requires_grad)
 
     def run_chunk(k: int, layer: int, state, chunk_lengths=None):
         weights, bias = params[layer]

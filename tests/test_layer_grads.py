@@ -189,12 +189,9 @@ def test_gradients_accumulate_over_backward_calls(device):
         torch.testing.assert_close(p.grad, w, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
-    """Each chunk but the first in time adds its products to the layer's
-    gradients before the end (once the chunk after it is queued), in a pass
-    that forms them only, for the parameters that want them: the first
-    chunk's are left for the end."""
+@pytest.fixture
+def early_added(monkeypatch):
+    """The early products added, as (chunk, weights?, bias?), in order."""
     added = []
     original = _layer_grads.Early.add_held
 
@@ -203,6 +200,16 @@ def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
             added.append((self.held[0], self.weights is not None, self.bias is not None))
         return original(self, stream)
     monkeypatch.setattr(_layer_grads.Early, "add_held", counting)
+    return added
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_early_products_of_the_chunks_before_the_last(device, early_added):
+    """Each chunk but the first in time adds its products to the layer's
+    gradients before the end (once the chunk after it is queued), in a pass
+    that forms them only, for the parameters that want them: the first
+    chunk's are left for the end."""
+    added = early_added
     T, B, I, H, L = 10, 3, 4, 5, 3
     m = model(I, H, L).to(device)
     m.bias_l1.requires_grad_(False)
@@ -219,21 +226,13 @@ def test_early_products_of_the_chunks_before_the_last(device, monkeypatch):
 
 
 @CUDA
-def test_no_early_products_where_the_recurrence_fills_the_gpu(monkeypatch):
+def test_no_early_products_where_the_recurrence_fills_the_gpu(monkeypatch, early_added):
     """Where early products do not pay (a large recurrence beside them) the
     CUDA chunks leave all their products for the end, with the same
     gradients as one call a layer."""
     assert _layer_grads.early_products_pay(64, 511) and _layer_grads.early_products_pay(1, 4095)
     assert not _layer_grads.early_products_pay(64, 512)
     assert not _layer_grads.early_products_pay(16, 1024)
-    added = []
-    original = _layer_grads.Early.add_held
-
-    def counting(self, stream):
-        if self.held is not None:
-            added.append(self.held[0])
-        return original(self, stream)
-    monkeypatch.setattr(_layer_grads.Early, "add_held", counting)
     monkeypatch.setattr(_layer_grads, "early_products_pay", lambda B, H: False)
     T, B, I, H, L = 10, 3, 4, 5, 3
     m = model(I, H, L).to("cuda")
@@ -244,7 +243,7 @@ def test_no_early_products_where_the_recurrence_fills_the_gpu(monkeypatch):
         with overrides.wavefront(chunks):
             out, _ = m(x)
         grads[chunks] = torch.autograd.grad(out, [x, *m.parameters()], grad_out)
-    assert added == []
+    assert early_added == []
     for a, b in zip(grads[4], grads[1]):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
