@@ -56,6 +56,7 @@ CALL_US = {"grid": 110.0, "steps": 110.0, "cluster": 40.0, "block": 40.0}
 HOST_CALL_US = 200.0
 HOST_STEP_US = 40.0
 GAIN = 0.9
+FFMA_OVERLAP = 0.25  # the per-step family on FFMA: layers_at_once
 
 _STREAMS: dict = {}
 _CHOICES: dict = {}
@@ -155,9 +156,10 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     costs are asked in). CUDA only; (1, 1) elsewhere. Each chunk call is
     planned for the whole device (sharing 1) or for two layers at once on it
     (sharing 2: _sharing.sharing_device; plans of which two launches are
-    resident together, taken only where that is the per-step family or the
-    grid on tensor cores, and only under CUDA-graph capture). For each,
-    :func:`best_chunks` for the plan the library would then run a layer with:
+    resident together, taken only where their products run on tensor cores,
+    the grid's or the per-step family's, and only under CUDA-graph capture).
+    For each, :func:`best_chunks` for the plan the library would then run a
+    layer with:
     its time per step from the library's cost model, CALL_US of its family a
     call, as many layers at once as :func:`layers_at_once` finds, and in
     eager mode HOST_CALL_US of host time a call (plus HOST_STEP_US a step for
@@ -195,15 +197,18 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
             if long is None or short is None:
                 continue
             plan, cost = long
-            if sharing == 2 and plan["family"] != "steps" and not _grid_on_tensor_cores(
-                    plan, dtype, index):
+            if sharing == 2 and not _products_on_tensor_cores(plan, dtype, index, tf32):
                 # Persistent plans halved to share the device, their products
                 # on FFMA: the model predicted 12% - 32% gains for them on an
                 # H100, and they gained little or lost up to a fifth. The
                 # per-step family's overlap it predicts within a few percent,
                 # and the grid's on tensor cores within 10% where it gains
                 # (docs/performance.md, "Stacked layers overlapped in time
-                # chunks").
+                # chunks"). The per-step family on FFMA in the place of a
+                # persistent plan lost at every chunk count (float32 B1/H1024,
+                # B16/H1024, B64/H256, B64/H512 on an H200: 1.02x - 2.05x of
+                # one call a layer); where it is the whole device's plan, it
+                # is this one.
                 continue
             # how many layers of a persistent plan the device holds at once
             # (the per-step family's count is layers_at_once's own)
@@ -221,7 +226,7 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
         # on an H100: 0.85x cuDNN's eager step chunked, 1.06x a call a layer
         # in another run)
         concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
-                                    tf32 and capturing)
+                                    tf32 and capturing, capturing)
         call_us = CALL_US[plan["family"]]
         host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
         whole = plan["family"] == "grid"
@@ -236,6 +241,15 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
         if plain is not None and time <= GAIN * plain and time < best_time:
             best, best_time = (chunks, sharing), time
     return best
+
+
+def _products_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int, tf32: bool) -> bool:
+    """Whether ``plan``'s recurrent products run on tensor cores: the grid's
+    (:func:`_grid_on_tensor_cores`), the per-step family's in the half types
+    and in float32 where torch lets its products use TF32 (``tf32``)."""
+    if plan["family"] == "steps":
+        return dtype in (torch.float16, torch.bfloat16) or (dtype == torch.float32 and tf32)
+    return _grid_on_tensor_cores(plan, dtype, index)
 
 
 def _grid_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int) -> bool:
@@ -260,7 +274,8 @@ def resident_layers(residency) -> float | None:
 
 
 def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
-                   resident: float | None, l2_bytes: int = 0, tf32: bool = False) -> float:
+                   resident: float | None, l2_bytes: int = 0, tf32: bool = False,
+                   captured: bool = False) -> float:
     """How many layers' kernels run at once at full speed: for the persistent
     plans, ``resident``, as many as the library finds resident together
     (:func:`resident_layers`; by their blocks, or their clusters, which need
@@ -268,8 +283,15 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
     16 blocks, a layer of 4 such clusters and three quarters of another,
     though two layers' 128 blocks are fewer than its 132 SMs), at least 1
     and at most L. For the per-step family, whose products spread over the GPU:
-    one where they run on FFMA, float64 and float32 (they fill it: at
-    B256/H1024 chunks saved 9%); on tensor cores, the half types and float32
+    on FFMA, float32's a little more than one in CUDA graphs (``captured``),
+    1 + FFMA_OVERLAP (2^26 / (B H^2))^0.6, at most 1 + FFMA_OVERLAP: a
+    step's product of B H^2 multiply-adds leaves SMs idle that another
+    layer's fills, less the larger it is (3 float32 layers on an H200, the
+    best chunk count against one call a layer: 0.80x - 0.83x at B H^2 of
+    2^24 - 2^26, 0.94x - 0.97x at 2^28 - 2^30), with no bound from the L2
+    cache (at H=2048 a layer's 100 MB of weights are read from memory each
+    step anyway: B1 and B16 0.82x, 0.83x); one in eager calls and in
+    float64; on tensor cores, the half types and float32
     where torch lets its products use TF32 (``tf32``; taken as the half
     types'), from 3 at B*H = 32768 down to 1.6 at 262144 (measured in
     bfloat16), as 3 (32768 / (B H))^0.3, and at most
@@ -279,7 +301,11 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
     25 MB of W_h each, an H100's 50 MB L2: B1 7,081 us in one call a layer
     against 7,593 in 7 chunks, B16 7,495 against 8,730)."""
     if plan["family"] == "steps":
-        if dtype not in (torch.float16, torch.bfloat16) and not (dtype == torch.float32 and tf32):
+        if dtype == torch.float32 and not tf32:
+            if not captured:
+                return 1
+            return min(float(L), 1 + FFMA_OVERLAP * min(1.0, (2**26 / max(B * H * H, 1)) ** 0.6))
+        if dtype not in (torch.float16, torch.bfloat16, torch.float32):
             return 1
         at_once = min(float(L), 3 * (32768 / max(B * H, 1)) ** 0.3)
         if l2_bytes:

@@ -349,14 +349,23 @@ def h100_properties(index):
 
 
 def test_layers_at_once_of_the_per_step_family():
-    """The per-step family: one layer at a time where its products run on
-    FFMA (float32, float64); on tensor cores (the half types, float32 on
-    TF32) fewer the larger B x H, and no more than the L2 cache holds the
-    weights of (3H x 2H each)."""
+    """The per-step family: on FFMA one layer at a time, but float32's in CUDA
+    graphs a little more, less the larger B H^2, and not bound by the L2
+    cache; on tensor cores (the half types, float32 on TF32) fewer the
+    larger B x H, and no more than the L2 cache holds the weights of (3H x
+    2H each)."""
     steps, l2 = {"family": "steps"}, 50 * 2**20
     at_once = _wavefront.layers_at_once
-    assert at_once(steps, 3, 16, 1024, torch.float32, None, l2) == 1
+    assert at_once(steps, 3, 16, 1024, torch.float32, None, l2) == 1  # eager
     assert at_once(steps, 3, 16, 1024, torch.float64, None, l2, tf32=True) == 1
+    assert at_once(steps, 3, 16, 1024, torch.float64, None, l2, captured=True) == 1
+    most = 1 + _wavefront.FFMA_OVERLAP
+    for B, H in [(256, 256), (1024, 128), (16, 2048), (1, 2048), (64, 256)]:  # B H^2 <= 2^26
+        assert at_once(steps, 3, B, H, torch.float32, None, l2, captured=True) == most, (B, H)
+    larger = [at_once(steps, 3, B, H, torch.float32, None, l2, captured=True)
+              for B, H in [(64, 2048), (256, 1024), (256, 2048), (1024, 2048)]]
+    assert most > larger[0] == larger[1] > larger[2] > larger[3] > 1
+    assert at_once(steps, 2, 1, 64, torch.float32, None, l2, captured=True) == most  # <= L
     assert at_once(steps, 3, 256, 256, torch.float32, None, l2, tf32=True) == \
         at_once(steps, 3, 256, 256, torch.bfloat16, None, l2) == pytest.approx(3 * 0.5 ** 0.3)
     assert at_once(steps, 3, 16, 1024, torch.float32, None, l2, tf32=True) == \
@@ -409,7 +418,9 @@ def test_choice_from_the_cost_model(monkeypatch):
     three quarters (B64/H128 on an H100, 346 us of steps a layer: 3 chunks
     measured 0.89x - 0.91x of a call a layer), in CUDA graphs (eager calls:
     whole layers); 264 blocks of a layer's 256 little more than one. The
-    same plan whether planned for the whole device or shared: no sharing."""
+    per-step family in float32 a little more than one layer in CUDA graphs,
+    one in eager calls. The same plan whether planned for the whole device
+    or shared: no sharing."""
     grid = {"family": "grid", "forward": {"blocks": 32, "groups": 1},
             "backward": {"blocks": 32, "groups": 1}}
     family = {"plan": grid, "step_us": 9.71}
@@ -440,7 +451,11 @@ def test_choice_from_the_cost_model(monkeypatch):
     family["step_us"] = 9.71
     resident["parts"] = ((4, 1), (4, 1))
     family["plan"] = {"family": "steps"}
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
+    # 1.25 layers at once: C2 takes 2 x 3/1.25 chunk times of 110 + 971/2 us,
+    # 88% of 3 x (110 + 971)
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (2, 1)
+    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (1, 1)
+    assert _wavefront._choose(100, 16, 256, 3, torch.float64, 0, True) == (1, 1)
     chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 1
     # float32's per-step products on TF32 tensor cores overlap as the half
@@ -486,8 +501,14 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     assert _sharing.concurrent_layers() == 1  # restored
     # eager: the per-step family's launches cost host time a step
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, False)[1] == 1
-    # float32's per-step products fill the device: one layer at once, no gain
+    # the shared plan's products on FFMA (float32's per-step family): not
+    # taken, even where its steps are predicted faster than the whole device's
     assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
+    step_us[2] = 8.0
+    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
+    step_us[2] = 11.0
+    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == \
+        (chunks, sharing)  # on TF32: as the half types
     step_us[2] = 25.0  # the shared plan at 2.5x the step: no gain
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
     step_us[2] = 11.0  # a persistent plan halved: not taken, its products on FFMA
