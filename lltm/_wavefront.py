@@ -182,9 +182,35 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
 
 
 def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
+    weighed = model_inputs(T, B, H, L, dtype, index, capturing, tf32)
+    if 1 not in weighed:
+        return 1, 1
+    plain = predicted_time(1, L, T, **weighed[1][1])
+    best, best_time = (1, 1), float("inf")
+    for sharing, (_, args) in weighed.items():
+        chunks = best_chunks(L, T, gain=1.0, **args)
+        if chunks == 1:
+            continue  # a layer alone on the device: planned for the whole of it
+        time = predicted_time(chunks, L, T, **args)
+        if time <= GAIN * plain and time < best_time:
+            best, best_time = (chunks, sharing), time
+    return best
+
+
+def model_inputs(T: int, B: int, H: int, L: int, dtype: torch.dtype, index: int,  # noqa: E741
+                 capturing: bool, tf32: bool = False) -> dict:
+    """What :func:`automatic_schedule` weighs for L layers of these sizes on
+    device ``index`` (``capturing``: under CUDA-graph capture; ``tf32``:
+    float32 whose products torch lets use TF32): {sharing: (family, args)}
+    for each sharing it considers, the plan's family and the keyword
+    arguments of :func:`predicted_time` and :func:`best_chunks` besides C,
+    L and T (call_us, step_us, concurrent, host_us, host_step_us,
+    whole_launches). A sharing without a plan, or one not taken, is left
+    out. ``dev/timing/wavefront_timing.py --model`` sets these predictions
+    beside the measured times."""
     host_us = 0.0 if capturing else HOST_CALL_US
     l2_bytes = torch.cuda.get_device_properties(index).L2_cache_size
-    plain, best, best_time = None, (1, 1), float("inf")
+    weighed = {}
     # Shared plans only in CUDA graphs: in eager mode the per-step family they
     # bring pays each step's launches on the host (~50 us a layer and step on
     # the H100's host: 3 layers at bfloat16 B64/H256, 3.3 -> 15.8 ms a step),
@@ -220,27 +246,20 @@ def _choose(T, B, H, L, dtype, index, capturing, tf32=False) -> tuple[int, int]:
                 # layers B64/H128 on an H100: 2 chunks 3,263 us a step, one
                 # call a layer 1,861; captured, 3 chunks 0.90x)
                 resident = float(int(resident))
-        step_us = max(0.0, (cost - short[1]) / (T - T // 2))
         # float32's per-step products on TF32 overlap as the half types' in
         # CUDA graphs; in eager calls chunking them lost (3 layers B256/H1024
         # on an H100: 0.85x cuDNN's eager step chunked, 1.06x a call a layer
         # in another run)
-        concurrent = layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
-                                    tf32 and capturing, capturing)
-        call_us = CALL_US[plan["family"]]
-        host_step_us = HOST_STEP_US if host_us and plan["family"] == "steps" else 0.0
-        whole = plan["family"] == "grid"
-        if sharing == 1:
-            plain = predicted_time(1, L, T, call_us, step_us, concurrent, host_us, host_step_us)
-        chunks = best_chunks(L, T, call_us, step_us, concurrent, host_us, gain=1.0,
-                             host_step_us=host_step_us, whole_launches=whole)
-        if chunks == 1:
-            continue  # a layer alone on the device: planned for the whole of it
-        time = predicted_time(chunks, L, T, call_us, step_us, concurrent, host_us, host_step_us,
-                              whole)
-        if plain is not None and time <= GAIN * plain and time < best_time:
-            best, best_time = (chunks, sharing), time
-    return best
+        family = plan["family"]
+        weighed[sharing] = family, dict(
+            call_us=CALL_US[family],
+            step_us=max(0.0, (cost - short[1]) / (T - T // 2)),
+            concurrent=layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
+                                      tf32 and capturing, capturing),
+            host_us=host_us,
+            host_step_us=HOST_STEP_US if host_us and family == "steps" else 0.0,
+            whole_launches=family == "grid")
+    return weighed
 
 
 def _products_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int, tf32: bool) -> bool:

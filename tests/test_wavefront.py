@@ -499,6 +499,14 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US["steps"], 11.0, at_once) \
         <= _wavefront.GAIN * plain
     assert _sharing.concurrent_layers() == 1  # restored
+    # what it weighs, as model_inputs gives it: both sharings under capture
+    weighed = _wavefront.model_inputs(100, B, H, 3, torch.bfloat16, 0, True)
+    assert {s: family for s, (family, _) in weighed.items()} == {1: "grid", 2: "steps"}
+    assert weighed[2][1]["concurrent"] == at_once and weighed[1][1]["whole_launches"]
+    assert _wavefront.predicted_time(chunks, 3, 100, **weighed[2][1]) <= _wavefront.GAIN * \
+        _wavefront.predicted_time(1, 3, 100, **weighed[1][1])
+    assert set(_wavefront.model_inputs(100, B, H, 3, torch.bfloat16, 0, False)) == {1}  # eager
+    assert set(_wavefront.model_inputs(100, B, H, 3, torch.float32, 0, True)) == {1}  # FFMA
     # eager: the per-step family's launches cost host time a step
     assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, False)[1] == 1
     # the shared plan's products on FFMA (float32's per-step family): not

@@ -7,7 +7,7 @@ own choice ("auto"), so the chunk count can be chosen from data.
 
     python3 dev/timing/wavefront_timing.py [--shapes 16x256,64x512] [--layers 1,3]
         [--chunks auto,1,2,3,4,6] [--dtypes float32,bfloat16] [--T 100] [--shared]
-        [--json PATH]
+        [--model] [--json PATH]
 
 Before timing, each lltm configuration's output and gradients are compared with
 the same module's float64 run on the same data (max |error| / max |value|
@@ -18,7 +18,11 @@ cuDNN / lltm for the automatic choice. ``--shared`` adds each forced chunk
 count above 1 with every call planned for two layers at once on the device
 (columns C<n>s2: lltm._sharing.sharing_device(2), the plans of a bidirectional
 layer's two directions), so that two layers' persistent kernels are resident
-together.
+together. ``--model`` adds under each row of more than one layer the time the
+chooser's cost model predicts for each column (lltm._wavefront.model_inputs
+and predicted_time, asked under capture; nan where it does not weigh that
+sharing; under "auto" the prediction of the chooser's schedule, though the
+module may run the stacked launch there instead, lltm/_stack.py).
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _sharing, _wavefront  # noqa: E402
+from lltm import _native, _sharing, _wavefront  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -130,6 +134,34 @@ def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
     return schedule
 
 
+def captured_model(T, B, H, L, dtype):  # noqa: E741
+    """What the chooser weighs for a call under CUDA-graph capture
+    (``_wavefront.model_inputs``: per sharing, the plan's family and the
+    arguments of its predicted time), asked as :func:`captured_schedule`
+    asks."""
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
+        with torch.cuda.graph(graph, stream=stream):
+            index = torch.cuda.current_device()
+            tf32 = dtype == torch.float32 and _native._float32_tf32()
+            weighed = _wavefront.model_inputs(T, B, H, L, dtype, index, True, tf32)
+    return weighed
+
+
+def predictions(weighed, columns, L, T, auto) -> dict:  # noqa: E741
+    """The model's microseconds for each column (key, forced chunks or None
+    for the automatic choice ``auto`` = (chunks, sharing), sharing) whose
+    sharing it weighs."""
+    out = {}
+    for key, chunks, sharing in columns:
+        if chunks is None:
+            chunks, sharing = auto
+        if sharing in weighed:
+            out[key] = _wavefront.predicted_time(chunks, L, T, **weighed[sharing][1])
+    return out
+
+
 def error_limit(dtype, reference_error: float) -> float:
     """The largest error (max_error's) that is not WRONG: twice that of the
     layers run one after the other (``reference_error``), or the benchmark's
@@ -157,6 +189,9 @@ def main(argv=None):
     p.add_argument("--replays", type=int, default=5)
     p.add_argument("--shared", action="store_true",
                    help="also each chunk count > 1 with plans for two layers at once")
+    p.add_argument("--model", action="store_true",
+                   help="also the chooser's predicted time of each column (a second row, "
+                        "'model'; its cost model under CUDA-graph capture)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = False
@@ -212,6 +247,15 @@ def main(argv=None):
                 print(f"{dtype_name:9} {B:5} {H:5} {L:2} {row['cudnn'] or float('nan'):9.1f} "
                       f"{cells}  {auto:>4}  {best or '-':6} {ratio:6.2f}x  "
                       f"{row['max_error'] or 0:.1e} {verdict}", flush=True)
+                if args.model and L > 1:
+                    weighed = captured_model(args.T, B, H, L, dtype)
+                    row["model_inputs"] = {s: {"family": family, **kw}
+                                           for s, (family, kw) in weighed.items()}
+                    row["model"] = predictions(weighed, columns, L, args.T,
+                                               (row["auto_chunks"], row["auto_sharing"]))
+                    cells = " ".join(f"{row['model'].get(key, float('nan')):9.1f}"
+                                     for key, _, _ in columns)
+                    print(f"{'  model':9} {B:5} {H:5} {L:2} {'':9} {cells}", flush=True)
                 records.append(row)
                 torch.cuda.empty_cache()
     if args.json:
