@@ -158,14 +158,13 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     (sharing 2: _sharing.sharing_device; plans of which two launches are
     resident together, taken only where their products run on tensor cores,
     the grid's or the per-step family's, and only under CUDA-graph capture).
-    For each, :func:`best_chunks` for the plan the library would then run a
-    layer with:
-    its time per step from the library's cost model, CALL_US of its family a
-    call, as many layers at once as :func:`layers_at_once` finds, and in
-    eager mode HOST_CALL_US of host time a call (plus HOST_STEP_US a step for
-    the per-step family); the least predicted time, if it saves at least
-    1 - GAIN of the layers one after the other (planned for the whole
-    device), else (1, 1)."""
+    For each (:func:`model_inputs`), :func:`best_chunks` for the plan the
+    library would then run a layer with: its time per step from the
+    library's cost model, CALL_US of its family a call, as many layers at
+    once as :func:`layers_at_once` finds, and in eager mode HOST_CALL_US of
+    host time a call (plus HOST_STEP_US a step for the per-step family);
+    the least predicted time, if it saves at least 1 - GAIN of the layers
+    one after the other (planned for the whole device), else (1, 1)."""
     if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
