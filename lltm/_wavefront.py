@@ -303,9 +303,9 @@ def layers_at_once(plan: dict, L: int, B: int, H: int, dtype: torch.dtype,
     and at most L. For the per-step family, whose products spread over the GPU:
     on FFMA, float32's a little more than one in CUDA graphs (``captured``),
     1 + FFMA_OVERLAP (2^26 / (B H^2))^0.6, at most 1 + FFMA_OVERLAP: a
-    step's product of B H^2 multiply-adds leaves SMs idle that another
+    step's product (3 B H^2 multiply-adds) leaves SMs idle that another
     layer's fills, less the larger it is (3 float32 layers on an H200, the
-    best chunk count against one call a layer: 0.80x - 0.83x at B H^2 of
+    best chunk count against one call a layer: 0.80x - 0.89x at B H^2 of
     2^24 - 2^26, 0.94x - 0.97x at 2^28 - 2^30), with no bound from the L2
     cache (at H=2048 a layer's 100 MB of weights are read from memory each
     step anyway: B1 and B16 0.82x, 0.83x); one in eager calls and in
