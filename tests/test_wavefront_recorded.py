@@ -5,7 +5,8 @@ at chunk counts 1 - 6 and 8, planned for the whole device and for two
 layers at once). The library's answers the chooser asked for then (the
 plan's family, its time a step, its layers resident at once) are replayed
 here, so the test follows the chooser's own arithmetic: what it predicts
-from them, which sharings it weighs, and the tenth it asks of a gain."""
+from them, which sharings it weighs, and the tenth it asks of a gain.
+`dev/timing/wavefront_timing.py --shared --record PATH` records such a file."""
 import json
 import math
 from pathlib import Path
@@ -39,7 +40,7 @@ def _replayed(monkeypatch, machine, row):
         got = answer()
         if got is None:
             return None
-        plan = {"family": got["family"], "forward": {"tf32": False}}
+        plan = {"family": got["family"], "forward": {"tf32": got.get("tf32", False)}}
         return plan, 50.0 + got["step_us"] * T  # the time a step: the slope
 
     def residency(dtype, T, B, I, H, device=None):  # noqa: E741
@@ -50,7 +51,8 @@ def _replayed(monkeypatch, machine, row):
                                    multi_processor_count=machine["multi_processor_count"]))
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
     monkeypatch.setattr(overrides, "sequence_residency_in_force", residency)
-    monkeypatch.setattr(overrides, "grid_tensor_cores", lambda dtype, device=None: dtype in HALF_TYPES)
+    monkeypatch.setattr(overrides, "grid_tensor_cores", lambda dtype, device=None: (
+        dtype in HALF_TYPES or (dtype == torch.float32 and row.get("tf32", False))))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props())
 
 
@@ -61,7 +63,7 @@ def _choices(monkeypatch):
         _replayed(monkeypatch, machine, row)
         dtype = getattr(torch, row["dtype"])
         chunks, sharing = _wavefront._choose(row["T"], row["B"], row["H"], row["layers"], dtype,
-                                             0, True)
+                                             0, True, row.get("tf32", False))
         out.append((row, f"{chunks}s{sharing}"))
     return out
 

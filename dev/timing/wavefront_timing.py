@@ -7,7 +7,7 @@ own choice ("auto"), so the chunk count can be chosen from data.
 
     python3 dev/timing/wavefront_timing.py [--shapes 16x256,64x512] [--layers 1,3]
         [--chunks auto,1,2,3,4,6] [--dtypes float32,bfloat16] [--T 100] [--shared]
-        [--model] [--json PATH]
+        [--model] [--record PATH] [--json PATH]
 
 Before timing, each lltm configuration's output and gradients are compared with
 the same module's float64 run on the same data (max |error| / max |value|
@@ -22,12 +22,18 @@ together. ``--model`` adds under each row of more than one layer the time the
 chooser's cost model predicts for each column (lltm._wavefront.model_inputs
 and predicted_time, asked under capture; nan where it does not weigh that
 sharing; under "auto" the prediction of the chooser's schedule, though the
-module may run the stacked launch there instead, lltm/_stack.py).
+module may run the stacked launch there instead, lltm/_stack.py). ``--record
+PATH`` writes those rows with what the chooser asks the library at each
+shape as tests/data/wavefront-schedules-*.json holds them, which
+tests/test_wavefront_recorded.py replays the chooser on (with ``--shared``:
+both sharings' columns).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 import statistics
 import sys
 import warnings
@@ -37,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _native, _sharing, _wavefront  # noqa: E402
+from lltm import _native, _sharing, _wavefront, overrides  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -149,6 +155,73 @@ def captured_model(T, B, H, L, dtype):  # noqa: E741
     return weighed
 
 
+def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
+    """What the chooser asks the library for layers of these sizes under
+    CUDA-graph capture, for each sharing (1, 2), before any rule of its own:
+    the plan's family (and whether it is the grid's TF32 build), its time a
+    step (the cost model's at T and at T/2) and its layers resident at once
+    (_wavefront.resident_layers; None for the per-step family); a sharing
+    with no plan left out. tests/test_wavefront_recorded.py replays these."""
+    answers = {}
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
+        with torch.cuda.graph(graph, stream=stream):
+            index = torch.cuda.current_device()
+            for sharing in (1, 2):
+                with _sharing.sharing_device(sharing):
+                    long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
+                    short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H,
+                                                             device=index)
+                    if long is None or short is None:
+                        continue
+                    plan = long[0]
+                    resident = None if plan["family"] == "steps" else (
+                        _wavefront.resident_layers(overrides.sequence_residency_in_force(
+                            dtype, T, B, H, H, device=index)))
+                answers[str(sharing)] = {
+                    "family": plan["family"],
+                    "tf32": bool(plan.get("forward", {}).get("tf32")),
+                    "step_us": round((long[1] - short[1]) / (T - T // 2), 4),
+                    "resident": resident}
+    return answers
+
+
+def write_record(path, records) -> int:
+    """The rows of more than one layer with their library's answers
+    (``library``) as tests/data/wavefront-schedules-*.json holds them: per
+    shape the answers, the chooser's pick ("<chunks>s<sharing>") and the
+    microseconds of each forced column ("<chunks>s1", "<chunks>s2"). Returns
+    the rows written."""
+    times = []
+    for row in records:
+        if row["layers"] < 2 or "library" not in row:
+            continue
+        us = {}
+        for key, value in row.items():
+            forced = re.fullmatch(r"C(\d+)(s2)?", key)
+            if forced and value is not None:
+                us[f"{forced[1]}s{2 if forced[2] else 1}"] = round(value, 1)
+        times.append({"dtype": row["dtype"], "tf32": row["tf32"], "T": row["T"],
+                      "B": row["B"], "I": row["H"] // 2, "H": row["H"],
+                      "layers": row["layers"], "model": row["library"],
+                      "chosen_then": f"{row['auto_chunks']}s{row['auto_sharing']}", "us": us})
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    machine = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "code": "(set by the caller)", "L2_cache_size": props.L2_cache_size,
+               "multi_processor_count": props.multi_processor_count}
+    source = ("lltm.LLTM's stacked layers, one forward + backward by CUDA-graph replay "
+              "(wavefront_timing.py's graph_time), I=H/2, at each chunk count forced "
+              "(lltm.overrides.wavefront), planned for the whole device ('<C>s1') and for two "
+              "layers at once ('<C>s2'); with what the chooser asks the library for each sharing "
+              "under capture ('model': wavefront_timing.library_answers) and its pick then")
+    Path(path).write_text(
+        '{"machine": ' + json.dumps(machine) + ',\n "source": ' + json.dumps(source)
+        + ',\n "times": [\n  ' + ",\n  ".join(json.dumps(t) for t in times) + "\n ]}\n")
+    return len(times)
+
+
 def predictions(weighed, columns, L, T, auto) -> dict:  # noqa: E741
     """The model's microseconds for each column (key, forced chunks or None
     for the automatic choice ``auto`` = (chunks, sharing), sharing) whose
@@ -192,6 +265,9 @@ def main(argv=None):
     p.add_argument("--model", action="store_true",
                    help="also the chooser's predicted time of each column (a second row, "
                         "'model'; its cost model under CUDA-graph capture)")
+    p.add_argument("--record", default=None, metavar="PATH",
+                   help="the rows of more than one layer, with what the chooser asks the "
+                        "library, as tests/data/wavefront-schedules-*.json (use with --shared)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = False
@@ -247,6 +323,9 @@ def main(argv=None):
                 print(f"{dtype_name:9} {B:5} {H:5} {L:2} {row['cudnn'] or float('nan'):9.1f} "
                       f"{cells}  {auto:>4}  {best or '-':6} {ratio:6.2f}x  "
                       f"{row['max_error'] or 0:.1e} {verdict}", flush=True)
+                if args.record and L > 1:
+                    row["library"] = library_answers(args.T, B, H, dtype)
+                    row["tf32"] = dtype == torch.float32 and _native._float32_tf32()
                 if args.model and L > 1:
                     weighed = captured_model(args.T, B, H, L, dtype)
                     row["model_inputs"] = {s: {"family": family, **kw}
@@ -260,6 +339,8 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
+    if args.record:
+        print(f"# {write_record(args.record, records)} rows recorded in {args.record}")
 
 
 if __name__ == "__main__":
