@@ -215,36 +215,29 @@ def model_inputs(T: int, B: int, H: int, L: int, dtype: torch.dtype, index: int,
     # the H100's host: 3 layers at bfloat16 B64/H256, 3.3 -> 15.8 ms a step),
     # which the persistent plan it replaces does not.
     for sharing in ((1, 2) if capturing else (1,)):
-        with _sharing.sharing_device(sharing):
-            # the layers above the first read H features
-            long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
-            short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
-            if long is None or short is None:
-                continue
-            plan, cost = long
-            if sharing == 2 and not _products_on_tensor_cores(plan, dtype, index, tf32):
-                # Persistent plans halved to share the device, their products
-                # on FFMA: the model predicted 12% - 32% gains for them on an
-                # H100, and they gained little or lost up to a fifth. The
-                # per-step family's overlap it predicts within a few percent,
-                # and the grid's on tensor cores within 10% where it gains
-                # (docs/performance.md, "Stacked layers overlapped in time
-                # chunks"). The per-step family on FFMA in the place of a
-                # persistent plan lost at every chunk count (float32 B1/H1024,
-                # B16/H1024, B64/H256, B64/H512 on an H200: 1.02x - 2.05x of
-                # one call a layer); where it is the whole device's plan, it
-                # is this one.
-                continue
-            # how many layers of a persistent plan the device holds at once
-            # (the per-step family's count is layers_at_once's own)
-            resident = (None if plan["family"] == "steps" else resident_layers(
-                overrides.sequence_residency_in_force(dtype, T, B, H, H, device=index)))
-            if resident is not None and not capturing:
-                # eager: whole layers only; part of a layer at once did not pay
-                # for the calls it adds, each issued by the host (3 float32
-                # layers B64/H128 on an H100: 2 chunks 3,263 us a step, one
-                # call a layer 1,861; captured, 3 chunks 0.90x)
-                resident = float(int(resident))
+        answer = library_answer(T, B, H, dtype, index, sharing)
+        if answer is None:
+            continue
+        plan, step_us, resident = answer
+        if sharing == 2 and not _products_on_tensor_cores(plan, dtype, index, tf32):
+            # Persistent plans halved to share the device, their products on
+            # FFMA: the model predicted 12% - 32% gains for them on an H100,
+            # and they gained little or lost up to a fifth. The per-step
+            # family's overlap it predicts within a few percent, and the
+            # grid's on tensor cores within 10% where it gains
+            # (docs/performance.md, "Stacked layers overlapped in time
+            # chunks"). The per-step family on FFMA in the place of a
+            # persistent plan lost at every chunk count (float32 B1/H1024,
+            # B16/H1024, B64/H256, B64/H512 on an H200: 1.02x - 2.05x of one
+            # call a layer); where it is the whole device's plan, it is this
+            # one.
+            continue
+        if resident is not None and not capturing:
+            # eager: whole layers only; part of a layer at once did not pay
+            # for the calls it adds, each issued by the host (3 float32
+            # layers B64/H128 on an H100: 2 chunks 3,263 us a step, one call
+            # a layer 1,861; captured, 3 chunks 0.90x)
+            resident = float(int(resident))
         # float32's per-step products on TF32 overlap as the half types' in
         # CUDA graphs; in eager calls chunking them lost (3 layers B256/H1024
         # on an H100: 0.85x cuDNN's eager step chunked, 1.06x a call a layer
@@ -252,13 +245,34 @@ def model_inputs(T: int, B: int, H: int, L: int, dtype: torch.dtype, index: int,
         family = plan["family"]
         weighed[sharing] = family, dict(
             call_us=CALL_US[family],
-            step_us=max(0.0, (cost - short[1]) / (T - T // 2)),
+            step_us=step_us,
             concurrent=layers_at_once(plan, L, B, H, dtype, resident, l2_bytes,
                                       tf32 and capturing, capturing),
             host_us=host_us,
             host_step_us=HOST_STEP_US if host_us and family == "steps" else 0.0,
             whole_launches=family == "grid")
     return weighed
+
+
+def library_answer(T: int, B: int, H: int, dtype: torch.dtype, index: int,  # noqa: E741
+                   sharing: int) -> tuple | None:
+    """What the library answers for a layer above the first (H features in)
+    of these sizes, planned for ``sharing`` layers at once on device
+    ``index``, for a call on its current stream as it is: (plan, its time a
+    step from the cost model at T and T/2 steps, its layers resident at once
+    by :func:`resident_layers`, None for the per-step family, whose count is
+    layers_at_once's own); None where no plan fits. The answers the chooser's
+    rules (:func:`model_inputs`) start from; ``dev/timing/wavefront_timing.py
+    --record`` keeps them."""
+    with _sharing.sharing_device(sharing):
+        long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
+        short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H, device=index)
+        if long is None or short is None:
+            return None
+        plan, cost = long
+        resident = None if plan["family"] == "steps" else resident_layers(
+            overrides.sequence_residency_in_force(dtype, T, B, H, H, device=index))
+    return plan, max(0.0, (cost - short[1]) / (T - T // 2)), resident
 
 
 def _products_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int, tf32: bool) -> bool:

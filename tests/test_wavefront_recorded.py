@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lltm import _wavefront, overrides
+from lltm import _sharing, _wavefront, overrides
 
 DATA = Path(__file__).resolve().parent / "data" / "wavefront-schedules-h200.json"
 # the chosen schedule's time over the fastest measured: at most this at any
@@ -31,8 +31,6 @@ def _load():
 
 def _replayed(monkeypatch, machine, row):
     """The library's answers of ``row``'s run, for the sharing asked in."""
-    from lltm import _sharing
-
     def answer():
         return row["model"].get(str(_sharing.concurrent_layers()))
 

@@ -31,6 +31,7 @@ both sharings' columns).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import re
@@ -43,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _native, _sharing, _wavefront, overrides  # noqa: E402
+from lltm import _native, _sharing, _wavefront  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -128,62 +129,53 @@ def lstm_case(B, H, T, L, dtype):
     return step
 
 
-def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
-    """The module's own schedule for a call under CUDA-graph capture (what the
-    "auto" column's replays ran): asked while an empty graph is captured, as
-    the library answers for the current stream as it is."""
+@contextlib.contextmanager
+def under_capture():
+    """An empty CUDA graph captured around the block: the library answers
+    for the current stream as it is, so what is asked inside is asked as for
+    a call under capture."""
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
         with torch.cuda.graph(graph, stream=stream):
-            schedule = _wavefront.automatic_schedule(T, B, I, H, L, dtype, torch.device("cuda"))
-    return schedule
+            yield
+
+
+def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
+    """The module's own schedule for a call under CUDA-graph capture (what the
+    "auto" column's replays ran)."""
+    with under_capture():
+        return _wavefront.automatic_schedule(T, B, I, H, L, dtype, torch.device("cuda"))
 
 
 def captured_model(T, B, H, L, dtype):  # noqa: E741
     """What the chooser weighs for a call under CUDA-graph capture
     (``_wavefront.model_inputs``: per sharing, the plan's family and the
-    arguments of its predicted time), asked as :func:`captured_schedule`
-    asks."""
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
-        with torch.cuda.graph(graph, stream=stream):
-            index = torch.cuda.current_device()
-            tf32 = dtype == torch.float32 and _native._float32_tf32()
-            weighed = _wavefront.model_inputs(T, B, H, L, dtype, index, True, tf32)
-    return weighed
+    arguments of its predicted time)."""
+    with under_capture():
+        tf32 = dtype == torch.float32 and _native._float32_tf32()
+        return _wavefront.model_inputs(T, B, H, L, dtype, torch.cuda.current_device(), True,
+                                       tf32)
 
 
 def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
-    """What the chooser asks the library for layers of these sizes under
-    CUDA-graph capture, for each sharing (1, 2), before any rule of its own:
+    """What the chooser asks the library under CUDA-graph capture, for each
+    sharing (1, 2), before any rule of its own (``_wavefront.library_answer``):
     the plan's family (and whether it is the grid's TF32 build), its time a
-    step (the cost model's at T and at T/2) and its layers resident at once
-    (_wavefront.resident_layers; None for the per-step family); a sharing
-    with no plan left out. tests/test_wavefront_recorded.py replays these."""
+    step and its layers resident at once (None for the per-step family); a
+    sharing with no plan left out. tests/test_wavefront_recorded.py replays
+    these."""
     answers = {}
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
-        with torch.cuda.graph(graph, stream=stream):
-            index = torch.cuda.current_device()
-            for sharing in (1, 2):
-                with _sharing.sharing_device(sharing):
-                    long = overrides.sequence_cost_in_force(dtype, T, B, H, H, device=index)
-                    short = overrides.sequence_cost_in_force(dtype, T // 2, B, H, H,
-                                                             device=index)
-                    if long is None or short is None:
-                        continue
-                    plan = long[0]
-                    resident = None if plan["family"] == "steps" else (
-                        _wavefront.resident_layers(overrides.sequence_residency_in_force(
-                            dtype, T, B, H, H, device=index)))
+    with under_capture():
+        for sharing in (1, 2):
+            answer = _wavefront.library_answer(T, B, H, dtype, torch.cuda.current_device(),
+                                               sharing)
+            if answer is not None:
+                plan, step_us, resident = answer
                 answers[str(sharing)] = {
                     "family": plan["family"],
                     "tf32": bool(plan.get("forward", {}).get("tf32")),
-                    "step_us": round((long[1] - short[1]) / (T - T // 2), 4),
-                    "resident": resident}
+                    "step_us": round(step_us, 4), "resident": resident}
     return answers
 
 
