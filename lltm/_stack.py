@@ -12,21 +12,27 @@ of every layer. lltm.LLTM takes this route (``route``) on CUDA where the
 operator's stacked launch runs every group of these sizes, no layer has
 dropout (in training) before the next, and (measured, docs/performance.md,
 "Stacked layers in one launch"):
-  - under CUDA-graph capture, where a layer alone would run the grid family
+  - float32 (and the half types on GPUs before compute capability 8.0),
+    under CUDA-graph capture, where a layer alone would run the grid family
     in GRID_GROUPS batch groups (B about 5 - 16 on an H100 or H200 at
     H 129 - 256): stacked 0.67x - 0.94x of a call a layer; in one group
     (B <= 4) 0.84x - 0.96x for two layers, even for three (0.97x - 1.08x).
     With 8 groups or more the stacked launch's layout is as fast or slower
     (0.99x - 4.8x); the cluster and block families (H <= 128) are faster
-    than it (1.05x - 4.7x). In float16 and bfloat16 on GPUs with their
-    tensor cores (compute capability 8.0+) a layer's grid kernels form their
-    products on them and the stacked launch's on FFMA: there only at B <=
-    HALF_MAX_B (bfloat16 at H=256 on an H100, graph replay: B16 3 layers
-    stacked 1,124 us, one layer alone 518; B64 3 layers stacked 3,668, one
-    layer alone 919);
-  - eagerly, where B x H <= EAGER_MAX_BH: 0.32x - 0.94x (a call a layer is
-    bound by the host's time there; two of 84 rows 1.02x and 1.20x);
-    above, 0.83x - 2.6x, slower but at B32 with two layers.
+    than it (1.05x - 4.7x); eagerly, where B x H <= EAGER_MAX_BH: 0.32x -
+    0.94x (a call a layer is bound by the host's time there; two of 84 rows
+    1.02x and 1.20x); above, 0.83x - 2.6x, slower but at B32 with two layers;
+  - float16 and bfloat16 on tensor-core GPUs, where the stacked launch forms
+    its products on tensor cores with 16 units a block (bfloat16 on an
+    H200, against a call a layer with the wavefront's time chunks): under
+    capture where HALF_CAPTURED_BH[0] <= B x H <= HALF_CAPTURED_BH[1] and
+    H >= HALF_MIN_H, 0.71x - 1.00x (B32 - B256 at H 128 - 256; one row of
+    13, three layers B128/H128, 1.07x); below that B x H the cluster family
+    runs a layer in a fraction of the stacked step (0.99x - 1.73x at B <=
+    32, one row 0.89x), above it the stacked launch's blocks each carry
+    several 16-row chunks (0.96x - 1.21x), and at H = 64 the block family
+    is 2.1x - 2.4x faster; eagerly where B x H <= HALF_EAGER_MAX_BH: 0.29x -
+    0.95x (B4 - B512, H 64 - 256; above, 0.98x - 1.07x).
 Not under torch.compile or torch.func transforms (one call of the sequence
 operator a layer there), unless ``lltm.overrides.stacked_layers`` forces it
 ("on": on any device, wherever the module allows it, the operator then
@@ -43,7 +49,10 @@ from . import _native, _ops, overrides
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
 GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
 EAGER_MAX_BH = 4096   # eager: B x H at most this
-HALF_MAX_B = 16       # captured, the half types on tensor-core GPUs: B at most this
+# the half types on tensor-core GPUs (the stacked launch on tensor cores):
+HALF_CAPTURED_BH = (8192, 32768)  # captured: B x H within these
+HALF_MIN_H = 128                  # captured: H at least this
+HALF_EAGER_MAX_BH = 32768         # eager: B x H at most this
 
 CHOICES_CACHED = 256  # route choices kept (shapes, devices, capture or not)
 
@@ -79,10 +88,13 @@ def _choice(index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
 def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, sizes) -> bool:
     """Whether the stacked launch is the faster route for groups of
     ``sizes`` layers (the module's docstring)."""
+    if dtype in (torch.float16, torch.bfloat16) and overrides.grid_tensor_cores(dtype,
+                                                                               device=index):
+        if not capturing:
+            return B * H <= HALF_EAGER_MAX_BH
+        return H >= HALF_MIN_H and HALF_CAPTURED_BH[0] <= B * H <= HALF_CAPTURED_BH[1]
     if not capturing:
         return B * H <= EAGER_MAX_BH
-    if B > HALF_MAX_B and overrides.grid_tensor_cores(dtype, device=index):
-        return False
     layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
     if layer is None or layer["family"] != "grid":
         return False

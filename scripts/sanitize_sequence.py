@@ -7,7 +7,8 @@ per-step, over several blocks of units and of rows), float32 and bfloat16,
 sizes with padded units, two to four 16-row chunks, the 16-block shape's
 batch split (B <= 16) and I = 0; each also with rows of their own lengths,
 sorted longest first; then stacked layers in one launch (lltm::stack_forward /
-stack_backward: 2 and 3 layers, both layouts, several batch groups); then
+stack_backward: 2 and 3 layers, every layout, several batch groups, the half
+types' layouts on tensor cores); then
 lltm.LLTM's stacked layers in time chunks (their backward through
 sequence_backward_gates). Run by
 scripts/gpu.sh (mode sanitize) as
@@ -120,7 +121,8 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     _native.sync_torch_settings()
     for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
-        for L, T, B, I, H in STACK_CASES:
+        half = dtype != torch.float32 and torch.cuda.get_device_capability()[0] >= 8
+        for L, T, B, I, H in STACK_CASES + (STACK_TENSOR_CORE_CASES if half else []):
             assert lltm.overrides.stack_plan_in_force(dtype, L, T, B, I, H) is not None
             runs += run_stack(dtype, L, T, B, I, H)
         for L, T, B, I, H in WAVEFRONT_CASES:
@@ -132,6 +134,9 @@ def main() -> int:
 # (L, T, B, I, H): 32 x 4 (H <= 128) and 32 x 8 layouts, one and several
 # batch groups, padded units, I = 0
 STACK_CASES = [(3, 3, 5, 4, 20), (2, 3, 13, 0, 130), (3, 2, 9, 5, 256)]
+# the half types on tensor cores: 16 units a block, 16-row chunks (one and
+# several a block) and 4-row ones
+STACK_TENSOR_CORE_CASES = [(3, 3, 64, 4, 256), (2, 2, 300, 3, 256), (3, 2, 40, 5, 100)]
 
 
 def run_stack(dtype, L, T, B, I, H) -> int:  # noqa: E741

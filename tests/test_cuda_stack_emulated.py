@@ -76,8 +76,8 @@ def _stack_grads(dtype, refs, T, B, H):
     return go, ghn, gcn, ref_grads
 
 
-def _run_stack(lib, dtype, L, T, B, I, H, lengths=None):  # noqa: E741
-    status, plan = stack_plan(lib, dtype, L, T, B, I, H)
+def _run_stack(lib, dtype, L, T, B, I, H, lengths=None, dev=None):  # noqa: E741
+    status, plan = stack_plan(lib, dtype, L, T, B, I, H, dev)
     assert status == 0, "no stack plan"
     close = _closer(dtype)
 
@@ -154,9 +154,32 @@ def test_stack_lengths(emu, dtype, L, T, B, I, H):  # noqa: E741
     _run_stack(emu, dtype, L, T, B, I, H, lengths=random_lengths(T, B))
 
 
+# the half types on tensor cores (16 units a block): 4- and 16-row chunks
+# (a device of few SMs, so that 4-row chunks would share blocks), one and
+# several chunks a block, with and without lengths, both layouts (16 x 8,
+# 16 x 16)
+HALF_CASES = [(3, 4, 21, 5, 20, 4), (3, 4, 40, 5, 20, 2), (2, 3, 40, 3, 12, 8),
+              (3, 3, 9, 4, 130, 32), (2, 2, 7, 3, 200, 132)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("L, T, B, I, H, sms", HALF_CASES)
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["all_T", "lengths"])
+def test_stack_tensor_core_layouts(emu, dtype, L, T, B, I, H, sms, with_lengths):  # noqa: E741
+    dev = device(emu, sm_count=sms)
+    lengths = random_lengths(T, B) if with_lengths else None
+    plan = _run_stack(emu, dtype, L, T, B, I, H, lengths=lengths, dev=dev)
+    fits = sms // -(-H // 16)  # batch groups resident: a block an SM in the emulator
+    want_chunk = 4 if -(-B // 4) <= fits else 16
+    assert (plan.forward.lanes, plan.forward.values) == (16, 8 if H <= 128 else 16)
+    assert plan.forward.chunk == plan.backward.chunk == want_chunk
+    assert plan.forward.groups == min(fits, -(-B // want_chunk))
+
+
 def test_stack_plans(emu):
-    """Layouts by H, batch groups up to one a 4-row chunk and as many as are
-    resident, the workspace by dtype; no plan where the stack does not run."""
+    """Layouts by H and dtype, batch groups up to one a chunk and as many as
+    are resident, chunks of 4 or 16 rows, the workspace by dtype; no plan
+    where the stack does not run."""
     dev = device(emu)
     status, plan = stack_plan(emu, torch.float32, 3, 100, 16, 128, 256, dev)
     assert status == 0 and (plan.forward.lanes, plan.forward.values) == (32, 8)
@@ -164,8 +187,8 @@ def test_stack_plans(emu):
     # float32: no float state; 4 groups: their bias sums [4, 3, 3H]
     assert plan.workspace_bytes == 4 * 3 * 768 * 4
     status, plan = stack_plan(emu, torch.bfloat16, 2, 100, 4, 64, 128, dev)
-    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (32, 4)
-    assert plan.forward.groups == 1
+    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (16, 8)
+    assert plan.forward.groups == 1 and plan.forward.chunk == 4
     assert plan.workspace_bytes == 2 * 7 * 4 * 128 * 4  # h, c, dG, dc a layer, no groups
     # 132 SMs, a block each (the emulator): 16 unit blocks at H = 128 leave 8 groups
     status, plan = stack_plan(emu, torch.float32, 2, 100, 1024, 64, 128, dev)
@@ -176,6 +199,21 @@ def test_stack_plans(emu):
         assert stack_plan(emu, *bad, dev=dev)[0] != 0, bad
     assert stack_plan(emu, torch.float32, 3, 100, 16, 128, 256,
                       device(emu, cooperative_launch=0))[0] != 0
+    # the half types on tensor cores: 16 units a block, 16-row chunks where
+    # 4-row ones outnumber the groups; before compute capability 8.0 (FFMA)
+    # as float32
+    status, plan = stack_plan(emu, torch.bfloat16, 3, 100, 64, 128, 256, dev)
+    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (16, 16)
+    assert (plan.forward.blocks, plan.forward.groups, plan.forward.chunk) == (16, 4, 16)
+    status, plan = stack_plan(emu, torch.float16, 3, 100, 16, 128, 256, dev)
+    assert status == 0 and (plan.forward.groups, plan.forward.chunk) == (4, 4)
+    status, plan = stack_plan(emu, torch.bfloat16, 2, 100, 1024, 64, 100, dev)
+    assert status == 0 and (plan.forward.groups, plan.forward.chunk) == (18, 16)
+    assert stack_plan(emu, torch.bfloat16, 3, 100, 16, 128, 257, dev)[0] != 0
+    old = device(emu, major=7, minor=5, code_arch=75)
+    status, plan = stack_plan(emu, torch.bfloat16, 3, 100, 64, 128, 256, old)
+    assert status == 0 and (plan.forward.lanes, plan.forward.values) == (32, 8)
+    assert (plan.forward.groups, plan.forward.chunk) == (4, 4)
 
 
 def test_stack_refuses_a_plan_for_other_sizes(emu):

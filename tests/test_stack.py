@@ -251,21 +251,26 @@ def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("tensor_cores,B,want", [(True, 16, True), (True, 17, False),
-                                                 (True, 64, False), (False, 64, True)])
-def test_the_faster_route_in_the_half_types(monkeypatch, dtype, tensor_cores, B, want):
-    """Captured, a layer's grid plan in 4 groups: where the grid kernels form
-    their products on tensor cores (the stacked launch's on FFMA) only up to
-    HALF_MAX_B rows; without them (and in float32) as before."""
+@pytest.mark.parametrize("capturing,B,H,want", [
+    (True, 16, 256, False), (True, 32, 256, True), (True, 128, 256, True), (True, 256, 256, False),
+    (True, 64, 128, True), (True, 256, 128, True), (True, 512, 64, False), (True, 64, 64, False),
+    (False, 128, 256, True), (False, 256, 256, False), (False, 16, 64, True)])
+def test_the_faster_route_in_the_half_types(monkeypatch, dtype, capturing, B, H, want):
+    """Where the grid kernels form their products on tensor cores (and the
+    stacked launch its own): by B x H and H, whatever a layer's plan; without
+    them (and in float32) by the layer's plan as before."""
     plan = {"family": "grid", "forward": {"groups": 4}}
+    tensor_cores = True
 
     def grid_tensor_cores(dtype, device=None):
         return tensor_cores and dtype in (torch.float16, torch.bfloat16)
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
     monkeypatch.setattr(overrides, "grid_tensor_cores", grid_tensor_cores)
-    assert _stack.HALF_MAX_B == 16
-    assert _stack._faster(dtype, 100, B, 256, 0, True, (3,)) is want
-    assert _stack._faster(torch.float32, 100, B, 256, 0, True, (3,)) is True
+    assert _stack._faster(dtype, 100, B, H, 0, capturing, (3,)) is want
+    tensor_cores = False
+    layer_rule = B * H <= _stack.EAGER_MAX_BH if not capturing else True
+    assert _stack._faster(dtype, 100, B, H, 0, capturing, (3,)) is layer_rule
+    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, (3,)) is layer_rule
 
 
 # --- CUDA ---------------------------------------------------------------------------------
@@ -276,11 +281,37 @@ CUDA_SHAPES = [  # (T, B, I, H, L): the stacked launch's layouts (H <= 128: 32x4
     (3, 3, 0, 33, 3)]
 
 
+# the half types on tensor cores (compute capability 8.0+): 16 units a block,
+# 16-row chunks, one and two a block, and 4-row ones
+CUDA_HALF_SHAPES = [(5, 64, 8, 256, 3), (4, 300, 5, 200, 3), (3, 40, 3, 100, 2),
+                    (4, 200, 6, 100, 3)]
+
+
+def _half_shapes():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
+        return []
+    return CUDA_HALF_SHAPES
+
+
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("lengths", [False, True])
 @pytest.mark.parametrize("T,B,I,H,L", CUDA_SHAPES)
 def test_stacked_launch_matches_reference(T, B, I, H, L, lengths, dtype):
+    _stacked_launch_matches_reference(T, B, I, H, L, lengths, dtype)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("lengths", [False, True])
+@pytest.mark.parametrize("T,B,I,H,L", _half_shapes())
+def test_stacked_launch_on_tensor_cores_matches_reference(T, B, I, H, L, lengths, dtype):
+    plan = overrides.stack_plan_in_force(dtype, L, T, B, I, H)
+    assert plan is not None and plan["forward"]["lanes"] == 16, plan
+    _stacked_launch_matches_reference(T, B, I, H, L, lengths, dtype)
+
+
+def _stacked_launch_matches_reference(T, B, I, H, L, lengths, dtype):
     assert overrides.stack_plan_in_force(dtype, L, T, B, I, H) is not None
     args = stack_inputs(T, B, I, H, L)
     lens = torch.randint(1, T + 1, (B,)) if lengths else None

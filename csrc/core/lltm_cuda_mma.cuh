@@ -186,6 +186,56 @@ __device__ __forceinline__ void stage_tile_rows(T *__restrict__ dst, const T *__
     }
 }
 
+/* 16 bytes from global memory (through L2: other blocks wrote them) into
+ * shared memory without passing registers (cp.async on sm_80+), so that a
+ * thread's copies of several tiles are in flight at once; complete after
+ * copy_async_wait. */
+__device__ __forceinline__ void copy_async_16(void *dst, const void *src)
+{
+#if defined(LLTM_CUDA_EMULATION)
+    emu::copy_16(dst, src);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(dst) = __ldcg(reinterpret_cast<const uint4 *>(src));
+#endif
+}
+/* this thread's copy_async_16 copies are complete (then a block barrier
+ * makes every thread's visible) */
+__device__ __forceinline__ void copy_async_wait()
+{
+#if !defined(LLTM_CUDA_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/* stage_tile_rows with the 16-byte copies asynchronous (copy_async_16):
+ * the caller issues several tiles' and waits once (copy_async_wait, then
+ * a block barrier); where src or its rows are not 16-byte aligned, as
+ * stage_tile_rows, complete on return. */
+template <typename T, int KP, int LD, int ROWS>
+__device__ __forceinline__ void stage_tile_rows_async(T *__restrict__ dst,
+                                                      const T *__restrict__ src, int64_t nrows,
+                                                      int64_t b0, int64_t ncols, int tid)
+{
+    constexpr int VN = 16 / (int)sizeof(T), ROW_V = KP / VN, NV = ROWS * ROW_V;
+    static_assert((sizeof(T) == 2 || sizeof(T) == 4) && KP % VN == 0 && LD % VN == 0,
+                  "16-byte rows");
+    if (ncols % VN != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+        stage_tile_rows<T, KP, LD, ROWS>(dst, src, nrows, b0, ncols, tid);
+        return;
+    }
+    for (int e = tid; e < NV; e += NT) {
+        const int64_t row = b0 + e / ROW_V, k = (int64_t)(e % ROW_V) * VN;
+        T *to = dst + (e / ROW_V) * LD + (e % ROW_V) * VN;
+        if (row < nrows && k < ncols)
+            copy_async_16(to, src + row * ncols + k);
+        else
+            *reinterpret_cast<uint4 *>(to) = make_uint4(0, 0, 0, 0);
+    }
+}
+
 /* This lane's B tiles over its warp's k range [warp*KW, warp*KW + KW):
  * wt[n][kk] holds at(column n*8 + l/4, k) for the k of the layout above
  * (T: the type `at` returns; float: rounded to TF32). */
@@ -239,21 +289,13 @@ __device__ __forceinline__ void load_unit_tiles(const T *__restrict__ weights, i
     });
 }
 
-/* Each warp's tiles of the chunk staged in a ([BC][LDA], T) times its B
- * tiles, over its k range [warp*KW, warp*KW + KW), written as float partial
- * sums to parts[warp][CH][LDP] (rows of the chunk only, NOUT columns of
- * LDP: lltm_seq::mma_parts_ld); returns after the block's barrier, the
- * parts complete. */
-template <typename T, int KW, int MN, int MK, int CH, int LDA, int NOUT, int LDP>
-__device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[MN][MK][2],
-                                               float *parts, int tid)
+/* c += this warp's tiles of the chunk staged in a ([BC][LDA], T) times
+ * its B tiles, over its k range [warp*KW, warp*KW + KW) */
+template <typename T, int KW, int MN, int MK, int LDA>
+__device__ __forceinline__ void tile_products(float (&c)[MN][4], const T *a,
+                                              const uint32_t (&wt)[MN][MK][2], int tid)
 {
-    static_assert(MN * 8 == NOUT && LDP >= NOUT, "columns");
-    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
-    float c[MN][4];
-#pragma unroll
-    for (int n = 0; n < MN; ++n)
-        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+    const int warp = tid / 32, lane = tid % 32;
     constexpr int KT = mma_k<T>();
     const T *a_lane = a + (lane & 15) * LDA + warp * KW + (lane >> 4) * (KT / 2);
 #pragma unroll
@@ -264,7 +306,16 @@ __device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[
         for (int n = 0; n < MN; ++n)
             mma_tile<T>(c[n], tile, wt[n][kk]);
     }
-    float *mine = parts + warp * CH * LDP;
+}
+
+/* this warp's sums c of the chunk's rows as float partial sums in
+ * parts[warp][CH][LDP] (NOUT columns of LDP: lltm_seq::mma_parts_ld) */
+template <int MN, int CH, int NOUT, int LDP>
+__device__ __forceinline__ void store_parts(const float (&c)[MN][4], float *parts, int tid)
+{
+    static_assert(MN * 8 == NOUT && LDP >= NOUT, "columns");
+    const int lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    float *mine = parts + (tid / 32) * CH * LDP;
 #pragma unroll
     for (int n = 0; n < MN; ++n) {
         const int col = n * 8 + 2 * t4;
@@ -277,6 +328,21 @@ __device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[
             mine[(g + 8) * LDP + col + 1] = c[n][3];
         }
     }
+}
+
+/* The chunk staged in a times the warps' B tiles (tile_products), as
+ * partial sums in parts (store_parts); returns after the block's barrier,
+ * the parts complete. */
+template <typename T, int KW, int MN, int MK, int CH, int LDA, int NOUT, int LDP>
+__device__ __forceinline__ void chunk_products(const T *a, const uint32_t (&wt)[MN][MK][2],
+                                               float *parts, int tid)
+{
+    float c[MN][4];
+#pragma unroll
+    for (int n = 0; n < MN; ++n)
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+    tile_products<T, KW, MN, MK, LDA>(c, a, wt, tid);
+    store_parts<MN, CH, NOUT, LDP>(c, parts, tid);
     __syncthreads();
 }
 

@@ -12,24 +12,27 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "lltm_cuda_sequence_stack.cuh"
+#include "lltm_cuda_sequence_stack_launch.cuh"
 
 namespace {
 
 using lltm_seq::elem_bytes;
 using lltm_seq::NT;
 
-constexpr int STACK_CHUNK = 4; /* rows a chunk: the small batches the stack is for */
+constexpr int STACK_CHUNK = 4;      /* rows a chunk: the small batches the stack is for */
+constexpr int STACK_MMA_CHUNK = 16; /* tensor cores: where 4-row chunks would share blocks */
+constexpr int STACK_MAX_H = 256;
 
-const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int layers)
+const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk,
+                             int layers)
 {
     switch (dtype) {
     case LLTM_FLOAT32:
-        return lltm_seq::stack_kernel<float>(forward, lanes, values, layers);
+        return lltm_seq::stack_kernel<float>(forward, lanes, values, chunk, layers);
     case LLTM_FLOAT16:
-        return lltm_seq::stack_kernel<__half>(forward, lanes, values, layers);
+        return lltm_seq::stack_kernel<__half>(forward, lanes, values, chunk, layers);
     case LLTM_BFLOAT16:
-        return lltm_seq::stack_kernel<__nv_bfloat16>(forward, lanes, values, layers);
+        return lltm_seq::stack_kernel<__nv_bfloat16>(forward, lanes, values, chunk, layers);
     default:
         return NULL;
     }
@@ -121,23 +124,40 @@ int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int laye
     if (!dev || !plan || lltm_seq::bad_sizes(T, B, I, H))
         return LLTM_ERR_ARGUMENT;
     *plan = lltm_stack_plan{};
-    if (layers < 2 || layers > LLTM_STACK_MAX_LAYERS || T * B == 0 || H < 1 || H > 256 ||
-        !dev->cooperative_launch)
+    if (layers < 2 || layers > LLTM_STACK_MAX_LAYERS || T * B == 0 || H < 1 ||
+        H > STACK_MAX_H || !dev->cooperative_launch)
         return LLTM_ERR_ARGUMENT;
-    const int lanes = 32, values = H <= 128 ? 4 : 8, U = NT / lanes;
-    const size_t fsmem = lltm_seq::stack_forward_smem(lanes, values, STACK_CHUNK, layers);
-    const size_t bsmem = lltm_seq::stack_backward_smem(lanes, values, STACK_CHUNK, layers);
-    const int64_t fits_f = lltm_seq::max_resident_blocks(
-        stack_kernel_for(dtype, true, lanes, values, layers), fsmem, *dev);
-    const int64_t fits_b = lltm_seq::max_resident_blocks(
-        stack_kernel_for(dtype, false, lanes, values, layers), bsmem, *dev);
-    const int64_t unit_blocks = (H + U - 1) / U, chunks = (B + STACK_CHUNK - 1) / STACK_CHUNK;
-    int64_t groups = (fits_f < fits_b ? fits_f : fits_b) / unit_blocks;
+    /* The half types' products on tensor cores (sm_80+ code): 16 units a
+     * block (their tiles of 2L - 1 matrices fit a block's registers), half
+     * the blocks that stage each row of every layer's state a step, and
+     * 16-row chunks where 4-row ones would leave a block several a step (a
+     * 4-row chunk's tiles cost what a 16-row one's do). */
+    const bool mma = dtype != LLTM_FLOAT32 && lltm_cuda_grid_tensor_cores(dev, dtype);
+    const int lanes = mma ? 16 : 32, U = NT / lanes;
+    const int values = mma ? (H <= 128 ? 8 : 16) : H <= 128 ? 4 : 8;
+    const size_t mma_bytes = mma ? elem_bytes(dtype) : 0;
+    const int64_t unit_blocks = (H + U - 1) / U;
+    int chunk = STACK_CHUNK;
+    size_t fsmem = 0, bsmem = 0;
+    int64_t groups = 0, chunks = 0;
+    for (;;) {
+        fsmem = lltm_seq::stack_forward_smem(lanes, values, chunk, layers, mma_bytes);
+        bsmem = lltm_seq::stack_backward_smem(lanes, values, chunk, layers, mma_bytes);
+        const int64_t fits_f = lltm_seq::max_resident_blocks(
+            stack_kernel_for(dtype, true, lanes, values, chunk, layers), fsmem, *dev);
+        const int64_t fits_b = lltm_seq::max_resident_blocks(
+            stack_kernel_for(dtype, false, lanes, values, chunk, layers), bsmem, *dev);
+        chunks = (B + chunk - 1) / chunk;
+        groups = (fits_f < fits_b ? fits_f : fits_b) / unit_blocks;
+        if (!mma || chunk == STACK_MMA_CHUNK || chunks <= groups)
+            break;
+        chunk = STACK_MMA_CHUNK;
+    }
     groups = groups < chunks ? groups : chunks;
     if (groups < 1)
         return LLTM_ERR_ARGUMENT;
     lltm_sequence_launch l = {};
-    l.lanes = lanes, l.values = values, l.rows = STACK_CHUNK, l.chunk = STACK_CHUNK;
+    l.lanes = lanes, l.values = values, l.rows = chunk, l.chunk = chunk;
     l.exchange = LLTM_SEQ_EXCHANGE_GLOBAL, l.blocks = unit_blocks, l.groups = groups;
     plan->dtype = dtype, plan->layers = layers, plan->B = B, plan->H = H;
     plan->forward = l, plan->forward.smem = fsmem;

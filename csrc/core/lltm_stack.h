@@ -32,14 +32,15 @@ extern "C" {
 #endif
 
 /* the most layers one launch holds (each block keeps 2L - 1 matrices of
- * W in registers) */
+ * W in registers: a unit's rows on FFMA, tensor-core tiles in the half
+ * types on compute capability 8.0+) */
 #define LLTM_STACK_MAX_LAYERS 3
 
 /* One stacked launch a direction: lanes x values of the grid kernels'
- * layout (H <= lanes * values), 4-row chunks, blocks x groups, the dynamic
- * shared memory of each kernel. workspace_bytes: for either direction
- * (float16 / bfloat16: every layer's recurrent state in float32; batch
- * groups > 1: their bias sums). */
+ * layout (H <= lanes * values), rows a chunk (4 or 16), blocks x groups,
+ * the dynamic shared memory of each kernel. workspace_bytes: for either
+ * direction (float16 / bfloat16: every layer's recurrent state in float32;
+ * batch groups > 1: their bias sums). */
 typedef struct lltm_stack_plan {
     lltm_dtype dtype;
     int layers;
@@ -53,9 +54,12 @@ typedef struct lltm_stack_plan {
  * units on `dev`: LLTM_OK, or LLTM_ERR_ARGUMENT where no stacked launch
  * runs these (layers outside 2 .. LLTM_STACK_MAX_LAYERS, float64, H > 256,
  * T * B == 0, no cooperative launch, or not even one batch group of blocks
- * resident at once). Layouts: 32 lanes x 4 values a unit at H <= 128, else
- * 32 x 8; as many batch groups (a 4-row chunk each at most) as the device
- * holds at once.
+ * resident at once). Layouts (lanes x values a unit): float32, and the half
+ * types before compute capability 8.0, 32 x 4 at H <= 128, else 32 x 8, in
+ * 4-row chunks; the half types on tensor cores 16 x 8 and 16 x 16, in
+ * 4-row chunks, or 16-row ones where the 4-row chunks outnumber the batch
+ * groups resident (a 4-row chunk's tiles cost what a 16-row one's do). As
+ * many batch groups (a chunk each at most) as the device holds at once.
  */
 int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int layers, int64_t T,
                          int64_t B, int64_t I, int64_t H, lltm_stack_plan *plan);

@@ -2,7 +2,8 @@
 the sequence operator a layer: one forward + backward (T = 100, I = H/2)
 eager (wall time) and by CUDA-graph replay, each route forced
 (``lltm.overrides.stacked_layers``: off, on) and the module's own choice
-(auto), at every shape where the stacked launch runs. Per row, the plan a
+(auto), at every shape where the stacked launch runs, and cuDNN's nn.LSTM of
+the same sizes by graph replay. Per row, the plan a
 layer above the first runs alone (what the route's rule reads,
 lltm/_stack.py) and the cost model's sum over the layers. Each route's
 outputs and gradients are checked first against the same module's float64
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 import lltm  # noqa: E402
 from lltm import overrides  # noqa: E402
-from wavefront_timing import error_limit, graph_time, lltm_case, max_error  # noqa: E402
+from wavefront_timing import error_limit, graph_time, lltm_case, lstm_case, max_error  # noqa: E402
 
 T = 100
 
@@ -62,8 +63,9 @@ def main(argv=None) -> int:
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, lltm {lltm.__file__}")
     print("| dtype | L | B | H | layer plan | model L x layer | off eager | on eager | auto eager "
-          "| off graph | on graph | auto graph | eager on/off | graph on/off |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| off graph | on graph | auto graph | eager on/off | graph on/off | cuDNN graph "
+          "| cuDNN / on | cuDNN / auto |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
         for L in (int(v) for v in args.layers.split(",")):
@@ -90,10 +92,12 @@ def main(argv=None) -> int:
                                   f"(the layer calls: {errors['off']:.2e})")
                             failed += 1
                     off, on, auto = times["off"], times["on"], times["auto"]
+                    cudnn = graph_time(lstm_case(B, H, T, L, dtype), 3, 5)
                     print(f"| {str(dtype)[6:]} | {L} | {B} | {H} | {plan_name(above[0])} | "
                           f"{model:.0f} | {off[0]:.0f} | {on[0]:.0f} | {auto[0]:.0f} | "
                           f"{off[1]:.0f} | {on[1]:.0f} | {auto[1]:.0f} | {on[0] / off[0]:.2f} | "
-                          f"{on[1] / off[1]:.2f} |", flush=True)
+                          f"{on[1] / off[1]:.2f} | {cudnn:.0f} | {cudnn / on[1]:.2f} | "
+                          f"{cudnn / auto[1]:.2f} |", flush=True)
     return 1 if failed else 0
 
 

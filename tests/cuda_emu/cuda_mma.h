@@ -5,7 +5,7 @@
  * cvt.rna.tf32.f32, as warp exchanges through the slots of
  * cuda_runtime.h (two warp barriers each, as a shuffle). The fragment
  * layouts are PTX's (lltm_cuda_mma.cuh's notation); the sums run k in order
- * in float, not the hardware's order.
+ * in float, not the hardware's order; and cp.async's 16-byte copy.
  */
 #pragma once
 
@@ -109,5 +109,9 @@ inline void mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32
         },
         [&](const auto &f, int k, int col) { return tf32(f[col * 4 + k % 4][4 + k / 4]); });
 }
+
+/* cp.async of 16 bytes: copied at once (the emulator's threads see the
+ * source as written before the last barrier) */
+inline void copy_16(void *dst, const void *src) { memcpy(dst, src, 16); }
 
 } // namespace emu

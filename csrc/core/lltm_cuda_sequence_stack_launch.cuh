@@ -1,0 +1,170 @@
+/*
+ * lltm_cuda_sequence_stack_launch.cuh - the launchers of the stacked
+ * layers' kernels (lltm_cuda_sequence_stack.cuh): their layouts, shared
+ * memory and cooperative launches, for one dtype; each
+ * lltm_cuda_seq_stack_<dtype>.cu instantiates them (LLTM_SEQ_STACK_UNIT).
+ */
+#ifndef LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH
+#define LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH
+
+#include "lltm_cuda_sequence_stack.cuh"
+
+namespace lltm_seq {
+
+/* Dynamic shared memory of the stack's kernels: FFMA (float state), or
+ * tensor cores (mma: bytes of a staged value, 0 for none) for the
+ * layouts that exist there only (stack_mma_only), else the larger of the
+ * two (a half type's binary forms its products on tensor cores on sm_80+
+ * only). */
+inline size_t stack_forward_smem(int ks, int kr, int ch, int layers, size_t mma)
+{
+    const size_t ffma = (size_t)(2 * layers - 1) * ch * ks * kr * sizeof(float);
+    const int parts = mma_parts_ld(NT / ks * 3, mma_parts_bank(true, ks));
+    const size_t tiles = (size_t)(2 * layers - 1) * BC * (ks * kr * mma + MMA_ROW_PAD_BYTES) +
+                         (size_t)layers * (NT / 32) * ch * parts * sizeof(float);
+    return !mma ? ffma : stack_mma_only(ks, kr, ch) ? tiles : max_size(ffma, tiles);
+}
+inline size_t stack_backward_smem(int ks, int kr, int ch, int layers, size_t mma)
+{
+    const int U = NT / ks;
+    const size_t sums = (size_t)layers * ch * (ks * 3 * kr + ks * U + U);
+    const size_t bias = (size_t)layers * 3 * ch * U;
+    const size_t ffma = max_size(sums, bias) * sizeof(float);
+    const int parts = mma_parts_ld(U, mma_parts_bank(false, ks));
+    const size_t tiles = max_size(
+        (size_t)layers * BC * (3 * ks * kr * mma + MMA_ROW_PAD_BYTES) +
+            (size_t)layers * (NT / 32) * ch * parts * sizeof(float),
+        bias * sizeof(float));
+    return !mma ? ffma : stack_mma_only(ks, kr, ch) ? tiles : max_size(ffma, tiles);
+}
+
+} // namespace lltm_seq
+
+namespace {
+
+/* The layouts of the stack (lanes x values, rows a chunk) for L = 2, 3:
+ * 32 lanes a unit in 4-row chunks on FFMA (and tensor cores); on tensor
+ * cores only, 16 lanes a unit in 4- and 16-row chunks */
+#define LLTM_SEQ_STACK_CASES(X)                                                              \
+    X(32, 8, 4, 2)                                                                           \
+    X(32, 8, 4, 3)                                                                           \
+    X(32, 4, 4, 2)                                                                           \
+    X(32, 4, 4, 3)                                                                           \
+    X(16, 8, 4, 2)                                                                           \
+    X(16, 8, 4, 3)                                                                           \
+    X(16, 8, 16, 2)                                                                          \
+    X(16, 8, 16, 3)                                                                          \
+    X(16, 16, 4, 2)                                                                          \
+    X(16, 16, 4, 3)                                                                          \
+    X(16, 16, 16, 2)                                                                         \
+    X(16, 16, 16, 3)
+
+/* whether T has the layout's kernels: float32 (no tensor-core build of the
+ * stack) not those of tensor cores only */
+template <typename T> constexpr bool stack_layout_of(int ks, int kr, int ch)
+{
+    return !(std::is_same<T, float>::value && lltm_seq::stack_mma_only(ks, kr, ch));
+}
+
+template <typename T>
+const void *stack_kernel_of(bool forward, int lanes, int values, int chunk, int layers)
+{
+#define LLTM_SEQ_STACK_CASE(KS, KR, CH, LL)                                                  \
+    if constexpr (stack_layout_of<T>(KS, KR, CH))                                                \
+        if (lanes == KS && values == KR && chunk == CH && layers == LL)                      \
+            return forward ? (const void *)stack_forward_kernel<T, KS, KR, CH, LL>           \
+                           : (const void *)stack_backward_kernel<T, KS, KR, CH, LL>;
+    LLTM_SEQ_STACK_CASES(LLTM_SEQ_STACK_CASE)
+#undef LLTM_SEQ_STACK_CASE
+    return NULL;
+}
+
+/* one cooperative launch of `kernel` for `l` (its blocks x groups resident
+ * at once: the plan's) */
+template <typename Args>
+int stack_launch(void (*kernel)(Args), const lltm_sequence_launch &l, const Args &a,
+                 cudaStream_t stream)
+{
+    if (l.smem > 48 * 1024 &&
+        cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)l.smem) != cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    void *args[] = {(void *)&a};
+    return launch_status(cudaLaunchCooperativeKernel(kernel, dim3((unsigned)(l.blocks * l.groups)),
+                                                     dim3(NT), args, l.smem, stream));
+}
+
+/* the launch of the forward (Args: stack_forward_args) or backward kernel
+ * of l's layout for `layers` layers */
+template <typename T, typename Args>
+int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStream_t stream)
+{
+    constexpr bool forward = std::is_same<Args, lltm_seq::stack_forward_args<T>>::value;
+    if (l.groups < 1 || l.blocks < 1)
+        return LLTM_ERR_ARGUMENT;
+#define LLTM_SEQ_STACK_CASE(KS, KR, CH, LL)                                                  \
+    if constexpr (stack_layout_of<T>(KS, KR, CH))                                                \
+        if (l.lanes == KS && l.values == KR && l.chunk == CH && layers == LL) {              \
+            if constexpr (forward)                                                           \
+                return stack_launch(stack_forward_kernel<T, KS, KR, CH, LL>, l, a, stream);  \
+            else                                                                             \
+                return stack_launch(stack_backward_kernel<T, KS, KR, CH, LL>, l, a, stream); \
+        }
+    LLTM_SEQ_STACK_CASES(LLTM_SEQ_STACK_CASE)
+#undef LLTM_SEQ_STACK_CASE
+    return LLTM_ERR_ARGUMENT;
+}
+
+} // namespace
+
+/* The exported functions of one dtype's unit: the kernel lookup (for the
+ * chooser's occupancy queries; NULL: no such layout) and the launchers
+ * (LLTM_ERR_ARGUMENT for a layout the library has no kernel of). */
+namespace lltm_seq {
+template <typename T>
+const void *stack_kernel(bool forward, int lanes, int values, int chunk, int layers);
+template <typename T>
+int stack_forward(const lltm_sequence_launch &l, int layers, const stack_forward_args<T> &a,
+                  cudaStream_t stream);
+template <typename T>
+int stack_backward(const lltm_sequence_launch &l, int layers, const stack_backward_args<T> &a,
+                   cudaStream_t stream);
+#define LLTM_SEQ_STACK_DECLARE(T)                                                            \
+    template <>                                                                              \
+    const void *stack_kernel<T>(bool forward, int lanes, int values, int chunk, int layers); \
+    template <>                                                                              \
+    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
+                         const stack_forward_args<T> &a, cudaStream_t stream);               \
+    template <>                                                                              \
+    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
+                          const stack_backward_args<T> &a, cudaStream_t stream);
+LLTM_SEQ_STACK_DECLARE(float)
+LLTM_SEQ_STACK_DECLARE(__half)
+LLTM_SEQ_STACK_DECLARE(__nv_bfloat16)
+#undef LLTM_SEQ_STACK_DECLARE
+} // namespace lltm_seq
+
+#define LLTM_SEQ_STACK_UNIT(T)                                                               \
+    namespace lltm_seq {                                                                     \
+    template <>                                                                              \
+    const void *stack_kernel<T>(bool forward, int lanes, int values, int chunk, int layers)  \
+    {                                                                                        \
+        return stack_kernel_of<T>(forward, lanes, values, chunk, layers);                    \
+    }                                                                                        \
+    template <>                                                                              \
+    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
+                         const stack_forward_args<T> &a, cudaStream_t stream)                \
+    {                                                                                        \
+        return stack_run<T>(l, layers, a, stream);                                          \
+    }                                                                                        \
+    template <>                                                                              \
+    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
+                          const stack_backward_args<T> &a, cudaStream_t stream)              \
+    {                                                                                        \
+        return stack_run<T>(l, layers, a, stream);                                          \
+    }                                                                                        \
+    }
+
+#endif /* LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH */
