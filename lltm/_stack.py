@@ -27,7 +27,7 @@ dropout (in training) before the next, and (measured, docs/performance.md,
     H200, against a call a layer with the wavefront's time chunks): under
     capture where HALF_CAPTURED_BH[0] <= B x H <= HALF_CAPTURED_BH[1] and
     H >= HALF_MIN_H, 0.71x - 1.00x (B32 - B256 at H 128 - 256; one row of
-    13, three layers B128/H128, 1.07x); below that B x H the cluster family
+    15, three layers B128/H128, 1.07x); below that B x H the cluster family
     runs a layer in a fraction of the stacked step (0.99x - 1.73x at B <=
     32, one row 0.89x), above it the stacked launch's blocks each carry
     several 16-row chunks (0.96x - 1.21x), and at H = 64 the block family
