@@ -482,16 +482,17 @@ __device__ __forceinline__ void stack_backward_steps(const lltm_seq::stack_backw
             const int64_t b = b0 + own_bb;
             const bool row_ok = owner && own_u < H && b < B;
             const int64_t row_end = stack_row_steps(a.lengths, b, B, steps);
-            /* the owner's pointwise inputs of every layer, fetched before the
-             * products: activations, cell, dL/dh from outside, dL/dc */
+            /* the owner's pointwise inputs of layer l: activations, cell, dL/dh
+             * from outside, dL/dc; every layer's fetched before the products on
+             * tensor cores, each layer's as it comes in FFMA (whose registers
+             * hold the weights) */
             A i_[L], o_[L], z_[L], c_[L], dh_[L], dc_in[L];
-#pragma unroll
-            for (int l = 0; l < L; ++l) {
+            auto fetch = [&](int l) {
                 const int64_t t = steps - 1 - step + (L - 1 - l);
                 i_[l] = o_[l] = z_[l] = c_[l] = dh_[l] = dc_in[l] = 0;
                 if (t < 0 || t >= steps || !row_ok)
-                    continue;
-                const int64_t jj = t * BH + b * H + own_u;
+                    return;
+                const int64_t jj = t * BH + b * H + own_u, bu = b * H + own_u;
                 const T *arow = a.gates[l] + (t * B + b) * G;
                 i_[l] = to_acc(arow[own_u]);
                 o_[l] = to_acc(arow[H + own_u]);
@@ -500,11 +501,14 @@ __device__ __forceinline__ void stack_backward_steps(const lltm_seq::stack_backw
                 if (l == L - 1)
                     dh_[l] = to_acc(a.grad_output[jj]);
                 if (t == row_end - 1) /* the row's last step: dL/dh_n enters */
-                    dh_[l] += to_acc(a.grad_h_n[l][b * H + own_u]);
+                    dh_[l] += to_acc(a.grad_h_n[l][bu]);
                 const A *dc_state = SAME ? reinterpret_cast<const A *>(a.grad_c0[l]) : a.dc_work[l];
-                dc_in[l] = t == steps - 1 ? to_acc(a.grad_c_n[l][b * H + own_u])
-                                          : dc_state[b * H + own_u];
-            }
+                dc_in[l] = t == steps - 1 ? to_acc(a.grad_c_n[l][bu]) : dc_state[bu];
+            };
+            if constexpr (MMA)
+#pragma unroll
+                for (int l = 0; l < L; ++l)
+                    fetch(l);
 #pragma unroll
             for (int l = 0; l < L; ++l) {
                 const int64_t tn = steps - step + (L - 1 - l); /* t_l + 1 */
@@ -530,6 +534,8 @@ __device__ __forceinline__ void stack_backward_steps(const lltm_seq::stack_backw
                 const int64_t t = steps - 1 - step + (L - 1 - l);
                 if (t < 0 || t >= steps || !row_ok)
                     continue;
+                if constexpr (!MMA)
+                    fetch(l);
                 A *dc_state = SAME ? reinterpret_cast<A *>(a.grad_c0[l]) : a.dc_work[l];
                 A d[3], dc;
                 backward_step_math<A>(t < row_end, i_[l], o_[l], z_[l], c_[l], tot[l] + dh_[l],
