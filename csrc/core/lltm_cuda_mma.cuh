@@ -236,6 +236,18 @@ __device__ __forceinline__ void stage_tile_rows_async(T *__restrict__ dst,
     }
 }
 
+/* Rows CH .. BC-1 of `count` staged tiles [BC][LD] (one after another)
+ * set to zero: an mma reads all BC rows, a chunk stages its CH. Once, at
+ * the start; call from every thread of the block. */
+template <typename T, int CH, int LD>
+__device__ __forceinline__ void zero_rows_past_chunk(T *tiles, int count, int tid)
+{
+    using lltm_seq::BC;
+    for (int k = 0; k < count; ++k)
+        for (int e = CH * LD + tid; e < BC * LD; e += NT)
+            tiles[k * BC * LD + e] = from_acc<T>(0.0f);
+}
+
 /* This lane's B tiles over its warp's k range [warp*KW, warp*KW + KW):
  * wt[n][kk] holds at(column n*8 + l/4, k) for the k of the layout above
  * (T: the type `at` returns; float: rounded to TF32). */

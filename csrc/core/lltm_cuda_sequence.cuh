@@ -139,10 +139,19 @@ __host__ __device__ constexpr int mma_parts_bank(bool forward, int ks)
 {
     return forward ? (ks == 32 ? 5 : 4) : (NT / ks == 8 ? 8 : 4);
 }
+/* one staged tile [BC][cols + pad] of `mma`-byte values, and the warps'
+ * partial sums of a chunk's `ch` rows (`outs`: their row stride) */
+inline size_t mma_tile_bytes(int cols, size_t mma)
+{
+    return (size_t)BC * (cols * mma + MMA_ROW_PAD_BYTES);
+}
+inline size_t mma_parts_bytes(int ch, int outs)
+{
+    return (size_t)(NT / 32) * ch * outs * sizeof(float);
+}
 inline size_t grid_mma_smem(int cols, int ch, int outs, size_t mma)
 {
-    return (size_t)BC * (cols * mma + MMA_ROW_PAD_BYTES) +
-           (size_t)(NT / 32) * ch * outs * sizeof(float);
+    return mma_tile_bytes(cols, mma) + mma_parts_bytes(ch, outs);
 }
 inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 /* The grid layouts that exist on tensor cores only (64 values a lane: an

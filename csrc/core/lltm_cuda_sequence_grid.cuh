@@ -98,8 +98,7 @@ forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__re
         b_i = unit_ok ? to_acc(bias[u]) : A(0);
         b_o = unit_ok ? to_acc(bias[H + u]) : A(0);
         b_z = unit_ok ? to_acc(bias[2 * H + u]) : A(0);
-        for (int e = CH * LDA + tid; e < BC * LDA; e += NT) /* rows past the chunk */
-            ha[e] = from_acc<T>(0.0f);
+        zero_rows_past_chunk<T, CH, LDA>(ha, 1, tid);
     } else {
         load_unit_rows<T, KS, KR>(weights, bias, H, K, u, unit_ok, s, w, b_i, b_o, b_z);
     }
@@ -332,8 +331,7 @@ backward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K,
     uint32_t wt[MN][MK][2];
     if constexpr (MMA) {
         load_unit_tiles<T, KW, MN, MK>(weights, H, K, unit0, tid, wt);
-        for (int e = CH * LDA + tid; e < BC * LDA; e += NT) /* rows past the chunk */
-            ga[e] = from_acc<T>(0.0f);
+        zero_rows_past_chunk<T, CH, LDA>(ga, 1, tid);
     } else {
         const int64_t u = unit0 + j;
 #pragma unroll

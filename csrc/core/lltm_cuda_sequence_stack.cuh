@@ -145,10 +145,8 @@ __device__ __forceinline__ void stack_forward_steps(const lltm_seq::stack_forwar
             }
         }
     }
-    if constexpr (MMA) /* the tiles' rows past the chunk */
-        for (int e = tid; e < (2 * L - 1) * BC * LDA; e += NT)
-            if (e % (BC * LDA) >= CH * LDA)
-                ha[e] = from_acc<T>(0.0f);
+    if constexpr (MMA)
+        zero_rows_past_chunk<T, CH, LDA>(ha, 2 * L - 1, tid);
 
     for (int64_t step = 0; step < steps + L - 1; ++step) {
         for (int64_t b0 = first_row; b0 < B; b0 += row_step) {
@@ -396,10 +394,8 @@ __device__ __forceinline__ void stack_backward_steps(const lltm_seq::stack_backw
                 }
         }
     }
-    if constexpr (MMA) /* the tiles' rows past the chunk */
-        for (int e = tid; e < L * BC * LDA; e += NT)
-            if (e % (BC * LDA) >= CH * LDA)
-                ga[e] = from_acc<T>(0.0f);
+    if constexpr (MMA)
+        zero_rows_past_chunk<T, CH, LDA>(ga, L, tid);
     /* the owner's totals of each layer's partial sums (after a barrier) */
     auto totals = [&](A(&tot)[L]) {
 #pragma unroll

@@ -20,8 +20,8 @@ inline size_t stack_forward_smem(int ks, int kr, int ch, int layers, size_t mma)
 {
     const size_t ffma = (size_t)(2 * layers - 1) * ch * ks * kr * sizeof(float);
     const int parts = mma_parts_ld(NT / ks * 3, mma_parts_bank(true, ks));
-    const size_t tiles = (size_t)(2 * layers - 1) * BC * (ks * kr * mma + MMA_ROW_PAD_BYTES) +
-                         (size_t)layers * (NT / 32) * ch * parts * sizeof(float);
+    const size_t tiles =
+        (2 * layers - 1) * mma_tile_bytes(ks * kr, mma) + layers * mma_parts_bytes(ch, parts);
     return !mma ? ffma : stack_mma_only(ks, kr, ch) ? tiles : max_size(ffma, tiles);
 }
 inline size_t stack_backward_smem(int ks, int kr, int ch, int layers, size_t mma)
@@ -32,8 +32,7 @@ inline size_t stack_backward_smem(int ks, int kr, int ch, int layers, size_t mma
     const size_t ffma = max_size(sums, bias) * sizeof(float);
     const int parts = mma_parts_ld(U, mma_parts_bank(false, ks));
     const size_t tiles = max_size(
-        (size_t)layers * BC * (3 * ks * kr * mma + MMA_ROW_PAD_BYTES) +
-            (size_t)layers * (NT / 32) * ch * parts * sizeof(float),
+        layers * (mma_tile_bytes(3 * ks * kr, mma) + mma_parts_bytes(ch, parts)),
         bias * sizeof(float));
     return !mma ? ffma : stack_mma_only(ks, kr, ch) ? tiles : max_size(ffma, tiles);
 }
@@ -70,7 +69,7 @@ template <typename T>
 const void *stack_kernel_of(bool forward, int lanes, int values, int chunk, int layers)
 {
 #define LLTM_SEQ_STACK_CASE(KS, KR, CH, LL)                                                  \
-    if constexpr (stack_layout_of<T>(KS, KR, CH))                                                \
+    if constexpr (stack_layout_of<T>(KS, KR, CH))                                            \
         if (lanes == KS && values == KR && chunk == CH && layers == LL)                      \
             return forward ? (const void *)stack_forward_kernel<T, KS, KR, CH, LL>           \
                            : (const void *)stack_backward_kernel<T, KS, KR, CH, LL>;
@@ -105,7 +104,7 @@ int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStre
     if (l.groups < 1 || l.blocks < 1)
         return LLTM_ERR_ARGUMENT;
 #define LLTM_SEQ_STACK_CASE(KS, KR, CH, LL)                                                  \
-    if constexpr (stack_layout_of<T>(KS, KR, CH))                                                \
+    if constexpr (stack_layout_of<T>(KS, KR, CH))                                            \
         if (l.lanes == KS && l.values == KR && l.chunk == CH && layers == LL) {              \
             if constexpr (forward)                                                           \
                 return stack_launch(stack_forward_kernel<T, KS, KR, CH, LL>, l, a, stream);  \
