@@ -631,3 +631,16 @@ def test_under_tf32_the_reference_sets_the_bar_with_tf32_products(untimed, monke
     tf32 = bars()
     assert plain == bench.TOLERANCE[torch.float32]  # the reference's float32 error is far below
     assert tf32 > 3 * plain  # twice the reference's error on TF32 products (~4e-4 here)
+
+
+def test_heatmap_caption_names_machine_date_commit_and_tf32():
+    from lltm.bench.sweep_report import heatmap_caption
+    machine = {"gpus": ["NVIDIA H200"], "cpu": "Some CPU", "date": "2026-12-01T21:09:18+00:00",
+               "lltm_git": "5d345f5", "tf32": {"matmul": False, "cudnn": True}}
+    assert heatmap_caption(machine, ("cuda", "sequence", "float32", 3)) == \
+        "NVIDIA H200, 2026-12-01, lltm 5d345f5, float32 on TF32: aten::mm off, cuDNN on"
+    assert heatmap_caption(machine, ("cuda", "sequence", "bfloat16", 1)) == \
+        "NVIDIA H200, 2026-12-01, lltm 5d345f5"
+    cpu_run = dict(machine, gpus=[], tf32=None)
+    assert heatmap_caption(cpu_run, ("cpu", "cell", "float32", 1)) == \
+        "Some CPU, 2026-12-01, lltm 5d345f5"

@@ -76,7 +76,8 @@ would end past ``--sweep-time-limit`` (540 s). Restrict the grid with
 kind, dtype and depth), ``--json`` (every number, the machine), and with
 ``--sweep-out DIR`` heatmaps of the headline ratio (against nn.LSTM; for cells
 against the faster of reference and nn.LSTMCell), a diverging colour map centred
-at 1 with each ratio printed, and DIR/sweep.json.
+at 1 with each ratio printed, titled with the GPU (or CPU), date, commit and
+float32's TF32 flags, and DIR/sweep.json.
 
 Every route of the CUDA library, ``--sweep --sweep-variants``
 (``lltm/bench/variants.py``): per shape (B in 1..1024, nine values; H in

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import os
 
-from .report import machine_text
+from .report import machine_text, tf32_text
 from .sweep import BEST, OURS, PEERS
 
 NAMES = {"lltm": "lltm.LLTM", "lstm": "nn.LSTM", "native": "lltm.LLTMCell (native)",
@@ -141,7 +141,8 @@ def heatmap_name(key: tuple) -> str:
 def save_heatmaps(result: dict, out_dir: str) -> list[str]:
     """One PNG per (device, kind, dtype, layers): the headline ratio (against
     nn.LSTM; the cells against the faster of reference and nn.LSTMCell) per
-    B x H, on the primary figure; a diverging colour map centred at 1."""
+    B x H, on the primary figure; a diverging colour map centred at 1, its
+    title ending in :func:`heatmap_caption`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -151,7 +152,7 @@ def save_heatmaps(result: dict, out_dir: str) -> list[str]:
         figures = figures_of(entries)
         figure = figures[0] if figures else "step"
         peer = comparisons(key[1])[0]
-        fig = _heatmap(plt, key, entries, peer, figure)
+        fig = _heatmap(plt, key, entries, peer, figure, heatmap_caption(result["machine"], key))
         path = os.path.join(out_dir, heatmap_name(key))
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -159,7 +160,20 @@ def save_heatmaps(result: dict, out_dir: str) -> list[str]:
     return paths
 
 
-def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str):
+def heatmap_caption(machine: dict, key: tuple) -> str:
+    """Where and when a heatmap was measured, for its title: the GPU (or
+    CPU) of its device, the run's date, lltm's commit and, for float32 on
+    CUDA, the TF32 flags; a picture copied away from its run still says it."""
+    device, _, dtype, _ = key
+    gpus = machine.get("gpus") or []
+    where = gpus[0] if device.startswith("cuda") and gpus else machine.get("cpu", device)
+    text = f"{where}, {str(machine.get('date', ''))[:10]}, lltm {machine.get('lltm_git')}"
+    if device.startswith("cuda") and dtype == "float32":
+        text += tf32_text(machine).replace(";", ",")
+    return text
+
+
+def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str, caption: str = ""):
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
 
@@ -199,6 +213,7 @@ def _heatmap(plt, key: tuple, entries: list[dict], peer: str, figure: str):
     depth = f", T={entries[0]['T']}, {layers} layer{'s' if layers > 1 else ''}" \
         if kind == "sequence" else ""
     ax.set_title(f"{device} {dtype} {kind}{depth}, {FIGURE_NAMES[figure].split(' (')[0]}\n"
-                 f"{NAMES[peer]} time / {NAMES[OURS[kind]]} time", fontsize=9)
+                 f"{NAMES[peer]} time / {NAMES[OURS[kind]]} time"
+                 + (f"\n{caption}" if caption else ""), fontsize=9)
     fig.tight_layout()
     return fig
