@@ -52,10 +52,11 @@ def side_stream(device: torch.device):
 
 
 def concurrent(x: torch.Tensor) -> bool:
-    """Run the reverse direction on a side stream: on CUDA, eagerly or while
-    a CUDA graph is captured (the side stream forks from the capturing one
-    and joins it again, so the graph holds both branches); not while
-    compiling (torch.compile traces one stream) or under torch.func
+    """Whether work on ``x`` may fork onto side streams (the reverse
+    direction here, the wavefront's layers in lltm/_wavefront.py): on CUDA,
+    eagerly or while a CUDA graph is captured (a side stream forks from the
+    capturing one and joins it again, so the graph holds every branch); not
+    while compiling (torch.compile traces one stream) or under torch.func
     transforms."""
     return (x.is_cuda and not torch.compiler.is_compiling()
             and not torch._C._are_functorch_transforms_active())

@@ -36,7 +36,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import _layer_grads, _native, _sharing, overrides
+from . import _directions, _layer_grads, _native, _sharing, overrides
 
 # The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
@@ -72,14 +72,6 @@ def _streams(device: torch.device, count: int, use: str = "layers") -> list:
     while len(pool) < count:
         pool.append(torch.cuda.Stream(device=index))
     return pool[:count]
-
-
-def _overlapping(x: torch.Tensor) -> bool:
-    """Whether the chunks may run on several streams: CUDA, eager or under
-    CUDA-graph capture (fork and join of streams are legal there); not while
-    torch.compile traces nor under torch.func transforms."""
-    return (x.is_cuda and not torch.compiler.is_compiling()
-            and not torch._C._are_functorch_transforms_active())
 
 
 def _split(T: int, chunks: int) -> list[int]:
@@ -357,7 +349,7 @@ def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
     forced = overrides.current_wavefront_chunks()
     if forced is not None:
         return min(forced, T), 1
-    if not _overlapping(x):
+    if not _directions.concurrent(x):
         return 1, 1
     return automatic_schedule(T, B, I, H, L, x.dtype, x.device)
 
@@ -395,7 +387,7 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
     chunk_lengths, finished = _chunk_lengths(lengths, sizes) if lengths is not None else ((), ())
 
     streams = None
-    if _overlapping(x):
+    if _directions.concurrent(x):
         current = torch.cuda.current_stream(x.device)
         streams = [current, *_streams(x.device, L - 1)]
         for side in streams[1:]:  # after the work that made x, h0, c0 and the parameters
