@@ -24,7 +24,8 @@ reach there. Also printed: the floor with the products on TF32 (1xTF32, what
 cuDNN computes with), and three times it, what the 3xTF32 split (float32
 accuracy from three TF32 products a product) would cost at best. lltm.LLTM's
 own time (default settings) and its ratio stand beside the bound; lltm's
-results are checked against its float64 run first (WRONG above 1e-4).
+results are checked against its float64 run first (WRONG above the
+benchmark's float32 tolerance, 1e-4).
 
     python3 dev/timing/float32_bound.py [--shapes 256x512,1024x1024] [--layers 1,3] [--T 100]
 """
@@ -38,7 +39,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from wavefront_timing import graph_time, lltm_case, lstm_case, max_error, parse_shapes  # noqa: E402
+from lltm.bench.runner import tf32_setting  # noqa: E402
+from wavefront_timing import (error_limit, graph_time, lltm_case, lstm_case, max_error,  # noqa: E402
+                              parse_shapes)
 
 DEFAULT_SHAPES = ("16x2048,64x1024,64x2048,256x256,256x512,256x1024,256x2048,"
                   "1024x256,1024x512,1024x1024")
@@ -59,15 +62,11 @@ def products(T, B, H, L, tf32: bool):  # noqa: E741
                      torch.empty(T * B, k, device="cuda"), torch.empty(3 * H, k, device="cuda")))
 
     def step():
-        previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
+        with tf32_setting("on" if tf32 else "off"):
             for X, W, dG, G, dX, dW in mats:
                 torch.mm(X, W.t(), out=G)
                 torch.mm(dG, W, out=dX)
                 torch.mm(dG.t(), X, out=dW)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = previous
     return step
 
 
@@ -78,12 +77,8 @@ def peak_tflops(tf32: bool) -> float:
     c = torch.empty(n, n, device="cuda")
 
     def step():
-        previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
+        with tf32_setting("on" if tf32 else "off"):
             torch.mm(a, b, out=c)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * n ** 3 / graph_time(step, 5, 5) / 1e6
 
 
@@ -113,18 +108,18 @@ def main(argv=None) -> int:
     print("| L | B | H | cuDNN graph us | lltm graph us | lltm ratio | float32 products us "
           "| bound ratio | TF32 products us | 3 x TF32 bound ratio | lltm error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    wrong = 0
+    wrong, limit = 0, error_limit(torch.float32, 0.0)
     for L in (int(v) for v in args.layers.split(",")):  # noqa: E741
         for B, H in parse_shapes(args.shapes):
             step, outputs, oracle = lltm_case(B, H, T, L, torch.float32)
             error = max_error(outputs(), oracle())
-            wrong += error > 1e-4
+            wrong += error > limit
             lltm_us = timed(step)
             del step, outputs, oracle
             cudnn_us = timed(lstm_case(B, H, T, L, torch.float32))
             f32_us = timed(products(T, B, H, L, tf32=False))
             tf32_us = timed(products(T, B, H, L, tf32=True))
-            mark = " WRONG" if error > 1e-4 else ""
+            mark = " WRONG" if error > limit else ""
             print(f"| {L} | {B} | {H} | {cudnn_us:,.0f} | {lltm_us:,.0f} | {cudnn_us / lltm_us:.2f} "
                   f"| {f32_us:,.0f} | **{cudnn_us / f32_us:.2f}** | {tf32_us:,.0f} "
                   f"| {cudnn_us / (3 * tf32_us):.2f} | {error:.1e}{mark} |", flush=True)
