@@ -15,7 +15,7 @@ import contextlib
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _differentiable, _sharing
+from . import _differentiable, _settings
 
 # the operators' autograd-free twins (lltm/_ops.py): called with gradient
 # mode off inside the Function, they go straight to their device kernels
@@ -66,7 +66,11 @@ class _Fork:
     """The reverse direction's work on the side stream (CUDA) or in line
     (CPU): ``with fork.side(): ...`` runs there; ``join`` makes the current
     stream wait for it and tells the caching allocator that ``tensors``
-    made there are used on the current stream too."""
+    made there are used on the current stream too. ``settings()``: those of
+    both directions' calls, planned for SIDE_BY_SIDE layers at once where
+    they run side by side."""
+
+    SIDE_BY_SIDE = 2
 
     def __init__(self, x: torch.Tensor):
         self.cuda = concurrent(x)
@@ -78,8 +82,8 @@ class _Fork:
     def side(self):
         return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
 
-    def sharing(self):
-        return _sharing.sharing_device(2) if self.cuda else contextlib.nullcontext()
+    def settings(self) -> int:
+        return _settings.current(self.SIDE_BY_SIDE if self.cuda else 1)
 
     def join(self, *tensors) -> None:
         if self.cuda:
@@ -113,12 +117,12 @@ class BothDirections(torch.autograd.Function):
         tail = () if lengths is None else (lengths,)
         op = _FORWARD.default if lengths is None else _FORWARD.lengths
         fork = _Fork(x)
-        with fork.sharing():
-            with fork.side():
-                x_r = reverse_time(x, index)
-                res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail)
-                out_r = reverse_time(res_r[0], index)
-            res_f = op(x, w_f, b_f, h0[0], c0[0], *tail)
+        settings = fork.settings()
+        with fork.side():
+            x_r = reverse_time(x, index)
+            res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail, settings)
+            out_r = reverse_time(res_r[0], index)
+        res_f = op(x, w_f, b_f, h0[0], c0[0], *tail, settings)
         fork.join(x_r, *res_r, out_r)
         out = torch.cat([res_f[0], out_r], 2)
         h_n = torch.stack([res_f[1], res_r[1]])
@@ -161,14 +165,14 @@ class BothDirections(torch.autograd.Function):
         mask_f = (needs[0], needs[1], needs[2], needs[5], needs[6])
         mask_r = (needs[0], needs[3], needs[4], needs[5], needs[6])
         fork = _Fork(x)
-        with fork.sharing():
-            with fork.side():
-                g_r = reverse_time(g_out[..., H:], index)
-                d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,
-                         mask_r)
-                dx_r = None if d_r[0] is None else reverse_time(d_r[0], index)
-            d_f = op(g_out[..., :H], g_h[0], g_c[0], x, w_f, h0[0], out_f, cells_f, gates_f,
-                     *tail, mask_f)
+        settings = fork.settings()
+        with fork.side():
+            g_r = reverse_time(g_out[..., H:], index)
+            d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,
+                     mask_r, settings)
+            dx_r = None if d_r[0] is None else reverse_time(d_r[0], index)
+        d_f = op(g_out[..., :H], g_h[0], g_c[0], x, w_f, h0[0], out_f, cells_f, gates_f,
+                 *tail, mask_f, settings)
         fork.join(g_r, *d_r, dx_r)
         dx = None if d_f[0] is None else d_f[0] + dx_r
         db_f = None if d_f[2] is None else d_f[2].view(b_f.shape)

@@ -33,7 +33,7 @@ import contextlib
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _autocast, _native, _sharing
+from . import _autocast, _settings, _sharing
 from ._ops import layer_grads
 
 _forward = torch.ops.lltm._sequence_forward
@@ -245,10 +245,13 @@ class ChunkCall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weights, bias, h0, c0, sink, chunk, lengths):
+        settings = _settings.current()
         if lengths is None:
-            out, h_n, c_n, cells, gates = _forward.default(input, weights, bias, h0, c0)
+            out, h_n, c_n, cells, gates = _forward.default(input, weights, bias, h0, c0,
+                                                           settings)
         else:
-            out, h_n, c_n, cells, gates = _forward.lengths(input, weights, bias, h0, c0, lengths)
+            out, h_n, c_n, cells, gates = _forward.lengths(input, weights, bias, h0, c0, lengths,
+                                                           settings)
         ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates,
                               *(() if lengths is None else (lengths,)))
         ctx.sink, ctx.chunk = sink, chunk
@@ -273,8 +276,6 @@ def chunk_call(input, weights, bias, h0, c0, sink, chunk, lengths=None):
     """(output, (h_n, c_n)) of one chunk, as lltm_sequence returns them;
     weights and bias from :class:`LayerParameters` with the same ``sink``."""
     args = (input, weights, bias, h0, c0, sink, chunk, lengths)
-    if input.is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
-        _native.sync_torch_settings()
     if torch._C._is_any_autocast_enabled():
         out, h_n, c_n = _autocast.eager_call(lambda a: ChunkCall.apply(*a), args)
     else:

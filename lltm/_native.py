@@ -166,59 +166,6 @@ def has_cuda_kernels() -> bool:
     return "cuda" in _loaded
 
 
-def _float32_tf32() -> bool:
-    """Whether torch lets float32 matrix products (aten::mm) run on TF32:
-    torch.backends.cuda.matmul.fp32_precision (which also reflects the older
-    allow_tf32 and set_float32_matmul_precision), read the cheap way."""
-    try:
-        return torch._C._get_fp32_precision_getter("cuda", "matmul") == "tf32"
-    except (AttributeError, RuntimeError):
-        try:
-            return bool(torch.backends.cuda.matmul.allow_tf32)
-        except RuntimeError:
-            return False
-
-
-_deterministic_algorithms = torch.are_deterministic_algorithms_enabled  # warn-only counts as on
-
-# The values last copied to the CUDA library, which starts with 0 for both.
-_float32_tf32_copied = False
-_deterministic_copied = False
-
-
-def sync_torch_settings() -> None:
-    """Copies to the CUDA library the settings of torch's that it follows and
-    that the stable C ABI has no reader of; each is copied only when it has
-    changed (called at each eager call on CUDA tensors: lltm._ops.eager_call;
-    a compiled graph, or a call of torch.ops.lltm.* itself, runs with the
-    settings of the last eager call).
-
-    - TF32 for float32 products: the cost models (csrc/core/lltm_cuda_cost.c)
-      then rate float32 cuBLAS products at the TF32 or the FFMA rate, and the
-      chooser may run float32's grid kernels on TF32 tensor cores
-      (csrc/core/lltm_cuda_mma.cuh). Whether cuBLAS products use TF32 is
-      aten::mm's own decision, from the same setting; this keeps the choice
-      of kernels in step with it.
-    - deterministic algorithms (torch.use_deterministic_algorithms, warn-only
-      too): the products that run on cuBLAS then all go through aten::mm,
-      never straight to cuBLAS (csrc/binding/cublas_gemm.c), so that they
-      have torch.mm's guarantee (torch's handle, a workspace per stream) and
-      its checks, if any (a torch that wants CUBLAS_WORKSPACE_CONFIG raises
-      or warns)."""
-    global _float32_tf32_copied, _deterministic_copied
-    lib = _loaded.get("cuda")
-    if lib is None:
-        return
-    now = _float32_tf32()
-    if now != _float32_tf32_copied:
-        lib.lltm_cuda_set_float32_tf32(int(now))
-        _float32_tf32_copied = now
-    now = _deterministic_algorithms()
-    if now != _deterministic_copied:
-        lib.lltm_cuda_set_deterministic_algorithms(int(now))
-        _deterministic_copied = now
-
-
 def stream_capturing(index: int) -> bool:
     """Whether the current stream of CUDA device ``index`` (the one a call on
     that device's tensors runs on) is being captured into a CUDA graph: the

@@ -12,7 +12,6 @@ those, and running such a graph reaches the kernels without entering Python
 every call whether gradients are needed or not)."""
 from __future__ import annotations
 
-import contextlib
 import types
 
 import torch
@@ -20,7 +19,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _autocast, _differentiable, _native, _sharing
+from . import _autocast, _differentiable, _settings, _sharing
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -70,7 +69,7 @@ def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, 
 
 
 @_register_fake("cell_forward")
-def _cell_forward_fake(input, weights, bias, old_h, old_cell):
+def _cell_forward_fake(input, weights, bias, old_h, old_cell, settings=-1):
     op = "lltm::cell_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
                        old_cell=old_cell)
@@ -98,7 +97,7 @@ _ALL = (True,) * 5  # every gradient: the backward operators' default output_mas
 
 @_register_fake("cell_backward")
 def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
-                        output_mask=_ALL):
+                        output_mask=_ALL, settings=-1):
     op = "lltm::cell_backward"
     _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
                        gates=gates, input=input, old_h=old_h, weights=weights)
@@ -151,7 +150,8 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
         # _AutoDispatchBelowAutograd costs ~3.5 us of host time on a 2-core
         # CPU host).
         d_input, d_weights, d_bias, d_old_h, d_old_cell = _cell_backward_kernel(
-            grad_h, grad_cell, new_cell, gates, input, old_h, weights, ctx.needs_input_grad)
+            grad_h, grad_cell, new_cell, gates, input, old_h, weights,
+            ctx.needs_input_grad[:5], _settings.current())
     if d_bias is not None and d_bias.shape != bias.shape:  # the tutorial's [1, 3H] bias
         d_bias = d_bias.view(bias.shape)
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
@@ -173,7 +173,7 @@ def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[i
 
 
 @_register_fake("sequence_forward")
-def _sequence_forward_fake(input, weights, bias, h0, c0):
+def _sequence_forward_fake(input, weights, bias, h0, c0, settings=-1):
     op = "lltm::sequence_forward"
     _same_dtype_device(op, input=input, weights=weights, bias=bias, h0=h0, c0=c0)
     T, B, I, H = _sequence_dims(op, input, h0)
@@ -188,7 +188,7 @@ def _sequence_forward_fake(input, weights, bias, h0, c0):
 
 @_register_fake("sequence_backward")
 def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                            cells, gates, output_mask=_ALL):
+                            cells, gates, output_mask=_ALL, settings=-1):
     op = "lltm::sequence_backward"
     _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
                        input=input, weights=weights, h0=h0, output=output, cells=cells,
@@ -207,7 +207,7 @@ def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
 
 @_register_fake("sequence_backward_gates")
 def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                  cells, gates, output_mask=_ALL):
+                                  cells, gates, output_mask=_ALL, settings=-1):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates)
     return _masked("lltm::sequence_backward_gates",
@@ -224,7 +224,7 @@ def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) 
 
 
 @_register_fake("sequence_forward.lengths")
-def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
+def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths, settings=-1):
     outputs = _sequence_forward_fake(input, weights, bias, h0, c0)
     _check_lengths("lltm::sequence_forward", lengths, input, input.shape[1])
     return outputs
@@ -232,7 +232,7 @@ def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths):
 
 @_register_fake("sequence_backward.lengths")
 def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates, lengths, output_mask=_ALL):
+                                    cells, gates, lengths, output_mask=_ALL, settings=-1):
     grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
                                     cells, gates, output_mask)
     _check_lengths("lltm::sequence_backward", lengths, input, input.shape[1])
@@ -241,7 +241,8 @@ def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weig
 
 @_register_fake("sequence_backward_gates.lengths")
 def _sequence_backward_gates_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
-                                          output, cells, gates, lengths, output_mask=_ALL):
+                                          output, cells, gates, lengths, output_mask=_ALL,
+                                          settings=-1):
     grads = _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
                                           output, cells, gates, output_mask)
     _check_lengths("lltm::sequence_backward_gates", lengths, input, input.shape[1])
@@ -286,7 +287,8 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
     (sequence_backward, or sequence_backward_gates, whose second result is
     then dG), its lengths overload where the forward had lengths, with
     output_mask ``mask`` (only the gradients asked for, as in
-    _cell_backward), planned for the layers that ran beside this one."""
+    _cell_backward), with the settings in force, planned for the layers that
+    ran beside this one."""
     saved = ctx.saved_tensors
     input, weights, bias, h0, c0, out, cells, gates, *lengths = saved
     grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
@@ -295,12 +297,10 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
             grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
     else:
         op = kernel.lengths if lengths else kernel.default
-        layers = getattr(ctx, "concurrent_layers", 1)
-        sharing = _sharing.sharing_device(layers) if layers > 1 else contextlib.nullcontext()
-        with sharing:
-            d_input, d_weights, d_bias, d_h0, d_c0 = op(
-                grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-                mask)
+        settings = _settings.current(getattr(ctx, "concurrent_layers", 1))
+        d_input, d_weights, d_bias, d_h0, d_c0 = op(
+            grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
+            mask, settings)
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
     return (d_input, d_weights, d_bias, d_h0, d_c0), saved
@@ -337,7 +337,7 @@ def _stack_dims(op: str, input, weights0, weights, biases, h0) -> tuple[int, int
 
 
 @_register_fake("stack_forward")
-def _stack_forward_fake(input, weights0, weights, biases, h0, c0):
+def _stack_forward_fake(input, weights0, weights, biases, h0, c0, settings=-1):
     op = "lltm::stack_forward"
     _same_dtype_device(op, input=input, weights0=weights0, weights=weights, biases=biases,
                        h0=h0, c0=c0)
@@ -353,7 +353,7 @@ _ALL6 = (True,) * 6  # the stack's backward: every gradient
 
 @_register_fake("stack_backward")
 def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, output,
-                         outputs, cells, gates, output_mask=_ALL6):
+                         outputs, cells, gates, output_mask=_ALL6, settings=-1):
     op = "lltm::stack_backward"
     _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
                        input=input, weights0=weights0, weights=weights, h0=h0, output=output,
@@ -372,7 +372,7 @@ def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weigh
 
 
 @_register_fake("stack_forward.lengths")
-def _stack_forward_lengths_fake(input, weights0, weights, biases, h0, c0, lengths):
+def _stack_forward_lengths_fake(input, weights0, weights, biases, h0, c0, lengths, settings=-1):
     outputs = _stack_forward_fake(input, weights0, weights, biases, h0, c0)
     _check_lengths("lltm::stack_forward", lengths, input, input.shape[1])
     return outputs
@@ -380,7 +380,8 @@ def _stack_forward_lengths_fake(input, weights0, weights, biases, h0, c0, length
 
 @_register_fake("stack_backward.lengths")
 def _stack_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
-                                 output, outputs, cells, gates, lengths, output_mask=_ALL6):
+                                 output, outputs, cells, gates, lengths, output_mask=_ALL6,
+                                 settings=-1):
     grads = _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
                                  output, outputs, cells, gates, output_mask)
     _check_lengths("lltm::stack_backward", lengths, input, input.shape[1])
@@ -410,32 +411,8 @@ def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
     else:  # only the gradients autograd asks for, as in _cell_backward
         op = _stack_backward_kernel.lengths if lengths else _stack_backward_kernel.default
         grads = op(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, out, outputs,
-                   cells, gates, *lengths, ctx.needs_input_grad[:6])
+                   cells, gates, *lengths, ctx.needs_input_grad[:6], _settings.current())
     return tuple(grads) + (None,) * len(lengths)
-
-
-def _not_differentiable(name: str):
-    def backward(ctx, *grads):
-        raise RuntimeError(
-            f"{name} is not differentiable. For second derivatives differentiate "
-            f"{name.replace('backward_gates', 'forward').replace('backward', 'forward')} "
-            "(lltm.functional) with "
-            "create_graph=True: its backward then runs in differentiable operations.")
-    return backward
-
-
-def _no_context(ctx, inputs, output):
-    pass
-
-
-# The backward operators have no derivative of their own: a clear error
-# instead of autograd's silent zeros if someone differentiates through them.
-for _name in ("lltm::cell_backward", "lltm::sequence_backward",
-              "lltm::sequence_backward.lengths", "lltm::sequence_backward_gates",
-              "lltm::sequence_backward_gates.lengths", "lltm::stack_backward",
-              "lltm::stack_backward.lengths"):
-    torch.library.register_autograd(_name, _not_differentiable(_name),
-                                    setup_context=_no_context)
 
 
 # --- the Functions -------------------------------------------------------------------
@@ -456,21 +433,29 @@ for _name in ("lltm::cell_backward", "lltm::sequence_backward",
 
 def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: int):
     """The autograd.Function of a forward operator: forward runs ``op`` (an
-    autograd-free twin); ``tangents(*inputs, *input_tangents)`` gives the
-    tangents of the differentiable outputs (the rest get None)."""
+    autograd-free twin) on the operator's arguments, the settings last;
+    ``setup_context`` and ``backward`` see the others only, and
+    ``tangents(*inputs, *input_tangents)`` gives the tangents of the
+    differentiable outputs (the rest get None)."""
     def forward(*args):
         # A Function's forward runs with gradient mode off, and op has no
         # autograd kernel: it goes straight to its device kernel.
         return op(*args)
 
+    def setup(ctx, inputs, output):
+        setup_context(ctx, inputs[:-1], output)
+
+    def differentiate(ctx, *grads):
+        return (*backward(ctx, *grads), None)  # (the settings have none)
+
     def jvp(ctx, *input_tangents):
-        out = tangents(*ctx.saved_tensors, *input_tangents)
+        out = tangents(*ctx.saved_tensors, *input_tangents[:-1])
         return (*out, *(None,) * (n_outputs - len(out)))
 
     def body(namespace):
         namespace.update(generate_vmap_rule=True, forward=staticmethod(forward),
-                         setup_context=staticmethod(setup_context),
-                         backward=staticmethod(backward), jvp=staticmethod(jvp),
+                         setup_context=staticmethod(setup),
+                         backward=staticmethod(differentiate), jvp=staticmethod(jvp),
                          __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__[1:]} "
                                                       "with autograd.")
     function = types.new_class(name, (torch.autograd.Function,), exec_body=body)
@@ -513,25 +498,25 @@ _autocast_enabled = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
 _any_requires_grad = torch._C._any_requires_grad  # what torch.library's autograd asks too
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-_sync_torch_settings = _native.sync_torch_settings
+_current_settings = _settings.current
 
 
 def eager_call(function, op, *args):
-    """``op(*args)`` with autograd, through ``function`` (CellForward or
+    """``op(*args, settings)`` with autograd, the settings those in force
+    (lltm/_settings.py), through ``function`` (CellForward or
     SequenceForward, whose forward is op's autograd-free twin) when eager and
     some input needs a gradient or a tangent; under torch.autocast in the
     autocast dtype."""
     if _is_compiling():  # (dynamo reads no attributes of a Function: op is passed)
-        return op(*args)
-    if args[0].is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
-        _sync_torch_settings()
+        return op(*args, _settings.traced())
     if _transforms_active():
         if _under_functorch_jvp():
             # The Function's jvp is exact once, but functorch does not track a
             # second derivative through it (jvp of jvp, jacfwd of jacrev):
             # under forward-mode transforms the step runs in plain operations.
             return _FORWARD_MATH[function](*args)
-        return function.apply(*args)
+        return function.apply(*args, _current_settings())
+    args = (*args, _current_settings())
     if _autocast_enabled():
         return _autocast.eager_call(lambda a: _eager(function, a), args)
     return _eager(function, args)
@@ -545,15 +530,16 @@ class CellStep(torch.autograd.Function):
     on the 2-core CPU host."""
 
     @staticmethod
-    def forward(ctx, input, weights, bias, old_h, old_cell):
-        new_h, new_cell, gates = _cell_forward_kernel(input, weights, bias, old_h, old_cell)
+    def forward(ctx, input, weights, bias, old_h, old_cell, settings):
+        new_h, new_cell, gates = _cell_forward_kernel(input, weights, bias, old_h, old_cell,
+                                                      settings)
         ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
         ctx.set_materialize_grads(False)  # as CellForward's
         return new_h, new_cell
 
     @staticmethod
     def backward(ctx, grad_h, grad_cell):
-        return _cell_backward(ctx, grad_h, grad_cell, None)
+        return (*_cell_backward(ctx, grad_h, grad_cell, None), None)
 
 
 _cell_forward_kernel = torch.ops.lltm._cell_forward.default
@@ -567,9 +553,7 @@ def cell(input, weights, bias, old_h, old_cell):
                 input, weights, bias, old_h, old_cell) and not (
                 _is_wrapped(input) or _is_wrapped(weights) or _is_wrapped(bias)
                 or _is_wrapped(old_h) or _is_wrapped(old_cell)):
-        if input.is_cuda:  # torch's TF32 and deterministic settings, for the CUDA library
-            _sync_torch_settings()
-        return _cell_step(input, weights, bias, old_h, old_cell)
+        return _cell_step(input, weights, bias, old_h, old_cell, _current_settings())
     new_h, new_cell, _gates = eager_call(CellForward, _cell_forward, input, weights, bias,
                                          old_h, old_cell)
     return new_h, new_cell
@@ -590,10 +574,11 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
 
 
 def _eager(function, args):
-    """eager_call outside transforms and autocast: through the Function's C
-    apply where a gradient or a tangent is needed, else its operator alone."""
+    """eager_call outside transforms and autocast (``args``: the operator's,
+    the settings last): through the Function's C apply where a gradient or a
+    tangent is needed, else its operator alone."""
     if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
-        if any(map(_is_wrapped, args)):  # left over from a finished transform: apply unwraps
+        if any(map(_is_wrapped, args[:-1])):  # left over from a finished transform: apply unwraps
             return function.apply(*args)
         return function.c_apply(*args)
     return function.kernel(*args)  # no gradient to track: the autograd-free twin
@@ -626,10 +611,34 @@ def _transform_error(name: str) -> RuntimeError:
 _after_autograd = torch._C._after_autograd_keyset
 
 
+_is_exporting = _settings.exporting
+
+
+def _in_force(args: tuple, defaults: tuple) -> tuple:
+    """A call's ``args`` whole (the trailing ones left out take their
+    ``defaults``, the schema's), with the settings in force where it gave
+    none (an exported program keeps NOT_GIVEN: lltm/_settings.py)."""
+    args = args + defaults[len(args):]
+    if args[-1] == _settings.NOT_GIVEN and not _is_exporting():
+        return (*args[:-1], _current_settings())
+    return args
+
+
+def _defaults(op) -> tuple:
+    return tuple(a.default_value if a.has_default_value() else None
+                 for a in op._schema.arguments)
+
+
+def _qualname(name: str, overload: str) -> str:
+    return name if overload == "default" else f"{name}.{overload}"
+
+
 def _register_autograd(name: str, function, overload: str = "default") -> None:
     kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
+    defaults = _defaults(kernel)
 
     def autograd_kernel(keyset, *args):
+        args = _in_force(args, defaults)
         if (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
             if _transforms_active():
                 raise _transform_error(name)
@@ -637,8 +646,39 @@ def _register_autograd(name: str, function, overload: str = "default") -> None:
         with torch._C._AutoDispatchBelowAutograd():
             return kernel.redispatch(keyset & _after_autograd, *args)
 
-    _autograd_library.impl(name if overload == "default" else f"{name}.{overload}",
-                           autograd_kernel, "Autograd", with_keyset=True)
+    _autograd_library.impl(_qualname(name, overload), autograd_kernel, "Autograd",
+                           with_keyset=True)
+
+
+def _register_not_differentiable(name: str, overload: str = "default") -> None:
+    """The autograd kernel of a backward operator, which has no derivative of
+    its own: the settings in force filled in, and a clear error instead of
+    autograd's silent zeros if someone differentiates through it."""
+    kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
+    defaults = _defaults(kernel)
+    forward = name.replace("backward_gates", "forward").replace("backward", "forward")
+    message = (f"lltm::{_qualname(name, overload)} is not differentiable. For second "
+               f"derivatives differentiate lltm::{forward} (lltm.functional) with "
+               "create_graph=True: its backward then runs in differentiable operations.")
+
+    class Refusing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            return kernel(*args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            raise RuntimeError(message)
+
+    def autograd_kernel(keyset, *args):
+        args = _in_force(args, defaults)
+        if _grad_enabled() and _any_requires_grad(*args):
+            return Refusing.apply(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return kernel.redispatch(keyset & _after_autograd, *args)
+
+    _autograd_library.impl(_qualname(name, overload), autograd_kernel, "Autograd",
+                           with_keyset=True)
 
 
 _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
@@ -647,3 +687,6 @@ _register_autograd("sequence_forward", SequenceForward)
 _register_autograd("sequence_forward", SequenceLengthsForward, overload="lengths")
 _register_autograd("stack_forward", StackForward)
 _register_autograd("stack_forward", StackLengthsForward, overload="lengths")
+for _name in ("cell_backward", "sequence_backward", "sequence_backward_gates", "stack_backward"):
+    for _overload in ("default",) if _name == "cell_backward" else ("default", "lengths"):
+        _register_not_differentiable(_name, _overload)

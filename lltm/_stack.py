@@ -44,7 +44,7 @@ import functools
 
 import torch
 
-from . import _native, _ops, overrides
+from . import _native, _ops, _settings, overrides
 
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
 GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
@@ -72,14 +72,14 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
     T, B, I = x.shape
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     return _choice(index, x.dtype, T, B, I, H, tuple(sizes),
-                   _native.stream_capturing(index), overrides.current_sequence_plan())
+                   _native.stream_capturing(index), _settings.current())
 
 
 @functools.lru_cache(maxsize=CHOICES_CACHED)
 def _choice(index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-            sizes: tuple, capturing: bool, _forced_plan) -> bool:
-    """_automatic's answer, kept per key (``_forced_plan``: lltm.overrides'
-    plan constraints, which the queries below follow)."""
+            sizes: tuple, capturing: bool, _settings_in_force: int) -> bool:
+    """_automatic's answer, kept per key (the settings a call would run
+    with, which the queries below follow: lltm._settings)."""
     return all(overrides.stack_plan_in_force(dtype, L, T, B, I if k == 0 else H, H, device=index)
                is not None for k, L in enumerate(sizes)) and _faster(
                    dtype, T, B, H, index, capturing, sizes)

@@ -27,31 +27,36 @@ def _loop(op, info, in_dims, args):
 
 
 def _cell_forward_vmap(op):
-    def rule(info, in_dims, input, weights, bias, old_h, old_cell):
+    def rule(info, in_dims, input, weights, bias, old_h, old_cell, *settings):
+        # (settings: where the call gave them; its default left out otherwise)
         if in_dims[1] is not None or in_dims[2] is not None:
-            return _loop(op, info, in_dims, (input, weights, bias, old_h, old_cell))
+            return _loop(op, info, in_dims, (input, weights, bias, old_h, old_cell, *settings))
         n = info.batch_size
         x, h, c = (_front(t, d, n) for t, d in ((input, in_dims[0]), (old_h, in_dims[3]),
                                                  (old_cell, in_dims[4])))
         B = x.shape[1]
         outs = op(x.reshape(n * B, -1), weights, bias, h.reshape(n * B, -1),
-                  c.reshape(n * B, -1))
+                  c.reshape(n * B, -1), *settings)
         return tuple(o.view(n, B, -1) for o in outs), (0, 0, 0)
     return rule
 
 
 def _sequence_forward_vmap(op):
-    def rule(info, in_dims, input, weights, bias, h0, c0, *lengths):
-        # lengths: the lengths overload's [B] (folded into the batch like the state)
+    def rule(info, in_dims, input, weights, bias, h0, c0, *rest):
+        # the lengths overload's [B] (folded into the batch like the state),
+        # then the settings where the call gave them
+        lengths = rest[:1] if rest and isinstance(rest[0], torch.Tensor) else ()
+        settings = rest[len(lengths):]
         if in_dims[1] is not None or in_dims[2] is not None:
-            return _loop(op, info, in_dims, (input, weights, bias, h0, c0, *lengths))
+            return _loop(op, info, in_dims, (input, weights, bias, h0, c0, *rest))
         n = info.batch_size
         x = _front(input, in_dims[0], n).movedim(0, 1)  # [T, N, B, I]
         h, c = _front(h0, in_dims[3], n), _front(c0, in_dims[4], n)
         T, _, B, I = x.shape
         folded = [_front(lengths[0], in_dims[5], n).reshape(n * B)] if lengths else []
         out, h_n, c_n, cells, gates = op(x.reshape(T, n * B, I), weights, bias,
-                                         h.reshape(n * B, -1), c.reshape(n * B, -1), *folded)
+                                         h.reshape(n * B, -1), c.reshape(n * B, -1), *folded,
+                                         *settings)
         return ((out.view(T, n, B, -1), h_n.view(n, B, -1), c_n.view(n, B, -1),
                  cells.view(T, n, B, -1), gates.view(T, n, B, -1)), (1, 0, 0, 1, 1))
     return rule

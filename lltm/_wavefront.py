@@ -36,7 +36,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import _directions, _layer_grads, _native, _sharing, overrides
+from . import _directions, _layer_grads, _native, _settings, _sharing, overrides
 
 # The automatic choice (automatic_schedule; docs/design.md, "Stacked layers"):
 # no chunk shorter than MIN_CHUNK_STEPS steps, at most MAX_CHUNKS chunks; a
@@ -161,8 +161,9 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     capturing = _native.stream_capturing(index)
-    tf32 = dtype == torch.float32 and _native._float32_tf32()
-    key = (index, dtype, T, B, I, H, L, capturing, tf32, overrides.current_sequence_plan())
+    tf32 = dtype == torch.float32 and _settings.float32_tf32()
+    # (the settings a call would run with: the choice follows every one of them)
+    key = (index, dtype, T, B, I, H, L, capturing, _settings.current(1))
     found = _CHOICES.get(key)
     if found is None:
         found = _choose(T, B, H, L, dtype, index, capturing, tf32)

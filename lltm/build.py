@@ -55,6 +55,7 @@ CPU_SOURCES = [
     "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",
     "binding/tensor_args.c",
+    "binding/call_settings.c",
     "binding/cell_cpu.c",
     "core/lltm_sequence_cpu.c",
     "binding/sequence_args.c",
@@ -69,6 +70,7 @@ CUDA_SOURCES = [
     "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
+    "binding/call_settings.c",
     "binding/sequence_args.c",
     "binding/stack_args.c",
 ]

@@ -6,8 +6,9 @@ kernels or cuBLAS) and the sequence's plan (per-step kernels, a cooperative
 grid, thread-block clusters, or one block a batch chunk, with their shapes). Tests and
 timing tools force one through this module, never through the C core (which
 reads no environment): from environment variables read once, when ``lltm`` is
-imported, or with the context managers below. ``docs/cuda-plans.md`` lists
-the variables and what each forces::
+imported, or with the context managers below; what is forced travels with
+each operator call, in its ``settings`` argument (lltm/_settings.py).
+``docs/cuda-plans.md`` lists the variables and what each forces::
 
     with lltm.overrides.sequence_plan(family="grid", grid_shape="32x16"):
         output, _ = lltm.LLTM(32, 128).cuda()(x)
@@ -36,14 +37,7 @@ GRID_SHAPES = ("16x8", "16x32", "32x16", "32x32", "8x64", "16x64")  # x64: half 
 GRID_CHUNKS = (4, 16)
 BLOCK_CHUNKS = (1, 4)
 BLOCK_UNITS = 64  # the block family's H: every unit in one block (lltm.h)
-
-
-class _PlanOptions(ctypes.Structure):
-    """lltm_sequence_plan_options of csrc/core/lltm.h (0: no constraint)."""
-    _fields_ = [(name, ctypes.c_int) for name in
-                ("family", "grid_lanes", "grid_values", "grid_groups_max", "cluster_blocks",
-                 "cluster_chunk", "concurrent", "grid_chunk", "block_chunk", "eager",
-                 "grid_tf32")]
+MAX_GRID_GROUPS = 255  # the settings argument's 8 bits
 
 
 class _Launch(ctypes.Structure):
@@ -83,15 +77,25 @@ class SequencePlan:
             raise ValueError(f"grid_tf32 must be True, False or None, got {self.grid_tf32!r}")
         groups = self.grid_groups
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
-                                   or groups < 1):
-            raise ValueError(f"grid_groups must be an int >= 1 or None, got {groups!r}")
+                                   or not 1 <= groups <= MAX_GRID_GROUPS):
+            raise ValueError(f"grid_groups must be an int >= 1 and <= {MAX_GRID_GROUPS} or "
+                             f"None, got {groups!r}")
 
-    def as_struct(self) -> _PlanOptions:
+    def packed(self) -> int:
+        """These constraints as fields of an operator's settings argument
+        (csrc/binding/call_settings.h: 4-bit fields, a size as log2 + 1)."""
         lanes, values = map(int, self.grid_shape.split("x")) if self.grid_shape else (0, 0)
-        return _PlanOptions(FAMILIES[self.family], lanes, values, self.grid_groups or 0,
-                            self.cluster_blocks or 0, self.cluster_chunk or 0, 0,
-                            self.grid_chunk or 0, self.block_chunk or 0, 0,
-                            {None: 0, True: 1, False: -1}[self.grid_tf32])
+        fields = {3: FAMILIES[self.family], 4: _size_code(lanes), 5: _size_code(values),
+                  6: self.grid_groups or 0, 8: _size_code(self.cluster_blocks),
+                  9: _size_code(self.cluster_chunk), 10: _size_code(self.grid_chunk),
+                  11: _size_code(self.block_chunk),
+                  12: {None: 0, True: 1, False: 2}[self.grid_tf32]}
+        return sum(value << (4 * index) for index, value in fields.items())
+
+
+def _size_code(size: int | None) -> int:
+    """0 for none, else log2(size) + 1 (sizes are powers of two)."""
+    return (size or 0).bit_length()
 
 
 def _check(name, value, allowed):
@@ -101,6 +105,7 @@ def _check(name, value, allowed):
 
 _matmul = "auto"
 _plan = SequencePlan()
+_packed = 0  # both as fields of the settings argument, kept in step by _apply
 
 
 def _cuda_library():
@@ -108,11 +113,14 @@ def _cuda_library():
 
 
 def _apply() -> None:
-    lib = _cuda_library()
-    if lib is None:
-        return
-    lib.lltm_cuda_set_matmul_policy(MATMUL_POLICIES[_matmul])
-    lib.lltm_cuda_set_sequence_plan_options(ctypes.byref(_plan.as_struct()))
+    global _packed
+    _packed = (MATMUL_POLICIES[_matmul] << 4) | _plan.packed()
+
+
+def packed() -> int:
+    """What is forced now (the cell's route, the sequence plan), as fields of
+    an operator's settings argument (lltm/_settings.py)."""
+    return _packed
 
 
 def current_sequence_plan() -> SequencePlan:
@@ -151,20 +159,21 @@ def _plan_dict(plan: _Plan) -> dict:
 
 
 def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args) -> int | None:
-    """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype, *args)``
-    (torch's TF32 and deterministic settings copied in first; ``device``: an
-    ordinal, default the current device): its return value, or None without
-    the library."""
+    """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype,
+    settings, *args)`` for a call made now (the settings in force:
+    lltm._settings.current(); ``device``: an ordinal, default the current
+    device): its return value, or None without the library."""
     lib = _cuda_library()
     if lib is None:
         return None
     import torch
-    _native.sync_torch_settings()
+
+    from . import _settings
     fn = getattr(lib, f"lltm_cuda_{name}_in_force")
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.c_int] + argtypes
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64] + argtypes
     index = torch.cuda.current_device() if device is None else device
-    return fn(index, _dtype_code(dtype), *args)
+    return fn(index, _dtype_code(dtype), _settings.current(), *args)
 
 
 _SIZES = [ctypes.c_int64] * 4  # T, B, I, H

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _native, _packed, _stack, _wavefront, functional, reference
+from . import _directions, _packed, _sharing, _stack, _wavefront, functional, reference
 from ._directions import BothDirections
 from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
@@ -403,8 +403,6 @@ class LLTM(torch.nn.Module):
             (w_f, b_f), (w_r, b_r) = self.layer_parameters(k), self.layer_parameters(k, True)
             if b_f is None:
                 b_f, b_r = w_f.new_zeros(w_f.shape[0]), w_r.new_zeros(w_r.shape[0])
-            if x.is_cuda:  # it calls the operators itself: torch's settings first
-                _native.sync_torch_settings()
             return BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2], c0[i:i + 2],
                                         lengths, reverse_index)
         backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths, reverse_index)
@@ -421,7 +419,7 @@ class LLTM(torch.nn.Module):
             current = torch.cuda.current_stream(x.device)
             side = _directions.side_stream(x.device)
             side.wait_stream(current)
-            with _directions._sharing.sharing_device(2):
+            with _sharing.sharing_device(2):
                 with torch.cuda.stream(side):
                     rev = self._direction(*backward)
                 fwd = self._direction(*forward)

@@ -86,8 +86,7 @@ def main() -> int:
         lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan(
             family=family, cluster_blocks=blocks, grid_chunk=chunk, block_chunk=block_chunk,
             grid_tf32=True if tf32 else None, grid_shape=shape or None))
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        _native.sync_torch_settings()  # the ops below are called directly, not through lltm
+        torch.backends.cuda.matmul.allow_tf32 = tf32  # read at each call below, as the plan
         dtypes = ((torch.bfloat16,) if shape else (torch.float32,) if quick or tf32
                   else (torch.float32, torch.bfloat16))
         for dtype in dtypes:
@@ -119,7 +118,6 @@ def main() -> int:
                 runs += 1
     lltm.overrides.set_sequence_plan(lltm.overrides.SequencePlan())
     torch.backends.cuda.matmul.allow_tf32 = False
-    _native.sync_torch_settings()
     for dtype in (torch.float32,) if quick else (torch.float32, torch.bfloat16):
         half = dtype != torch.float32 and torch.cuda.get_device_capability()[0] >= 8
         for L, T, B, I, H in STACK_CASES + (STACK_TENSOR_CORE_CASES if half else []):

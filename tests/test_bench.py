@@ -535,21 +535,21 @@ def test_the_bar_under_tf32_follows_the_reference(monkeypatch):
     reference's run on TF32 alike: the bar is twice the reference's error,
     1e-2 at least; cuDNN under its own TF32 flag keeps 1e-2; without TF32
     float32 keeps its usual bar."""
-    from lltm import _native
+    from lltm import _settings
     from lltm.bench import cases
     w = types.SimpleNamespace(dtype=torch.float32, device=torch.device("cuda"))
     ours = cases.Case(forward=None, leaves=[], grad_outputs=(), expected=())
     cudnn = cases.Case(forward=None, leaves=[], grad_outputs=(), expected=(), family="lstm",
                        uses_cudnn=True)
-    monkeypatch.setattr(_native, "_float32_tf32", lambda: True)
+    monkeypatch.setattr(_settings, "float32_tf32", lambda: True)
     assert cases.tolerance(w, ours, 0.024) == pytest.approx(0.048)
     assert cases.tolerance(w, ours, 1e-3) == cases.TF32_TOLERANCE
     assert cases.tolerance(w, cudnn, 4e-4) == cases.TF32_TOLERANCE
-    monkeypatch.setattr(_native, "_float32_tf32", lambda: False)
+    monkeypatch.setattr(_settings, "float32_tf32", lambda: False)
     assert cases.tolerance(w, ours, 1e-5) == cases.TOLERANCE[torch.float32]
     assert cases.tolerance(w, ours, 1e-3) == pytest.approx(2e-3)
     cpu = types.SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"))
-    monkeypatch.setattr(_native, "_float32_tf32", lambda: True)
+    monkeypatch.setattr(_settings, "float32_tf32", lambda: True)
     assert cases.tolerance(cpu, ours, 1e-5) == cases.TOLERANCE[torch.float32]
 
 

@@ -550,16 +550,13 @@ def test_eager_products_straight_through_cublas(route, dtype):
 
 @pytest.fixture
 def torch_determinism_restored():
-    """torch's deterministic-algorithms setting as it was before the test,
-    copied to the CUDA library again after it (a later test's call of
-    torch.ops.lltm.* itself copies nothing)."""
+    """torch's deterministic-algorithms setting as it was before the test."""
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        _native.sync_torch_settings()
 
 
 def lltm_training_step(model, x):
@@ -567,26 +564,13 @@ def lltm_training_step(model, x):
     (out.sum() + (h_n * c_n).sum()).backward()
 
 
-def test_eager_calls_copy_torchs_deterministic_setting(torch_determinism_restored):
-    """torch.use_deterministic_algorithms, warn-only too, reaches the CUDA
-    library at the next eager call (the setter returns the value it
-    replaces); the call copies on a change only."""
-    lib = _native._loaded["cuda"]
-    model = lltm.LLTM(4, 8, device="cuda")  # products small enough for the library's kernel
-    x = torch.randn(2, 3, 4, device="cuda")
-    for on, warn_only in [(True, False), (False, False), (True, True), (False, False)]:
-        torch.use_deterministic_algorithms(on, warn_only=warn_only)
-        model(x)
-        assert lib.lltm_cuda_set_deterministic_algorithms(int(not on)) == int(on), (on, warn_only)
-        model(x)  # no change of torch's setting: the library's value stays
-        assert lib.lltm_cuda_set_deterministic_algorithms(int(on)) == int(not on), (on, warn_only)
-
-
 def test_deterministic_algorithms_take_aten_mm(torch_determinism_restored):
     """With torch's deterministic algorithms on (warn-only here: a torch that
     wants CUBLAS_WORKSPACE_CONFIG, read once a process, would raise without
     it) an lltm.LLTM step on CUDA runs no product straight on cuBLAS, all
-    through aten::mm; off again, the direct route is taken again."""
+    through aten::mm, eagerly and in a direct call of the operators (which
+    reads the setting as the module does); off again, the direct route is
+    taken again."""
     model = lltm.LLTM(520, 600, device="cuda")
     x = torch.randn(3, 5, 520, device="cuda", requires_grad=True)
     lltm_training_step(model, x)  # each thread's first product goes through torch
@@ -595,19 +579,27 @@ def test_deterministic_algorithms_take_aten_mm(torch_determinism_restored):
     after = gemm_counts()
     assert after[0] > before[0], (before, after)  # the direct route is in use
 
+    weights, bias = (p.detach() for p in model.layer_parameters(0))
+    h0 = x.new_zeros(5, 600)
+
+    def direct_call():
+        torch.ops.lltm.sequence_forward(x.detach(), weights, bias, h0, h0)
+
     torch.use_deterministic_algorithms(True, warn_only=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # such a torch's, for the products
-        before = gemm_counts()
-        lltm_training_step(model, x)
-        after = gemm_counts()
-    assert after[0] == before[0] and after[1] > before[1], (before, after)
+    for step in (lltm_training_step, direct_call):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # such a torch's, for the products
+            before = gemm_counts()
+            step() if step is direct_call else step(model, x)
+            after = gemm_counts()
+        assert after[0] == before[0] and after[1] > before[1], (step, before, after)
 
     torch.use_deterministic_algorithms(False)
-    before = gemm_counts()
-    lltm_training_step(model, x)
-    after = gemm_counts()
-    assert after[0] > before[0], (before, after)
+    for step in (lltm_training_step, direct_call):
+        before = gemm_counts()
+        step() if step is direct_call else step(model, x)
+        after = gemm_counts()
+        assert after[0] > before[0], (step, before, after)
 
 
 DETERMINISM_WITHOUT_WORKSPACE_CONFIG = textwrap.dedent("""

@@ -143,12 +143,13 @@ def test_autograd_computes_only_what_is_needed(fn, make, dtype, device):
 
 def test_backward_asks_only_for_needed_gradients(monkeypatch):
     """The autograd formulas pass ctx.needs_input_grad as the mask (to the
-    backward operators' autograd-free twins, which they call)."""
+    backward operators' autograd-free twins, which they call; the settings
+    last, after it)."""
     seen = []
 
     def spy_on(op):
         def spy(*args):
-            seen.append(tuple(args[-1]))
+            seen.append(tuple(args[-2]))
             return op(*args)
         return spy
     monkeypatch.setattr(_ops, "_cell_backward_kernel", spy_on(_ops._cell_backward_kernel))

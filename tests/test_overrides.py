@@ -17,16 +17,11 @@ def test_environment_parsed_once_into_constraints():
         "LLTM_CUDA_GRID_CHUNK": "4"})
     assert policy == "cublas"
     assert plan == SequencePlan("cluster", 8, 16, "32x16", 3, 4)
-    s = plan.as_struct()
-    assert (s.family, s.cluster_blocks, s.cluster_chunk, s.grid_lanes, s.grid_values,
-            s.grid_groups_max, s.concurrent, s.grid_chunk, s.block_chunk) == \
-        (3, 8, 16, 32, 16, 3, 0, 4, 0)
     _, plan = overrides._from_environment({"LLTM_CUDA_SEQUENCE": "block",
                                            "LLTM_CUDA_BLOCK_CHUNK": "1"})
     assert plan == SequencePlan("block", block_chunk=1)
-    assert (plan.as_struct().family, plan.as_struct().block_chunk) == (4, 1)
     assert overrides._from_environment({}) == ("auto", SequencePlan())
-    assert SequencePlan().as_struct().family == 0  # no constraint: the chooser decides
+    assert SequencePlan().packed() == 0  # no constraint: the chooser decides
 
 
 @pytest.mark.parametrize("name,value,match", [
@@ -84,7 +79,7 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     with pytest.raises(ValueError, match="dtype must be one of"):
         overrides._dtype_code("int8")
     assert overrides._dtype_code("torch.bfloat16") == 3
-    from sequence_emu import Launch, Options, Plan  # checked against the C in the emulator tests
+    from sequence_emu import Launch, Plan  # checked against the C in the emulator tests
 
     def layout(struct):
         return [(name, ctypes.sizeof(t), getattr(struct, name).offset)
@@ -92,29 +87,6 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     assert layout(overrides._Launch) == layout(Launch)
     assert layout(overrides._Plan) == layout(Plan)
     assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)
-    assert layout(overrides._PlanOptions) == layout(Options)
-
-
-@pytest.mark.parametrize("allow", ["allow_tf32", "precision"])
-def test_the_cost_models_follow_torchs_tf32_setting(allow):
-    """Not an override: the CUDA library's cost models rate float32 cuBLAS
-    products at the TF32 rate exactly when torch lets aten::mm use TF32 (read
-    by lltm._native._float32_tf32, copied at each eager call on CUDA tensors;
-    the effect on the choice: tests/c/test_cost.c)."""
-    import torch
-    from lltm import _native
-    before = torch.get_float32_matmul_precision()
-    assert _native._float32_tf32() is (before != "highest")
-    try:
-        if allow == "allow_tf32":
-            torch.backends.cuda.matmul.allow_tf32 = True
-        else:
-            torch.set_float32_matmul_precision("high")
-        assert _native._float32_tf32() is True
-        _native.sync_torch_settings()  # without the CUDA library: nothing to copy to
-    finally:
-        torch.set_float32_matmul_precision(before)
-    assert _native._float32_tf32() is (before != "highest")
 
 
 def test_whole_layers_from_the_residency(monkeypatch):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import lltm
-from lltm import _layer_grads, _sharing, _wavefront, functional, overrides
+from lltm import _layer_grads, _settings, _sharing, _wavefront, functional, overrides
 
 DT = torch.float64
 
@@ -550,9 +550,10 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
 
 def test_calls_planned_for_a_shared_device(calls, monkeypatch):
     """run(..., sharing=2): every chunk call planned for two layers at once,
-    and so is its backward (ctx.concurrent_layers); the same results as the
-    layers one after the other; the setting restored after."""
-    seen, entered = [], []
+    and so is its backward (ctx.concurrent_layers, in the backward call's
+    settings); the same results as the layers one after the other; the
+    setting restored after."""
+    seen, entered, backward = [], [], []
     sharing_device = _sharing.sharing_device
     for module, name in ((functional, "lltm_sequence"), (_layer_grads, "chunk_call")):
         def recording(*args, _counting=getattr(module, name), **kwargs):
@@ -564,6 +565,12 @@ def test_calls_planned_for_a_shared_device(calls, monkeypatch):
         entered.append(layers)
         return sharing_device(layers)
     monkeypatch.setattr(_sharing, "sharing_device", entering)
+    current = _settings.current
+
+    def settings_of_a_backward(concurrent=None):
+        backward.append(concurrent)
+        return current(concurrent)
+    monkeypatch.setattr(_settings, "current", settings_of_a_backward)
     T, B, I, H, L = 9, 3, 4, 5, 3
     m, x = model(I, H, L), rand(T, B, I)
     want, grad_out = results(m, x, None, 1)
@@ -571,7 +578,8 @@ def test_calls_planned_for_a_shared_device(calls, monkeypatch):
     out, (h, c) = _wavefront.run(m, x, torch.zeros(L, B, H, dtype=DT),
                                  torch.zeros(L, B, H, dtype=DT), 3, sharing=2)
     assert seen == [2] * (3 * L) and len(calls) == 3 * L and entered == [2]
+    del backward[:]
     grads = torch.autograd.grad((out, h, c), [x, *m.parameters()], grad_out)
-    assert entered == [2] * (1 + 3 * L)  # each call's backward too
+    assert backward == [2] * (3 * L)  # each call's backward too
     assert _sharing.concurrent_layers() == 1
     assert_all_close((out, h, c, *grads), want)

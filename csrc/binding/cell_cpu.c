@@ -30,8 +30,11 @@ void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_
     void *X_data, *gates_data, *new_h_data, *new_cell_data;
     lltm_tensor a[5];
     lltm_cell_dims d;
+    lltm_call_settings settings; /* checked; the CPU kernels follow none of them */
+    const int64_t packed = lltm_take_settings(stack, &num_args);
 
     if (lltm_open_op(stack, num_args, num_outputs, 5, 3, names, a, &owned, &err) ||
+        lltm_call_settings_decode(packed, &settings, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 
@@ -81,9 +84,12 @@ void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num
     bool mask[5];
     lltm_tensor a[7];
     lltm_cell_dims d;
+    lltm_call_settings settings; /* checked; the CPU kernels follow none of them */
+    const int64_t packed = lltm_take_settings(stack, &num_args);
 
     if (lltm_open_backward_op(stack, num_args, num_outputs, 7, 5, names, a, mask, &owned,
                               &err) ||
+        lltm_call_settings_decode(packed, &settings, &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cpu(), true, &d, &err))
         goto fail;
 

@@ -12,58 +12,16 @@
  *   where the batch is large enough to split the bias gradient's sum.
  * The automatic choice takes the cheaper by the core's cost model
  * (lltm_cell_route_cuda, csrc/core/lltm_cuda_cost.c: latencies, flops and
- * bytes, from the device's properties and the sizes);
- * lltm_cuda_set_matmul_policy overrides it, for tests and benchmarks.
+ * bytes, from the device's properties and the sizes); the call's settings
+ * may force one (lltm.overrides.matmul, for tests and benchmarks).
  */
 #include "ops.h"
 #include "tensor_args.h"
 
 #include <stdatomic.h>
 
-static atomic_int matmul_policy = LLTM_MATMUL_AUTO;
-
-__attribute__((visibility("default"))) int lltm_cuda_set_matmul_policy(int policy)
-{
-    if (policy != LLTM_MATMUL_AUTO && policy != LLTM_MATMUL_FUSED &&
-        policy != LLTM_MATMUL_CUBLAS)
-        return -1;
-    return atomic_exchange(&matmul_policy, policy);
-}
-
-/* Whether float32 products through aten::mm may run on TF32 (torch's float32
- * matmul precision, which aten::mm itself follows): the cost models' rate of
- * those products. The stable ABI has no reader of torch's setting: lltm's
- * Python keeps this copy of it (lltm/_ops.py, at each eager call on CUDA
- * tensors). */
-static atomic_int float32_tf32;
-
-__attribute__((visibility("default"))) int lltm_cuda_set_float32_tf32(int allowed)
-{
-    return atomic_exchange(&float32_tf32, allowed != 0);
-}
-
-int lltm_cuda_float32_tf32(void)
-{
-    return atomic_load_explicit(&float32_tf32, memory_order_relaxed);
-}
-
-/* Whether torch's deterministic algorithms are on (warn-only too): then the
- * products go through aten::mm, with torch's guarantees and checks
- * (cublas_gemm.c). The stable ABI has no reader of this setting either:
- * lltm's Python copies it with the TF32 setting (lltm/_native.py). */
-static atomic_int deterministic_algorithms;
-
-__attribute__((visibility("default"))) int lltm_cuda_set_deterministic_algorithms(int on)
-{
-    return atomic_exchange(&deterministic_algorithms, on != 0);
-}
-
-int lltm_cuda_deterministic_algorithms(void)
-{
-    return atomic_load_explicit(&deterministic_algorithms, memory_order_relaxed);
-}
-
-/* The device's properties for the cost model, asked once per device. */
+/* The device's properties for the cost model, asked once per device (what
+ * the device is, never what a call allows: dev.tf32 comes with each call). */
 enum { MAX_DEVICES = 64 };
 static lltm_cuda_device device_cache[MAX_DEVICES];
 static atomic_int device_state[MAX_DEVICES]; /* 0 not asked, 1 being written, 2 known */
@@ -73,7 +31,6 @@ static int device_properties(int device, lltm_cuda_device *out)
     const bool cacheable = device >= 0 && device < MAX_DEVICES;
     if (cacheable && atomic_load(&device_state[device]) == 2) {
         *out = device_cache[device];
-        out->tf32 = lltm_cuda_float32_tf32();
         return LLTM_OK;
     }
     const int status = lltm_cuda_device_query(device, out);
@@ -83,48 +40,56 @@ static int device_properties(int device, lltm_cuda_device *out)
         device_cache[device] = *out;
         atomic_store(&device_state[device], 2);
     }
-    out->tf32 = lltm_cuda_float32_tf32();
     return status;
 }
 
 /* The route (LLTM_MATMUL_FUSED or LLTM_MATMUL_CUBLAS) of a step of these
- * sizes on `device`: the policy in force, else the cheaper by the core's
- * cost model (lltm_cell_route_cuda); < 0: an lltm_status (the device query
- * failed). */
-static int cell_route(int device, lltm_dtype dtype, int64_t B, int64_t I, int64_t H)
+ * sizes on `device` under settings `s`: the route they force, else the
+ * cheaper by the core's cost model (lltm_cell_route_cuda); < 0: an
+ * lltm_status (the device query failed). */
+static int cell_route(int device, const lltm_call_settings *s, lltm_dtype dtype, int64_t B,
+                      int64_t I, int64_t H)
 {
-    const int policy = atomic_load_explicit(&matmul_policy, memory_order_relaxed);
-    if (policy != LLTM_MATMUL_AUTO)
-        return policy;
+    if (s->cell_matmul != LLTM_MATMUL_AUTO)
+        return s->cell_matmul;
     lltm_cuda_device dev;
     const int status = device_properties(device, &dev);
     if (status != LLTM_OK)
         return status;
+    dev.tf32 = s->float32_tf32;
     return lltm_cell_route_cuda(&dev, dtype, B, I, H) == LLTM_CELL_CUBLAS ? LLTM_MATMUL_CUBLAS
                                                                           : LLTM_MATMUL_FUSED;
 }
 
-/* cell_route for an operator: *cublas, or an error in err. */
-static int choose_route(int device, const lltm_cell_dims *d, bool *cublas, lltm_error *err)
+/* cell_route for an operator whose settings argument is `packed`: *cublas,
+ * or an error in err. */
+static int choose_route(int device, int64_t packed, const lltm_cell_dims *d, bool *cublas,
+                        lltm_error *err)
 {
-    const int route = cell_route(device, d->dtype, d->B, d->I, d->H);
+    lltm_call_settings s;
+    if (lltm_call_settings_decode(packed, &s, err))
+        return -1;
+    const int route = cell_route(device, &s, d->dtype, d->B, d->I, d->H);
     if (route < 0)
         return lltm_core_failed(err, "lltm_cuda_device_query", route);
     *cublas = route == LLTM_MATMUL_CUBLAS;
     return 0;
 }
 
-/* The route the cell operators would take now for a step of these sizes on
- * device `device` (lltm.overrides' policy in force); for measurements that
- * record what they timed. < 0: an unknown dtype, negative sizes, or an
- * lltm_status of the device query. */
-__attribute__((visibility("default"))) int lltm_cuda_cell_route_in_force(int device, int dtype,
-                                                                         int64_t B, int64_t I,
-                                                                         int64_t H)
+/* The route the cell operators would take for a step of these sizes on
+ * device `device` with settings `packed` (lltm._settings.current()); for
+ * measurements that record what they timed. < 0: an unknown dtype or
+ * settings value, negative sizes, or an lltm_status of the device query. */
+__attribute__((visibility("default"))) int
+lltm_cuda_cell_route_in_force(int device, int dtype, int64_t packed, int64_t B, int64_t I,
+                              int64_t H)
 {
-    if (dtype < LLTM_FLOAT32 || dtype > LLTM_BFLOAT16 || B < 0 || I < 0 || H < 0)
+    lltm_call_settings s;
+    lltm_error err;
+    if (dtype < LLTM_FLOAT32 || dtype > LLTM_BFLOAT16 || B < 0 || I < 0 || H < 0 ||
+        lltm_call_settings_decode(packed, &s, &err))
         return LLTM_ERR_ARGUMENT;
-    return cell_route(device, (lltm_dtype)dtype, B, I, H);
+    return cell_route(device, &s, (lltm_dtype)dtype, B, I, H);
 }
 
 /* A view of the columns [col, col + ncols) of the row-major [rows, ld]
@@ -153,11 +118,12 @@ void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num
     lltm_cell_dims d;
     bool cublas = false;
     int status;
+    const int64_t settings = lltm_take_settings(stack, &num_args);
 
     if (lltm_open_op(stack, num_args, num_outputs, 5, 3, names, a, &owned, &err) ||
         lltm_check_cell_forward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
         lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
-        choose_route(a[0].device_index, &d, &cublas, &err))
+        choose_route(a[0].device_index, settings, &d, &cublas, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;
@@ -230,12 +196,13 @@ void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t nu
     lltm_cell_dims d;
     bool cublas = false;
     int status;
+    const int64_t settings = lltm_take_settings(stack, &num_args);
 
     if (lltm_open_backward_op(stack, num_args, num_outputs, 7, 5, names, a, mask, &owned,
                               &err) ||
         lltm_check_cell_backward(a, aoti_torch_device_type_cuda(), true, &d, &err) ||
         lltm_cuda_enter_device(a[0].device_index, &guard, &stream, &err) ||
-        choose_route(a[0].device_index, &d, &cublas, &err))
+        choose_route(a[0].device_index, settings, &d, &cublas, &err))
         goto fail;
 
     const int64_t G = 3 * d.H, K = d.I + d.H;

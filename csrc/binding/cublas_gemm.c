@@ -8,7 +8,8 @@
  * Each thread gets a handle per device, made at its first direct product
  * there and destroyed when the thread ends (torch's handles are per thread
  * too: a handle is not safe across threads). With torch's deterministic
- * algorithms on, every product goes through aten::mm.
+ * algorithms on (the call's settings, call_settings.h), every product goes
+ * through aten::mm.
  */
 #include "cublas_gemm.h"
 #include "ops.h"
@@ -141,13 +142,14 @@ static int direct(const lltm_torch_gemm_ctx *ctx, lltm_dtype dtype, int64_t M, i
 {
     const int device = ctx->device_index;
     int op_b, ld_b, op_a, ld_a;
-    /* Under torch.use_deterministic_algorithms the products are aten::mm's:
-     * torch gives each of its handle's streams a workspace of its own, while
-     * this thread's handle takes cuBLAS's default one on every stream, which
-     * cuBLAS keeps bit for bit reproducible only with one stream active. Any
-     * check torch makes there (one that wants CUBLAS_WORKSPACE_CONFIG raises
-     * or warns) then applies as to torch.mm. */
-    if (lltm_cuda_deterministic_algorithms())
+    /* Under torch.use_deterministic_algorithms (and where the call's settings
+     * are not known) the products are aten::mm's: torch gives each of its
+     * handle's streams a workspace of its own, while this thread's handle
+     * takes cuBLAS's default one on every stream, which cuBLAS keeps bit for
+     * bit reproducible only with one stream active. Any check torch makes
+     * there (one that wants CUBLAS_WORKSPACE_CONFIG raises or warns) then
+     * applies as to torch.mm. */
+    if (!ctx->cublas_direct)
         return -1;
     if (pthread_once(&load_once, load) != 0 || !loaded ||
         ctx->device_type != aoti_torch_device_type_cuda() || device < 0 ||
@@ -159,17 +161,20 @@ static int direct(const lltm_torch_gemm_ctx *ctx, lltm_dtype dtype, int64_t M, i
     const uint64_t bit = (uint64_t)1 << device;
     if (state == NULL || (state->failed & bit))
         return -1;
-    if (!(state->torch_ready & bit)) {
-        /* this thread's first product on the device goes through torch, which
-         * then makes its own handle: a CUDA graph captured later (products
-         * through aten::mm) cannot make one */
-        state->torch_ready |= bit;
-        return -1;
-    }
     void *stream = NULL;
     if (aoti_torch_get_current_cuda_stream(device, &stream) != 0 ||
         lltm_cuda_stream_capturing(stream))
         return -1;
+    if (!(state->torch_ready & bit)) {
+        /* torch makes its own handle at a thread's first product on a device,
+         * which a CUDA graph captured later (products through aten::mm)
+         * cannot do: this thread's first product here runs one element
+         * through aten::mm first (overwritten below), so that every product
+         * goes the same way, whichever call came first */
+        if (lltm_torch_gemm((void *)ctx, dtype, 1, 1, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc))
+            return -1;
+        state->torch_ready |= bit;
+    }
     if (state->handles[device] == NULL &&
         cublas.create(&state->handles[device]) != CUBLAS_STATUS_SUCCESS) {
         state->handles[device] = NULL;
@@ -184,7 +189,7 @@ static int direct(const lltm_torch_gemm_ctx *ctx, lltm_dtype dtype, int64_t M, i
     case LLTM_FLOAT32:
         type = CUDA_R_32F;
         /* TF32 exactly where torch lets aten::mm use it */
-        if (lltm_cuda_float32_tf32())
+        if (ctx->float32_tf32)
             compute = CUBLAS_COMPUTE_32F_FAST_TF32;
         break;
     case LLTM_FLOAT64:

@@ -170,6 +170,7 @@ int lltm_sequence_open(lltm_sequence_call *c, lltm_sequence_op op, StableIValue 
 {
     lltm_tensor *a = c->args;
     const bool backward = op != LLTM_SEQ_FORWARD;
+    const int64_t settings = lltm_take_settings(stack, &num_args);
     c->backward = backward;
     c->gate_grads = op == LLTM_SEQ_BACKWARD_GATES;
     c->owned.count = 0;
@@ -192,6 +193,8 @@ int lltm_sequence_open(lltm_sequence_call *c, lltm_sequence_op op, StableIValue 
                lltm_check_sequence_forward(a, device_type, true, &c->d, &c->err)) {
         return -1;
     }
+    if (lltm_call_settings_decode(settings, &c->settings, &c->err))
+        return -1;
     const int64_t *lengths = NULL;
     if (with_lengths) {
         if (lltm_check_lengths(&a[nargs], &a[0], &c->d,
@@ -215,7 +218,7 @@ int lltm_sequence_open(lltm_sequence_call *c, lltm_sequence_op op, StableIValue 
             a[LLTM_SEQ_FWD_INPUT].data, a[LLTM_SEQ_FWD_WEIGHTS].data, a[LLTM_SEQ_FWD_BIAS].data,
             a[LLTM_SEQ_FWD_H0].data,    a[LLTM_SEQ_FWD_C0].data,      r[0], r[1], r[2], r[3],
             r[4],                       lengths};
-    c->gemm = (lltm_torch_gemm_ctx){a[0].device_type, a[0].device_index, &c->gemm_err};
+    c->gemm = lltm_gemm_context(&a[0], &c->settings, &c->gemm_err);
     return 0;
 }
 

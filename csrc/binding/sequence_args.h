@@ -7,7 +7,7 @@
 #ifndef LLTM_BINDING_SEQUENCE_ARGS_H
 #define LLTM_BINDING_SEQUENCE_ARGS_H
 
-#include "tensor_args.h"
+#include "call_settings.h"
 
 /* Sizes of one layer over a sequence, derived from the arguments. */
 typedef struct lltm_sequence_dims {
@@ -76,6 +76,7 @@ typedef struct lltm_sequence_call {
     lltm_tensor args[LLTM_SEQ_BWD_NARGS + 1]; /* the forward's: the first five;
                                               * the lengths overloads': lengths last */
     lltm_sequence_dims d;
+    lltm_call_settings settings; /* the call's last argument */
     lltm_sequence_results results;
     lltm_sequence_forward_tensors forward_tensors;   /* filled for sequence_forward */
     lltm_sequence_backward_tensors backward_tensors; /* for sequence_backward */
@@ -83,7 +84,8 @@ typedef struct lltm_sequence_call {
 } lltm_sequence_call;
 
 /* The opening of either operator's kernel (or its lengths overload, told
- * apart by num_args): take the arguments off the stack and check them for
+ * apart by num_args): take the arguments off the stack (the settings into
+ * c->settings) and check them for
  * `device_type` (lengths: their values on the CPU only, where they are in
  * host memory), allocate the five results and point the core's tensor
  * struct at the arguments and results. On failure: nonzero,

@@ -136,6 +136,7 @@ int lltm_stack_open(lltm_stack_call *c, bool backward, StableIValue *stack, uint
                     uint64_t num_outputs, int32_t device_type)
 {
     lltm_tensor *a = c->args;
+    const int64_t settings = lltm_take_settings(stack, &num_args);
     c->backward = backward;
     c->owned.count = 0;
     c->err.msg[0] = '\0';
@@ -156,6 +157,8 @@ int lltm_stack_open(lltm_stack_call *c, bool backward, StableIValue *stack, uint
                check_forward(a, device_type, &c->d, &c->err)) {
         return -1;
     }
+    if (lltm_call_settings_decode(settings, &c->settings, &c->err))
+        return -1;
     if (with_lengths) {
         if (lltm_check_lengths(&a[nargs], &a[0], &c->d.seq,
                                device_type == aoti_torch_device_type_cpu(), &c->err))
@@ -164,7 +167,7 @@ int lltm_stack_open(lltm_stack_call *c, bool backward, StableIValue *stack, uint
     }
     if (results_new(c))
         return -1;
-    c->gemm = (lltm_torch_gemm_ctx){a[0].device_type, a[0].device_index, &c->gemm_err};
+    c->gemm = lltm_gemm_context(&a[0], &c->settings, &c->gemm_err);
     return 0;
 }
 

@@ -48,6 +48,7 @@ typedef struct lltm_stack_call {
     lltm_tensor args[LLTM_STACK_BWD_NARGS + 1]; /* lengths last in the overloads */
     const int64_t *lengths;                      /* [B] or NULL */
     lltm_stack_dims d;
+    lltm_call_settings settings; /* the call's last argument */
     AtenTensorHandle results[LLTM_STACK_RESULTS];
     void *data[LLTM_STACK_RESULTS];
     lltm_torch_gemm_ctx gemm;

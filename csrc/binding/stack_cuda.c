@@ -3,7 +3,7 @@
  * lltm::stack_backward: validate, guard the device, take torch's current
  * stream, then run the stack in one stacked launch a direction
  * (lltm_stack_forward_cuda / _backward_cuda, csrc/core/lltm_stack.h) where
- * one fits these sizes and lltm.overrides forces no plan of one layer;
+ * one fits these sizes and the call's settings force no plan of one layer;
  * else as one-layer calls (stack_args.h), each planned as
  * lltm::sequence_forward plans it.
  */
@@ -14,8 +14,8 @@
 
 #include "../core/lltm_stack.h"
 
-/* Whether lltm.overrides constrains the plan of a layer in any way: the
- * stack then runs as one-layer calls, which honour it. */
+/* Whether the settings constrain the plan of a layer in any way
+ * (lltm.overrides): the stack then runs as one-layer calls, which honour it. */
 static bool plan_forced(const lltm_sequence_plan_options *o)
 {
     return o->family || o->grid_lanes || o->grid_values || o->grid_groups_max ||
@@ -23,33 +23,34 @@ static bool plan_forced(const lltm_sequence_plan_options *o)
            o->grid_tf32;
 }
 
-/* The stacked launch's plan for L layers of these sizes on `device`:
- * LLTM_OK, or an lltm_status saying why none runs them. */
-static int stacked_plan(int device, lltm_dtype dtype, int64_t L, int64_t T, int64_t B,
-                        int64_t I, int64_t H, lltm_stack_plan *plan)
+/* The stacked launch's plan for L layers of these sizes on `device` under
+ * settings `s`: LLTM_OK, or an lltm_status saying why none runs them. */
+static int stacked_plan(int device, const lltm_call_settings *s, lltm_dtype dtype, int64_t L,
+                        int64_t T, int64_t B, int64_t I, int64_t H, lltm_stack_plan *plan)
 {
-    lltm_sequence_plan_options options;
     lltm_cuda_device dev;
-    lltm_cuda_plan_options(&options, device, NULL);
-    if (plan_forced(&options) || L < 2 || L > LLTM_STACK_MAX_LAYERS)
+    if (plan_forced(&s->plan) || L < 2 || L > LLTM_STACK_MAX_LAYERS)
         return LLTM_ERR_ARGUMENT;
     const int status = lltm_cuda_device_query(device, &dev);
     if (status != LLTM_OK)
         return status;
+    dev.tf32 = s->float32_tf32;
     return lltm_stack_plan_cuda(&dev, dtype, (int)L, T, B, I, H, plan);
 }
 
-/* Whether lltm::stack_forward runs L layers of these sizes on device
- * `device` (the current one) in one stacked launch now, and its plan: an
- * lltm_status, LLTM_OK when it does (lltm.LLTM asks before it calls the
- * operator; tests). */
+/* Whether lltm::stack_forward with settings `packed` (lltm._settings) runs
+ * L layers of these sizes on device `device` in one stacked launch, and its
+ * plan: an lltm_status, LLTM_OK when it does (lltm.LLTM asks before it calls
+ * the operator; tests). */
 __attribute__((visibility("default"))) int
-lltm_cuda_stack_plan_in_force(int device, int dtype, int64_t L, int64_t T, int64_t B,
-                              int64_t I, int64_t H, lltm_stack_plan *plan)
+lltm_cuda_stack_plan_in_force(int device, int dtype, int64_t packed, int64_t L, int64_t T,
+                              int64_t B, int64_t I, int64_t H, lltm_stack_plan *plan)
 {
-    if (!plan)
+    lltm_call_settings s;
+    lltm_error err;
+    if (!plan || lltm_call_settings_decode(packed, &s, &err))
         return LLTM_ERR_ARGUMENT;
-    return stacked_plan(device, (lltm_dtype)dtype, L, T, B, I, H, plan);
+    return stacked_plan(device, &s, (lltm_dtype)dtype, L, T, B, I, H, plan);
 }
 
 /* --- the stack as one-layer calls ---------------------------------------------------- */
@@ -88,7 +89,7 @@ static int by_layers(lltm_stack_call *c, int device, void *stream, int *status)
     for (int k = 0; k < 2 && k < c->d.L; ++k) {
         lltm_sequence_dims d = c->d.seq;
         d.I = lltm_stack_layer_inputs(&c->d, k);
-        if (lltm_cuda_choose_plan(&d, device, stream, &ctx.plans[k], &c->err))
+        if (lltm_cuda_choose_plan(&d, &c->settings, device, stream, &ctx.plans[k], &c->err))
             return -1;
         const size_t need =
             c->backward ? lltm_sequence_backward_workspace_cuda(&ctx.plans[k], d.T, d.B, d.I, d.H)
@@ -157,8 +158,8 @@ static void stack_cuda(bool backward, StableIValue *stack, uint64_t num_args,
         lltm_cuda_enter_device(c.args[0].device_index, &guard, &stream, &c.err))
         goto fail;
     const lltm_sequence_dims *d = &c.d.seq;
-    const bool one_launch = stacked_plan(c.args[0].device_index, d->dtype, c.d.L, d->T, d->B,
-                                         d->I, d->H, &plan) == LLTM_OK;
+    const bool one_launch = stacked_plan(c.args[0].device_index, &c.settings, d->dtype, c.d.L,
+                                         d->T, d->B, d->I, d->H, &plan) == LLTM_OK;
     if (one_launch ? stacked(&c, &plan, stream, &status)
                    : by_layers(&c, c.args[0].device_index, stream, &status))
         goto fail;

@@ -181,10 +181,13 @@ int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool 
 
 /* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
  * over the core's pointers, on the device of the context (the pointers are
- * that device's memory). The first failure's message goes to err. */
+ * that device's memory). The first failure's message goes to err. The
+ * CUDA library's products (cublas_gemm.h) also read whether the call may
+ * skip aten::mm (cublas_direct) and use TF32 for float32 there. */
 typedef struct lltm_torch_gemm_ctx {
     int32_t device_type, device_index;
     lltm_error *err;
+    bool cublas_direct, float32_tf32;
 } lltm_torch_gemm_ctx;
 int lltm_torch_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
                     const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,

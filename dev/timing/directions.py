@@ -118,13 +118,12 @@ def make_step(module, x, D, H, lengths=None, packed=False):
 @contextlib.contextmanager
 def whole_device_plans():
     """Both directions concurrent, each planned as if alone on the device."""
-    saved = lltm._directions._sharing
-    lltm._directions._sharing = type("NoSharing", (), {
-        "sharing_device": staticmethod(lambda layers: contextlib.nullcontext())})
+    saved = lltm._directions._Fork.SIDE_BY_SIDE
+    lltm._directions._Fork.SIDE_BY_SIDE = 1
     try:
         yield
     finally:
-        lltm._directions._sharing = saved
+        lltm._directions._Fork.SIDE_BY_SIDE = saved
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _native, _sharing, _wavefront  # noqa: E402
+from lltm import _settings, _sharing, _wavefront  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -153,7 +153,7 @@ def captured_model(T, B, H, L, dtype):  # noqa: E741
     (``_wavefront.model_inputs``: per sharing, the plan's family and the
     arguments of its predicted time)."""
     with under_capture():
-        tf32 = dtype == torch.float32 and _native._float32_tf32()
+        tf32 = dtype == torch.float32 and _settings.float32_tf32()
         return _wavefront.model_inputs(T, B, H, L, dtype, torch.cuda.current_device(), True,
                                        tf32)
 
@@ -317,7 +317,7 @@ def main(argv=None):
                       f"{row['max_error'] or 0:.1e} {verdict}", flush=True)
                 if args.record and L > 1:
                     row["library"] = library_answers(args.T, B, H, dtype)
-                    row["tf32"] = dtype == torch.float32 and _native._float32_tf32()
+                    row["tf32"] = dtype == torch.float32 and _settings.float32_tf32()
                 if args.model and L > 1:
                     weighed = captured_model(args.T, B, H, L, dtype)
                     row["model_inputs"] = {s: {"family": family, **kw}

@@ -13,7 +13,7 @@ import torch.utils.checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import lltm
-from lltm import _native, functional, reference
+from lltm import _settings, functional, reference
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -467,7 +467,7 @@ def uses_tf32(dtype: torch.dtype, device: torch.device, case: Case) -> bool:
     """Whether the case's float32 products may run on TF32: torch's matmul
     setting (aten::mm: the reference, lltm), or cuDNN's for cuDNN RNNs."""
     return dtype == torch.float32 and device.type == "cuda" and (
-        _native._float32_tf32() or (case.uses_cudnn and torch.backends.cudnn.allow_tf32))
+        _settings.float32_tf32() or (case.uses_cudnn and torch.backends.cudnn.allow_tf32))
 
 
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
