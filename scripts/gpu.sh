@@ -172,7 +172,8 @@ sanitize() {  # sanitize TOOL DRIVER SECONDS [ARGS]
 CUDA_TEST_FILES=(tests/test_cuda_sequence.py tests/test_cuda_sequence_lengths.py
     tests/test_cuda_wavefront.py tests/test_cuda_cell.py tests/test_lstm_cuda.py
     tests/test_graph_capture.py tests/test_sharing.py tests/test_lstm_bidirectional.py
-    tests/test_compile_graphs.py tests/test_stack.py tests/test_cuda_tf32.py)
+    tests/test_compile_graphs.py tests/test_stack.py tests/test_cuda_tf32.py
+    tests/test_cuda_settings.py)
 for MODE in "${MODES[@]}"; do
     case "$MODE" in
     tests-cuda)
