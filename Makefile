@@ -1,7 +1,8 @@
 # lltm - the two commands of the README:
 #   make bench   set up everything, then run the main job (the benchmark table)
-#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python,
-#                the wheel in fresh venvs with torch 2.11 - 2.14)
+#   make test    set up everything, then run every test (C, ABI drift, CUDA compile, Python
+#                in parallel, the wheel in fresh venvs with the oldest and newest torch)
+#   make test-full   the same, with the wheel on every supported torch (2.11 - 2.14)
 #
 # Set-up is idempotent: a virtual environment in .venv with torch 2.13.0 (CPU
 # build), the test / bench / example dependencies, and lltm installed editable
@@ -13,7 +14,7 @@ PYTHON_SYS ?= python3
 VENV       := .venv
 PY         := $(VENV)/bin/python
 TORCH_SPEC := torch==2.13.0
-DEPS       := numpy pytest matplotlib tqdm scikit-learn
+DEPS       := numpy pytest pytest-xdist matplotlib tqdm scikit-learn
 STAMP      := $(VENV)/.lltm-setup
 SKTIME_VERSION := 1.2.0
 DATA_STAMP := $(VENV)/.lltm-sktime-$(SKTIME_VERSION)
@@ -27,6 +28,8 @@ BENCH_ARGS ?=
 CUDA_CHECK_ARCHS ?= 8.0;9.0
 CUDA_CHECK_DIR   := build/cuda-check
 JOBS             ?= $(shell nproc 2>/dev/null || echo 2)
+# pytest processes (pytest-xdist), one test file each at a time
+PYTEST_JOBS      ?= $(JOBS)
 # (computed once, when first used)
 CUDA_SRCS         = $(eval CUDA_SRCS := $$(shell $(PYTHON_SYS) lltm/build.py \
                       --print-cuda-sources))$(CUDA_SRCS)
@@ -34,7 +37,7 @@ CUDA_CHECK_OBJS   = $(patsubst %,$(CUDA_CHECK_DIR)/%.o,$(CUDA_SRCS))
 NVCC_CHECK_FLAGS  = $(eval NVCC_CHECK_FLAGS := $$(shell TORCH_CUDA_ARCH_LIST="$(CUDA_CHECK_ARCHS)" \
                       LLTM_WERROR=1 $(PYTHON_SYS) lltm/build.py --print-nvcc-flags))$(NVCC_CHECK_FLAGS)
 
-.PHONY: all setup bench test test-c test-python abi-check cuda-compile-check cuda-check-objects \
+.PHONY: all setup bench test test-full test-c test-python abi-check cuda-compile-check cuda-check-objects \
         build wheel test-wheel clean FORCE
 
 all: test
@@ -60,6 +63,9 @@ bench: setup
 	$(PY) -m lltm.bench $(BENCH_ARGS)
 
 test: test-c abi-check cuda-compile-check test-python test-wheel
+
+test-full:
+	$(MAKE) --no-print-directory test TEST_WHEEL_TORCH="$(TEST_WHEEL_TORCH_ALL)"
 
 # The C core against a naive C reference, under AddressSanitizer + UBSan:
 # the cell kernels and conversions (test_core), the sequence (test_sequence),
@@ -108,7 +114,7 @@ $(CUDA_CHECK_DIR)/%.o: % $(CUDA_CHECK_DIR)/nvcc-flags
 # Warnings are errors in the project's own checks (not for users' installs).
 test-python: setup
 	LLTM_WERROR=1 $(PY) lltm/build.py --inplace
-	$(PY) -m pytest -q tests --ignore=tests/test_wheel.py
+	$(PY) -m pytest -q -n $(PYTEST_JOBS) --dist loadfile tests --ignore=tests/test_wheel.py
 
 # One wheel for every CPython 3 and every torch from 2.11 on: dist/lltm-*.whl,
 # py3-none-manylinux_*. Built in pip's isolated environment (no torch needed),
@@ -125,8 +131,10 @@ wheel: $(STAMP)
 	$(PY) -m auditwheel show dist/lltm-*.whl
 
 # That wheel (CUDA for Hopper only, to keep CI short) installed into a fresh
-# venv per torch release (TEST_WHEEL_TORCH), each running the operator suites.
-TEST_WHEEL_TORCH ?= 2.11.* 2.12.* 2.13.* 2.14.*
+# venv per torch release (TEST_WHEEL_TORCH: the oldest and newest supported
+# ones; make test-full takes every one), each running the operator suites.
+TEST_WHEEL_TORCH_ALL := 2.11.* 2.12.* 2.13.* 2.14.*
+TEST_WHEEL_TORCH ?= 2.11.* 2.14.*
 test-wheel: $(STAMP)
 	$(MAKE) --no-print-directory wheel TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}"
 	LLTM_TEST_WHEEL="$$(ls dist/lltm-*.whl)" LLTM_TEST_WHEEL_TORCH="$(TEST_WHEEL_TORCH)" \

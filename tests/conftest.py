@@ -1,6 +1,7 @@
 """Shared test helpers: fresh random inputs (never zeros) and the reference."""
 import importlib.util
 import os
+import random
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import lltm  # noqa: F401  (loads the native library, registers the ops)
 def cell_inputs(B, I, H, dtype=torch.float64, device="cpu", requires_grad=False):
     """Fresh random (input, weights, bias, old_h, old_cell); scaled so gates
     span both the linear and the saturated regions of the activations."""
-    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    g = torch.Generator().manual_seed(torch.randint(2**31 - 1, ()).item())
     def rand(*shape, scale=1.0):
         t = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
         return t.requires_grad_(requires_grad)
@@ -27,9 +28,24 @@ def tolerances(dtype):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_seed():
-    torch.seed()  # fresh random inputs every test, every run
+def _fresh_seed(request):
+    """Fresh random inputs every test, every run, from one seed that a failure
+    reports; LLTM_TEST_SEED=<seed> replays it (every draw of a test, torch's
+    and Python's, comes from the generators seeded here)."""
+    seed = int(os.environ.get("LLTM_TEST_SEED") or random.SystemRandom().randrange(2**31))
+    request.node.lltm_seed = seed
+    torch.manual_seed(seed)
+    random.seed(seed)
     yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    seed = getattr(item, "lltm_seed", None)
+    if report.failed and seed is not None:
+        report.sections.append(("random seed", f"replay with LLTM_TEST_SEED={seed}"))
+    return report
 
 
 def assert_matches(got, want, dtype, msg, tol=None):

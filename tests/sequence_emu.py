@@ -201,7 +201,7 @@ def _declare(lib):
 # --- inputs, the float64 reference and checks shared by the emulated tests --------
 
 def layer_inputs(T, B, I, H, dtype):
-    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    g = torch.Generator().manual_seed(torch.randint(2**31 - 1, ()).item())
     def rand(*shape, scale=1.0):
         return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
     args64 = [rand(T, B, I), rand(3 * H, I + H, scale=2.0 / (I + H) ** 0.5), rand(3 * H),

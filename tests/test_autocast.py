@@ -52,7 +52,7 @@ def run(model, x, device, dtype):
     pytest.param("cell", {}, id="cell"), pytest.param("sequence", {}, id="sequence"),
     pytest.param("sequence", {"num_layers": 2, "batch_first": True}, id="sequence-2-layers")])
 def test_forward_backward_in_autocast_dtype_master_grads_float32(device, dtype, kind, kw):
-    torch.manual_seed(torch.seed() % 2**31)
+    torch.manual_seed(torch.randint(2**31 - 1, ()).item())
     model = LinearThen(kind, device, **kw)
     x = torch.randn(4, 3, 6, device=device)
     ref_outs, ref_grads = run(model, x, device, None)

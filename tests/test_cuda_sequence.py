@@ -97,7 +97,7 @@ def route_fits(route, H, dtype):
 
 
 def seq_inputs(T, B, I, H, dtype, device="cuda", weight_scale=2.0):
-    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    g = torch.Generator().manual_seed(torch.randint(2**31 - 1, ()).item())
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
     args = [rand(T, B, I), rand(3 * H, I + H, scale=weight_scale / (I + H) ** 0.5), rand(3 * H),

@@ -25,7 +25,7 @@ TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 4e-2}
 
 
 def model(I, H, L, dtype, **kwargs):
-    torch.manual_seed(torch.seed() % 2**31)
+    torch.manual_seed(torch.randint(2**31 - 1, ()).item())
     return lltm.LLTM(I, H, num_layers=L, device="cuda", dtype=dtype, **kwargs)
 
 

@@ -10,7 +10,7 @@ F64 = torch.float64
 
 
 def seeded():
-    torch.manual_seed(torch.seed() % 2**31)
+    torch.manual_seed(torch.randint(2**31 - 1, ()).item())
 
 
 # --- keywords ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ def seq_inputs(T, B, I, H, dtype=torch.float64, requires_grad=False, seed=None):
     """Fresh random (input [T,B,I], weights, bias, h0, c0), never zeros; the
     weights are scaled so gates span the linear and saturated regions.
     ``seed``: fixed inputs instead (for a measured claim about one input)."""
-    g = torch.Generator().manual_seed(torch.seed() % (2**31) if seed is None else seed)
+    g = torch.Generator().manual_seed(torch.randint(2**31 - 1, ()).item() if seed is None else seed)
     def rand(*shape, scale=1.0):
         t = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
         return t.requires_grad_(requires_grad)

@@ -17,7 +17,7 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the C
 
 def stack_inputs(T, B, I, H, L, dtype=torch.float64, device="cpu", requires_grad=False):
     """(input, weights0, weights, biases, h0, c0), random, never zeros."""
-    g = torch.Generator().manual_seed(torch.seed() % (2**31))
+    g = torch.Generator().manual_seed(torch.randint(2**31 - 1, ()).item())
 
     def rand(*shape, scale=1.0):
         t = torch.randn(*shape, generator=g, dtype=torch.float64) * scale

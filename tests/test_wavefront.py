@@ -19,7 +19,7 @@ DT = torch.float64
 
 
 def model(I, H, L, **kwargs):
-    torch.manual_seed(torch.seed() % 2**31)
+    torch.manual_seed(torch.randint(2**31 - 1, ()).item())
     return lltm.LLTM(I, H, num_layers=L, dtype=DT, **kwargs)
 
 
