@@ -239,7 +239,7 @@ def test_stacked_layers_operator(ort):
     check(session(ort, program), model, make)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16], ids=["float64", "float16"])
 def test_other_dtypes(ort, dtype):
     """float64 as a Scan of the step (ONNX Runtime's LSTM has no float64);
     float16 in float32 inside the layer, as lltm's kernels accumulate it."""
