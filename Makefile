@@ -5,7 +5,8 @@
 #   make test-full   the same, with the wheel on every supported torch (2.11 - 2.14)
 #
 # Set-up is idempotent: a virtual environment in .venv with torch 2.13.0 (CPU
-# build), the test / bench / example dependencies, and lltm installed editable
+# build), the test / bench / example dependencies (onnx, onnxscript and
+# onnxruntime for the ONNX export tests), and lltm installed editable
 # (which builds the native library with lltm/build.py); then sktime's wheel
 # without its dependencies, for the .ts datasets it carries (the vowels example
 # reads the files; sktime is never imported).
@@ -14,7 +15,7 @@ PYTHON_SYS ?= python3
 VENV       := .venv
 PY         := $(VENV)/bin/python
 TORCH_SPEC := torch==2.13.0
-DEPS       := numpy pytest pytest-xdist matplotlib tqdm scikit-learn
+DEPS       := numpy pytest pytest-xdist matplotlib tqdm scikit-learn onnx onnxscript onnxruntime
 STAMP      := $(VENV)/.lltm-setup
 SKTIME_VERSION := 1.2.0
 DATA_STAMP := $(VENV)/.lltm-sktime-$(SKTIME_VERSION)

@@ -24,6 +24,8 @@ result depends on what ran before it.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from . import _sharing, overrides
@@ -81,6 +83,16 @@ def exporting() -> bool:
     torch.compile traces the caller (torch 2.11's torch.compile takes the
     call for True while it traces)."""
     return torch.compiler.is_exporting()
+
+
+@torch.compiler.assume_constant_result
+def onnx_exporting() -> bool:
+    """torch.onnx.is_in_onnx_export(): torch.onnx.export is running, its
+    capture by torch.export included (never true unless torch.onnx is loaded).
+    Called, not traced, by torch.export's strict mode (dynamo takes
+    is_in_onnx_export for False while it traces)."""
+    onnx = sys.modules.get("torch.onnx")
+    return onnx is not None and onnx.is_in_onnx_export()
 
 
 def traced() -> int:

@@ -349,6 +349,10 @@ def schedule_for(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
         return 1, 1
     forced = overrides.current_wavefront_chunks()
     if forced is not None:
+        if _settings.onnx_exporting():  # (a dynamic T would be fixed to the example's)
+            raise ValueError(f"lltm.overrides.wavefront(chunks={forced}) cannot be exported to ONNX: "
+                             "the chunks split T while exporting. Export without the "
+                             "override (one call a layer)")
         return min(forced, T), 1
     if not _directions.concurrent(x):
         return 1, 1

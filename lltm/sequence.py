@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _packed, _sharing, _stack, _wavefront, functional, reference
+from . import _directions, _packed, _settings, _sharing, _stack, _wavefront, functional, reference
 from ._directions import BothDirections
 from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
@@ -276,6 +276,12 @@ class LLTM(torch.nn.Module):
             if lengths is not None:
                 raise ValueError("LLTM: lengths is for padded input; a PackedSequence carries "
                                  "its own lengths")
+            if _settings.onnx_exporting():
+                # B and each row's steps are batch_sizes' values, read on the host
+                raise ValueError("LLTM: a PackedSequence input cannot be exported to ONNX "
+                                 "(torch.onnx.export): its layout depends on "
+                                 "batch_sizes' values. Export padded input [T, B, I] with "
+                                 "lengths= (an int64 tensor of B lengths) instead")
             return self._forward_packed(input, state)
         if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
             got = list(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
@@ -291,6 +297,8 @@ class LLTM(torch.nn.Module):
             x = input
         T, B, I = x.shape
         self._check_features(I)
+        if _settings.onnx_exporting():
+            self._check_export(lengths)
         h0, c0 = self._initial_state(state, x, B, batched)
         if lengths is None:
             x, (h_n, c_n) = self._run(x, h0, c0, None)
@@ -298,7 +306,10 @@ class LLTM(torch.nn.Module):
             if not batched:
                 raise ValueError("LLTM: lengths needs batched input [T, B, I] ([B, T, I] with "
                                  "batch_first); unbatched input has one length, T")
-            x, (h_n, c_n) = self._run_lengths(x, h0, c0, _check_lengths(lengths, T, B))
+            if isinstance(lengths, torch.Tensor) and _settings.exporting():
+                x, (h_n, c_n) = self._run_exported_lengths(x, h0, c0, lengths)
+            else:
+                x, (h_n, c_n) = self._run_lengths(x, h0, c0, _check_lengths(lengths, T, B))
         if not batched:
             return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
         if self.batch_first:
@@ -319,6 +330,35 @@ class LLTM(torch.nn.Module):
         if steps < T:
             out = F.pad(out, (0, 0, 0, 0, 0, T - steps))
         return out, state
+
+    def _check_export(self, lengths) -> None:
+        """Under torch.onnx.export: refuses, by name, what would fix T or B
+        to the example's values in the ONNX model, which is meant to run at
+        any size. (Whether they are dynamic cannot be told here: the
+        exporter's retry in torch.export's strict mode traces symbolic sizes
+        as ints.) torch.export alone keeps them, specialized as torch
+        specializes a Python loop."""
+        if self.impl != "native":
+            raise ValueError(f"LLTM(impl={self.impl!r}) cannot be exported to ONNX: it loops over the "
+                             "steps in Python, which export unrolls for the example's T. "
+                             "Export impl='native' (the default), one operator call a layer")
+        if lengths is not None and not isinstance(lengths, torch.Tensor):
+            raise ValueError("LLTM: lengths given as a list of ints cannot be exported to ONNX: the "
+                             "values are read while exporting and fix T and B. Pass lengths "
+                             "as an int64 tensor of B lengths, an input of the exported "
+                             "program")
+
+    def _run_exported_lengths(self, x, h0, c0, lengths: torch.Tensor):
+        """_run_lengths in an exported program, where lengths is an input
+        whose values are not known: over all T steps (each row still stops
+        at its own length inside the operator), the values unchecked."""
+        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
+                torch.bool, torch.complex64, torch.complex128):
+            raise ValueError(f"LLTM: lengths must be a 1-D integer tensor, got a "
+                             f"{lengths.dtype} tensor of shape {list(lengths.shape)}")
+        torch._check(lengths.shape[0] == x.shape[1],
+                     lambda: "LLTM: lengths needs one entry per batch row")
+        return self._run(x, h0, c0, lengths.to(device=x.device, dtype=torch.int64))
 
     def _forward_packed(self, packed: PackedSequence, state):
         data, batch_sizes, sorted_indices, unsorted_indices = packed
