@@ -6,12 +6,16 @@ tests/test_cuda_sequence_emulated.py (the kernels against the reference),
 tests/test_cuda_layer_emulated.py (the layer's entry points) and
 tests/test_cuda_routes_emulated.py (the choice against the H100's
 measurements); with the inputs, float64 reference and checks the first two
-share."""
+share. The emulator plays an H100 unless told otherwise: DEVICE_SETS and
+device_set describe the other devices it can play
+(tests/test_schedule_validity.py)."""
+import contextlib
 import ctypes
 import hashlib
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -130,13 +134,72 @@ def build(tmp_path_factory):
     return _declare(ctypes.CDLL(str(lib)))
 
 
-def device(lib, **changes):
-    """The emulated device (an H100's properties), with `changes`"""
+def device(lib, ordinal=0, **changes):
+    """The emulated device (device 0: an H100's properties), as
+    lltm_cuda_device_query reports it, with `changes`"""
     dev = Device()
-    assert lib.lltm_cuda_device_query(0, ctypes.byref(dev)) == 0
+    assert lib.lltm_cuda_device_query(ordinal, ctypes.byref(dev)) == 0
     for name, value in changes.items():
         setattr(dev, name, value)
     return dev
+
+
+class DeviceSet(NamedTuple):
+    """A device the emulator plays (tests/cuda_emu/emu_device.h): what its
+    runtime reports and its occupancy answers follow from."""
+    sm_count: int
+    major: int
+    minor: int
+    smem_optin: int          # dynamic shared memory a block may opt in to, bytes
+    smem_per_sm: int         # shared memory of an SM, bytes
+    max_threads_per_sm: int
+    regs_per_sm: int
+    max_cluster: int         # blocks a cluster, non-portable sizes included (0: no clusters)
+    max_clusters: int        # clusters resident at once (0: as many as the SMs hold)
+    code_arch: int           # virtual architecture of the library's code that runs there
+
+
+KB = 1024
+# Per compute capability (threads, shared memory and registers of an SM, a
+# block's opt-in shared memory): the CUDA C++ Programming Guide, "Compute
+# Capabilities", its table of technical specifications per compute
+# capability (docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/
+# compute-capabilities.html), as the architectures' tuning guides restate
+# them (docs.nvidia.com/cuda/{turing,ampere,ada,hopper,blackwell}-tuning-guide;
+# e.g. compute capability 8.6: 100 KB of shared memory an SM, 99 KB a
+# block, 1 KB of it kept by the system a block). Clusters: 8 blocks is the
+# portable size; Hopper takes 16 with the non-portable opt-in (the guide's
+# "Thread Block Clusters"). SM counts are a product's, named in each row.
+# max_clusters: 7 is what an H100 SXM answers for clusters of 16 (the
+# default device's); the others publish no such answer, so their SMs alone
+# bound it.
+DEVICE_SETS = {
+    "sm_75": DeviceSet(40, 7, 5, 64 * KB, 64 * KB, 1024, 65536, 0, 0, 75),  # Tesla T4
+    "sm_80": DeviceSet(108, 8, 0, 163 * KB, 164 * KB, 2048, 65536, 0, 0, 80),  # A100
+    "sm_86": DeviceSet(84, 8, 6, 99 * KB, 100 * KB, 1536, 65536, 0, 0, 86),  # RTX A6000
+    "sm_89": DeviceSet(58, 8, 9, 99 * KB, 100 * KB, 1536, 65536, 0, 0, 89),  # L4
+    "sm_90": DeviceSet(132, 9, 0, 227 * KB, 228 * KB, 2048, 65536, 16, 7, 90),  # H100 SXM
+    "sm_100": DeviceSet(148, 10, 0, 227 * KB, 228 * KB, 2048, 65536, 16, 0, 100),  # B200
+    "sm_120": DeviceSet(170, 12, 0, 99 * KB, 100 * KB, 1536, 65536, 8, 0, 120),  # RTX 5090
+    # an H100 running the library's compute_80 PTX (a build without sm_90
+    # code): the device has clusters, the code none
+    "sm_90_ptx80": DeviceSet(132, 9, 0, 227 * KB, 228 * KB, 2048, 65536, 16, 7, 80),
+}
+
+
+@contextlib.contextmanager
+def device_set(lib, name):
+    """The emulator playing DEVICE_SETS[name] as the current device, under
+    an ordinal of its own (the chooser caches its answers per ordinal);
+    yields that device as lltm_cuda_device_query reports it. Device 0 (the
+    H100) is current again after."""
+    ordinal = list(DEVICE_SETS).index(name) + 1
+    assert lib.emu_set_device(ordinal, *DEVICE_SETS[name]) == 0
+    assert lib.emu_use_device(ordinal) == 0
+    try:
+        yield device(lib, ordinal)
+    finally:
+        lib.emu_use_device(0)
 
 
 FAMILY_CODES = {"steps": STEPS, "grid": GRID, "cluster": CLUSTER, "block": BLOCK}
@@ -188,7 +251,12 @@ def _declare(lib):
     lib.lltm_stack_plan_cuda.argtypes = [p, i32, i32, i64, i64, i64, i64, p]
     lib.lltm_stack_forward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p]
     lib.lltm_stack_backward_persistent_cuda.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p]
-    for fn in (lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda,
+    lib.emu_set_device.argtypes = [i32] * 11
+    lib.emu_use_device.argtypes = [i32]
+    lib.emu_blocks_per_sm.argtypes = [i32, ctypes.c_longlong]
+    lib.emu_resident_clusters.argtypes = [i32, i32, ctypes.c_longlong]
+    for fn in (lib.emu_set_device, lib.emu_use_device, lib.emu_blocks_per_sm,
+               lib.emu_resident_clusters, lib.lltm_cuda_device_query, lib.lltm_sequence_plan_cuda,
                lib.lltm_sequence_plan_residency_cuda, lib.lltm_sequence_forward_persistent_cuda,
                lib.lltm_sequence_backward_persistent_cuda, lib.lltm_sequence_forward_step_cuda,
                lib.lltm_sequence_backward_step_cuda, lib.lltm_sequence_last_state_cuda,

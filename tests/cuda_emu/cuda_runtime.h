@@ -28,7 +28,9 @@
  * waits while the current phase's parity is P; a barrier used before its
  * init, a count past 2^20 - 1, or a misaligned st.async is misuse. Dynamic shared memory starts as NaN bytes
  * (0xff), so a read of shared memory nothing wrote shows. Not emulated:
- * timing, the memory model, caches.
+ * timing, the memory model, caches. The device (its properties and
+ * occupancy answers) is emu_device.h's: an H100 unless a test describes
+ * another.
  *
  * The sources launch through LLTM_LAUNCH(grid, block, smem, stream, kernel)
  * (args...) and declare dynamic shared memory with LLTM_DYNAMIC_SMEM(name)
@@ -76,6 +78,7 @@ typedef enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevice = 101,
     cudaErrorLaunchFailure = 719,
 } cudaError_t;
 enum cudaDeviceAttr {
@@ -85,6 +88,9 @@ enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
     cudaDevAttrComputeCapabilityMajor,
     cudaDevAttrComputeCapabilityMinor,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+    cudaDevAttrMaxThreadsPerMultiProcessor,
+    cudaDevAttrMaxRegistersPerMultiprocessor,
 };
 enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -109,7 +115,7 @@ struct cudaLaunchConfig_t {
 namespace emu {
 
 constexpr size_t STACK_BYTES = 48 * 1024;
-constexpr size_t SMEM_OPTIN = 227 * 1024;
+constexpr size_t SMEM_OPTIN = 227 * 1024; /* the default device's (emu_device.h) */
 
 struct Fiber {
     ucontext_t ctx;
@@ -160,7 +166,12 @@ inline ucontext_t scheduler;
 inline cudaError_t last_error = cudaSuccess;
 inline bool deadlock = false;
 inline bool misuse = false; /* of the split barrier or map_shared_rank, this launch */
-inline std::vector<const void *> nonportable; /* kernels allowed clusters over 8 */
+} // namespace emu
+
+/* the emulated devices and the runtime calls about them */
+#include "emu_device.h"
+
+namespace emu {
 
 inline void report_misuse(const char *what)
 {
@@ -350,7 +361,8 @@ inline cudaError_t run(dim3 grid, dim3 block, size_t smem, std::function<void()>
     const unsigned nt = block.x * block.y * block.z;
     const unsigned total = grid.x * grid.y * grid.z;
     const unsigned nb = count ? count : total;
-    if (nt == 0 || nt > 1024 || nt % 32 != 0 || total == 0 || smem > SMEM_OPTIN ||
+    if (nt == 0 || nt > 1024 || nt % 32 != 0 || total == 0 ||
+        smem > (size_t)device().smem_optin ||
         grid.y > 65535 || grid.z > 65535)
         return last_error = cudaErrorInvalidConfiguration;
     Grid state;
@@ -553,75 +565,6 @@ inline cudaError_t cudaGetLastError()
     cudaError_t e = emu::last_error;
     emu::last_error = cudaSuccess;
     return e;
-}
-inline cudaError_t cudaGetDevice(int *device)
-{
-    *device = 0;
-    return cudaSuccess;
-}
-inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-/* The emulated device runs code built for sm_90 (clusters included). */
-struct cudaFuncAttributes {
-    int ptxVersion, binaryVersion;
-};
-template <typename K> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, K)
-{
-    attr->ptxVersion = attr->binaryVersion = 90;
-    return cudaSuccess;
-}
-inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int)
-{
-    switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
-    case cudaDevAttrCooperativeLaunch: *value = 1; break;
-    case cudaDevAttrClusterLaunch: *value = 1; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)emu::SMEM_OPTIN; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    }
-    return cudaSuccess;
-}
-inline cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attr, int value)
-{
-    if (attr == cudaFuncAttributeNonPortableClusterSizeAllowed) {
-        if (value)
-            emu::nonportable.push_back(kernel);
-        return cudaSuccess;
-    }
-    return value <= (int)emu::SMEM_OPTIN ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-namespace emu {
-/* a cluster of `blocks` blocks of kernel: at most 8, 16 where allowed */
-inline bool cluster_size_ok(const void *kernel, unsigned blocks)
-{
-    bool allowed = false;
-    for (const void *k : nonportable)
-        allowed = allowed || k == kernel;
-    return blocks >= 1 && blocks <= (allowed ? 16u : 8u);
-}
-} // namespace emu
-/* as on an H100 for the library's persistent kernels (their registers set
- * it): one block of 256 threads an SM, two of 128 (the block family's
- * 1-row chunks) */
-inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *,
-                                                                 int threads, size_t)
-{
-    *n = threads <= 128 ? 2 : 1;
-    return cudaSuccess;
-}
-inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *kernel,
-                                                  const cudaLaunchConfig_t *config)
-{
-    unsigned blocks = 1;
-    for (unsigned a = 0; a < config->numAttrs; ++a)
-        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension)
-            blocks = config->attrs[a].val.clusterDim.x;
-    if (blocks > 16)
-        return emu::last_error = cudaErrorInvalidValue;
-    /* one block an SM, 132 SMs (an H100 SXM holds 7 clusters of 16 or more) */
-    *n = emu::cluster_size_ok(kernel, blocks) ? (int)(132 / blocks < 7 ? 132 / blocks : 7) : 0;
-    return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind,
                                    cudaStream_t)
