@@ -36,13 +36,16 @@ DETERMINISTIC = 2  # torch.use_deterministic_algorithms (warn-only too)
 CONCURRENT_SHIFT = 8  # the field of the layers running at once
 
 
+_fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)  # (bound once)
+
+
 def float32_tf32() -> bool:
     """Whether torch lets float32 matrix products (aten::mm) run on TF32:
     torch.backends.cuda.matmul.fp32_precision (which also reflects the older
     allow_tf32 and set_float32_matmul_precision), read the cheap way."""
     try:
-        return torch._C._get_fp32_precision_getter("cuda", "matmul") == "tf32"
-    except (AttributeError, RuntimeError):
+        return _fp32_precision("cuda", "matmul") == "tf32"
+    except (TypeError, RuntimeError):  # (TypeError: a torch without the getter)
         try:
             return bool(torch.backends.cuda.matmul.allow_tf32)
         except RuntimeError:
@@ -52,19 +55,12 @@ def float32_tf32() -> bool:
 _deterministic = torch.are_deterministic_algorithms_enabled  # warn-only counts as on
 
 
-_fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)
-
-
 @torch.compiler.assume_constant_result
 def torch_flags() -> int:
     """TF32 | DETERMINISTIC as torch's settings are now. torch.compile takes
     the value of the trace as a constant: its graphs are guarded on both
     settings, so a change traces anew."""
-    try:
-        tf32 = _fp32_precision("cuda", "matmul") == "tf32"
-    except (TypeError, RuntimeError):
-        tf32 = float32_tf32()
-    return (TF32 if tf32 else 0) | (DETERMINISTIC if _deterministic() else 0)
+    return (TF32 if float32_tf32() else 0) | (DETERMINISTIC if _deterministic() else 0)
 
 
 _threads = _sharing._local  # (read directly: current() runs at every eager call)
@@ -99,6 +95,4 @@ def traced() -> int:
     """The settings a graph traced now holds: :func:`current` for one layer
     at a time (torch.compile traces one stream), NOT_GIVEN in an exported
     program."""
-    if exporting():
-        return NOT_GIVEN
-    return torch_flags() | overrides.packed() | (1 << CONCURRENT_SHIFT)
+    return NOT_GIVEN if exporting() else current(1)

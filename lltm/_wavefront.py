@@ -161,9 +161,10 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     capturing = _native.stream_capturing(index)
-    tf32 = dtype == torch.float32 and _settings.float32_tf32()
     # (the settings a call would run with: the choice follows every one of them)
-    key = (index, dtype, T, B, I, H, L, capturing, _settings.current(1))
+    settings = _settings.current(1)
+    tf32 = dtype == torch.float32 and bool(settings & _settings.TF32)
+    key = (index, dtype, T, B, I, H, L, capturing, settings)
     found = _CHOICES.get(key)
     if found is None:
         found = _choose(T, B, H, L, dtype, index, capturing, tf32)
