@@ -19,9 +19,10 @@ from . import _ops, _vmap  # noqa: E402,F401  (fake kernels, autograd, autocast,
 from . import _onnx, functional, overrides, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
 from .sequence import LLTM  # noqa: E402
+from ._schedule import explain  # noqa: E402
 
 overrides.apply_environment()
 _onnx.install()  # the ONNX translations, once torch.onnx's exporter loads
 
-__all__ = ["LLTM", "LLTMCell", "build_info", "functional", "overrides", "reference"]
+__all__ = ["LLTM", "LLTMCell", "build_info", "explain", "functional", "overrides", "reference"]
 __version__ = "0.1.0"

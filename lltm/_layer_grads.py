@@ -10,14 +10,9 @@ gates' gradients, instead of dW), and the layer's parameters reach its chunk
 calls through :class:`LayerParameters`, whose backward runs once every chunk
 has run: it forms dW from the chunks' dG and [h_prev | x], and the bias
 gradient as the sum of the chunks'. On CUDA it runs on the layer's stream
-after the layer's last chunk, while the layers below still run theirs. The
-chunks before it (all but the first in time: the backward runs them last to
-first) add their products to the layer's dW before that where the
-recurrences leave the GPU room for them (:func:`early_products_pay`), each
-once the next chunk's recurrence is queued, on a stream of the layer's own
-beside it, so that what is left after the last chunk is that chunk's
-products (the bottom layer's run after everything else): joined and one
-product while its rows fit in the GPU's L2 cache, else products on views.
+after the layer's last chunk, while the layers below still run theirs. Its
+products: joined rows and one product while they fit in the GPU's L2
+cache, else products on views.
 
 Used by the wavefront where gradients are recorded eagerly (or under CUDA
 graph capture): not while torch.compile traces, under torch.func transforms
@@ -27,8 +22,6 @@ backward in differentiable operations and passes dW through autograd as
 lltm_sequence does.
 """
 from __future__ import annotations
-
-import contextlib
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -50,86 +43,22 @@ def wanted() -> bool:
 class Sink:
     """What a layer's chunk backwards leave for :class:`LayerParameters`, per
     backward pass (autograd's graph task): per chunk, (dG, the bias
-    gradient, h0, output, input) of the call, and the products already added
-    (:class:`Early`). ``early``: whether the chunks add theirs before the
-    last, on ``stream`` beside the layer's (CUDA) or in place (the CPU: the
-    same products as at the end); ``wants``: whether (weights, bias) want
-    gradients."""
+    gradient, h0, output, input) of the call. ``wants``: whether (weights,
+    bias) want gradients."""
 
-    def __init__(self, early: bool, stream=None, wants=(True, True)):
+    def __init__(self, wants=(True, True)):
         self.passes: dict[int, dict[int, tuple]] = {}
-        self.early: dict[int, Early] = {}
-        self.fold, self.stream, self.wants = early, stream, wants
-        self.node = None  # LayerParameters' node: the pass runs it or not
+        self.wants = wants
 
     def add(self, chunk: int, entry: tuple) -> None:
-        task = torch._C._current_graph_task_id()
-        if self.fold and torch._C._will_engine_execute_node(self.node):
-            early = self.early.get(task)
-            if early is None:
-                early = self.early[task] = Early(entry, self.wants)
-            # the chunk before this one (later in time) adds its products now
-            # that this one's kernels are queued ahead of them
-            early.add_held(self.stream)
-            if chunk > 0:  # the first in time runs last: its products at the end
-                early.hold(chunk, entry, self.stream)
-        self.passes.setdefault(task, {})[chunk] = entry
+        self.passes.setdefault(torch._C._current_graph_task_id(), {})[chunk] = entry
 
-    def take(self):
-        """(this pass's entries not yet added in time order, its Early or
-        None); the stream that ran the early products joined to the current
-        one; entries of passes that never reached the parameters (a gradient
-        of the input alone) dropped."""
-        task = torch._C._current_graph_task_id()
-        mine, early = self.passes.pop(task, {}), self.early.pop(task, None)
+    def take(self) -> list:
+        """This pass's entries in time order; entries of passes that never
+        reached the parameters (a gradient of the input alone) dropped."""
+        mine = self.passes.pop(torch._C._current_graph_task_id(), {})
         self.passes.clear()
-        self.early.clear()
-        if early is None or not early.chunks:
-            return [mine[k] for k in sorted(mine)], None
-        if self.stream is not None:
-            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
-        return [mine[k] for k in sorted(mine) if k not in early.chunks], early
-
-
-class Early:
-    """A layer's dW and bias gradient summed over the chunks that finished
-    before its last, in place, in tensors made on the layer's stream (where
-    the gradients are returned). A chunk's products run on the sink's stream
-    once the chunk after it (earlier in time) is queued on the layer's, and
-    wait for the chunk's own kernels by an event; the layer's stream waits
-    for them before reading."""
-
-    def __init__(self, entry, wants):
-        dG, _, h0, _, x = entry
-        G, K = dG.shape[2], h0.shape[1] + x.shape[2]
-        self.weights = dG.new_empty(G, K) if wants[0] else None
-        self.bias = dG.new_empty(G) if wants[1] else None
-        self.chunks: set[int] = set()
-        self.held = None
-
-    def hold(self, chunk: int, entry: tuple, stream) -> None:
-        event = None
-        if stream is not None:  # the chunk's kernels, on the current stream
-            event = torch.cuda.Event()
-            event.record()
-        self.held = (chunk, entry, event)
-
-    def add_held(self, stream) -> None:
-        if self.held is None:
-            return
-        (chunk, entry, event), self.held = self.held, None
-        first = not self.chunks
-        if event is not None:
-            stream.wait_event(event)
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if self.weights is not None:
-                add_products(self.weights, entry, first)
-            if self.bias is not None:
-                if first:
-                    self.bias.copy_(entry[1])
-                else:
-                    self.bias.add_(entry[1])
-        self.chunks.add(chunk)
+        return [mine[k] for k in sorted(mine)]
 
 
 class LayerParameters(torch.autograd.Function):
@@ -146,28 +75,25 @@ class LayerParameters(torch.autograd.Function):
     def backward(ctx, grad_weights, grad_bias):
         # grad_weights / grad_bias: what came through autograd (the chunks'
         # differentiable backwards under create_graph), else None
-        entries, early = ctx.sink.take()
-        d_weights = early.weights if early is not None else None
-        d_bias = early.bias if early is not None else None
+        entries = ctx.sink.take()
+        d_weights = d_bias = None
         if entries and ctx.needs_input_grad[0]:
-            d_weights = _weight_grads(entries, d_weights)
+            d_weights = _weight_grads(entries)
         if entries and ctx.needs_input_grad[1]:
-            rest = torch.stack([e[1] for e in entries]).sum(0) if len(entries) > 1 \
+            d_bias = torch.stack([e[1] for e in entries]).sum(0) if len(entries) > 1 \
                 else entries[0][1]
-            d_bias = rest if d_bias is None else d_bias.add_(rest)
         d_weights = _add(grad_weights, d_weights)
         d_bias = _add(grad_bias, d_bias)
         return d_weights, d_bias, None
 
 
-def _weight_grads(entries, into=None) -> torch.Tensor:
+def _weight_grads(entries) -> torch.Tensor:
     """dW [G, H+I] = dG^T [h_prev | x] over the chunks' (dG, _, h0, output,
-    input), h_prev the chunk's h0 at its first step and its output after,
-    added to ``into`` in place where given: where the joined rows fit in
-    join_limit bytes, the chunks' dG and [h_prev | x] joined and one product
-    (fewest launches); past it products on the chunks' views, summed, no
-    rows copied (at B1024/H256 in bfloat16 the joins' copies cost 8% of the
-    step)."""
+    input), h_prev the chunk's h0 at its first step and its output after:
+    where the joined rows fit in join_limit bytes, the chunks' dG and
+    [h_prev | x] joined and one product (fewest launches); past it products
+    on the chunks' views, summed, no rows copied (at B1024/H256 in bfloat16
+    the joins' copies cost 8% of the step)."""
     dG0 = entries[0][0]
     G, K = dG0.shape[2], entries[0][2].shape[1] + entries[0][4].shape[2]
     rows = sum(e[0].shape[0] * e[0].shape[1] for e in entries)
@@ -175,13 +101,10 @@ def _weight_grads(entries, into=None) -> torch.Tensor:
         dG = _join([e[0] for e in entries]).view(rows, G)
         h_prev = torch.cat([p for e in entries for p in (e[2].unsqueeze(0), e[3][:-1])])
         joined = torch.cat([h_prev, _join([e[4] for e in entries])], 2).view(rows, K)
-        return torch.mm(dG.t(), joined) if into is None else into.addmm_(dG.t(), joined)
-    first = into is None
-    if first:
-        into = dG0.new_empty(G, K)
-    for entry in entries:
-        add_products(into, entry, first)
-        first = False
+        return torch.mm(dG.t(), joined)
+    into = dG0.new_empty(G, K)
+    for k, entry in enumerate(entries):
+        add_products(into, entry, k == 0)
     return into
 
 
@@ -218,20 +141,6 @@ def join_limit(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
     return torch.cuda.get_device_properties(device).L2_cache_size
-
-
-def early_products_pay(B: int, H: int) -> bool:
-    """Whether a layer's chunks on CUDA add their products before its last
-    (else all after it): where a step's recurrent product, [B, H] by [H, 3H],
-    is under 3 * 2^24 multiply-adds (B H^2 < 2^24). The side products take
-    SMs from the recurrences they run beside; a small recurrence leaves them
-    idle, a large one fills them and slows down by more than the tail they
-    save. Measured, 3 layers, T=100, graph replay on an H200: below the
-    line 0.2% - 2.4% faster (bfloat16 B64/H128, B16/H256, B256/H128,
-    B16/H512; float32 H64 - H256), at it either way (B64/H512 1.1% faster,
-    B1024/H128 0.4%; B16/H1024 0.4% slower, B256/H256 0.6%), above it
-    slower (B64/H1024 1.3%, B16/H2048 0.8%)."""
-    return B * H * H < 1 << 24
 
 
 def _add(a, b):

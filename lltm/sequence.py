@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _packed, _settings, _sharing, _stack, _wavefront, functional, reference
+from . import _directions, _packed, _schedule, _settings, _sharing, _stack, _wavefront, functional, reference
 from ._directions import BothDirections
-from ._directions import concurrent as _concurrent
 from ._directions import reverse_index as _reverse_index
 from ._directions import reverse_time as _reverse_time
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
@@ -394,22 +393,19 @@ class LLTM(torch.nn.Module):
         """All layers over x [T, B, I]; row b stops after lengths[b] steps
         (an int64 [B] tensor on x's device, each in [1, T]; or None: all T).
         Returns (output [T, B, D*H], (h_n, c_n))."""
+        schedule = _schedule.for_call(self, x)
+        if schedule.route == "stacked":  # stacked layers in one call a group
+            return _stack.run(self, x, h0, c0, list(schedule.groups), lengths)
+        if schedule.route == "wavefront":  # stacked layers overlapped in time chunks
+            return _wavefront.run(self, x, h0, c0, schedule.chunks, lengths, schedule.sharing)
         run_layer = _LAYERS[self.impl]
-        D = self.num_directions
-        if D == 1 and self.impl == "native":  # stacked layers in one call a group
-            stack_groups = _stack.route(self, x)
-            if stack_groups is not None:
-                return _stack.run(self, x, h0, c0, stack_groups, lengths)
-            # stacked layers overlapped in time chunks
-            chunks, sharing = _wavefront.schedule_for(x, self.hidden_size, self.num_layers)
-            if chunks > 1:
-                return _wavefront.run(self, x, h0, c0, chunks, lengths, sharing)
         reverse_index = None
-        if D == 2 and lengths is not None:
+        if self.num_directions == 2 and lengths is not None:
             reverse_index = _reverse_index(lengths, x.shape[0])
         h_n, c_n = [], []  # [D, B, H] of each layer
         for k in range(self.num_layers):
-            x, h, c = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index)
+            x, h, c = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index,
+                                  schedule.directions)
             h_n.append(h)
             c_n.append(c)
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
@@ -430,14 +426,16 @@ class LLTM(torch.nn.Module):
             out = _reverse_time(out, reverse_index)
         return out, h, c
 
-    def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index):
-        """(output [T,B,D*H], h_n [D,B,H], c_n [D,B,H]) of layer k."""
+    def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index, directions=""):
+        """(output [T,B,D*H], h_n [D,B,H], c_n [D,B,H]) of layer k; a
+        bidirectional layer's directions as ``directions`` says
+        (_schedule.Schedule)."""
         i = self.num_directions * k
         forward = (run_layer, k, False, x, h0[i], c0[i], lengths, reverse_index)
         if not self.bidirectional:
             out, h, c = self._direction(*forward)
             return out, h.unsqueeze(0), c.unsqueeze(0)  # views: no copy kernel
-        if run_layer is _layer_native and _directions.fused(x):
+        if directions == "one node":
             # eager: both directions in one autograd node (the reverse one on
             # the side stream on CUDA)
             (w_f, b_f), (w_r, b_r) = self.layer_parameters(k), self.layer_parameters(k, True)
@@ -446,7 +444,7 @@ class LLTM(torch.nn.Module):
             return BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2], c0[i:i + 2],
                                         lengths, reverse_index)
         backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths, reverse_index)
-        if not _concurrent(x):
+        if directions != "side stream":
             fwd, rev = self._direction(*forward), self._direction(*backward)
         else:
             # The reverse direction on a side stream, after the work queued so

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lltm
-from lltm import _native, _wavefront
+from lltm import _native, _schedule
 from lltm.bench.timing import capture_graph
 from conftest import assert_close
 
@@ -159,10 +159,10 @@ def test_automatic_choice_bounds():
     dev = torch.device("cuda")
     for T, B, H, L in [(100, 16, 256, 3), (100, 1, 64, 2), (100, 1024, 2048, 3),
                        (12, 16, 256, 3), (1000, 64, 512, 4)]:
-        c, sharing = _wavefront.automatic_schedule(T, B, H // 2, H, L, torch.float32, dev)
-        assert 1 <= c and (c == 1 or T // c >= _wavefront.MIN_CHUNK_STEPS), (T, B, H, L, c)
+        c, sharing = _schedule.automatic_schedule(T, B, H // 2, H, L, torch.float32, dev)
+        assert 1 <= c and (c == 1 or T // c >= _schedule.MIN_CHUNK_STEPS), (T, B, H, L, c)
         assert sharing in (1, 2) and (c > 1 or sharing == 1), (T, B, H, L, c, sharing)
-    assert _wavefront.automatic_schedule(100, 16, 128, 256, 1, torch.float32, dev) == (1, 1)
+    assert _schedule.automatic_schedule(100, 16, 128, 256, 1, torch.float32, dev) == (1, 1)
     for T, B, H in [(100, 16, 256), (50, 3, 33), (100, 64, 2048)]:
         plan, cost = lltm.overrides.sequence_cost_in_force(torch.float32, T, B, H, H)
         assert plan == lltm.overrides.sequence_plan_in_force(torch.float32, T, B, H, H)
@@ -263,11 +263,11 @@ def test_schedule_for_the_stream_as_it_is():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the graph is empty
             with torch.cuda.graph(graph, stream=stream):
-                return _wavefront.automatic_schedule(*args)
+                return _schedule.automatic_schedule(*args)
 
-    _wavefront._CHOICES.clear()
-    eager = _wavefront.automatic_schedule(*args)
+    _schedule._CHOICES.clear()
+    eager = _schedule.automatic_schedule(*args)
     captured = under_capture()
-    _wavefront._CHOICES.clear()
-    assert captured == under_capture() and eager == _wavefront.automatic_schedule(*args)
+    _schedule._CHOICES.clear()
+    assert captured == under_capture() and eager == _schedule.automatic_schedule(*args)
     assert eager[1] == 1, eager  # plans shared by two layers only in CUDA graphs

@@ -5,7 +5,7 @@ sequence_backward (dW = dG^T [h_prev | x], the rest bitwise), its opcheck
 and output_mask; the chunked module against one call a layer with some
 parameters frozen, without bias, under autocast, with a gradient of the
 input alone first (retain_graph), gradients accumulated over two backward
-calls, the chunks' early products, double backward; the route left where it
+calls, double backward; the route left where it
 does not apply. On the CPU (forced chunks), some on CUDA too; the CUDA streams
 under capture: tests/test_cuda_wavefront.py."""
 import pytest
@@ -154,8 +154,7 @@ def test_route_taken_only_where_it_applies(monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 def test_input_gradient_first_then_all(device):
     """A backward that asks for the input's gradient alone leaves nothing
-    behind that a later backward through the same graph would add (and on
-    CUDA issues no early products: nothing left unjoined on their streams)."""
+    behind that a later backward through the same graph would add."""
     T, B, I, H, L = 9, 3, 4, 5, 3
     m = model(I, H, L).to(device)
     x = torch.randn(T, B, I, dtype=DT, device=device, requires_grad=True)
@@ -187,65 +186,6 @@ def test_gradients_accumulate_over_backward_calls(device):
             want = [p.grad.clone() for p in m.parameters()]
     for p, w in zip(m.parameters(), want):
         torch.testing.assert_close(p.grad, w, rtol=1e-12, atol=1e-12)
-
-
-@pytest.fixture
-def early_added(monkeypatch):
-    """The early products added, as (chunk, weights?, bias?), in order."""
-    added = []
-    original = _layer_grads.Early.add_held
-
-    def counting(self, stream):
-        if self.held is not None:
-            added.append((self.held[0], self.weights is not None, self.bias is not None))
-        return original(self, stream)
-    monkeypatch.setattr(_layer_grads.Early, "add_held", counting)
-    return added
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_early_products_of_the_chunks_before_the_last(device, early_added):
-    """Each chunk but the first in time adds its products to the layer's
-    gradients before the end (once the chunk after it is queued), in a pass
-    that forms them only, for the parameters that want them: the first
-    chunk's are left for the end."""
-    added = early_added
-    T, B, I, H, L = 10, 3, 4, 5, 3
-    m = model(I, H, L).to(device)
-    m.bias_l1.requires_grad_(False)
-    m.weights_l2.requires_grad_(False)
-    x = torch.randn(T, B, I, dtype=DT, device=device, requires_grad=True)
-    with overrides.wavefront(4):
-        out, _ = m(x)
-    torch.autograd.grad(out.sum(), [x], retain_graph=True)
-    assert added == []
-    out.sum().backward()
-    assert sorted(added) == sorted([(k, True, True) for k in (1, 2, 3)]
-                                   + [(k, True, False) for k in (1, 2, 3)]
-                                   + [(k, False, True) for k in (1, 2, 3)])
-
-
-@CUDA
-def test_no_early_products_where_the_recurrence_fills_the_gpu(monkeypatch, early_added):
-    """Where early products do not pay (a large recurrence beside them) the
-    CUDA chunks leave all their products for the end, with the same
-    gradients as one call a layer."""
-    assert _layer_grads.early_products_pay(64, 511) and _layer_grads.early_products_pay(1, 4095)
-    assert not _layer_grads.early_products_pay(64, 512)
-    assert not _layer_grads.early_products_pay(16, 1024)
-    monkeypatch.setattr(_layer_grads, "early_products_pay", lambda B, H: False)
-    T, B, I, H, L = 10, 3, 4, 5, 3
-    m = model(I, H, L).to("cuda")
-    x = torch.randn(T, B, I, dtype=DT, device="cuda", requires_grad=True)
-    grad_out = torch.randn(T, B, H, dtype=DT, device="cuda")
-    grads = {}
-    for chunks in (1, 4):
-        with overrides.wavefront(chunks):
-            out, _ = m(x)
-        grads[chunks] = torch.autograd.grad(out, [x, *m.parameters()], grad_out)
-    assert early_added == []
-    for a, b in zip(grads[4], grads[1]):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_double_backward_and_gradgradcheck():

@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import lltm
-from lltm import _native, _stack, overrides
+from lltm import _native, _schedule, overrides
 from conftest import assert_close
 
 HAS_CUDA = torch.cuda.is_available() and _native.has_cuda_kernels()
@@ -202,7 +202,7 @@ def test_compiles_fullgraph():
 @pytest.mark.parametrize("L,sizes", [(1, [1]), (2, [2]), (3, [3]), (4, [2, 2]), (5, [3, 2]),
                                      (7, [3, 2, 2])])
 def test_groups(L, sizes):
-    assert _stack.groups(L) == sizes
+    assert _schedule.groups(L) == sizes
 
 
 def run_module(module, x, mode, **kw):
@@ -227,14 +227,14 @@ def test_module_route():
     m = lltm.LLTM(4, 8, num_layers=3)
     x = torch.randn(5, 2, 4)
     with overrides.stacked_layers("on"):
-        assert _stack.route(m, x) == [3]
+        assert _schedule.stack_groups(m, x) == [3]
         m.dropout = 0.5
-        assert _stack.route(m, x) is None  # dropout between the layers, in training
+        assert _schedule.stack_groups(m, x) is None  # dropout between the layers, in training
         m.eval()
-        assert _stack.route(m, x) == [3]
+        assert _schedule.stack_groups(m, x) == [3]
     with overrides.stacked_layers("off"):
-        assert _stack.route(m, x) is None
-    assert _stack.route(m, x) is None  # the CPU: a call a layer
+        assert _schedule.stack_groups(m, x) is None
+    assert _schedule.stack_groups(m, x) is None  # the CPU: a call a layer
 
 
 @pytest.mark.parametrize("capturing,L,B,H,family,groups,want", [
@@ -247,7 +247,7 @@ def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want)
     """The choice as the module's docstring states it, for a layer's plan in force."""
     plan = {"family": family, "forward": {"groups": groups}}
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, (L,)) is want
+    assert _schedule._faster(torch.float32, 100, B, H, 0, capturing, (L,)) is want
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -266,11 +266,11 @@ def test_the_faster_route_in_the_half_types(monkeypatch, dtype, capturing, B, H,
         return tensor_cores and dtype in (torch.float16, torch.bfloat16)
     monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
     monkeypatch.setattr(overrides, "grid_tensor_cores", grid_tensor_cores)
-    assert _stack._faster(dtype, 100, B, H, 0, capturing, (3,)) is want
+    assert _schedule._faster(dtype, 100, B, H, 0, capturing, (3,)) is want
     tensor_cores = False
-    layer_rule = B * H <= _stack.EAGER_MAX_BH if not capturing else True
-    assert _stack._faster(dtype, 100, B, H, 0, capturing, (3,)) is layer_rule
-    assert _stack._faster(torch.float32, 100, B, H, 0, capturing, (3,)) is layer_rule
+    layer_rule = B * H <= _schedule.EAGER_MAX_BH if not capturing else True
+    assert _schedule._faster(dtype, 100, B, H, 0, capturing, (3,)) is layer_rule
+    assert _schedule._faster(torch.float32, 100, B, H, 0, capturing, (3,)) is layer_rule
 
 
 # --- CUDA ---------------------------------------------------------------------------------
@@ -372,7 +372,7 @@ def test_opcheck_cuda():
 def test_module_routes_the_stack_on_cuda(L, dtype):
     m = lltm.LLTM(24, 64, num_layers=L).cuda().to(dtype)
     x = torch.randn(9, 5, 24, device="cuda", dtype=dtype)
-    assert _stack.route(m, x) == _stack.groups(L)
+    assert _schedule.stack_groups(m, x) == _schedule.groups(L)
     for kw in ({}, {"lengths": [9, 3, 5, 1, 8]}):
         got = run_module(m, x, "auto", **kw)
         want = run_module(m, x, "off", **kw)
@@ -396,7 +396,7 @@ def test_module_through_the_stack_in_a_cuda_graph():
     graph = torch.cuda.CUDAGraph()
     m.zero_grad(set_to_none=False)
     with torch.cuda.graph(graph), overrides.stacked_layers("on"):
-        assert _stack.route(m, static_x) == [3]
+        assert _schedule.stack_groups(m, static_x) == [3]
         out, _ = m(static_x)
         out.sum().backward()
     new_x = torch.randn_like(x)

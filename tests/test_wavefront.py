@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import lltm
-from lltm import _layer_grads, _settings, _sharing, _wavefront, functional, overrides
+from lltm import _layer_grads, _schedule, _settings, _sharing, _wavefront, functional, overrides
 
 DT = torch.float64
 
@@ -271,14 +271,14 @@ def test_variable_lengths_gradcheck():
 def test_chunk_count_choice(monkeypatch):
     x = torch.randn(50, 2, 3)
     assert overrides.current_wavefront_chunks() is None
-    assert _wavefront.schedule_for(x, 4, 3) == (1, 1)  # the CPU gains nothing: one call a layer
-    assert _wavefront.automatic_schedule(100, 16, 128, 256, 3, torch.float32,
+    assert _schedule.wavefront_chunks(x, 4, 3) == (1, 1)  # the CPU gains nothing: one call a layer
+    assert _schedule.automatic_schedule(100, 16, 128, 256, 3, torch.float32,
                                          torch.device("cpu")) == (1, 1)
     with overrides.wavefront(4):  # forced: planned for the whole device
-        assert _wavefront.schedule_for(x, 4, 3) == (4, 1)
-        assert _wavefront.schedule_for(x, 4, 1) == (1, 1)  # one layer: nothing to overlap
-        assert _wavefront.schedule_for(x[:3], 4, 3) == (3, 1)  # at most T
-        assert _wavefront.schedule_for(x[:1], 4, 3) == (1, 1)
+        assert _schedule.wavefront_chunks(x, 4, 3) == (4, 1)
+        assert _schedule.wavefront_chunks(x, 4, 1) == (1, 1)  # one layer: nothing to overlap
+        assert _schedule.wavefront_chunks(x[:3], 4, 3) == (3, 1)  # at most T
+        assert _schedule.wavefront_chunks(x[:1], 4, 3) == (1, 1)
     assert _wavefront._split(10, 3) == [4, 3, 3]
     assert _wavefront._split(6, 6) == [1] * 6
 
@@ -286,32 +286,32 @@ def test_chunk_count_choice(monkeypatch):
 def test_predicted_time_and_best_chunks():
     """The automatic choice's arithmetic (docs/design.md, "Stacked layers")."""
     # one call a layer: L (call + T steps)
-    assert _wavefront.predicted_time(1, 3, 100, 40, 10, 3) == 3 * (40 + 1000)
+    assert _schedule.predicted_time(1, 3, 100, 40, 10, 3) == 3 * (40 + 1000)
     # C chunks, all layers at once: C + L - 1 chunk times
-    assert _wavefront.predicted_time(4, 3, 100, 40, 10, 3) == 6 * (40 + 250)
+    assert _schedule.predicted_time(4, 3, 100, 40, 10, 3) == 6 * (40 + 250)
     # room for one layer at a time: every chunk call one after the other
-    assert _wavefront.predicted_time(4, 3, 100, 40, 10, 1) == 12 * (40 + 250)
+    assert _schedule.predicted_time(4, 3, 100, 40, 10, 1) == 12 * (40 + 250)
     # the host issuing the calls
-    assert _wavefront.predicted_time(4, 3, 100, 1, 1, 3, host_us=100) == 1200
+    assert _schedule.predicted_time(4, 3, 100, 1, 1, 3, host_us=100) == 1200
     # whole launches hold whole slots: three layers in two, three chunks
     # take 6 chunk times (the fluid count: max(5, 4.5)), two chunks 4
-    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2) == 5 * (40 + 400)
-    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 2, whole_launches=True) == 6 * (40 + 400)
-    assert _wavefront.predicted_time(2, 3, 120, 40, 10, 2, whole_launches=True) == 4 * (40 + 600)
-    assert _wavefront.predicted_time(4, 3, 120, 40, 10, 3, whole_launches=True) == 6 * (40 + 300)
+    assert _schedule.predicted_time(3, 3, 120, 40, 10, 2) == 5 * (40 + 400)
+    assert _schedule.predicted_time(3, 3, 120, 40, 10, 2, whole_launches=True) == 6 * (40 + 400)
+    assert _schedule.predicted_time(2, 3, 120, 40, 10, 2, whole_launches=True) == 4 * (40 + 600)
+    assert _schedule.predicted_time(4, 3, 120, 40, 10, 3, whole_launches=True) == 6 * (40 + 300)
     # parts that start as they fit, a layer and three quarters at once: fluid
-    assert _wavefront.predicted_time(3, 3, 120, 40, 10, 1.75) == pytest.approx(
+    assert _schedule.predicted_time(3, 3, 120, 40, 10, 1.75) == pytest.approx(
         9 / 1.75 * (40 + 400))
-    c = _wavefront.best_chunks(3, 100, 40, 10, 3)
-    assert 2 <= c <= 100 // _wavefront.MIN_CHUNK_STEPS
+    c = _schedule.best_chunks(3, 100, 40, 10, 3)
+    assert 2 <= c <= 100 // _schedule.MIN_CHUNK_STEPS
     # where the fluid count favours 3 chunks, whole slots favour 2
-    assert _wavefront.best_chunks(3, 100, 110, 5, 2) == 3
-    assert _wavefront.best_chunks(3, 100, 110, 5, 2, whole_launches=True) == 2
-    assert _wavefront.best_chunks(3, 100, 40, 10, 1) == 1  # no room: the layers in turn
-    assert _wavefront.best_chunks(3, 100, 40, 10, 3, host_us=2000) == 1  # the host bound
-    assert _wavefront.best_chunks(3, 100, 1000, 1, 3) == 1  # calls dearer than steps
-    assert _wavefront.best_chunks(3, 12, 1, 10, 3) == 1  # too few steps for two chunks
-    assert _wavefront.best_chunks(8, 10000, 1, 10, 8) == _wavefront.MAX_CHUNKS
+    assert _schedule.best_chunks(3, 100, 110, 5, 2) == 3
+    assert _schedule.best_chunks(3, 100, 110, 5, 2, whole_launches=True) == 2
+    assert _schedule.best_chunks(3, 100, 40, 10, 1) == 1  # no room: the layers in turn
+    assert _schedule.best_chunks(3, 100, 40, 10, 3, host_us=2000) == 1  # the host bound
+    assert _schedule.best_chunks(3, 100, 1000, 1, 3) == 1  # calls dearer than steps
+    assert _schedule.best_chunks(3, 12, 1, 10, 3) == 1  # too few steps for two chunks
+    assert _schedule.best_chunks(8, 10000, 1, 10, 8) == _schedule.MAX_CHUNKS
 
 
 def test_makespan_of_the_chunk_calls():
@@ -337,11 +337,11 @@ def test_makespan_of_the_chunk_calls():
         return rest((0,) * L)
     for L in (2, 3, 4, 5):
         for C in range(1, 7):
-            assert _wavefront.makespan(L, C, L) == C + L - 1
-            assert _wavefront.makespan(L, C, 1) == L * C
+            assert _schedule.makespan(L, C, L) == C + L - 1
+            assert _schedule.makespan(L, C, 1) == L * C
             for slots in range(2, L):
-                assert _wavefront.makespan(L, C, slots) == brute(L, C, slots), (L, C, slots)
-    assert [_wavefront.makespan(3, C, 2) for C in (2, 3, 4, 6)] == [4, 6, 7, 10]
+                assert _schedule.makespan(L, C, slots) == brute(L, C, slots), (L, C, slots)
+    assert [_schedule.makespan(3, C, 2) for C in (2, 3, 4, 6)] == [4, 6, 7, 10]
 
 
 def h100_properties(index):
@@ -355,11 +355,11 @@ def test_layers_at_once_of_the_per_step_family():
     larger B x H, and no more than the L2 cache holds the weights of (3H x
     2H each)."""
     steps, l2 = {"family": "steps"}, 50 * 2**20
-    at_once = _wavefront.layers_at_once
+    at_once = _schedule.layers_at_once
     assert at_once(steps, 3, 16, 1024, torch.float32, None, l2) == 1  # eager
     assert at_once(steps, 3, 16, 1024, torch.float64, None, l2, tf32=True) == 1
     assert at_once(steps, 3, 16, 1024, torch.float64, None, l2, captured=True) == 1
-    most = 1 + _wavefront.FFMA_OVERLAP
+    most = 1 + _schedule.FFMA_OVERLAP
     for B, H in [(256, 256), (1024, 128), (16, 2048), (1, 2048), (64, 256)]:  # B H^2 <= 2^26
         assert at_once(steps, 3, B, H, torch.float32, None, l2, captured=True) == most, (B, H)
     larger = [at_once(steps, 3, B, H, torch.float32, None, l2, captured=True)
@@ -387,11 +387,11 @@ def test_resident_layers():
     parts resident at once, parts a call): the direction that holds fewer;
     a fraction of a layer where parts start as they fit; None for the
     per-step family (no parts) or without an answer."""
-    assert _wavefront.resident_layers(((7, 4), (14, 4))) == 1.75
-    assert _wavefront.resident_layers(((4, 1), (4, 1))) == 4  # whole grids
-    assert _wavefront.resident_layers(((264, 256), (264, 256))) == pytest.approx(1.03125)
-    assert _wavefront.resident_layers(((0, 0), (0, 0))) is None
-    assert _wavefront.resident_layers(None) is None
+    assert _schedule.resident_layers(((7, 4), (14, 4))) == 1.75
+    assert _schedule.resident_layers(((4, 1), (4, 1))) == 4  # whole grids
+    assert _schedule.resident_layers(((264, 256), (264, 256))) == pytest.approx(1.03125)
+    assert _schedule.resident_layers(((0, 0), (0, 0))) is None
+    assert _schedule.resident_layers(None) is None
 
 
 def test_eager_host_time_of_the_per_step_family():
@@ -399,12 +399,12 @@ def test_eager_host_time_of_the_per_step_family():
     not: where the host is the bound, more chunks only add calls."""
     T, L = 100, 3
     # the GPU's time below the host's: one call a layer
-    assert _wavefront.best_chunks(L, T, 110, 20, 3, host_us=200, host_step_us=40) == 1
+    assert _schedule.best_chunks(L, T, 110, 20, 3, host_us=200, host_step_us=40) == 1
     # without the host's time a step, chunks look like a gain
-    assert _wavefront.best_chunks(L, T, 110, 20, 3, host_us=200) > 1
+    assert _schedule.best_chunks(L, T, 110, 20, 3, host_us=200) > 1
     # the host's share: L (C calls + T steps)
-    assert _wavefront.predicted_time(4, L, T, 0, 0, 3, 200, 40) == L * (4 * 200 + T * 40)
-    assert _wavefront.predicted_time(1, L, T, 0, 0, 3, 200, 40) == L * (200 + T * 40)
+    assert _schedule.predicted_time(4, L, T, 0, 0, 3, 200, 40) == L * (4 * 200 + T * 40)
+    assert _schedule.predicted_time(1, L, T, 0, 0, 3, 200, 40) == L * (200 + T * 40)
 
 
 def test_choice_from_the_cost_model(monkeypatch):
@@ -434,38 +434,38 @@ def test_choice_from_the_cost_model(monkeypatch):
     monkeypatch.setattr(overrides, "sequence_cost_in_force", cost)
     monkeypatch.setattr(overrides, "sequence_residency_in_force", residency)
     monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, True) == (4, 1)
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, False) == (3, 1)
     resident["parts"] = ((1, 1), (1, 1))
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)
     family["plan"], family["step_us"] = {"family": "cluster"}, 3.46
     resident["parts"] = ((7, 4), (7, 4))
-    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
+    assert _schedule._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
     # eager: whole layers only (the host issues every chunk call)
-    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, False) == (1, 1)
+    assert _schedule._choose(100, 64, 128, 3, torch.bfloat16, 0, False) == (1, 1)
     resident["parts"] = ((14, 4), (7, 4))  # the direction that holds fewer
-    assert _wavefront._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
+    assert _schedule._choose(100, 64, 128, 3, torch.bfloat16, 0, True) == (3, 1)
     family["plan"] = {"family": "block"}
     resident["parts"] = ((264, 256), (264, 256))
-    assert _wavefront._choose(100, 256, 64, 3, torch.float32, 0, True) == (1, 1)
+    assert _schedule._choose(100, 256, 64, 3, torch.float32, 0, True) == (1, 1)
     family["step_us"] = 9.71
     resident["parts"] = ((4, 1), (4, 1))
     family["plan"] = {"family": "steps"}
     # 1.25 layers at once: C2 takes 2 x 3/1.25 chunk times of 110 + 971/2 us,
     # 88% of 3 x (110 + 971)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (2, 1)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, False) == (1, 1)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float64, 0, True) == (1, 1)
-    chunks, sharing = _wavefront._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, True) == (2, 1)
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, False) == (1, 1)
+    assert _schedule._choose(100, 16, 256, 3, torch.float64, 0, True) == (1, 1)
+    chunks, sharing = _schedule._choose(100, 64, 512, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 1
     # float32's per-step products on TF32 tensor cores overlap as the half
     # types' do, in CUDA graphs; eager calls keep them a layer at a time
-    assert _wavefront._choose(100, 64, 512, 3, torch.float32, 0, True, tf32=True) == \
+    assert _schedule._choose(100, 64, 512, 3, torch.float32, 0, True, tf32=True) == \
         (chunks, sharing)
-    assert _wavefront._choose(100, 64, 512, 3, torch.float32, 0, False, tf32=True) == \
-        _wavefront._choose(100, 64, 512, 3, torch.float32, 0, False) == (1, 1)
+    assert _schedule._choose(100, 64, 512, 3, torch.float32, 0, False, tf32=True) == \
+        _schedule._choose(100, 64, 512, 3, torch.float32, 0, False) == (1, 1)
     monkeypatch.setattr(overrides, "sequence_cost_in_force", lambda *a, **k: None)
-    assert _wavefront._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)  # no library
+    assert _schedule._choose(100, 16, 256, 3, torch.float32, 0, True) == (1, 1)  # no library
 
 
 def test_choice_of_plans_for_a_shared_device(monkeypatch):
@@ -491,61 +491,61 @@ def test_choice_of_plans_for_a_shared_device(monkeypatch):
     monkeypatch.setattr(overrides, "sequence_residency_in_force", residency)
     monkeypatch.setattr(torch.cuda, "get_device_properties", h100_properties)
     B, H = 64, 256
-    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
+    chunks, sharing = _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 2
     # what it predicts: at most 90% of the three layers in turn
-    at_once = _wavefront.layers_at_once(shared["plan"], 3, B, H, torch.bfloat16, 3)
-    plain = _wavefront.predicted_time(1, 3, 100, _wavefront.CALL_US["grid"], 10.0, 1)
-    assert _wavefront.predicted_time(chunks, 3, 100, _wavefront.CALL_US["steps"], 11.0, at_once) \
-        <= _wavefront.GAIN * plain
+    at_once = _schedule.layers_at_once(shared["plan"], 3, B, H, torch.bfloat16, 3)
+    plain = _schedule.predicted_time(1, 3, 100, _schedule.CALL_US["grid"], 10.0, 1)
+    assert _schedule.predicted_time(chunks, 3, 100, _schedule.CALL_US["steps"], 11.0, at_once) \
+        <= _schedule.GAIN * plain
     assert _sharing.concurrent_layers() == 1  # restored
     # what it weighs, as model_inputs gives it: both sharings under capture
-    weighed = _wavefront.model_inputs(100, B, H, 3, torch.bfloat16, 0, True)
+    weighed = _schedule.model_inputs(100, B, H, 3, torch.bfloat16, 0, True)
     assert {s: family for s, (family, _) in weighed.items()} == {1: "grid", 2: "steps"}
     assert weighed[2][1]["concurrent"] == at_once and weighed[1][1]["whole_launches"]
-    assert _wavefront.predicted_time(chunks, 3, 100, **weighed[2][1]) <= _wavefront.GAIN * \
-        _wavefront.predicted_time(1, 3, 100, **weighed[1][1])
-    assert set(_wavefront.model_inputs(100, B, H, 3, torch.bfloat16, 0, False)) == {1}  # eager
-    assert set(_wavefront.model_inputs(100, B, H, 3, torch.float32, 0, True)) == {1}  # FFMA
+    assert _schedule.predicted_time(chunks, 3, 100, **weighed[2][1]) <= _schedule.GAIN * \
+        _schedule.predicted_time(1, 3, 100, **weighed[1][1])
+    assert set(_schedule.model_inputs(100, B, H, 3, torch.bfloat16, 0, False)) == {1}  # eager
+    assert set(_schedule.model_inputs(100, B, H, 3, torch.float32, 0, True)) == {1}  # FFMA
     # eager: the per-step family's launches cost host time a step
-    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, False)[1] == 1
+    assert _schedule._choose(100, B, H, 3, torch.bfloat16, 0, False)[1] == 1
     # the shared plan's products on FFMA (float32's per-step family): not
     # taken, even where its steps are predicted faster than the whole device's
-    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
     step_us[2] = 8.0
-    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.float32, 0, True) == (1, 1)
     step_us[2] = 11.0
-    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == \
+    assert _schedule._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == \
         (chunks, sharing)  # on TF32: as the half types
     step_us[2] = 25.0  # the shared plan at 2.5x the step: no gain
-    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
     step_us[2] = 11.0  # a persistent plan halved: not taken, its products on FFMA
     tensor_cores = []
     monkeypatch.setattr(overrides, "grid_tensor_cores",
                         lambda dtype, device=None: dtype in tensor_cores)
     shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1},
                       "backward": {"blocks": 64, "groups": 1}}
-    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
     # the grid's products on tensor cores: taken where it gains, as the per-step family
     tensor_cores.append(torch.bfloat16)
-    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True)
+    chunks, sharing = _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True)
     assert chunks > 1 and sharing == 2
     step_us[2] = 25.0
-    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
     # float32 where TF32 is allowed: the shared grid's TF32 build, not its FFMA one
     step_us[2] = 11.0
     tensor_cores.append(torch.float32)
     shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1, "tf32": True},
                       "backward": {"blocks": 64, "groups": 1, "tf32": True}}
-    chunks, sharing = _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True)
+    chunks, sharing = _schedule._choose(100, B, H, 3, torch.float32, 0, True, tf32=True)
     assert chunks > 1 and sharing == 2
     shared["plan"] = {"family": "grid", "forward": {"blocks": 64, "groups": 1, "tf32": False},
                       "backward": {"blocks": 64, "groups": 1, "tf32": False}}
-    assert _wavefront._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.float32, 0, True, tf32=True) == (1, 1)
     shared["plan"] = {"family": "cluster", "forward": {"blocks": 16, "groups": 2},
                       "backward": {"blocks": 16, "groups": 2}}
     step_us[2] = 11.0  # other persistent families: not taken
-    assert _wavefront._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
+    assert _schedule._choose(100, B, H, 3, torch.bfloat16, 0, True) == (1, 1)
 
 
 def test_calls_planned_for_a_shared_device(calls, monkeypatch):

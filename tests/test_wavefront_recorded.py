@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lltm import _sharing, _wavefront, overrides
+from lltm import _schedule, _sharing, _wavefront, overrides
 
 DATA = Path(__file__).resolve().parent / "data" / "wavefront-schedules-h200.json"
 # the chosen schedule's time over the fastest measured: at most this at any
@@ -60,7 +60,7 @@ def _choices(monkeypatch):
     for row in rows:
         _replayed(monkeypatch, machine, row)
         dtype = getattr(torch, row["dtype"])
-        chunks, sharing = _wavefront._choose(row["T"], row["B"], row["H"], row["layers"], dtype,
+        chunks, sharing = _schedule._choose(row["T"], row["B"], row["H"], row["layers"], dtype,
                                              0, True, row.get("tf32", False))
         out.append((row, f"{chunks}s{sharing}"))
     return out
@@ -112,7 +112,7 @@ def test_recorded_inputs_replayed(monkeypatch, dtype):
     machine, rows = _load()
     row = next(r for r in rows if r["dtype"] == dtype and r["B"] == 64 and r["H"] == 256)
     _replayed(monkeypatch, machine, row)
-    weighed = _wavefront.model_inputs(100, 64, 256, 3, getattr(torch, dtype), 0, True)
+    weighed = _schedule.model_inputs(100, 64, 256, 3, getattr(torch, dtype), 0, True)
     family, args = weighed[1]
     assert family == row["model"]["1"]["family"]
     assert args["step_us"] == pytest.approx(row["model"]["1"]["step_us"])

@@ -19,7 +19,7 @@ count above 1 with every call planned for two layers at once on the device
 (columns C<n>s2: lltm._sharing.sharing_device(2), the plans of a bidirectional
 layer's two directions), so that two layers' persistent kernels are resident
 together. ``--model`` adds under each row of more than one layer the time the
-chooser's cost model predicts for each column (lltm._wavefront.model_inputs
+chooser's cost model predicts for each column (lltm._schedule.model_inputs
 and predicted_time, asked under capture; nan where it does not weigh that
 sharing; under "auto" the prediction of the chooser's schedule, though the
 module may run the stacked launch there instead, lltm/_stack.py). ``--record
@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _settings, _sharing, _wavefront  # noqa: E402
+from lltm import _schedule, _settings, _sharing  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -145,22 +145,22 @@ def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
     """The module's own schedule for a call under CUDA-graph capture (what the
     "auto" column's replays ran)."""
     with under_capture():
-        return _wavefront.automatic_schedule(T, B, I, H, L, dtype, torch.device("cuda"))
+        return _schedule.automatic_schedule(T, B, I, H, L, dtype, torch.device("cuda"))
 
 
 def captured_model(T, B, H, L, dtype):  # noqa: E741
     """What the chooser weighs for a call under CUDA-graph capture
-    (``_wavefront.model_inputs``: per sharing, the plan's family and the
+    (``_schedule.model_inputs``: per sharing, the plan's family and the
     arguments of its predicted time)."""
     with under_capture():
         tf32 = dtype == torch.float32 and _settings.float32_tf32()
-        return _wavefront.model_inputs(T, B, H, L, dtype, torch.cuda.current_device(), True,
+        return _schedule.model_inputs(T, B, H, L, dtype, torch.cuda.current_device(), True,
                                        tf32)
 
 
 def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
     """What the chooser asks the library under CUDA-graph capture, for each
-    sharing (1, 2), before any rule of its own (``_wavefront.library_answer``):
+    sharing (1, 2), before any rule of its own (``_schedule.library_answer``):
     the plan's family (and whether it is the grid's TF32 build), its time a
     step and its layers resident at once (None for the per-step family); a
     sharing with no plan left out. tests/test_wavefront_recorded.py replays
@@ -168,7 +168,7 @@ def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
     answers = {}
     with under_capture():
         for sharing in (1, 2):
-            answer = _wavefront.library_answer(T, B, H, dtype, torch.cuda.current_device(),
+            answer = _schedule.library_answer(T, B, H, dtype, torch.cuda.current_device(),
                                                sharing)
             if answer is not None:
                 plan, step_us, resident = answer
@@ -223,7 +223,7 @@ def predictions(weighed, columns, L, T, auto) -> dict:  # noqa: E741
         if chunks is None:
             chunks, sharing = auto
         if sharing in weighed:
-            out[key] = _wavefront.predicted_time(chunks, L, T, **weighed[sharing][1])
+            out[key] = _schedule.predicted_time(chunks, L, T, **weighed[sharing][1])
     return out
 
 
