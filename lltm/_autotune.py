@@ -61,7 +61,7 @@ def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:
     if fields is None:
         if captured or not _may_measure(x):
             return settings
-        tune(key, index, x.dtype, min(T, MAX_STEPS), B, I, H, settings)
+        tune(key, index, x.dtype, min(key[3], MAX_STEPS), B, I, H, settings)  # (T's bucket)
         fields = _cache[key]
     return settings | fields
 

@@ -65,7 +65,7 @@ def test_picks_the_fastest_that_fits(fake):
 def test_one_measurement_a_key(fake):
     for T, B in ((20, 3), (20, 3), (30, 3), (32, 3), (20, 4)):  # T 20 - 32: one bucket
         _autotune.settings(base(), torch.randn(T, B, 5), 7, True)
-    assert [c["B"] for c in fake.calls] == [3, 4]
+    assert [(c["T"], c["B"]) for c in fake.calls] == [(32, 3), (32, 4)]  # measured at the bucket
 
 
 def test_keys_separate_flags_modes_and_sharing(fake):
