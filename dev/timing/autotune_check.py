@@ -2,7 +2,8 @@
 I = H), the plan the library chooses by its cost model, the plan the tuner
 measured fastest, and one lltm.LLTM forward + backward with each (benchmark
 off, then on), eager (CUDA events around each step from an idle GPU, median)
-and by CUDA-graph replay (median). The tuned module's outputs and gradients
+and by CUDA-graph replay (median), and how long the first call took (the
+measurement). The tuned module's outputs and gradients
 are checked against the library's plan's first (within twice the error of
 the library's plan against float64, or the dtype's tolerance). Beside each
 row: what the tuner measured for each candidate at its capped T
@@ -17,6 +18,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -111,7 +113,10 @@ def main() -> None:
                 times = {"eager lib": eager_us(step), "graph lib": graph_us(step)}
                 lltm.backends.cuda.benchmark = True
                 try:
+                    start = time.perf_counter()
                     got = step()  # measures (eager and captured at once)
+                    torch.cuda.synchronize()
+                    first_s = time.perf_counter() - start
                     times["eager tuned"], times["graph tuned"] = eager_us(step), graph_us(step)
                 finally:
                     lltm.backends.cuda.benchmark = False
@@ -131,7 +136,8 @@ def main() -> None:
                       f"{times['graph tuned']:10.0f}  {'ok' if err <= limit else 'WRONG'} "
                       f"{err:.1e}")
                 print(f"    tuned plan (eager): {plan_text(dtype, B, H, settings | (eager or 0))}"
-                      f"; captured: {_autotune.describe(captured or 0)}")
+                      f"; captured: {_autotune.describe(captured or 0)}; first call (measuring) "
+                      f"{first_s:.2f} s")
                 for mode in (False, True):
                     measured = _autotune._times.get(_autotune._key(*key, mode, settings), {})
                     print(f"    measured {'captured' if mode else 'eager'} (T="
