@@ -16,7 +16,7 @@ from ._native import build_info  # noqa: F401  (how the native libraries were bu
 _native.ensure_loaded()
 
 from . import _ops, _vmap  # noqa: E402,F401  (fake kernels, autograd, autocast, vmap)
-from . import _onnx, functional, overrides, reference  # noqa: E402
+from . import _onnx, backends, functional, overrides, reference  # noqa: E402
 from .modules import LLTMCell  # noqa: E402
 from .sequence import LLTM  # noqa: E402
 from ._schedule import explain  # noqa: E402
@@ -24,5 +24,6 @@ from ._schedule import explain  # noqa: E402
 overrides.apply_environment()
 _onnx.install()  # the ONNX translations, once torch.onnx's exporter loads
 
-__all__ = ["LLTM", "LLTMCell", "build_info", "explain", "functional", "overrides", "reference"]
+__all__ = ["LLTM", "LLTMCell", "backends", "build_info", "explain", "functional", "overrides",
+           "reference"]
 __version__ = "0.1.0"

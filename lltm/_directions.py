@@ -15,7 +15,8 @@ import contextlib
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _differentiable, _settings
+from . import _autotune, _differentiable, _settings
+from .backends import cuda as _backend
 
 # the operators' autograd-free twins (lltm/_ops.py): called with gradient
 # mode off inside the Function, they go straight to their device kernels
@@ -118,6 +119,9 @@ class BothDirections(torch.autograd.Function):
         op = _FORWARD.default if lengths is None else _FORWARD.lengths
         fork = _Fork(x)
         settings = fork.settings()
+        if _backend.benchmark:  # both directions' calls have one key: one measured plan
+            settings = _autotune.settings(settings, x, h0.shape[-1], any(ctx.needs_input_grad))
+            ctx.tuned_plan = settings & _autotune.PLAN_FIELDS
         with fork.side():
             x_r = reverse_time(x, index)
             res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail, settings)
@@ -166,6 +170,8 @@ class BothDirections(torch.autograd.Function):
         mask_r = (needs[0], needs[3], needs[4], needs[5], needs[6])
         fork = _Fork(x)
         settings = fork.settings()
+        if hasattr(ctx, "tuned_plan"):  # the forward's measured plan
+            settings = _autotune.with_plan(settings, ctx.tuned_plan)
         with fork.side():
             g_r = reverse_time(g_out[..., H:], index)
             d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,

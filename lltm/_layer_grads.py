@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _autocast, _settings, _sharing
+from . import _autocast, _autotune, _settings, _sharing
+from .backends import cuda as _backend
 from ._ops import layer_grads
 
 _forward = torch.ops.lltm._sequence_forward
@@ -155,6 +156,9 @@ class ChunkCall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weights, bias, h0, c0, sink, chunk, lengths):
         settings = _settings.current()
+        if _backend.benchmark:  # the measured plan, its backward's too (layer_grads)
+            settings = _autotune.settings(settings, input, h0.shape[-1], True)
+            ctx.tuned_plan = settings & _autotune.PLAN_FIELDS
         if lengths is None:
             out, h_n, c_n, cells, gates = _forward.default(input, weights, bias, h0, c0,
                                                            settings)

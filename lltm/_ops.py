@@ -19,7 +19,8 @@ import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _autocast, _differentiable, _settings, _sharing
+from . import _autocast, _autotune, _differentiable, _settings, _sharing
+from .backends import cuda as _backend
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -298,6 +299,9 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
     else:
         op = kernel.lengths if lengths else kernel.default
         settings = _settings.current(getattr(ctx, "concurrent_layers", 1))
+        tuned = getattr(ctx, "tuned_plan", None)  # the forward's measured plan
+        if tuned is not None:
+            settings = _autotune.with_plan(settings, tuned)
         d_input, d_weights, d_bias, d_h0, d_c0 = op(
             grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
             mask, settings)
@@ -444,6 +448,8 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
 
     def setup(ctx, inputs, output):
         setup_context(ctx, inputs[:-1], output)
+        if _backend.benchmark and inputs[-1] != _settings.NOT_GIVEN:
+            ctx.tuned_plan = inputs[-1] & _autotune.PLAN_FIELDS  # the backward's too
 
     def differentiate(ctx, *grads):
         return (*backward(ctx, *grads), None)  # (the settings have none)
@@ -515,6 +521,8 @@ def eager_call(function, op, *args):
             # second derivative through it (jvp of jvp, jacfwd of jacrev):
             # under forward-mode transforms the step runs in plain operations.
             return _FORWARD_MATH[function](*args)
+        if _backend.benchmark and function in _TUNED:
+            return function.apply(*_tuned((*args, _current_settings())))
         return function.apply(*args, _current_settings())
     args = (*args, _current_settings())
     if _autocast_enabled():
@@ -566,6 +574,16 @@ def _under_functorch_jvp() -> bool:
     return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
 
 
+_TUNED = (SequenceForward, SequenceLengthsForward)  # lltm.backends.cuda.benchmark's calls
+
+
+def _tuned(args: tuple) -> tuple:
+    """A sequence forward's ``args`` (the settings last) with the plan
+    measured for it (lltm/_autotune.py)."""
+    training = _grad_enabled() and _any_requires_grad(*args)
+    return (*args[:-1], _autotune.settings(args[-1], args[0], args[3].shape[-1], training))
+
+
 _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  SequenceForward: _differentiable.sequence_forward,
                  SequenceLengthsForward: _differentiable.sequence_forward,
@@ -577,6 +595,8 @@ def _eager(function, args):
     """eager_call outside transforms and autocast (``args``: the operator's,
     the settings last): through the Function's C apply where a gradient or a
     tangent is needed, else its operator alone."""
+    if _backend.benchmark and function in _TUNED:
+        args = _tuned(args)
     if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
         if any(map(_is_wrapped, args[:-1])):  # left over from a finished transform: apply unwraps
             return function.apply(*args)
@@ -636,9 +656,12 @@ def _qualname(name: str, overload: str) -> str:
 def _register_autograd(name: str, function, overload: str = "default") -> None:
     kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
     defaults = _defaults(kernel)
+    tuned = function in _TUNED
 
     def autograd_kernel(keyset, *args):
         args = _in_force(args, defaults)
+        if tuned and _backend.benchmark:  # (torch.compile's calls: at trace time)
+            args = _tuned(args)
         if (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
             if _transforms_active():
                 raise _transform_error(name)

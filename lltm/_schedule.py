@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import _directions, _native, _settings, _sharing, overrides
+from . import _autotune, _directions, _native, _settings, _sharing, overrides
+from .backends import cuda as _backend
 
 CHOICES_CACHED = 256  # choices kept per rule (shapes, devices, capture or not, settings)
 
@@ -97,9 +98,16 @@ def explain(module, input: torch.Tensor) -> str:
     if x.is_cuda and module.impl == "native" and T and B:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         settings = _settings.current()
+        captured = _native.stream_capturing(index)
         lines.append(f"settings: tf32={bool(settings & _settings.TF32)} "
                      f"deterministic={bool(settings & _settings.DETERMINISTIC)}"
-                     f"{' (captured)' if _native.stream_capturing(index) else ''}")
+                     f"{' (captured)' if captured else ''}")
+        tuning = (_backend.benchmark and s.route != "stacked"
+                  and not settings & _autotune.PLAN_FIELDS)
+        if _backend.benchmark:
+            lines.append("lltm.backends.cuda.benchmark: on, each layer's plan measured" if tuning
+                         else "lltm.backends.cuda.benchmark: on, not used here (a plan forced "
+                         "or the stacked launch)")
         if s.route == "stacked":
             first = 0
             for size in s.groups:
@@ -113,12 +121,27 @@ def explain(module, input: torch.Tensor) -> str:
             Tc = -(-T // s.chunks)
             with _sharing.sharing_device(sharing):
                 for k in range(L):
-                    plan = overrides.sequence_plan_in_force(dtype, Tc, B, I if k == 0 else H * module.num_directions, H,
-                                                            device=index)
+                    I_k = I if k == 0 else H * module.num_directions
+                    plan = overrides.sequence_plan_in_force(dtype, Tc, B, I_k, H, device=index)
                     lines.append(f"layer {k}: {_plan_text(plan)}")
+                    if tuning:
+                        lines.append("  measured: " + _tuned_text(module, index, dtype, Tc, B,
+                                                                  I_k, H, captured))
     elif module.impl == "native":
         lines.append("layers: the C CPU kernels" if not x.is_cuda else "layers: nothing to run")
     return "\n".join(lines)
+
+
+def _tuned_text(module, index, dtype, T, B, I, H, captured) -> str:  # noqa: E741
+    """The plan lltm.backends.cuda.benchmark chose for a layer, where cached."""
+    settings = _settings.current()
+    training = torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters())
+    fields = _autotune.lookup(index, dtype, T, B, I, H, training, captured, settings)
+    if fields is None:
+        return "not yet (measured at the first eager call; until then the plan above)"
+    plan = overrides.sequence_plan_in_force(dtype, T, B, I, H, device=index,
+                                            settings=settings | fields)
+    return f"{_autotune.describe(fields)}: {_plan_text(plan)}"
 
 
 def _plan_text(plan) -> str:

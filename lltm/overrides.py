@@ -158,11 +158,12 @@ def _plan_dict(plan: _Plan) -> dict:
     return out
 
 
-def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args) -> int | None:
+def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args,
+                  settings: int | None = None) -> int | None:
     """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype,
-    settings, *args)`` for a call made now (the settings in force:
-    lltm._settings.current(); ``device``: an ordinal, default the current
-    device): its return value, or None without the library."""
+    settings, *args)`` for a call made now with ``settings`` (default those
+    in force: lltm._settings.current(); ``device``: an ordinal, default the
+    current device): its return value, or None without the library."""
     lib = _cuda_library()
     if lib is None:
         return None
@@ -173,14 +174,16 @@ def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args) -
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64] + argtypes
     index = torch.cuda.current_device() if device is None else device
-    return fn(index, _dtype_code(dtype), _settings.current(), *args)
+    return fn(index, _dtype_code(dtype), _settings.current() if settings is None else settings,
+              *args)
 
 
 _SIZES = [ctypes.c_int64] * 4  # T, B, I, H
 
 
 def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-                           device: int | None = None) -> dict | None:
+                           device: int | None = None, settings: int | None = None
+                           ) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
     these sizes (the constraints in force applied; a call on the current
     stream as it is, captured into a CUDA graph or eager: docs/cuda-plans.md,
@@ -188,10 +191,11 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     per direction the launch (lanes, values, rows, chunk, exchange, blocks,
     groups, smem, tf32: float32's grid on TF32 tensor cores); None where a
     forced family does not fit, or without the CUDA library. ``device``: an
-    ordinal (default: the current device)."""
+    ordinal (default: the current device); ``settings``: those of a call
+    (lltm/_settings.py) to ask for instead of those in force."""
     plan = _Plan()
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
-                           T, B, I, H, ctypes.byref(plan))
+                           T, B, I, H, ctypes.byref(plan), settings=settings)
     return _plan_dict(plan) if status == 0 else None
 
 

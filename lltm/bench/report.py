@@ -82,6 +82,7 @@ def describe_machine() -> dict:
         "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "lltm": getattr(lltm, "__version__", None), "lltm_git": _git_revision(),
         "gpus": [], "tf32": None, "load_average": load_average(),
+        "lltm_autotune": lltm.backends.cuda.benchmark,
     }
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -156,7 +157,8 @@ def machine_text(machine: dict) -> str:
     return (f"torch {machine['torch']}, CPU {machine['cpu']} "
             f"({machine['torch_threads']} torch threads)"
             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
-            + tf32_text(machine))
+            + tf32_text(machine)
+            + ("; lltm.backends.cuda.benchmark on" if machine.get("lltm_autotune") else ""))
 
 
 def format_table(records: list[dict], machine: dict) -> str:

@@ -12,6 +12,8 @@ from typing import Sequence
 
 import torch
 
+import lltm
+
 from .cases import (CELL_BASELINES, DTYPES, REFERENCE_SETS_BAR, SEQUENCE_BASELINES, Case, Impl,
                     Workload, check, default_impls, lstm_loop_impl, tolerance, uses_tf32)
 from .report import (Progress, describe_machine, finite, format_table, load_average, median,
@@ -274,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "off: neither (float32 at full precision everywhere, nn.LSTM "
                              "too); on: both (lltm's float32 products through aten::mm too). "
                              "The machine record has the setting")
+    parser.add_argument("--autotune", action="store_true",
+                        help="lltm.backends.cuda.benchmark on: each lltm sequence layer on CUDA "
+                             "runs the plan measured fastest for its shape (measured at its "
+                             "first call, in the check before the timings)")
     sweep.add_arguments(parser)
     rows.add_arguments(parser)
     return parser
@@ -306,8 +312,13 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     ``extra_impls`` replace the implementations of the same key."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with tf32_setting(args.tf32):
-        return _run(args, parser, argv, extra_impls)
+    before = lltm.backends.cuda.benchmark
+    lltm.backends.cuda.benchmark = args.autotune or before
+    try:
+        with tf32_setting(args.tf32):
+            return _run(args, parser, argv, extra_impls)
+    finally:
+        lltm.backends.cuda.benchmark = before
 
 
 def _run(args, parser, argv, extra_impls):
