@@ -4,11 +4,10 @@ API (lltm.h): the device and plan structs, the chooser, the launchers. Used
 through the fixture ``emu`` (conftest.py, built once per test run) by
 tests/test_cuda_sequence_emulated.py (the kernels against the reference),
 tests/test_cuda_layer_emulated.py (the layer's entry points) and
-tests/test_cuda_routes_emulated.py (the choice against the H100's
-measurements); with the inputs, float64 reference and checks the first two
-share. The emulator plays an H100 unless told otherwise: DEVICE_SETS and
-device_set describe the other devices it can play
-(tests/test_schedule_validity.py)."""
+tests/test_cuda_routes_emulated.py (the cost model); with the inputs, float64
+reference and checks the first two share. The emulator plays an H100 unless
+told otherwise: DEVICE_SETS and device_set describe the other devices it can
+play (tests/test_schedule_validity.py)."""
 import contextlib
 import ctypes
 import hashlib
@@ -200,30 +199,6 @@ def device_set(lib, name):
         yield device(lib, ordinal)
     finally:
         lib.emu_use_device(0)
-
-
-FAMILY_CODES = {"steps": STEPS, "grid": GRID, "cluster": CLUSTER, "block": BLOCK}
-EXCHANGE_CODES = {"none": 0, "global": 1, "broadcast": 2, "reduce-scatter": 3, "local": 4}
-
-
-def recorded_cost(lib, record, dev) -> float:
-    """The cost model's microseconds (lltm_sequence_plan_cost_cuda on `dev`)
-    of the plan of one record of tests/data/*-h100.json: its dtype, sizes,
-    family (the grid unless named) and launches as lltm.overrides gives
-    them."""
-    lib.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + \
-        [ctypes.c_int64] * 4
-    lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
-    plan = Plan()
-    plan.family = FAMILY_CODES[record.get("family", "grid")]
-    plan.B, plan.H = record["B"], record["H"]
-    plan.dtype = DTYPE_CODES[getattr(torch, record["dtype"])]
-    for launch_name in ("forward", "backward"):
-        launch = getattr(plan, launch_name)
-        for field, value in record[launch_name].items():
-            setattr(launch, field, EXCHANGE_CODES[value] if field == "exchange" else value)
-    return lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan), record["T"],
-                                            record["B"], record["I"], record["H"])
 
 
 def make_plan(lib, dtype, T, B, I, H, dev=None, **options):

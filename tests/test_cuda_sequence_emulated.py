@@ -298,8 +298,8 @@ def _family(lib, dtype, B, H, **options):
 
 
 def test_plan_choice(emu):
-    """The chooser's picks for an H100 at T = 100, I = H/2 where the H100
-    run (tests/data/routes-h100.json) has a clear fastest, and the options:
+    """The chooser's picks for an H100 at T = 100, I = H/2 where the H100's
+    times have a clear fastest, and the options:
     a forced family or layout is obeyed, or refused where it cannot run."""
     f32, f64, bf16 = torch.float32, torch.float64, torch.bfloat16
     def grid(dtype, B, H, **options):
@@ -351,7 +351,7 @@ def test_plan_choice(emu):
     # bfloat16 (tensor cores) B1/H256: 4-row chunks (32x16 in 16-row ones 688 us
     # against 519 - 528 in 4-row ones); of the two layouts within 3% of each
     # other in 4-row chunks (B1/H512: 32x16 487 us, 16x32 501; B16/H256: 495,
-    # 500; tests/data/grid-x64-h100.json), 16x32, in half the blocks
+    # 500), 16x32, in half the blocks
     assert grid(bf16, 1, 256, family=GRID) == (16, 32, 1, 4)
     assert grid(f32, 4, 1024) == (32, 32, 1, 4)
     assert grid(f32, 16, 256, family=GRID, grid_chunk=16) == (32, 16, 1, 16)

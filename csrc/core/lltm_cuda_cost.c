@@ -155,10 +155,9 @@
  * layout, the rows' term 0 there (fitted with it: 2.2% against 3.2%, but
  * negative), the step's fixed part the half types'. Each kernel's term is
  * fitted alone, the others held (dev/timing/grid_costs.py fit: least squares
- * of the relative errors), to the times of tests/data/grid-groups-h100.json,
- * grid-x64-h100.json (bfloat16, every layout in either chunk size at each
- * batch-group count, B 1 - 1024 x H 128 - 1024) and grid-tf32-h100.json
- * (float32 on TF32, torch's TF32 on), T 100: 503 times, median error 2.7%,
+ * of the relative errors), to the times of forced plans (bfloat16, every
+ * layout in either chunk size at each batch-group count, B 1 - 1024 x H 128
+ * - 1024; float32 on TF32, torch's TF32 on), T 100: 503 times, median error 2.7%,
  * 90th percentile 7.9%, by kernel 1.5% - 6.3% (H100, 2026-11-27 13:21 -
  * 13:24 UTC, the kernels whose partial sums sit at a padded row stride) */
 static const double GRID_MMA_PASS[LLTM_GRID_CHUNK_COUNT][LLTM_GRID_LAYOUT_COUNT] = {

@@ -3,7 +3,7 @@ to the times of ``python -m lltm.bench --sweep --sweep-variants`` (variants.json
 and says how well the model then chooses.
 
     python3 dev/timing/fit_routes.py variants.json [more.json ...] [--steps-from K]
-        [--write-data tests/data/routes-h100.json] [--only TERM,...]
+        [--write-data PATH] [--only TERM,...]
 
 Several runs may be given (later files replace a shape's times of earlier
 ones, implementation by implementation; each run's float32 products on TF32
@@ -20,8 +20,8 @@ The features are the ones lltm_cuda_cost.c computes, from the shape and the
 plan the library ran (recorded with every time), for the H100's 132 SMs.
 Prints the coefficients as C, each prediction against its measurement, and
 per shape whether the cheapest prediction is the fastest measured (or within
-the tolerance of it). ``--write-data`` keeps the measured medians (and the
-plans) that the tests compare the chooser's choices with.
+the tolerance of it). ``--write-data PATH`` writes the measured medians with
+their plans to PATH.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The grid family's tensor-core pass terms (GRID_MMA_PASS, GRID_TF32_PASS of
 csrc/core/lltm_cuda_cost.c) against times of forced plans: re-time the plans
-of the data files the tests check the model against, and fit the terms to
-them.
+of record files (JSON, "times": one layer's grid plan as lltm.overrides gives
+it, T, B, I, H, dtype, us), and fit the terms to them.
 
     # on the GPU machine: every record's plan forced again, timed, written out
-    python3 dev/timing/grid_costs.py time tests/data/grid-groups-h100.json ... --out DIR
+    python3 dev/timing/grid_costs.py time RECORDS.json ... --out DIR
     # anywhere (g++, no GPU): each kernel's pass term fitted to the times
-    python3 dev/timing/grid_costs.py fit DIR/grid-groups-h100.json ...
+    python3 dev/timing/grid_costs.py fit DIR/RECORDS.json ...
 
 `time`: each record's plan (layout, chunk rows, batch groups; float32's
 build, TF32 or FFMA) forced through lltm.overrides.sequence_plan, the plan
@@ -147,11 +147,25 @@ def passes(t: dict) -> float:
 
 
 def model_costs(records, lib) -> list[float]:
-    """The model's cost of each record's plan on the emulated H100 (its TF32
-    setting on for float32, as the records were taken)."""
-    from sequence_emu import device, recorded_cost
-    return [recorded_cost(lib, t, device(lib, tf32=int(t["dtype"] == "float32")))
-            for t in records]
+    """The model's cost (lltm_sequence_plan_cost_cuda) of each record's grid
+    plan, its launches as lltm.overrides gives them, on the emulated H100 (its
+    TF32 setting on for float32, as the records were taken)."""
+    import torch
+    from sequence_emu import DTYPE_CODES, EXCHANGE_GLOBAL, GRID, Plan, device
+    lib.lltm_sequence_plan_cost_cuda.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 4
+    lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
+    costs = []
+    for t in records:
+        plan = Plan(family=GRID, B=t["B"], H=t["H"],
+                    dtype=DTYPE_CODES[getattr(torch, t["dtype"])])
+        for name in ("forward", "backward"):
+            for field, value in t[name].items():
+                value = EXCHANGE_GLOBAL if field == "exchange" else value
+                setattr(getattr(plan, name), field, value)
+        dev = device(lib, tf32=int(t["dtype"] == "float32"))
+        costs.append(lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan),
+                                                      t["T"], t["B"], t["I"], t["H"]))
+    return costs
 
 
 def fit(paths) -> None:

@@ -23,10 +23,8 @@ chooser's cost model predicts for each column (lltm._schedule.model_inputs
 and predicted_time, asked under capture; nan where it does not weigh that
 sharing; under "auto" the prediction of the chooser's schedule, though the
 module may run the stacked launch there instead, lltm/_stack.py). ``--record
-PATH`` writes those rows with what the chooser asks the library at each
-shape as tests/data/wavefront-schedules-*.json holds them, which
-tests/test_wavefront_recorded.py replays the chooser on (with ``--shared``:
-both sharings' columns).
+PATH`` writes those rows to PATH with what the chooser asks the library at
+each shape (with ``--shared``: both sharings' columns).
 """
 from __future__ import annotations
 
@@ -163,8 +161,7 @@ def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
     sharing (1, 2), before any rule of its own (``_schedule.library_answer``):
     the plan's family (and whether it is the grid's TF32 build), its time a
     step and its layers resident at once (None for the per-step family); a
-    sharing with no plan left out. tests/test_wavefront_recorded.py replays
-    these."""
+    sharing with no plan left out."""
     answers = {}
     with under_capture():
         for sharing in (1, 2):
@@ -181,10 +178,9 @@ def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
 
 def write_record(path, records) -> int:
     """The rows of more than one layer with their library's answers
-    (``library``) as tests/data/wavefront-schedules-*.json holds them: per
-    shape the answers, the chooser's pick ("<chunks>s<sharing>") and the
-    microseconds of each forced column ("<chunks>s1", "<chunks>s2"). Returns
-    the rows written."""
+    (``library``): per shape the answers, the chooser's pick
+    ("<chunks>s<sharing>") and the microseconds of each forced column
+    ("<chunks>s1", "<chunks>s2"). Returns the rows written."""
     times = []
     for row in records:
         if row["layers"] < 2 or "library" not in row:
@@ -259,7 +255,7 @@ def main(argv=None):
                         "'model'; its cost model under CUDA-graph capture)")
     p.add_argument("--record", default=None, metavar="PATH",
                    help="the rows of more than one layer, with what the chooser asks the "
-                        "library, as tests/data/wavefront-schedules-*.json (use with --shared)")
+                        "library, to PATH (use with --shared)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = False

@@ -6,8 +6,6 @@
  * step terms alone; tensor cores only where the device has them for the
  * dtype, TF32 for float32 only where the caller allows it; the cell's
  * choice is one of its routes and the cheaper of the two.
- * (Whether the choices match the H100's measurements: tests/
- * test_cuda_routes_emulated.py.)
  */
 #include "test_util.h"
 
