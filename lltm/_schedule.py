@@ -26,7 +26,7 @@ CHOICES_CACHED = 256  # choices kept per rule (shapes, devices, capture or not, 
 
 class Schedule(NamedTuple):
     """How lltm.LLTM runs one call. ``route``: "layers" (one operator call
-    a layer, or a loop of cell calls for impl="native_cells"/"reference"),
+    a layer, or a loop of reference cells for impl="reference"),
     "stacked" (``groups``: the layer groups' sizes, bottom up, one call of
     lltm::stack_forward each) or "wavefront" (``chunks`` time chunks, each
     chunk call planned for ``sharing`` layers at once on the device).

@@ -17,7 +17,7 @@ from ._directions import reverse_index as _reverse_index
 from ._directions import reverse_time as _reverse_time
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
-SEQUENCE_IMPLEMENTATIONS = ("native", "native_cells", "reference")
+SEQUENCE_IMPLEMENTATIONS = ("native", "reference")
 
 
 def _loop_of_cells(cell, input, weights, bias, h0, c0, lengths=None):
@@ -44,17 +44,12 @@ def _layer_native(input, weights, bias, h0, c0, lengths=None):
     return functional.lltm_sequence(input, weights, bias, h0, c0, lengths=lengths)
 
 
-def _layer_native_cells(input, weights, bias, h0, c0, lengths=None):
-    return _loop_of_cells(functional.lltm_cell, input, weights, bias, h0, c0, lengths)
-
-
 def _layer_reference(input, weights, bias, h0, c0, lengths=None):
     return _loop_of_cells(reference.lltm_cell, input, weights, bias, h0, c0, lengths)
 
 
 _LAYERS = {
     "native": _layer_native,
-    "native_cells": _layer_native_cells,
     "reference": _layer_reference,
 }
 
@@ -129,9 +124,8 @@ class LLTM(torch.nn.Module):
         proj_size: accepted for nn.LSTM's signature; only 0 (LLTM has no
             projection).
         impl: ``"native"`` (default: one operator call per layer, the time
-            loop in C or on the GPU), ``"native_cells"`` (a Python loop of
-            native cells) or ``"reference"`` (a Python loop of the plain
-            PyTorch reference cell), for comparisons.
+            loop in C or on the GPU) or ``"reference"`` (a Python loop of the
+            plain PyTorch reference cell), for comparisons.
 
     Parameters of layer k: ``weights_l{k}`` [3H, I_k+H] (gate rows i, o, z;
     columns state then input; I_0 = input_size, I_k = D*H after) and

@@ -38,7 +38,7 @@ def test_parameters_named_like_lstm():
         lltm.LLTM(3, 5).layer_parameters(0, reverse=True)
 
 
-@pytest.mark.parametrize("impl", ["native", "native_cells", "reference"])
+@pytest.mark.parametrize("impl", ["native", "reference"])
 @pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("bias", [True, False])

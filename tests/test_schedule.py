@@ -24,7 +24,7 @@ def model(L, bidirectional=False, impl="native", I=5, H=7):
     (4, False, "native", ("stacked", "on"), ("stacked", "")),
     (2, True, "native", None, ("layers", "one node")),
     (2, True, "reference", None, ("layers", "in line")),
-    (2, False, "native_cells", ("wavefront", 3), ("layers", "")),
+    (2, False, "reference", ("wavefront", 3), ("layers", "")),
 ])
 def test_schedule_on_the_cpu(L, bidirectional, impl, forced, want):
     m = model(L, bidirectional, impl)

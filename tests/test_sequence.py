@@ -339,8 +339,7 @@ def test_module_matches_reference_loop(num_layers, batch_first, bias):
 
 def test_module_impls_agree_and_state_defaults_to_zeros():
     T, B, I, H = 4, 2, 3, 5
-    mods = {k: lltm.LLTM(I, H, num_layers=2, impl=k) for k in ("native", "native_cells",
-                                                                 "reference")}
+    mods = {k: lltm.LLTM(I, H, num_layers=2, impl=k) for k in ("native", "reference")}
     for m in mods.values():
         copy_parameters(m, mods["native"])
     x = torch.randn(T, B, I)

@@ -16,7 +16,7 @@ over the sequence, and a linear layer classifies its last hidden state.
 Both models get the same hidden size, optimizer, schedule and batches; the
 LSTM has 4/3 the recurrent parameters (4 gates to 3).
 The LLTM is ``lltm.LLTM`` (the whole sequence in one native call; a loop of
-``lltm.LLTMCell`` with ``--lltm-impl native_cells``).
+the reference cell with ``--lltm-impl reference``).
 
 Quality reached on CPU, float32, default settings (hidden 64, batch 32, Adam at
 lr 1e-2 with cosine decay, gradient norm clipped at 1), final test accuracy,
@@ -398,8 +398,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, epochs: int, quic
     parser.add_argument("--quick", action="store_true", help=f"{quick_epochs} epochs")
     parser.add_argument("--models", default=",".join(MODELS),
                         help="comma list of lltm, lstm (default: both)")
-    parser.add_argument("--lltm-impl", default="native", choices=("native", "native_cells",
-                                                                  "reference"),
+    parser.add_argument("--lltm-impl", default="native", choices=("native", "reference"),
                         help="lltm.LLTM's impl (default native: one call per sequence)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden size (default %(default)s)")
     parser.add_argument("--layers", type=int, default=1,

@@ -46,7 +46,7 @@ def on_cuda0_only_cuda1_used():
 
 def _modules(dtype, impl):
     cpu = torch.nn.ModuleDict({
-        "cell": lltm.LLTMCell(7, 33, impl=impl if impl != "native_cells" else "native"),
+        "cell": lltm.LLTMCell(7, 33, impl=impl),
         "seq": lltm.LLTM(7, 33, 2, batch_first=True, impl=impl)}).double()
     gpu = torch.nn.ModuleDict({
         "cell": lltm.LLTMCell(7, 33, impl=cpu["cell"].impl, device=DEV, dtype=dtype),
@@ -63,7 +63,7 @@ def _loss(modules, x, state):
     return (h * c).sum() + (out * out).sum() + (h_n * c_n).sum()
 
 
-@pytest.mark.parametrize("impl", ["native", "native_cells"])
+@pytest.mark.parametrize("impl", ["native"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_modules_on_second_device(dtype, impl):
     cpu, gpu = _modules(dtype, impl)
