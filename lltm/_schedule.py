@@ -113,7 +113,8 @@ def explain(module, input: torch.Tensor) -> str:
             for size in s.groups:
                 plan = overrides.stack_plan_in_force(dtype, size, T, B, I if first == 0 else H, H,
                                                      device=index)
-                lines.append(f"layers {first}-{first + size - 1}: stacked launch {plan}")
+                lines.append(f"layers {first}-{first + size - 1}: " + (
+                    f"one launch, {_plan_text(plan)}" if plan else "one call, the layers in turn"))
                 first += size
         else:
             sharing = s.sharing if s.route == "wavefront" else (2 if s.directions in (
