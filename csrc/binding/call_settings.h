@@ -50,6 +50,14 @@ typedef struct lltm_call_settings {
 /* `packed` into *out; nonzero with a message for a value no field allows. */
 int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_error *err);
 
+/* The same for the *_in_force queries (ctypes, no message to give):
+ * LLTM_OK, or LLTM_ERR_ARGUMENT for a value no field allows. */
+static inline int lltm_call_settings_query(int64_t packed, lltm_call_settings *out)
+{
+    lltm_error err;
+    return lltm_call_settings_decode(packed, out, &err) ? LLTM_ERR_ARGUMENT : LLTM_OK;
+}
+
 /* The settings argument, last on a boxed kernel's stack: its value, and
  * *num_args one less (a plain integer: nothing to own or free). */
 static inline int64_t lltm_take_settings(const StableIValue *stack, uint64_t *num_args)

@@ -16,32 +16,7 @@
  * may force one (lltm.overrides.matmul, for tests and benchmarks).
  */
 #include "ops.h"
-#include "tensor_args.h"
-
-#include <stdatomic.h>
-
-/* The device's properties for the cost model, asked once per device (what
- * the device is, never what a call allows: dev.tf32 comes with each call). */
-enum { MAX_DEVICES = 64 };
-static lltm_cuda_device device_cache[MAX_DEVICES];
-static atomic_int device_state[MAX_DEVICES]; /* 0 not asked, 1 being written, 2 known */
-
-static int device_properties(int device, lltm_cuda_device *out)
-{
-    const bool cacheable = device >= 0 && device < MAX_DEVICES;
-    if (cacheable && atomic_load(&device_state[device]) == 2) {
-        *out = device_cache[device];
-        return LLTM_OK;
-    }
-    const int status = lltm_cuda_device_query(device, out);
-    int expected = 0;
-    if (status == LLTM_OK && cacheable &&
-        atomic_compare_exchange_strong(&device_state[device], &expected, 1)) {
-        device_cache[device] = *out;
-        atomic_store(&device_state[device], 2);
-    }
-    return status;
-}
+#include "sequence_cuda.h"
 
 /* The route (LLTM_MATMUL_FUSED or LLTM_MATMUL_CUBLAS) of a step of these
  * sizes on `device` under settings `s`: the route they force, else the
@@ -53,10 +28,9 @@ static int cell_route(int device, const lltm_call_settings *s, lltm_dtype dtype,
     if (s->cell_matmul != LLTM_MATMUL_AUTO)
         return s->cell_matmul;
     lltm_cuda_device dev;
-    const int status = device_properties(device, &dev);
+    const int status = lltm_cuda_device_for(device, s, &dev);
     if (status != LLTM_OK)
         return status;
-    dev.tf32 = s->float32_tf32;
     return lltm_cell_route_cuda(&dev, dtype, B, I, H) == LLTM_CELL_CUBLAS ? LLTM_MATMUL_CUBLAS
                                                                           : LLTM_MATMUL_FUSED;
 }
@@ -85,9 +59,8 @@ lltm_cuda_cell_route_in_force(int device, int dtype, int64_t packed, int64_t B, 
                               int64_t H)
 {
     lltm_call_settings s;
-    lltm_error err;
     if (dtype < LLTM_FLOAT32 || dtype > LLTM_BFLOAT16 || B < 0 || I < 0 || H < 0 ||
-        lltm_call_settings_decode(packed, &s, &err))
+        lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     return cell_route(device, &s, (lltm_dtype)dtype, B, I, H);
 }

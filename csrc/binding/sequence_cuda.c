@@ -16,6 +16,8 @@
 #include "cublas_gemm.h"
 #include "sequence_cuda.h"
 
+#include <stdatomic.h>
+
 
 /* (sequence_cuda.h) */
 void lltm_cuda_plan_options(lltm_sequence_plan_options *o, const lltm_call_settings *s,
@@ -27,10 +29,26 @@ void lltm_cuda_plan_options(lltm_sequence_plan_options *o, const lltm_call_setti
     o->eager = stream ? !lltm_cuda_stream_capturing(stream) : 1;
 }
 
-/* The device's properties, and what the call allows of them. */
-static int device_for(int device, const lltm_call_settings *s, lltm_cuda_device *dev)
+/* (sequence_cuda.h) Each device's properties, asked once. */
+enum { MAX_DEVICES = 64 };
+static lltm_cuda_device device_cache[MAX_DEVICES];
+static atomic_int device_state[MAX_DEVICES]; /* 0 not asked, 1 being written, 2 known */
+
+int lltm_cuda_device_for(int device, const lltm_call_settings *s, lltm_cuda_device *dev)
 {
-    const int status = lltm_cuda_device_query(device, dev);
+    const bool cacheable = device >= 0 && device < MAX_DEVICES;
+    int status = LLTM_OK;
+    if (cacheable && atomic_load(&device_state[device]) == 2) {
+        *dev = device_cache[device];
+    } else {
+        status = lltm_cuda_device_query(device, dev);
+        int expected = 0;
+        if (status == LLTM_OK && cacheable &&
+            atomic_compare_exchange_strong(&device_state[device], &expected, 1)) {
+            device_cache[device] = *dev;
+            atomic_store(&device_state[device], 2);
+        }
+    }
     dev->tf32 = s->float32_tf32;
     return status;
 }
@@ -44,7 +62,7 @@ static int plan_for(const lltm_call_settings *s, int device, void *stream, lltm_
 {
     lltm_sequence_plan_options options;
     lltm_cuda_plan_options(&options, s, device, stream);
-    const int status = device_for(device, s, dev);
+    const int status = lltm_cuda_device_for(device, s, dev);
     if (status != LLTM_OK)
         return status;
     return lltm_sequence_plan_cuda(dev, dtype, T, B, I, H, &options, plan);
@@ -69,11 +87,6 @@ int lltm_cuda_choose_plan(const lltm_sequence_dims *d, const lltm_call_settings 
  * for measurements that record what they timed (lltm/bench/variants.py).
  * Each returns an lltm_status (LLTM_ERR_ARGUMENT: no plan of a forced
  * family fits, or a settings value lltm does not pack). */
-static int settings_for(int64_t packed, lltm_call_settings *s)
-{
-    lltm_error err;
-    return lltm_call_settings_decode(packed, s, &err) ? LLTM_ERR_ARGUMENT : LLTM_OK;
-}
 
 /* The plan the sequence operators would run for one layer of these sizes. */
 __attribute__((visibility("default"))) int
@@ -82,7 +95,7 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t packed, int64_t 
 {
     lltm_call_settings s;
     lltm_cuda_device dev;
-    if (!plan || settings_for(packed, &s) != LLTM_OK)
+    if (!plan || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     return plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
 }
@@ -97,7 +110,7 @@ lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t packed, int64_t 
 {
     lltm_call_settings s;
     lltm_cuda_device dev;
-    if (!plan || !cost || settings_for(packed, &s) != LLTM_OK)
+    if (!plan || !cost || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
     if (status != LLTM_OK)
@@ -118,7 +131,7 @@ lltm_cuda_sequence_residency_in_force(int device, int dtype, int64_t packed, int
     lltm_call_settings s;
     lltm_sequence_plan plan;
     lltm_cuda_device dev;
-    if (!resident || !parts || settings_for(packed, &s) != LLTM_OK)
+    if (!resident || !parts || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     const int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, &plan);
     if (status != LLTM_OK)
@@ -134,9 +147,9 @@ lltm_cuda_grid_tensor_cores_in_force(int device, int dtype, int64_t packed, int 
 {
     lltm_call_settings s;
     lltm_cuda_device dev;
-    if (!tensor_cores || settings_for(packed, &s) != LLTM_OK)
+    if (!tensor_cores || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
-    const int status = device_for(device, &s, &dev);
+    const int status = lltm_cuda_device_for(device, &s, &dev);
     if (status != LLTM_OK)
         return status;
     *tensor_cores = lltm_cuda_grid_tensor_cores(&dev, (lltm_dtype)dtype);

@@ -8,6 +8,10 @@
 
 #include "sequence_args.h"
 
+/* The properties of `device` (asked once per device: what the device is)
+ * and what settings `s` allow of them (dev->tf32, with each call). */
+int lltm_cuda_device_for(int device, const lltm_call_settings *s, lltm_cuda_device *dev);
+
 /* The options of a call with settings `s` on `stream` (NULL: torch's
  * current stream of `device`): the constraints and concurrent layers of
  * the settings, and whether the call is eager (the stream not captured:

@@ -31,10 +31,9 @@ static int stacked_plan(int device, const lltm_call_settings *s, lltm_dtype dtyp
     lltm_cuda_device dev;
     if (plan_forced(&s->plan) || L < 2 || L > LLTM_STACK_MAX_LAYERS)
         return LLTM_ERR_ARGUMENT;
-    const int status = lltm_cuda_device_query(device, &dev);
+    const int status = lltm_cuda_device_for(device, s, &dev);
     if (status != LLTM_OK)
         return status;
-    dev.tf32 = s->float32_tf32;
     return lltm_stack_plan_cuda(&dev, dtype, (int)L, T, B, I, H, plan);
 }
 
@@ -47,8 +46,7 @@ lltm_cuda_stack_plan_in_force(int device, int dtype, int64_t packed, int64_t L, 
                               int64_t B, int64_t I, int64_t H, lltm_stack_plan *plan)
 {
     lltm_call_settings s;
-    lltm_error err;
-    if (!plan || lltm_call_settings_decode(packed, &s, &err))
+    if (!plan || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     return stacked_plan(device, &s, (lltm_dtype)dtype, L, T, B, I, H, plan);
 }
