@@ -59,7 +59,7 @@ def new_record(w: Workload, impl: Impl) -> dict:
             "input_grad": w.input_grad,
             "impl": impl.key, "label": impl.label, "status": "ok", "error": None,
             "tolerance": None, "where": None, "note": impl.note, "setup_s": None,
-            **{m: None for m in METRICS + GRAPH_METRICS}}
+            "infer": None, **{m: None for m in METRICS + GRAPH_METRICS}}
 
 
 def check_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress,
