@@ -38,16 +38,10 @@ void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b
     }
 }
 
-typedef struct mm_args {
-    int64_t M, N, K, lda, ldc;
-    const float *a, *packed;
-    float *c;
-} mm_args;
-
 /* One tile: R rows (R <= MR) of c from row r0 of a, panels p .. p+NP-1 (fewer
  * at the end of N). The body is instantiated per instruction set with R a
  * constant (tile_R below), so the accumulators live in registers. */
-#define TILE_ARGS const mm_args *x, int64_t r0, int64_t p
+#define TILE_ARGS const lltm_mm *x, int64_t r0, int64_t p, int two
 #define COLS(p_) (x->N - (p_) * LLTM_PANEL < LLTM_PANEL ? x->N - (p_) * LLTM_PANEL : LLTM_PANEL)
 
 /* Baseline: a vector of GCC's extension, 4 SSE registers on plain x86-64. */
@@ -55,6 +49,7 @@ typedef float v16 __attribute__((vector_size(64)));
 
 __attribute__((always_inline)) static inline void tile_base(const int R, TILE_ARGS)
 {
+    (void)two; /* one panel a tile */
     v16 acc[2] = {{0}};
     const int64_t K = x->K, lda = x->lda, cols = COLS(p);
     const float *bp = x->packed + p * K * LLTM_PANEL, *a = x->a + r0 * lda;
@@ -73,6 +68,7 @@ __attribute__((always_inline)) static inline void tile_base(const int R, TILE_AR
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 tile_avx2(const int R, TILE_ARGS)
 {
+    (void)two; /* one panel a tile */
     __m256 acc[6][2];
     for (int r = 0; r < R; ++r)
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -97,11 +93,10 @@ tile_avx2(const int R, TILE_ARGS)
     }
 }
 
-/* Two panels at once where two remain (NP = 2), else one. */
+/* Two panels at once where two remain in the range (two), else one. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_avx512(const int R, TILE_ARGS)
 {
-    const int two = (p + 1) * LLTM_PANEL < x->N;
     __m512 acc[8][2];
     for (int r = 0; r < R; ++r)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -135,35 +130,35 @@ tile_avx512(const int R, TILE_ARGS)
 }
 #endif
 
-/* The range body of each instruction set: tiles [lo, hi) of columns (NP
- * panels each) of every row, MR rows a tile, the last tile of a block with the rows
- * left (R a constant in each case of the switch). */
-#define DEFINE_RANGE(ISA, TARGET, MR, NP)                                           \
-    TARGET static void range_##ISA(int64_t lo, int64_t hi, void *vctx)              \
+/* Panels [lo, hi) of every row on one instruction set: NP panels a tile,
+ * MR rows a tile, the last tile of a block with the rows left (R a constant
+ * in each case of the switch). */
+#define DEFINE_PANELS(ISA, TARGET, MR, NP)                                          \
+    TARGET static void panels_##ISA(const lltm_mm *x, int64_t lo, int64_t hi)       \
     {                                                                               \
-        const mm_args *x = (const mm_args *)vctx;                                   \
         for (int64_t b0 = 0; b0 < x->M; b0 += ROW_BLOCK) {                          \
             const int64_t b1 = b0 + ROW_BLOCK < x->M ? b0 + ROW_BLOCK : x->M;       \
-            for (int64_t p = lo * NP; p < hi * NP; p += NP)                         \
+            for (int64_t p = lo; p < hi; p += NP)                                   \
                 for (int64_t r = b0; r < b1; r += MR) {                             \
+                    const int two = p + 1 < hi;                                     \
                     switch (b1 - r < MR ? b1 - r : MR) {                            \
-                    case 1: tile_##ISA(1, x, r, p); break;                          \
-                    case 2: tile_##ISA(2 < MR ? 2 : MR, x, r, p); break;            \
-                    case 3: tile_##ISA(3 < MR ? 3 : MR, x, r, p); break;            \
-                    case 4: tile_##ISA(4 < MR ? 4 : MR, x, r, p); break;            \
-                    case 5: tile_##ISA(5 < MR ? 5 : MR, x, r, p); break;            \
-                    case 6: tile_##ISA(6 < MR ? 6 : MR, x, r, p); break;            \
-                    case 7: tile_##ISA(7 < MR ? 7 : MR, x, r, p); break;            \
-                    default: tile_##ISA(MR, x, r, p); break;                        \
+                    case 1: tile_##ISA(1, x, r, p, two); break;                     \
+                    case 2: tile_##ISA(2 < MR ? 2 : MR, x, r, p, two); break;       \
+                    case 3: tile_##ISA(3 < MR ? 3 : MR, x, r, p, two); break;       \
+                    case 4: tile_##ISA(4 < MR ? 4 : MR, x, r, p, two); break;       \
+                    case 5: tile_##ISA(5 < MR ? 5 : MR, x, r, p, two); break;       \
+                    case 6: tile_##ISA(6 < MR ? 6 : MR, x, r, p, two); break;       \
+                    case 7: tile_##ISA(7 < MR ? 7 : MR, x, r, p, two); break;       \
+                    default: tile_##ISA(MR, x, r, p, two); break;                   \
                     }                                                               \
                 }                                                                   \
         }                                                                           \
     }
 
-DEFINE_RANGE(base, , 2, 1)
+DEFINE_PANELS(base, , 2, 1)
 #ifdef LLTM_X86
-DEFINE_RANGE(avx2, __attribute__((target("avx2,fma"))), 6, 1)
-DEFINE_RANGE(avx512, __attribute__((target("avx512f"))), 8, 2)
+DEFINE_PANELS(avx2, __attribute__((target("avx2,fma"))), 6, 1)
+DEFINE_PANELS(avx512, __attribute__((target("avx512f"))), 8, 2)
 #endif
 
 static int chosen = LLTM_ISA_AUTO;
@@ -197,25 +192,36 @@ int lltm_cpu_set_isa(int isa)
     return chosen;
 }
 
+/* panels of a tile on the ISA in use */
+static int64_t tile_panels(void) { return lltm_cpu_isa() == LLTM_ISA_AVX512 ? 2 : 1; }
+
+void lltm_packed_mm_panels_f32(const lltm_mm *x, int64_t lo, int64_t hi)
+{
+#ifdef LLTM_X86
+    const int isa = lltm_cpu_isa();
+    if (isa == LLTM_ISA_AVX512)
+        return panels_avx512(x, lo, hi);
+    if (isa == LLTM_ISA_AVX2)
+        return panels_avx2(x, lo, hi);
+#endif
+    panels_base(x, lo, hi);
+}
+
+/* tiles [lo, hi) of lltm_packed_mm_f32's split */
+static void tile_range(int64_t lo, int64_t hi, void *vctx)
+{
+    const lltm_mm *x = (const lltm_mm *)vctx;
+    const int64_t np = tile_panels(), panels = (x->N + LLTM_PANEL - 1) / LLTM_PANEL;
+    lltm_packed_mm_panels_f32(x, lo * np, hi * np < panels ? hi * np : panels);
+}
+
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor)
 {
-    const mm_args x = {M, N, K, lda, ldc, a, packed, c};
-    lltm_range_body body = range_base;
-    int64_t np = 1;
-#ifdef LLTM_X86
-    const int isa = lltm_cpu_isa();
-    body = isa == LLTM_ISA_AVX512 ? range_avx512 : isa == LLTM_ISA_AVX2 ? range_avx2 : body;
-    np = isa == LLTM_ISA_AVX512 ? 2 : 1;
-#endif
+    const lltm_mm x = {M, N, K, lda, ldc, a, packed, c};
     /* ranges of whole tiles, each at least ~256k multiply-adds (less work
      * would not pay for waking a thread) */
-    const int64_t panels = (N + LLTM_PANEL - 1) / LLTM_PANEL, tiles = (panels + np - 1) / np;
-    const int64_t per_tile = M * K * LLTM_PANEL * np;
-    const int64_t grain = (1 << 18) / per_tile + 1;
-    if (tiles <= grain)
-        body(0, tiles, (void *)&x);
-    else if (pfor(0, tiles, grain, body, (void *)&x) != 0)
-        return LLTM_ERR_PARALLEL;
-    return LLTM_OK;
+    const int64_t np = tile_panels(), panels = (N + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t tiles = (panels + np - 1) / np, grain = (1 << 18) / (M * K * LLTM_PANEL * np) + 1;
+    return pfor(0, tiles, grain, tile_range, (void *)&x) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }

@@ -35,4 +35,15 @@ void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor);
 
+/* One product for lltm_packed_mm_panels_f32: c [M,N] = a [M,K] packed. */
+typedef struct lltm_mm {
+    int64_t M, N, K, lda, ldc;
+    const float *a, *packed;
+    float *c;
+} lltm_mm;
+
+/* Panels [lo, hi) of c (columns 16 lo .. 16 hi - 1, those < N) on the
+ * calling thread: for callers that split the work themselves. */
+void lltm_packed_mm_panels_f32(const lltm_mm *x, int64_t lo, int64_t hi);
+
 #endif /* LLTM_CORE_CPU_GEMM_H */

@@ -319,6 +319,40 @@ static int run(lltm_parallel_for pfor, int64_t B, int64_t H, lltm_range_body bod
     return pfor(0, H, sequence_grain(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }
 
+/* float32's forward step in one pass per range of units: the three gate
+ * blocks of h_{t-1} W_h^T for those units on the core's kernel, then the
+ * pointwise pass over them while they are in cache. Ranges are of whole
+ * panels (16 units). */
+typedef struct fused_step {
+    sequence_forward_args *step;
+    lltm_mm mm; /* one gate block: [m,H] = h_{t-1} [m,H] packed, c at column 0 of r */
+    size_t gate_floats;
+} fused_step;
+
+static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
+{
+    const fused_step *f = (const fused_step *)vctx;
+    for (int q = 0; q < 3; ++q) {
+        lltm_mm mm = f->mm;
+        mm.packed += (size_t)q * f->gate_floats;
+        mm.c += q * mm.N;
+        lltm_packed_mm_panels_f32(&mm, lo, hi);
+    }
+    const int64_t H = f->mm.N, end = hi * LLTM_PANEL;
+    seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
+}
+
+static int run_fused(lltm_parallel_for pfor, fused_step *f)
+{
+    /* a range of at least ~256k multiply-adds and the grain of the
+     * pointwise pass (fewer would not pay for waking a thread) */
+    const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t by_mm = (1 << 18) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
+    const int64_t by_pointwise = sequence_grain(f->step->B) / LLTM_PANEL + 1;
+    const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
+    return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+}
+
 static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
 {
     return T >= 0 && B >= 0 && I >= 0 && H >= 1;
@@ -376,7 +410,8 @@ static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, 
     if (dtype != LLTM_FLOAT32)
         return backward ? 0 : round_up((size_t)(H * G) * elem);
     return backward ? round_up(lltm_packed_floats(H, G) * 4) + round_up(lltm_packed_floats(I, G) * 4)
-                    : round_up(lltm_packed_floats(G, H) * 4) + round_up(lltm_packed_floats(G, I) * 4);
+                    : round_up(3 * lltm_packed_floats(H, H) * 4) +
+                          round_up(lltm_packed_floats(G, I) * 4);
 }
 
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H)
@@ -421,15 +456,20 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     const size_t elem = k.elem;
     const bool own = dtype == LLTM_FLOAT32; /* products by W on the core's kernel */
     char *cursor = (char *)workspace;
-    void *W_h_t = take(&cursor, own ? lltm_packed_floats(G, H) * 4 : (size_t)(H * G) * elem);
+    const size_t gate_floats = lltm_packed_floats(H, H); /* one gate block of W_h^T, packed */
+    void *W_h_t = take(&cursor, own ? 3 * gate_floats * 4 : (size_t)(H * G) * elem);
     float *W_x_t = own ? take(&cursor, lltm_packed_floats(G, I) * 4) : NULL;
     void *recurrent = take(&cursor, (size_t)(B * G) * elem);  /* [B,G] */
     void *cell_state = take(&cursor, (size_t)(B * H) * k.acc); /* [B,H] acc */
 
-    /* W_h^T [H,G] (W_h^T (h, g) = W[g, h]): packed, or as a dense copy,
-     * which BLAS multiplies by ~1.7x faster than by the strided view of W. */
+    /* W_h^T [H,G] (W_h^T (h, g) = W[g, h]): each gate's block packed on its
+     * own (a step's range of units takes the same panels of all three), or
+     * as a dense copy, which BLAS multiplies by ~1.7x faster than by the
+     * strided view of W. */
     if (own) {
-        lltm_pack_f32(G, H, (const float *)weights, 1, K, (float *)W_h_t);
+        for (int64_t q = 0; q < 3; ++q)
+            lltm_pack_f32(H, H, (const float *)weights + q * H * K, 1, K,
+                          (float *)W_h_t + q * gate_floats);
         lltm_pack_f32(G, I, (const float *)weights + H, 1, K, W_x_t);
     } else {
         transpose(elem, G, H, weights, K, W_h_t);
@@ -446,11 +486,9 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
          * product past the longest row (every row has stopped: nothing
          * reads it). */
         const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
-        if (t < steps)
-            status = own ? packed_product(pfor, running_rows(B, lengths, t), G, H, h_prev, H,
-                                          W_h_t, recurrent, G)
-                         : product(gemm, gemm_ctx, dtype, elem, running_rows(B, lengths, t), G,
-                                   H, h_prev, H, 1, W_h_t, G, 1, recurrent, G);
+        if (t < steps && !own)
+            status = product(gemm, gemm_ctx, dtype, elem, running_rows(B, lengths, t), G, H,
+                             h_prev, H, 1, W_h_t, G, 1, recurrent, G);
         if (status != LLTM_OK)
             break;
         sequence_forward_args args = {.B = B,
@@ -463,7 +501,13 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                       .cell_state = cell_state,
                                       .new_h = at(output, t * B * H, elem),
                                       .new_cell = at(tensors->cells, t * B * H, elem)};
-        status = run(pfor, B, H, k.forward, &args);
+        if (t < steps && own) {
+            fused_step f = {&args, {running_rows(B, lengths, t), H, H, H, G, h_prev, W_h_t,
+                                    recurrent}, gate_floats};
+            status = run_fused(pfor, &f);
+        } else {
+            status = run(pfor, B, H, k.forward, &args);
+        }
     }
     if (status != LLTM_OK)
         return status;
