@@ -51,17 +51,19 @@ __attribute__((always_inline)) static inline void tile_base(const int R, TILE_AR
 {
     (void)two; /* one panel a tile */
     v16 acc[2] = {{0}};
-    const int64_t K = x->K, lda = x->lda, cols = COLS(p);
-    const float *bp = x->packed + p * K * LLTM_PANEL, *a = x->a + r0 * lda;
+    const int64_t K = x->K, lda = x->lda, a_cs = x->a_cs, cols = COLS(p);
+    const float *bp = x->packed + p * x->ldp * LLTM_PANEL, *a = x->a + r0 * lda;
     for (int64_t k = 0; k < K; ++k) {
         v16 b;
         memcpy(&b, bp + k * LLTM_PANEL, sizeof b);
         for (int r = 0; r < R; ++r)
-            acc[r] += a[r * lda + k] * b;
+            acc[r] += a[r * lda + k * a_cs] * b;
     }
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+        float *c = x->c + (r0 + r) * x->ldc + p * LLTM_PANEL;
         for (int j = 0; j < cols; ++j)
-            x->c[(r0 + r) * x->ldc + p * LLTM_PANEL + j] = acc[r][j];
+            c[j] = x->accumulate ? c[j] + acc[r][j] : acc[r][j];
+    }
 }
 
 #ifdef LLTM_X86
@@ -72,13 +74,13 @@ tile_avx2(const int R, TILE_ARGS)
     __m256 acc[6][2];
     for (int r = 0; r < R; ++r)
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const int64_t K = x->K, lda = x->lda;
-    const float *bp = x->packed + p * K * LLTM_PANEL, *a = x->a + r0 * lda;
+    const int64_t K = x->K, lda = x->lda, a_cs = x->a_cs;
+    const float *bp = x->packed + p * x->ldp * LLTM_PANEL, *a = x->a + r0 * lda;
     for (int64_t k = 0; k < K; ++k) {
         const __m256 b0 = _mm256_loadu_ps(bp + k * LLTM_PANEL);
         const __m256 b1 = _mm256_loadu_ps(bp + k * LLTM_PANEL + 8);
         for (int r = 0; r < R; ++r) {
-            const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+            const __m256 av = _mm256_broadcast_ss(a + r * lda + k * a_cs);
             acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
         }
@@ -88,6 +90,10 @@ tile_avx2(const int R, TILE_ARGS)
     const __m256i m1 = _mm256_cmpgt_epi32(cols, _mm256_add_epi32(lane, _mm256_set1_epi32(8)));
     for (int r = 0; r < R; ++r) {
         float *c = x->c + (r0 + r) * x->ldc + p * LLTM_PANEL;
+        if (x->accumulate) {
+            acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_maskload_ps(c, m0));
+            acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_maskload_ps(c + 8, m1));
+        }
         _mm256_maskstore_ps(c, m0, acc[r][0]);
         _mm256_maskstore_ps(c + 8, m1, acc[r][1]);
     }
@@ -100,14 +106,14 @@ tile_avx512(const int R, TILE_ARGS)
     __m512 acc[8][2];
     for (int r = 0; r < R; ++r)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const int64_t K = x->K;
-    const float *bp = x->packed + p * K * LLTM_PANEL, *a = x->a + r0 * x->lda;
+    const int64_t K = x->K, lda = x->lda, a_cs = x->a_cs, ldp = x->ldp;
+    const float *bp = x->packed + p * ldp * LLTM_PANEL, *a = x->a + r0 * lda;
     if (two) {
         for (int64_t k = 0; k < K; ++k) {
             const __m512 b0 = _mm512_loadu_ps(bp + k * LLTM_PANEL);
-            const __m512 b1 = _mm512_loadu_ps(bp + (K + k) * LLTM_PANEL);
+            const __m512 b1 = _mm512_loadu_ps(bp + (ldp + k) * LLTM_PANEL);
             for (int r = 0; r < R; ++r) {
-                const __m512 av = _mm512_set1_ps(a[r * x->lda + k]);
+                const __m512 av = _mm512_set1_ps(a[r * lda + k * a_cs]);
                 acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
                 acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
             }
@@ -116,13 +122,18 @@ tile_avx512(const int R, TILE_ARGS)
         for (int64_t k = 0; k < K; ++k) {
             const __m512 b0 = _mm512_loadu_ps(bp + k * LLTM_PANEL);
             for (int r = 0; r < R; ++r)
-                acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * x->lda + k]), b0, acc[r][0]);
+                acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k * a_cs]), b0, acc[r][0]);
         }
     }
     const __mmask16 m0 = (__mmask16)((1u << COLS(p)) - 1);
     const __mmask16 m1 = two ? (__mmask16)((1u << COLS(p + 1)) - 1) : 0;
     for (int r = 0; r < R; ++r) {
         float *c = x->c + (r0 + r) * x->ldc + p * LLTM_PANEL;
+        if (x->accumulate) {
+            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, c));
+            if (two)
+                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, c + LLTM_PANEL));
+        }
         _mm512_mask_storeu_ps(c, m0, acc[r][0]);
         if (two)
             _mm512_mask_storeu_ps(c + LLTM_PANEL, m1, acc[r][1]);
@@ -215,13 +226,57 @@ static void tile_range(int64_t lo, int64_t hi, void *vctx)
     lltm_packed_mm_panels_f32(x, lo * np, hi * np < panels ? hi * np : panels);
 }
 
+/* ranges of whole tiles, each at least ~256k multiply-adds (less work would
+ * not pay for waking a thread) */
+static int split(const lltm_mm *x, lltm_range_body body, lltm_parallel_for pfor)
+{
+    const int64_t np = tile_panels(), panels = (x->N + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t tiles = (panels + np - 1) / np;
+    const int64_t grain = (1 << 18) / (x->M * x->K * LLTM_PANEL * np) + 1;
+    return pfor(0, tiles, grain, body, (void *)x) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+}
+
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor)
 {
-    const lltm_mm x = {M, N, K, lda, ldc, a, packed, c};
-    /* ranges of whole tiles, each at least ~256k multiply-adds (less work
-     * would not pay for waking a thread) */
-    const int64_t np = tile_panels(), panels = (N + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t tiles = (panels + np - 1) / np, grain = (1 << 18) / (M * K * LLTM_PANEL * np) + 1;
-    return pfor(0, tiles, grain, tile_range, (void *)&x) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+    const lltm_mm x = {M, N, K, lda, 1, ldc, K, 0, a, packed, c};
+    return split(&x, tile_range, pfor);
+}
+
+/* lltm_mm_f32: a block of K_BLOCK rows of b packed at a time, each range of
+ * tiles packing its own panels, then adding their share to c. */
+#define K_BLOCK 256
+
+typedef struct unpacked_mm {
+    lltm_mm mm;
+    const float *b;
+    int64_t b_rs, b_cs;
+} unpacked_mm;
+
+static void unpacked_range(int64_t lo, int64_t hi, void *vctx)
+{
+    const unpacked_mm *u = (const unpacked_mm *)vctx;
+    const int64_t np = tile_panels(), panels = (u->mm.N + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t p_hi = hi * np < panels ? hi * np : panels, cols = p_hi * LLTM_PANEL;
+    const int64_t n_lo = lo * np * LLTM_PANEL, n_hi = cols < u->mm.N ? cols : u->mm.N;
+    lltm_pack_f32(n_hi - n_lo, u->mm.K, u->b + n_lo * u->b_cs, u->b_rs, u->b_cs,
+                  (float *)u->mm.packed + n_lo * u->mm.ldp);
+    lltm_packed_mm_panels_f32(&u->mm, lo * np, p_hi);
+}
+
+size_t lltm_mm_workspace_f32(int64_t N) { return lltm_packed_floats(N, K_BLOCK); }
+
+int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, int64_t a_cs,
+                const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc, float *work,
+                lltm_parallel_for pfor)
+{
+    for (int64_t k0 = 0; k0 < K; k0 += K_BLOCK) {
+        const int64_t kb = K - k0 < K_BLOCK ? K - k0 : K_BLOCK;
+        const unpacked_mm u = {{M, N, kb, a_rs, a_cs, ldc, kb, k0 > 0, a + k0 * a_cs, work, c},
+                               b + k0 * b_rs, b_rs, b_cs};
+        const int status = split(&u.mm, unpacked_range, pfor);
+        if (status != LLTM_OK)
+            return status;
+    }
+    return LLTM_OK;
 }

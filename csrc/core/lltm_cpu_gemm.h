@@ -35,9 +35,20 @@ void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor);
 
+/* c [M,N] = a [M,K] b [K,N], element (m,k) of a at a[m*a_rs + k*a_cs],
+ * (k,n) of b at b[k*b_rs + n*b_cs], for long K (the weight gradients, K =
+ * T*B): b packed a block of rows at a time into work, of
+ * lltm_mm_workspace_f32(N) floats. M, N, K >= 1. */
+size_t lltm_mm_workspace_f32(int64_t N);
+int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, int64_t a_cs,
+                const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc, float *work,
+                lltm_parallel_for pfor);
+
 /* One product for lltm_packed_mm_panels_f32: c [M,N] = a [M,K] packed. */
 typedef struct lltm_mm {
-    int64_t M, N, K, lda, ldc;
+    int64_t M, N, K, lda, a_cs, ldc; /* a (m,k) at a[m*lda + k*a_cs] */
+    int64_t ldp;                     /* K of the packing: panel p at packed + p*ldp*16 */
+    int accumulate;                  /* c += a b instead of c = a b */
     const float *a, *packed;
     float *c;
 } lltm_mm;

@@ -1,12 +1,12 @@
 /*
  * lltm_sequence_cpu.c - one LLTM layer over a whole sequence on the CPU: the
  * time loop, forward and backward (lltm_sequence_forward_cpu /
- * lltm_sequence_backward_cpu). In float32 the products by W (the input
- * projection, the per-step products, dx) run on the core's own kernel with
- * W packed once per call (lltm_cpu_gemm.h); the others, and every product of
- * the other dtypes, go through the caller's lltm_gemm callback (the binding:
- * aten::mm). The pointwise part of each step is one fused pass here. lltm.h
- * documents the algorithm, the shapes and the workspaces.
+ * lltm_sequence_backward_cpu). float32's products run on the core's own
+ * kernel (lltm_cpu_gemm.h), W packed once per call, the forward step's
+ * product fused with its pointwise pass; the other dtypes' go through the
+ * caller's lltm_gemm callback (the binding: aten::mm), each step's
+ * pointwise part one fused pass. lltm.h documents the algorithm, the shapes
+ * and the workspaces.
  *
  * As in lltm_cpu.c, the pointwise work is split over hidden units k: a range
  * [lo, hi) owns columns k, H+k, 2H+k of every gate row, so it also owns those
@@ -409,7 +409,9 @@ static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, 
     const int64_t G = 3 * H;
     if (dtype != LLTM_FLOAT32)
         return backward ? 0 : round_up((size_t)(H * G) * elem);
-    return backward ? round_up(lltm_packed_floats(H, G) * 4) + round_up(lltm_packed_floats(I, G) * 4)
+    return backward ? round_up(lltm_packed_floats(H, G) * 4) +
+                          round_up(lltm_packed_floats(I, G) * 4) +
+                          round_up(lltm_mm_workspace_f32(I > H ? I : H) * 4)
                     : round_up(3 * lltm_packed_floats(H, H) * 4) +
                           round_up(lltm_packed_floats(G, I) * 4);
 }
@@ -502,8 +504,10 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                       .new_h = at(output, t * B * H, elem),
                                       .new_cell = at(tensors->cells, t * B * H, elem)};
         if (t < steps && own) {
-            fused_step f = {&args, {running_rows(B, lengths, t), H, H, H, G, h_prev, W_h_t,
-                                    recurrent}, gate_floats};
+            const lltm_mm mm = {.M = running_rows(B, lengths, t), .N = H, .K = H, .lda = H,
+                                .a_cs = 1, .ldc = G, .ldp = H, .a = h_prev,
+                                .packed = W_h_t, .c = recurrent};
+            fused_step f = {&args, mm, gate_floats};
             status = run_fused(pfor, &f);
         } else {
             status = run(pfor, B, H, k.forward, &args);
@@ -549,6 +553,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     char *cursor = (char *)workspace;
     float *W_h = own ? take(&cursor, lltm_packed_floats(H, G) * 4) : NULL;
     float *W_x = own ? take(&cursor, lltm_packed_floats(I, G) * 4) : NULL;
+    float *mm_work = own ? take(&cursor, lltm_mm_workspace_f32(I > H ? I : H) * 4) : NULL;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     if (a->grad_gates != NULL)
         d_gates = a->grad_gates;
@@ -623,11 +628,19 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
         memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
         memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
-        status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
-                         grad_weights, K);
-        if (status == LLTM_OK)
-            status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input,
-                             I, 1, at(grad_weights, H, elem), K);
+        if (own) {
+            status = lltm_mm_f32(G, H, SB, d_gates, 1, G, h_prev, H, 1, grad_weights, K,
+                                 mm_work, pfor);
+            if (status == LLTM_OK && I > 0)
+                status = lltm_mm_f32(G, I, SB, d_gates, 1, G, a->input, I, 1,
+                                     (float *)grad_weights + H, K, mm_work, pfor);
+        } else {
+            status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H,
+                             1, grad_weights, K);
+            if (status == LLTM_OK)
+                status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G,
+                                 a->input, I, 1, at(grad_weights, H, elem), K);
+        }
     }
     if (status == LLTM_OK && a->grad_input != NULL)
         status = own ? packed_product(pfor, SB, I, G, d_gates, G, W_x, a->grad_input, I)

@@ -247,12 +247,12 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
         /* products through the callback: one recurrent one a step that runs
          * (the first step's only for grad_h0; steps: T, or up to the longest
          * row), dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
-         * grad_input; float32 runs all but dW on the core's kernel */
-        const long long dW = mask & 2 ? 1 + (I > 0) : 0;
+         * grad_input; float32 runs them all on the core's kernel */
         const long long want_calls =
-            T * B == 0              ? 0
-            : dt == LLTM_FLOAT32    ? dW
-                                    : steps - 1 + !!(mask & 8) + dW + (mask & 1 ? (I > 0) : 0);
+            T * B == 0 || dt == LLTM_FLOAT32
+                ? 0
+                : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
+                      (mask & 1 ? (I > 0) : 0);
         check(log.calls == want_calls, "products run for some gradients", B, H, name);
         for (int k = 0; k < 5; ++k)
             free(got[k]);
@@ -338,11 +338,9 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     /* products through the callback, when T*B > 0: x W_x^T (if I > 0) and
      * one recurrent one a step forward; one a step, dW_h, and dW_x and dx
      * (if I > 0) backward; the steps: T, or up to the longest row. float32:
-     * dW_h and dW_x only (the others on the core's kernel). */
+     * none (all on the core's kernel). */
     const int own = dt == LLTM_FLOAT32;
-    const long long want_calls = T * B == 0 ? 0
-                                 : own      ? 1 + (I > 0)
-                                            : (I > 0) + steps + steps + 1 + 2 * (I > 0);
+    const long long want_calls = T * B == 0 || own ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
     /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
      * last row still running at step t (B without lengths); x W_x^T, dW_h,
@@ -354,8 +352,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
             --m;
         step_rows += m;
     }
-    const long long want_rows = T * B == 0 ? 0
-                                : own      ? G + (I > 0) * G
+    const long long want_rows = T * B == 0 || own ? 0
                                            : 2 * step_rows + G + (I > 0) * (steps * B + G +
                                                                             steps * B);
     check(log.rows == want_rows, "rows of the matrix products", B, H, name);
@@ -451,13 +448,15 @@ static void test_errors(void)
     free(buf);
 }
 
-/* The core's packed product against long double sums, at odd sizes (tails
- * of rows and panels, more rows than a block, strided a and c), b read
- * both ways (contiguous along k, and along n), on the ISA in use. */
+/* The core's products against long double sums, at odd sizes (tails of
+ * rows and panels, more rows than a block, strided a and c), b read both
+ * ways (contiguous along k, and along n), on the ISA in use: b packed
+ * first (lltm_packed_mm_f32), and packed a block of K at a time with a read
+ * transposed (lltm_mm_f32; K past one block). */
 static void test_packed_mm(lltm_parallel_for pfor)
 {
-    static const long long sizes[][3] = {{1, 1, 1}, {3, 17, 5}, {9, 33, 40}, {8, 48, 7},
-                                         {13, 50, 64}, {130, 35, 9}, {2, 1, 70}};
+    static const long long sizes[][3] = {{1, 1, 1},    {3, 17, 5},  {9, 33, 40}, {8, 48, 7},
+                                         {13, 50, 64}, {130, 35, 9}, {2, 1, 70},  {11, 20, 600}};
     char name[32];
     snprintf(name, sizeof name, "float32 isa %d", lltm_cpu_isa());
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
@@ -465,19 +464,28 @@ static void test_packed_mm(lltm_parallel_for pfor)
         const long long lda = K + 3, ldc = N + 2;
         float *a = malloc(sizeof(float) * (size_t)(M * lda)), *b = malloc(sizeof(float) * (size_t)(N * K));
         float *c = malloc(sizeof(float) * (size_t)(M * ldc));
-        float *pk = malloc(sizeof(float) * lltm_packed_floats(N, K));
+        float *pk = malloc(sizeof(float) * (lltm_packed_floats(N, K) + lltm_mm_workspace_f32(N)));
         if (!a || !b || !c || !pk) { perror("malloc"); exit(2); }
         for (long long k = 0; k < M * lda; ++k) a[k] = (float)uniform();
         for (long long k = 0; k < N * K; ++k) b[k] = (float)uniform();
-        for (int way = 0; way < 2; ++way) { /* b [K,N] row-major, or its transpose stored */
+        for (int way = 0; way < 4; ++way) { /* b [K,N] row-major, or its transpose stored */
+            const int by_n = way & 1, unpacked = way & 2;
+            const long long b_rs = by_n ? 1 : N, b_cs = by_n ? K : 1;
+            /* lltm_mm_f32 reads a as a^T: (m,k) at a[k*M + m] (M*K <= M*lda) */
+            const long long a_rs = unpacked ? 1 : lda, a_cs = unpacked ? M : 1;
             for (long long k = 0; k < M * ldc; ++k) c[k] = NAN;
-            lltm_pack_f32(N, K, b, way ? 1 : N, way ? K : 1, pk);
-            int ok = lltm_packed_mm_f32(M, N, K, a, lda, pk, c, ldc, pfor) == LLTM_OK;
+            int ok;
+            if (unpacked) {
+                ok = lltm_mm_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, pk, pfor) == LLTM_OK;
+            } else {
+                lltm_pack_f32(N, K, b, b_rs, b_cs, pk);
+                ok = lltm_packed_mm_f32(M, N, K, a, lda, pk, c, ldc, pfor) == LLTM_OK;
+            }
             for (long long m = 0; m < M; ++m)
                 for (long long n = 0; n < ldc; ++n) {
                     real want = 0;
                     for (long long k = 0; k < K && n < N; ++k)
-                        want += (real)a[m * lda + k] * (way ? b[n * K + k] : b[k * N + n]);
+                        want += (real)a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
                     const float got = c[m * ldc + n];
                     ok &= n < N ? fabsl(got - want) <= 1e-5L * (1 + K) : isnan(got);
                 }
