@@ -274,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "off: neither (float32 at full precision everywhere, nn.LSTM "
                              "too); on: both (lltm's float32 products through aten::mm too). "
                              "The machine record has the setting")
+    parser.add_argument("--cpu-isa", choices=("auto", "avx512", "avx2", "baseline"),
+                        default="auto",
+                        help="the instruction set of lltm's own float32 CPU products for the "
+                             "run (default: the best this CPU has); the machine record has it")
     sweep.add_arguments(parser)
     rows.add_arguments(parser)
     return parser
@@ -306,8 +310,16 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     ``extra_impls`` replace the implementations of the same key."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with tf32_setting(args.tf32):
-        return _run(args, parser, argv, extra_impls)
+    from .._native import cpu_isa
+    try:
+        cpu_isa(args.cpu_isa)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        with tf32_setting(args.tf32):
+            return _run(args, parser, argv, extra_impls)
+    finally:
+        cpu_isa("auto")
 
 
 def _run(args, parser, argv, extra_impls):
