@@ -10,6 +10,7 @@
  */
 #include "lltm_cpu_gemm.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -172,7 +173,7 @@ DEFINE_PANELS(avx2, __attribute__((target("avx2,fma"))), 6, 1)
 DEFINE_PANELS(avx512, __attribute__((target("avx512f"))), 8, 2)
 #endif
 
-static int chosen = LLTM_ISA_AUTO;
+static atomic_int chosen = LLTM_ISA_AUTO; /* read by every thread of a product */
 
 static int best_isa(void)
 {

@@ -1,7 +1,7 @@
 /*
- * lltm_cpu_gemm.h - the core's own float32 matrix product on the CPU, by a
- * right operand packed once (lltm_cpu_gemm.c). The sequence runs its
- * per-step products and its input projection on it: no library call per
+ * lltm_cpu_gemm.h - the core's own float32 matrix products on the CPU
+ * (lltm_cpu_gemm.c), by a right operand packed once or a block at a time.
+ * The float32 sequence runs all its products on them: no library call per
  * step, and the weights laid out once per call for the whole sequence.
  *
  * Packed layout of b [K,N]: panels of LLTM_PANEL columns, panel p holding
