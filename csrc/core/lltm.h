@@ -184,8 +184,8 @@ typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int6
  * accumulation type; backward: dG [T,B,G], [h_0..h_{T-1}] [T,B,H] and dh
  * [B,H] of the dtype, dc [B,H] and the bias sums [G] of the accumulation
  * type; in float32 also W's blocks packed for the core's own kernel, which
- * runs every float32 product (no callback: gemm is not called); the other
- * dtypes' products go through the lltm_gemm callback. */
+ * runs every float32 product where the CPU has AVX2 or AVX-512 (gemm is then
+ * not called); the rest go through the lltm_gemm callback. */
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H);
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H);

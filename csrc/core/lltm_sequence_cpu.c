@@ -2,7 +2,7 @@
  * lltm_sequence_cpu.c - one LLTM layer over a whole sequence on the CPU: the
  * time loop, forward and backward (lltm_sequence_forward_cpu /
  * lltm_sequence_backward_cpu). float32's products run on the core's own
- * kernel (lltm_cpu_gemm.h), W packed once per call, the forward step's
+ * kernel (lltm_cpu_gemm.h) on AVX2 and AVX-512 CPUs, W packed once per call, the forward step's
  * product fused with its pointwise pass; the other dtypes' go through the
  * caller's lltm_gemm callback (the binding: aten::mm), each step's
  * pointwise part one fused pass. lltm.h documents the algorithm, the shapes
@@ -407,13 +407,23 @@ static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
 static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, bool backward)
 {
     const int64_t G = 3 * H;
+    const size_t callback = backward ? 0 : round_up((size_t)(H * G) * elem);
     if (dtype != LLTM_FLOAT32)
-        return backward ? 0 : round_up((size_t)(H * G) * elem);
-    return backward ? round_up(lltm_packed_floats(H, G) * 4) +
-                          round_up(lltm_packed_floats(I, G) * 4) +
-                          round_up(lltm_mm_workspace_f32(I > H ? I : H) * 4)
-                    : round_up(3 * lltm_packed_floats(H, H) * 4) +
-                          round_up(lltm_packed_floats(G, I) * 4);
+        return callback;
+    const size_t own = backward ? round_up(lltm_packed_floats(H, G) * 4) +
+                                      round_up(lltm_packed_floats(I, G) * 4) +
+                                      round_up(lltm_mm_workspace_f32(I > H ? I : H) * 4)
+                                : round_up(3 * lltm_packed_floats(H, H) * 4) +
+                                      round_up(lltm_packed_floats(G, I) * 4);
+    return own > callback ? own : callback; /* either route fits, whatever the ISA */
+}
+
+/* float32 on the core's kernel where the CPU has AVX2 or AVX-512; on the
+ * baseline the callback's library is faster (SSE2 code 6-8x slower than
+ * torch's products on the machine of docs/performance.md). */
+static bool own_products(lltm_dtype dtype)
+{
+    return dtype == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
 }
 
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H)
@@ -456,7 +466,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H;
     const size_t elem = k.elem;
-    const bool own = dtype == LLTM_FLOAT32; /* products by W on the core's kernel */
+    const bool own = own_products(dtype);
     char *cursor = (char *)workspace;
     const size_t gate_floats = lltm_packed_floats(H, H); /* one gate block of W_h^T, packed */
     void *W_h_t = take(&cursor, own ? 3 * gate_floats * 4 : (size_t)(H * G) * elem);
@@ -549,7 +559,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = k.elem;
-    const bool own = dtype == LLTM_FLOAT32; /* products by W on the core's kernel */
+    const bool own = own_products(dtype);
     char *cursor = (char *)workspace;
     float *W_h = own ? take(&cursor, lltm_packed_floats(H, G) * 4) : NULL;
     float *W_x = own ? take(&cursor, lltm_packed_floats(I, G) * 4) : NULL;

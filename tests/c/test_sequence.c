@@ -247,9 +247,9 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
         /* products through the callback: one recurrent one a step that runs
          * (the first step's only for grad_h0; steps: T, or up to the longest
          * row), dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
-         * grad_input; float32 runs them all on the core's kernel */
+         * grad_input; float32 runs them all on the core's kernel (AVX2 and up) */
         const long long want_calls =
-            T * B == 0 || dt == LLTM_FLOAT32
+            T * B == 0 || (dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2)
                 ? 0
                 : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
                       (mask & 1 ? (I > 0) : 0);
@@ -338,8 +338,8 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     /* products through the callback, when T*B > 0: x W_x^T (if I > 0) and
      * one recurrent one a step forward; one a step, dW_h, and dW_x and dx
      * (if I > 0) backward; the steps: T, or up to the longest row. float32:
-     * none (all on the core's kernel). */
-    const int own = dt == LLTM_FLOAT32;
+     * none on AVX2 and up (all on the core's kernel). */
+    const int own = dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
     const long long want_calls = T * B == 0 || own ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
     /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
