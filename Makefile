@@ -77,7 +77,7 @@ test-c:
 	mkdir -p build
 	$(CC) $(TEST_C_FLAGS) tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
 	$(CC) $(TEST_C_FLAGS) tests/c/test_sequence.c csrc/core/lltm_sequence_cpu.c \
-	    csrc/core/lltm_cpu.c -lm -o build/test_sequence
+	    csrc/core/lltm_cpu_gemm.c csrc/core/lltm_cpu.c -lm -o build/test_sequence
 	$(CC) $(TEST_C_FLAGS) tests/c/test_cost.c csrc/core/lltm_cuda_cost.c -lm -o build/test_cost
 	./build/test_core
 	./build/test_sequence

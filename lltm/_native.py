@@ -162,6 +162,26 @@ def ensure_loaded() -> ctypes.CDLL:
         "`pip install .` from a source checkout).")
 
 
+CPU_ISAS = ("baseline", "avx2", "avx512")  # lltm.h's LLTM_ISA_* 1, 2, 3
+
+
+def cpu_isa(force: str | None = None) -> str:
+    """The instruction set the CPU kernels' own float32 products run on;
+    ``force`` ("baseline", "avx2", "avx512", or "auto": the best this CPU has)
+    sets it first, for tests and measurements. ValueError where the CPU lacks
+    it."""
+    hook = ensure_loaded().lltm_cpu_isa_hook
+    hook.restype, hook.argtypes = ctypes.c_int, [ctypes.c_int]
+    code = -1 if force is None else 0 if force == "auto" else \
+        CPU_ISAS.index(force) + 1 if force in CPU_ISAS else None
+    if code is None:
+        raise ValueError(f"cpu_isa: {force!r} is none of auto, {', '.join(CPU_ISAS)}")
+    got = hook(code)
+    if got < 1:
+        raise ValueError(f"cpu_isa: this CPU cannot run {force!r}")
+    return CPU_ISAS[got - 1]
+
+
 def has_cuda_kernels() -> bool:
     return "cuda" in _loaded
 

@@ -54,6 +54,7 @@ CPU_SOURCES = [
     "binding/torch_stable_abi_table.c",
     "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",
+    "core/lltm_cpu_gemm.c",
     "binding/tensor_args.c",
     "binding/call_settings.c",
     "binding/cell_cpu.c",

@@ -288,16 +288,16 @@ def test_sweep_tiny_cpu_writes_json_table_and_heatmaps(tmp_path):
         assert set(e["ratios"]) == set(peers), e
         for peer in peers:
             ratios = e["ratios"][peer]
-            assert set(ratios) == {"step"}, ratios  # CPU: eager only, no graphs
-            assert math.isfinite(ratios["step"]) and ratios["step"] > 0
+            assert set(ratios) == {"step", "infer"}, ratios  # CPU: eager only, no graphs
+            assert all(math.isfinite(r) and r > 0 for r in ratios.values())
         if kind == "cell":  # the faster peer is the headline
             assert e["ratios"]["best"]["step"] == min(e["ratios"][p]["step"]
                                                       for p in ("reference", "lstm_cell"))
     for rec in report["results"]:
         assert rec["status"] == "ok", rec
         assert rec["error"] <= rec["tolerance"]
-        stat = rec["step"]
-        assert stat["n"] >= 2 and 0 < stat["p10_us"] <= stat["median_us"] <= stat["p90_us"]
+        for stat in (rec["step"], rec["infer"]):
+            assert stat["n"] >= 2 and 0 < stat["p10_us"] <= stat["median_us"] <= stat["p90_us"]
         assert rec["graph_step"] is None and rec["forward"] is None
     assert {(r["kind"], r["impl"]) for r in report["results"]} == {
         ("sequence", "lltm"), ("sequence", "lstm"), ("cell", "native"), ("cell", "reference"),
@@ -342,7 +342,7 @@ def test_sweep_reports_wrong_implementations_and_does_not_time_them(capsys):
     for key in ("native", "lltm"):
         r = by_impl[key]
         assert r["status"] == "WRONG" and r["error"] > r["tolerance"], r
-        assert r["step"] is None and r["graph_step"] is None
+        assert r["step"] is None and r["infer"] is None and r["graph_step"] is None
     for key in ("lstm", "reference", "lstm_cell"):  # the peers are still timed
         assert by_impl[key]["status"] == "ok" and by_impl[key]["step"]["median_us"] > 0
     for e in result["map"]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lltm
-from lltm import reference
+from lltm import _native, reference
 from conftest import assert_matches, tolerances
 
 DTYPES = [torch.float32, torch.float64]
@@ -100,6 +100,35 @@ def check(got, want, low, dtype, name, tol):
 def test_matches_reference(T, B, I, H, dtype):
     # T = 0: the reference's empty output is not part of its graph
     compare(seq_inputs(T, B, I, H), dtype, through=(0, 1, 2) if T > 0 else (1, 2))
+
+
+@pytest.mark.parametrize("isa", _native.CPU_ISAS)
+def test_float32_on_each_cpu_instruction_set(isa):
+    """float32's own products forced onto each instruction set (the test
+    hook; this CPU's best otherwise): one layer at odd sizes, and two layers
+    with rows of different lengths, against the reference."""
+    try:
+        assert _native.cpu_isa(isa) == isa
+    except ValueError:
+        pytest.skip(f"this CPU has no {isa}")
+    try:
+        for T, B, I, H in ((5, 3, 7, 17), (3, 9, 40, 33), (4, 2, 0, 5), (2, 130, 3, 20)):
+            compare(seq_inputs(T, B, I, H), torch.float32)
+        native, ref = lltm.LLTM(6, 19, num_layers=2), lltm.LLTM(6, 19, num_layers=2,
+                                                                impl="reference")
+        ref.load_state_dict(native.state_dict())
+        x, lengths = torch.randn(7, 5, 6), [7, 3, 5, 1, 7]
+        outs = [m(x, lengths=lengths) for m in (native, ref)]
+        for got, want in zip((outs[0][0], *outs[0][1]), (outs[1][0], *outs[1][1])):
+            assert_matches(got, want.double(), torch.float32, msg=isa)
+        for m, (out, (h_n, c_n)) in zip((native, ref), outs):
+            (out.square().sum() + h_n.sum() + c_n.sum()).backward()
+        for (name, got), want in zip(native.named_parameters(), ref.parameters()):
+            assert_matches(got.grad, want.grad.double(), torch.float32, msg=f"{isa} {name}")
+    finally:
+        _native.cpu_isa("auto")
+    with pytest.raises(ValueError):
+        _native.cpu_isa("sse9")
 
 
 @pytest.mark.parametrize("through", [(0,), (1,), (2,), (1, 2), (0, 2)])

@@ -30,6 +30,14 @@ static const char *const schemas[] = {LLTM_OPERATORS(LLTM_SCHEMA)};
 static const kernel_entry cpu_kernels[] = {LLTM_OPERATORS(LLTM_CPU_KERNEL)};
 #undef LLTM_CPU_KERNEL
 
+/* The instruction set of the CPU kernels' own products (lltm.h): `isa` > 0
+ * forces one, 0 the best again, < 0 only asks; the set in use, or < 0 where
+ * the CPU lacks it. For tests and measurements (lltm._native.cpu_isa). */
+LLTM_EXPORT int lltm_cpu_isa_hook(int isa)
+{
+    return isa < 0 ? lltm_cpu_isa() : lltm_cpu_set_isa(isa);
+}
+
 LLTM_EXPORT int lltm_register(char *err, size_t err_len)
 {
     if (registered)

@@ -27,8 +27,9 @@ static void sequence_cpu(lltm_sequence_op op, StableIValue *stack, uint64_t num_
         goto fail;
     const lltm_sequence_dims *d = &c.d;
     const size_t bytes = backward
-                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->H)
-                             : lltm_sequence_forward_workspace_cpu(d->dtype, d->B, d->H);
+                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->I,
+                                                                    d->H)
+                             : lltm_sequence_forward_workspace_cpu(d->dtype, d->I, d->B, d->H);
     if (lltm_workspace(bytes, &c.args[0], &c.owned, &workspace, &c.err))
         goto fail;
     const int status =

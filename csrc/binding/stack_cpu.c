@@ -42,10 +42,11 @@ static void stack_cpu(bool backward, StableIValue *stack, uint64_t num_args,
                         aoti_torch_device_type_cpu()))
         goto fail;
     const lltm_sequence_dims *d = &c.d.seq;
-    /* one layer's workspace serves each in turn (the same for every I) */
+    /* one layer's workspace, for the widest input, serves each in turn */
+    const int64_t I = c.d.L > 1 && d->H > d->I ? d->H : d->I;
     const size_t bytes = backward
-                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->H)
-                             : lltm_sequence_forward_workspace_cpu(d->dtype, d->B, d->H);
+                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, I, d->H)
+                             : lltm_sequence_forward_workspace_cpu(d->dtype, I, d->B, d->H);
     if (lltm_workspace(bytes, &c.args[0], &c.owned, &ctx.workspace, &c.err) ||
         lltm_workspace(lltm_stack_scratch_bytes(&c), &c.args[0], &c.owned, &scratch, &c.err))
         goto fail;

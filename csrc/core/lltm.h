@@ -82,6 +82,14 @@ typedef int (*lltm_parallel_for)(int64_t begin, int64_t end, int64_t grain,
 int lltm_serial_for(int64_t begin, int64_t end, int64_t grain,
                     lltm_range_body body, void *ctx);
 
+/* The instruction set of the core's own float32 products (lltm_cpu_gemm.c),
+ * chosen at the first call by the CPU's features. lltm_cpu_set_isa forces
+ * one (LLTM_ISA_AUTO: the best again) for tests and measurements; it returns
+ * the set now in use, or LLTM_ERR_ARGUMENT where the CPU lacks it. */
+enum { LLTM_ISA_AUTO = 0, LLTM_ISA_BASELINE = 1, LLTM_ISA_AVX2 = 2, LLTM_ISA_AVX512 = 3 };
+int lltm_cpu_isa(void);
+int lltm_cpu_set_isa(int isa);
+
 /*
  * Cell forward, pointwise part (after the caller computed X W^T).
  *   gates     [B,G]  in/out: in g - b (the matrix product, bias not added);
@@ -175,9 +183,11 @@ typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int6
  * sizes). Forward: W_h^T [H,G] and r [B,G] of the dtype, c [B,H] of the
  * accumulation type; backward: dG [T,B,G], [h_0..h_{T-1}] [T,B,H] and dh
  * [B,H] of the dtype, dc [B,H] and the bias sums [G] of the accumulation
- * type. */
-size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H);
-size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
+ * type; in float32 also W's blocks packed for the core's own kernel, which
+ * runs every float32 product where the CPU has AVX2 or AVX-512 (gemm is then
+ * not called); the rest go through the lltm_gemm callback. */
+size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H);
+size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H);
 
 /*

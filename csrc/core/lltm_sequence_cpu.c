@@ -1,10 +1,12 @@
 /*
  * lltm_sequence_cpu.c - one LLTM layer over a whole sequence on the CPU: the
  * time loop, forward and backward (lltm_sequence_forward_cpu /
- * lltm_sequence_backward_cpu). Matrix products go through the caller's
- * lltm_gemm callback (the binding: aten::mm, MKL / OpenBLAS underneath); the
- * pointwise part of each step is one fused pass here. lltm.h documents the
- * algorithm, the shapes and the workspaces.
+ * lltm_sequence_backward_cpu). float32's products run on the core's own
+ * kernel (lltm_cpu_gemm.h) on AVX2 and AVX-512 CPUs, W packed once per call, the forward step's
+ * product fused with its pointwise pass; the other dtypes' go through the
+ * caller's lltm_gemm callback (the binding: aten::mm), each step's
+ * pointwise part one fused pass. lltm.h documents the algorithm, the shapes
+ * and the workspaces.
  *
  * As in lltm_cpu.c, the pointwise work is split over hidden units k: a range
  * [lo, hi) owns columns k, H+k, 2H+k of every gate row, so it also owns those
@@ -16,6 +18,7 @@
  * saved cells are those values rounded to the dtype.
  */
 #include "lltm.h"
+#include "lltm_cpu_gemm.h"
 #include "lltm_cpu_math.h"
 
 #include <stdbool.h>
@@ -294,11 +297,60 @@ static int product(lltm_gemm gemm, void *ctx, lltm_dtype dtype, size_t elem, int
                                                                                 : LLTM_ERR_GEMM;
 }
 
+/* c [M,N] = a [M,K] (row stride lda) times the packed b, on the core's
+ * kernel: as product(), which runs the other dtypes' products. */
+static int packed_product(lltm_parallel_for pfor, int64_t M, int64_t N, int64_t K,
+                          const void *a, int64_t lda, const float *packed, void *c, int64_t ldc)
+{
+    if (M == 0 || N == 0)
+        return LLTM_OK;
+    if (K == 0) {
+        for (int64_t m = 0; m < M; ++m)
+            memset((float *)c + m * ldc, 0, (size_t)N * sizeof(float));
+        return LLTM_OK;
+    }
+    return lltm_packed_mm_f32(M, N, K, (const float *)a, lda, packed, (float *)c, ldc, pfor);
+}
+
 static int run(lltm_parallel_for pfor, int64_t B, int64_t H, lltm_range_body body, void *args)
 {
     if (B == 0 || H == 0)
         return LLTM_OK;
     return pfor(0, H, sequence_grain(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+}
+
+/* float32's forward step in one pass per range of units: the three gate
+ * blocks of h_{t-1} W_h^T for those units on the core's kernel, then the
+ * pointwise pass over them while they are in cache. Ranges are of whole
+ * panels (16 units). */
+typedef struct fused_step {
+    sequence_forward_args *step;
+    lltm_mm mm; /* one gate block: [m,H] = h_{t-1} [m,H] packed, c at column 0 of r */
+    size_t gate_floats;
+} fused_step;
+
+static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
+{
+    const fused_step *f = (const fused_step *)vctx;
+    for (int q = 0; q < 3; ++q) {
+        lltm_mm mm = f->mm;
+        mm.packed += (size_t)q * f->gate_floats;
+        mm.c += q * mm.N;
+        lltm_packed_mm_panels_f32(&mm, lo, hi);
+    }
+    const int64_t H = f->mm.N, end = hi * LLTM_PANEL;
+    seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
+}
+
+static int run_fused(lltm_parallel_for pfor, fused_step *f)
+{
+    /* a range of at least ~256k multiply-adds and the grain of the
+     * pointwise pass (fewer would not pay for waking a thread) */
+    const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t by_mm = (1 << 18) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
+    const int64_t by_pointwise = sequence_grain(f->step->B) / LLTM_PANEL + 1;
+    const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
+    return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }
 
 static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
@@ -349,26 +401,51 @@ static int64_t run_steps(int64_t T, int64_t B, const int64_t *lengths)
     return steps;
 }
 
-size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t B, int64_t H)
+/* Bytes of W's blocks as the products take them: float32 packed for the
+ * core's kernel (forward W_h^T, W_x^T; backward W_h, W_x), the other dtypes
+ * W_h^T dense for the forward, nothing for the backward. */
+static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, bool backward)
+{
+    const int64_t G = 3 * H;
+    const size_t callback = backward ? 0 : round_up((size_t)(H * G) * elem);
+    if (dtype != LLTM_FLOAT32)
+        return callback;
+    const size_t own = backward ? round_up(lltm_packed_floats(H, G) * 4) +
+                                      round_up(lltm_packed_floats(I, G) * 4) +
+                                      round_up(lltm_mm_workspace_f32(I > H ? I : H) * 4)
+                                : round_up(3 * lltm_packed_floats(H, H) * 4) +
+                                      round_up(lltm_packed_floats(G, I) * 4);
+    return own > callback ? own : callback; /* either route fits, whatever the ISA */
+}
+
+/* float32 on the core's kernel where the CPU has AVX2 or AVX-512; on the
+ * baseline the callback's library is faster (SSE2 code 6-8x slower than
+ * torch's products on the machine of docs/performance.md). */
+static bool own_products(lltm_dtype dtype)
+{
+    return dtype == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
+}
+
+size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H)
 {
     sequence_kernels k;
-    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(0, B, 0, H))
+    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(0, B, I, H))
         return 0;
     const size_t G = (size_t)(3 * H);
-    return round_up((size_t)H * G * k.elem) + round_up((size_t)B * G * k.elem) +
+    return weight_bytes(dtype, k.elem, I, H, false) + round_up((size_t)B * G * k.elem) +
            round_up((size_t)(B * H) * k.acc);
 }
 
-size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B,
+size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H)
 {
     sequence_kernels k;
-    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, 0, H))
+    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
         return 0;
     const size_t G = (size_t)(3 * H), TB = (size_t)(T * B);
-    return round_up(TB * G * k.elem) + round_up(TB * (size_t)H * k.elem) +
-           round_up((size_t)(B * H) * k.elem) + round_up((size_t)(B * H) * k.acc) +
-           round_up(G * k.acc);
+    return weight_bytes(dtype, k.elem, I, H, true) + round_up(TB * G * k.elem) +
+           round_up(TB * (size_t)H * k.elem) + round_up((size_t)(B * H) * k.elem) +
+           round_up((size_t)(B * H) * k.acc) + round_up(G * k.acc);
 }
 
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
@@ -377,7 +454,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
 {
     sequence_kernels k;
     int status = check_call(dtype, T, B, I, H, tensors, workspace,
-                            lltm_sequence_forward_workspace_cpu(dtype, B, H), gemm, pfor, &k);
+                            lltm_sequence_forward_workspace_cpu(dtype, I, B, H), gemm, pfor, &k);
     if (status != LLTM_OK)
         return status;
     const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
@@ -389,26 +466,39 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H;
     const size_t elem = k.elem;
+    const bool own = own_products(dtype);
     char *cursor = (char *)workspace;
-    void *W_h_t = take(&cursor, (size_t)(H * G) * elem);      /* [H,G] */
+    const size_t gate_floats = lltm_packed_floats(H, H); /* one gate block of W_h^T, packed */
+    void *W_h_t = take(&cursor, own ? 3 * gate_floats * 4 : (size_t)(H * G) * elem);
+    float *W_x_t = own ? take(&cursor, lltm_packed_floats(G, I) * 4) : NULL;
     void *recurrent = take(&cursor, (size_t)(B * G) * elem);  /* [B,G] */
     void *cell_state = take(&cursor, (size_t)(B * H) * k.acc); /* [B,H] acc */
 
-    /* W_h^T [H,G] as a dense copy: BLAS multiplies by it ~1.7x faster than
-     * by the strided view of W (9 vs 16 us at B=16, H=128). */
-    transpose(elem, G, H, weights, K, W_h_t);
+    /* W_h^T [H,G] (W_h^T (h, g) = W[g, h]): each gate's block packed on its
+     * own (a step's range of units takes the same panels of all three), or
+     * as a dense copy, which BLAS multiplies by ~1.7x faster than by the
+     * strided view of W. */
+    if (own) {
+        for (int64_t q = 0; q < 3; ++q)
+            lltm_pack_f32(H, H, (const float *)weights + q * H * K, 1, K,
+                          (float *)W_h_t + q * gate_floats);
+        lltm_pack_f32(G, I, (const float *)weights + H, 1, K, W_x_t);
+    } else {
+        transpose(elem, G, H, weights, K, W_h_t);
+    }
     k.load(B * H, tensors->c0, cell_state);
 
     /* gates [steps*B,G] = x [steps*B,I] W_x^T: the input projection of every
      * step that runs; W_x^T (i, g) = W[g, H + i]. */
-    status = product(gemm, gemm_ctx, dtype, elem, steps * B, G, I, input, I, 1,
-                     at(weights, H, elem), 1, K, gates, G);
+    status = own ? packed_product(pfor, steps * B, G, I, input, I, W_x_t, gates, G)
+                 : product(gemm, gemm_ctx, dtype, elem, steps * B, G, I, input, I, 1,
+                           at(weights, H, elem), 1, K, gates, G);
     for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
         /* h_{t-1}: h0, or the previous step's row block of the output. No
          * product past the longest row (every row has stopped: nothing
          * reads it). */
         const void *h_prev = t == 0 ? h0 : at(output, (t - 1) * B * H, elem);
-        if (t < steps)
+        if (t < steps && !own)
             status = product(gemm, gemm_ctx, dtype, elem, running_rows(B, lengths, t), G, H,
                              h_prev, H, 1, W_h_t, G, 1, recurrent, G);
         if (status != LLTM_OK)
@@ -423,7 +513,15 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                       .cell_state = cell_state,
                                       .new_h = at(output, t * B * H, elem),
                                       .new_cell = at(tensors->cells, t * B * H, elem)};
-        status = run(pfor, B, H, k.forward, &args);
+        if (t < steps && own) {
+            const lltm_mm mm = {.M = running_rows(B, lengths, t), .N = H, .K = H, .lda = H,
+                                .a_cs = 1, .ldc = G, .ldp = H, .a = h_prev,
+                                .packed = W_h_t, .c = recurrent};
+            fused_step f = {&args, mm, gate_floats};
+            status = run_fused(pfor, &f);
+        } else {
+            status = run(pfor, B, H, k.forward, &args);
+        }
     }
     if (status != LLTM_OK)
         return status;
@@ -449,7 +547,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
 {
     sequence_kernels k;
     int status = check_call(dtype, T, B, I, H, tensors, workspace,
-                            lltm_sequence_backward_workspace_cpu(dtype, T, B, H), gemm, pfor,
+                            lltm_sequence_backward_workspace_cpu(dtype, T, B, I, H), gemm, pfor,
                             &k);
     if (status != LLTM_OK)
         return status;
@@ -461,7 +559,11 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         return LLTM_ERR_ARGUMENT;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = k.elem;
+    const bool own = own_products(dtype);
     char *cursor = (char *)workspace;
+    float *W_h = own ? take(&cursor, lltm_packed_floats(H, G) * 4) : NULL;
+    float *W_x = own ? take(&cursor, lltm_packed_floats(I, G) * 4) : NULL;
+    float *mm_work = own ? take(&cursor, lltm_mm_workspace_f32(I > H ? I : H) * 4) : NULL;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     if (a->grad_gates != NULL)
         d_gates = a->grad_gates;
@@ -475,6 +577,11 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
      * where it is grad_h_n; the first step's product goes to grad_h0, and is
      * not run where grad_h0 is not wanted. */
     memset(bias_acc, 0, (size_t)G * k.acc); /* 0.0 in float and double */
+    if (own) { /* W_h [G,H], W_x [G,I]: (g, n) at W[g*K + n], W[g*K + H + n] */
+        lltm_pack_f32(H, G, (const float *)weights, K, 1, W_h);
+        if (a->grad_input != NULL)
+            lltm_pack_f32(I, G, (const float *)weights + H, K, 1, W_x);
+    }
     k.load(B * H, a->grad_c_n, dc);
     const void *dh_next = a->grad_h_n;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
@@ -502,8 +609,11 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         void *dh_prev = t > 0 ? dh : grad_h0;
         if (dh_prev == NULL)
             break;
-        status = product(gemm, gemm_ctx, dtype, elem, running_rows(B, a->lengths, t), H, G,
-                         at(d_gates, t * B * G, elem), G, 1, weights, K, 1, dh_prev, H);
+        const int64_t m = running_rows(B, a->lengths, t);
+        const void *dG_t = at(d_gates, t * B * G, elem);
+        status = own ? packed_product(pfor, m, H, G, dG_t, G, W_h, dh_prev, H)
+                     : product(gemm, gemm_ctx, dtype, elem, m, H, G, dG_t, G, 1, weights, K, 1,
+                               dh_prev, H);
         if (status != LLTM_OK)
             return status;
         dh_next = dh;
@@ -528,15 +638,24 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
         memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
         memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
-        status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H, 1,
-                         grad_weights, K);
-        if (status == LLTM_OK)
-            status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G, a->input,
-                             I, 1, at(grad_weights, H, elem), K);
+        if (own) {
+            status = lltm_mm_f32(G, H, SB, d_gates, 1, G, h_prev, H, 1, grad_weights, K,
+                                 mm_work, pfor);
+            if (status == LLTM_OK && I > 0)
+                status = lltm_mm_f32(G, I, SB, d_gates, 1, G, a->input, I, 1,
+                                     (float *)grad_weights + H, K, mm_work, pfor);
+        } else {
+            status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H,
+                             1, grad_weights, K);
+            if (status == LLTM_OK)
+                status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G,
+                                 a->input, I, 1, at(grad_weights, H, elem), K);
+        }
     }
     if (status == LLTM_OK && a->grad_input != NULL)
-        status = product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
-                         at(weights, H, elem), K, 1, a->grad_input, I);
+        status = own ? packed_product(pfor, SB, I, G, d_gates, G, W_x, a->grad_input, I)
+                     : product(gemm, gemm_ctx, dtype, elem, SB, I, G, d_gates, G, 1,
+                               at(weights, H, elem), K, 1, a->grad_input, I);
     if (status == LLTM_OK && a->grad_input != NULL && SB < TB)
         memset(at(a->grad_input, SB * I, elem), 0, (size_t)((TB - SB) * I) * elem);
     return status;

@@ -12,6 +12,7 @@ import sys
 import torch
 
 import lltm
+from lltm import _native
 
 from .cases import CELL_BASELINES, SEQUENCE_BASELINES
 from .timing import GRAPH_METRICS, METRICS
@@ -83,6 +84,7 @@ def describe_machine() -> dict:
         "lltm": getattr(lltm, "__version__", None), "lltm_git": _git_revision(),
         "gpus": [], "tf32": None, "load_average": load_average(),
         "lltm_autotune": lltm.backends.cuda.benchmark,
+        "cpu_isa": _native.cpu_isa(), "cpu_flags": _cpu_flags(),
     }
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -90,6 +92,17 @@ def describe_machine() -> dict:
         info["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                         "cudnn": torch.backends.cudnn.allow_tf32}
     return info
+
+
+def _cpu_flags() -> list[str]:
+    """The vector extensions /proc/cpuinfo lists (the ISA the figures were
+    measured on)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":")[1].split()
+    except (OSError, StopIteration, IndexError):
+        return []
+    return sorted(f for f in flags if f.startswith(("avx", "fma", "amx")))
 
 
 def load_average() -> float | None:
@@ -155,7 +168,8 @@ def machine_text(machine: dict) -> str:
     """torch, the CPU, the GPUs and the TF32 flags of a run, for the first
     line of its tables."""
     return (f"torch {machine['torch']}, CPU {machine['cpu']} "
-            f"({machine['torch_threads']} torch threads)"
+            f"({machine['torch_threads']} torch threads, lltm's products on "
+            f"{machine.get('cpu_isa')})"
             + (f", GPU {', '.join(machine['gpus'])}" if machine["gpus"] else "")
             + tf32_text(machine)
             + ("; lltm.backends.cuda.benchmark on" if machine.get("lltm_autotune") else ""))

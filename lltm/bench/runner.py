@@ -61,7 +61,7 @@ def new_record(w: Workload, impl: Impl) -> dict:
             "input_grad": w.input_grad,
             "impl": impl.key, "label": impl.label, "status": "ok", "error": None,
             "tolerance": None, "where": None, "note": impl.note, "setup_s": None,
-            **{m: None for m in METRICS + GRAPH_METRICS}}
+            "infer": None, **{m: None for m in METRICS + GRAPH_METRICS}}
 
 
 def check_workload(w: Workload, impls: list[Impl], opts: Options, progress: Progress,
@@ -280,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="lltm.backends.cuda.benchmark on: each lltm sequence layer on CUDA "
                              "runs the plan measured fastest for its shape (measured at its "
                              "first call, in the check before the timings)")
+    parser.add_argument("--cpu-isa", choices=("auto", "avx512", "avx2", "baseline"),
+                        default="auto",
+                        help="the instruction set of lltm's own float32 CPU products for the "
+                             "run (default: the best this CPU has); the machine record has it")
     sweep.add_arguments(parser)
     rows.add_arguments(parser)
     return parser
@@ -312,6 +316,11 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
     ``extra_impls`` replace the implementations of the same key."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .._native import cpu_isa
+    try:
+        cpu_isa(args.cpu_isa)
+    except ValueError as error:
+        parser.error(str(error))
     before = lltm.backends.cuda.benchmark
     lltm.backends.cuda.benchmark = args.autotune or before
     try:
@@ -319,6 +328,7 @@ def main(argv: Sequence[str] | None = None, extra_impls: Sequence[Impl] = ()):
             return _run(args, parser, argv, extra_impls)
     finally:
         lltm.backends.cuda.benchmark = before
+        cpu_isa("auto")
 
 
 def _run(args, parser, argv, extra_impls):

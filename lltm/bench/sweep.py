@@ -16,6 +16,7 @@ not timed. Figures per shape and implementation:
   graph_step  CUDA only, the primary figure there: forward + backward captured
               in one CUDA graph, replays timed between CUDA events (GPU time)
   step        eager forward + backward, pipelined, divided by the step count
+  infer       eager forward alone under torch.no_grad() (inference), likewise
 
 Sampling adapts to the shape: one calibrated step sizes the samples so that
 each implementation gets about ``--sweep-budget-ms`` per figure, in 3 to 5
@@ -59,7 +60,7 @@ TIME_LIMIT_S = 540.0
 OURS = {"sequence": "lltm", "cell": "native"}
 PEERS = {"sequence": ("lstm",), "cell": ("reference", "lstm_cell")}
 BEST = "best"  # the cells' ratio against the faster of the peers
-FIGURES = ("graph_step", "step")
+FIGURES = ("graph_step", "step", "infer")
 
 
 @dataclasses.dataclass
@@ -234,18 +235,19 @@ def run_shape(w: Workload, impls: list[Impl], sopts: SweepOptions,
                    compile_on_cpu=False)
     records, cases = check_workload(w, impls, opts, progress, references=bar_references())
     failed: dict[str, str] = {}
-    steps = {k: StepTimer(c, w.device) for k, c in cases.items()}
-    chunks = _timed_passes(steps, sopts, failed)
-    for rec in records:
-        if rec["impl"] in steps:
-            rec["step"] = summarize(steps[rec["impl"]].samples)
-            rec["step_chunk"] = chunks.get(rec["impl"])
+    for figure, grad in (("step", True), ("infer", False)):
+        steps = {k: StepTimer(c, w.device, grad) for k, c in cases.items() if k not in failed}
+        chunks = _timed_passes(steps, sopts, failed)
+        for rec in records:
+            if rec["impl"] in steps:
+                rec[figure] = summarize(steps[rec["impl"]].samples)
+                rec[figure + "_chunk"] = chunks.get(rec["impl"])
     if w.device.type == "cuda" and sopts.graphs:
         _time_graphs(w, impls, cases, records, sopts, failed)
     for rec in records:
         if rec["impl"] in failed:
             rec.update(status="ERROR", note=f"failed while timed: {failed[rec['impl']]}",
-                       step=None, graph_step=None)
+                       step=None, infer=None, graph_step=None)
     if w.device.type == "cuda":
         torch.cuda.empty_cache()
     return records

@@ -11,7 +11,8 @@ NAMES = {"lltm": "lltm.LLTM", "lstm": "nn.LSTM", "native": "lltm.LLTMCell (nativ
          "reference": "reference", "lstm_cell": "nn.LSTMCell",
          BEST: "min(reference, nn.LSTMCell)"}
 FIGURE_NAMES = {"graph_step": "CUDA-graph replay (GPU time of forward+backward)",
-                "step": "eager step (forward+backward, pipelined)"}
+                "step": "eager step (forward+backward, pipelined)",
+                "infer": "inference (forward under no_grad, pipelined)"}
 SHORT_STATUS = {"WRONG": "WRONG", "ERROR": "ERROR", "skipped": "skip"}
 
 
@@ -29,7 +30,7 @@ def figures_of(entries: list[dict]) -> list[str]:
     found = {f for e in entries for ratios in e["ratios"].values() for f in ratios}
     if not found:
         found = {f for e in entries for t in e["times_us"].values() for f, v in t.items() if v}
-    return [f for f in ("graph_step", "step") if f in found]
+    return [f for f in ("graph_step", "step", "infer") if f in found]
 
 
 def comparisons(kind: str) -> tuple[str, ...]:

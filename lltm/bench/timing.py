@@ -276,19 +276,23 @@ class StepTimer:
     """Eager forward + backward, pipelined: a sample is n steps back to back
     with no synchronization inside, synchronized at the end, divided by n.
     ``calibrate`` / ``sample`` as :class:`GraphStepTimer`'s, so that a caller
-    can size n from a time budget."""
+    can size n from a time budget. ``grad=False``: inference, the forward
+    alone under torch.no_grad()."""
 
-    def __init__(self, case: Case, device: torch.device):
-        self.case, self.device = case, device
+    def __init__(self, case: Case, device: torch.device, grad: bool = True):
+        self.case, self.device, self.grad = case, device, grad
         self.samples: list[float] = []
 
     def _steps_us(self, n: int) -> float:
         case = self.case
-        with case.scope():
+        with case.scope(), torch.set_grad_enabled(self.grad):
             synchronize(self.device)
             start = time.perf_counter_ns()
             for _ in range(n):
-                torch.autograd.grad(case.forward(), case.leaves, case.grad_outputs)
+                if self.grad:
+                    torch.autograd.grad(case.forward(), case.leaves, case.grad_outputs)
+                else:
+                    case.forward()
             synchronize(self.device)
         return (time.perf_counter_ns() - start) / 1e3 / n
 

@@ -12,6 +12,7 @@
  * "N passed, N failed" last; exits nonzero on any failure.
  */
 #include "test_util.h"
+#include "../../csrc/core/lltm_cpu_gemm.h"
 
 #include <time.h>
 
@@ -215,7 +216,7 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
     const size_t e = lltm_dtype_size(dt);
     const size_t n[5] = {(size_t)(T * B * I), (size_t)(3 * H * (I + H)), (size_t)(3 * H),
                          (size_t)(B * H), (size_t)(B * H)};
-    const size_t ws = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
+    const size_t ws = lltm_sequence_backward_workspace_cpu(dt, T, B, I, H);
     for (int mask = 0; mask < 32; ++mask) {
         void *got[5];
         for (int k = 0; k < 5; ++k)
@@ -243,14 +244,15 @@ static void test_wanted_subsets(long long T, long long B, long long I, long long
             written &= !isnan(at(dG, k, dt));
         check(written, "grad_gates written at every step", B, H, name);
         free(dG);
-        /* products: one recurrent one a step that runs (the first step's only
-         * for grad_h0; steps: T, or up to the longest row),
-         * dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
-         * grad_input */
+        /* products through the callback: one recurrent one a step that runs
+         * (the first step's only for grad_h0; steps: T, or up to the longest
+         * row), dW_h and dW_x (if I > 0) for grad_weights, dx (if I > 0) for
+         * grad_input; float32 runs them all on the core's kernel (AVX2 and up) */
         const long long want_calls =
-            T * B == 0 ? 0
-                       : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
-                             (mask & 1 ? (I > 0) : 0);
+            T * B == 0 || (dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2)
+                ? 0
+                : steps - 1 + !!(mask & 8) + (mask & 2 ? 1 + (I > 0) : 0) +
+                      (mask & 1 ? (I > 0) : 0);
         check(log.calls == want_calls, "products run for some gradients", B, H, name);
         for (int k = 0; k < 5; ++k)
             free(got[k]);
@@ -298,7 +300,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
 
     void *out = poisoned(nTH, dt), *h_n = poisoned(nS, dt), *c_n = poisoned(nS, dt);
     void *cells = poisoned(nTH, dt), *gates = poisoned(nTG, dt);
-    const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, B, H);
+    const size_t ws_f = lltm_sequence_forward_workspace_cpu(dt, I, B, H);
     void *work_f = poisoned_bytes(ws_f);
     gemm_log log = {0, -1, 0};
     const lltm_sequence_forward_tensors fwd = {x,   W,   b,     h0,    c0,   out,
@@ -321,7 +323,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
 
     void *d_x = poisoned(nx, dt), *d_W = poisoned(nW, dt), *d_b = poisoned((size_t)G, dt);
     void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
-    const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, H);
+    const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, I, H);
     void *work_b = poisoned_bytes(ws_b);
     const lltm_sequence_backward_tensors bwd = {g_out, g_hn, g_cn, x,    W,    h0,
                                                 out,   cells, gates, d_x, d_W, d_b,
@@ -333,10 +335,12 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
     check(matches(d_b, L.d_b, (size_t)G, dt), "backward grad_bias", B, H, name);
     check(matches(d_h0, L.d_h0, nS, dt), "backward grad_h0", B, H, name);
     check(matches(d_c0, L.d_c0, nS, dt), "backward grad_c0", B, H, name);
-    /* products, when T*B > 0: x W_x^T (if I > 0) and one recurrent one a
-     * step forward; one a step, dW_h, and dW_x and dx (if I > 0) backward;
-     * the steps: T, or up to the longest row */
-    const long long want_calls = T * B == 0 ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
+    /* products through the callback, when T*B > 0: x W_x^T (if I > 0) and
+     * one recurrent one a step forward; one a step, dW_h, and dW_x and dx
+     * (if I > 0) backward; the steps: T, or up to the longest row. float32:
+     * none on AVX2 and up (all on the core's kernel). */
+    const int own = dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
+    const long long want_calls = T * B == 0 || own ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
     /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
      * last row still running at step t (B without lengths); x W_x^T, dW_h,
@@ -348,7 +352,7 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
             --m;
         step_rows += m;
     }
-    const long long want_rows = T * B == 0 ? 0
+    const long long want_rows = T * B == 0 || own ? 0
                                            : 2 * step_rows + G + (I > 0) * (steps * B + G +
                                                                             steps * B);
     check(log.rows == want_rows, "rows of the matrix products", B, H, name);
@@ -372,8 +376,8 @@ static void test_errors(void)
     double *buf = calloc(1024, sizeof(double));
     if (!buf) { perror("calloc"); exit(2); }
     for (int k = 0; k < 1024; ++k) buf[k] = 0.25 * (k % 7) - 0.5;
-    const size_t ws_f = lltm_sequence_forward_workspace_cpu(LLTM_FLOAT64, B, H);
-    const size_t ws_b = lltm_sequence_backward_workspace_cpu(LLTM_FLOAT64, T, B, H);
+    const size_t ws_f = lltm_sequence_forward_workspace_cpu(LLTM_FLOAT64, I, B, H);
+    const size_t ws_b = lltm_sequence_backward_workspace_cpu(LLTM_FLOAT64, T, B, I, H);
     void *work = calloc(ws_f > ws_b ? ws_f : ws_b, 1);
     if (!work) { perror("calloc"); exit(2); }
     /* inputs read from buf, outputs written after it, apart */
@@ -436,11 +440,59 @@ static void test_errors(void)
                                              &log, lltm_serial_for) == LLTM_ERR_ARGUMENT,
               "lengths out of [1, T] rejected", B, H, "float64");
     }
-    check(lltm_sequence_forward_workspace_cpu((lltm_dtype)9, B, H) == 0 &&
-              lltm_sequence_backward_workspace_cpu(LLTM_FLOAT32, -1, B, H) == 0,
+    check(lltm_sequence_forward_workspace_cpu((lltm_dtype)9, I, B, H) == 0 &&
+              lltm_sequence_backward_workspace_cpu(LLTM_FLOAT32, -1, B, I, H) == 0 &&
+              lltm_sequence_forward_workspace_cpu(LLTM_FLOAT32, -1, B, H) == 0,
           "workspace of bad arguments is 0", B, H, "-");
     free(work);
     free(buf);
+}
+
+/* The core's products against long double sums, at odd sizes (tails of
+ * rows and panels, more rows than a block, strided a and c), b read both
+ * ways (contiguous along k, and along n), on the ISA in use: b packed
+ * first (lltm_packed_mm_f32), and packed a block of K at a time with a read
+ * transposed (lltm_mm_f32; K past one block). */
+static void test_packed_mm(lltm_parallel_for pfor)
+{
+    static const long long sizes[][3] = {{1, 1, 1},    {3, 17, 5},  {9, 33, 40}, {8, 48, 7},
+                                         {13, 50, 64}, {130, 35, 9}, {2, 1, 70},  {11, 20, 600}};
+    char name[32];
+    snprintf(name, sizeof name, "float32 isa %d", lltm_cpu_isa());
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
+        const long long M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+        const long long lda = K + 3, ldc = N + 2;
+        float *a = malloc(sizeof(float) * (size_t)(M * lda)), *b = malloc(sizeof(float) * (size_t)(N * K));
+        float *c = malloc(sizeof(float) * (size_t)(M * ldc));
+        float *pk = malloc(sizeof(float) * (lltm_packed_floats(N, K) + lltm_mm_workspace_f32(N)));
+        if (!a || !b || !c || !pk) { perror("malloc"); exit(2); }
+        for (long long k = 0; k < M * lda; ++k) a[k] = (float)uniform();
+        for (long long k = 0; k < N * K; ++k) b[k] = (float)uniform();
+        for (int way = 0; way < 4; ++way) { /* b [K,N] row-major, or its transpose stored */
+            const int by_n = way & 1, unpacked = way & 2;
+            const long long b_rs = by_n ? 1 : N, b_cs = by_n ? K : 1;
+            /* lltm_mm_f32 reads a as a^T: (m,k) at a[k*M + m] (M*K <= M*lda) */
+            const long long a_rs = unpacked ? 1 : lda, a_cs = unpacked ? M : 1;
+            for (long long k = 0; k < M * ldc; ++k) c[k] = NAN;
+            int ok;
+            if (unpacked) {
+                ok = lltm_mm_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, pk, pfor) == LLTM_OK;
+            } else {
+                lltm_pack_f32(N, K, b, b_rs, b_cs, pk);
+                ok = lltm_packed_mm_f32(M, N, K, a, lda, pk, c, ldc, pfor) == LLTM_OK;
+            }
+            for (long long m = 0; m < M; ++m)
+                for (long long n = 0; n < ldc; ++n) {
+                    real want = 0;
+                    for (long long k = 0; k < K && n < N; ++k)
+                        want += (real)a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
+                    const float got = c[m * ldc + n];
+                    ok &= n < N ? fabsl(got - want) <= 1e-5L * (1 + K) : isnan(got);
+                }
+            check(ok, "packed product (only c's columns written)", M, N, name);
+        }
+        free(a), free(b), free(c), free(pk);
+    }
 }
 
 int main(void)
@@ -459,6 +511,21 @@ int main(void)
                 for (int with_lengths = 0; with_lengths <= 2 * (shapes[s][0] > 0); ++with_lengths)
                     test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
                               dtypes[d], runners[r], with_lengths);
+    /* float32's own products on every instruction set this CPU has */
+    const int best = lltm_cpu_isa();
+    printf("instruction set: %d (1 baseline, 2 AVX2, 3 AVX-512)\n", best);
+    for (int isa = LLTM_ISA_BASELINE; isa <= best; ++isa) {
+        check(lltm_cpu_set_isa(isa) == isa && lltm_cpu_isa() == isa, "ISA forced", 0, 0, "-");
+        for (size_t r = 0; r < 2; ++r) {
+            test_packed_mm(runners[r]);
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+                test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], LLTM_FLOAT32,
+                          runners[r], shapes[s][0] > 0);
+        }
+    }
+    check(lltm_cpu_set_isa(LLTM_ISA_AVX512 + 1) == LLTM_ERR_ARGUMENT &&
+              lltm_cpu_set_isa(LLTM_ISA_AUTO) == best,
+          "ISA out of range refused, AUTO the best", 0, 0, "-");
     test_errors();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
