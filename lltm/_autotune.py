@@ -21,7 +21,7 @@ import torch
 from . import _native, _settings, overrides
 from .backends import cuda as _backend
 
-PLAN_FIELDS = sum(0xF << (4 * field) for field in range(3, 13))  # the settings' fields 3 - 12
+PLAN_FIELDS = overrides.PLAN_FIELDS
 FLAGS = _settings.TF32 | _settings.DETERMINISTIC
 MAX_STEPS = 64
 WARMUP, REPS = 2, 5
@@ -238,5 +238,6 @@ def describe(fields: int) -> str:
     """A candidate's name: "library" (its own choice) or the family forced."""
     if not fields:
         return "library"
-    family = {v: k for k, v in overrides.FAMILIES.items()}[fields >> 12 & 0xF]
-    return family + {0: "", 1: " tf32", 2: " ffma"}[fields >> 48 & 0xF]
+    family = overrides._FAMILY_NAMES[overrides.plan_field(fields, overrides.FAMILY_FIELD)]
+    tf32 = overrides.plan_field(fields, overrides.GRID_TF32_FIELD)
+    return family + {0: "", 1: " tf32", 2: " ffma"}[tf32]

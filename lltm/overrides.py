@@ -38,6 +38,16 @@ GRID_CHUNKS = (4, 16)
 BLOCK_CHUNKS = (1, 4)
 BLOCK_UNITS = 64  # the block family's H: every unit in one block (lltm.h)
 MAX_GRID_GROUPS = 255  # the settings argument's 8 bits
+# The settings argument's fields a SequencePlan takes (csrc/binding/call_settings.h: 4 bits each,
+# grid_groups two), and all of them as one mask
+FAMILY_FIELD, GRID_TF32_FIELD = 3, 12
+PLAN_FIELDS = sum(0xF << (4 * field) for field in range(FAMILY_FIELD, GRID_TF32_FIELD + 1))
+GRID_TF32_CODES = {None: 0, True: 1, False: 2}
+
+
+def plan_field(packed: int, field: int) -> int:
+    """The value of field ``field`` (FAMILY_FIELD, ...) in a packed settings value."""
+    return packed >> (4 * field) & 0xF
 
 
 class _Launch(ctypes.Structure):
@@ -85,11 +95,11 @@ class SequencePlan:
         """These constraints as fields of an operator's settings argument
         (csrc/binding/call_settings.h: 4-bit fields, a size as log2 + 1)."""
         lanes, values = map(int, self.grid_shape.split("x")) if self.grid_shape else (0, 0)
-        fields = {3: FAMILIES[self.family], 4: _size_code(lanes), 5: _size_code(values),
-                  6: self.grid_groups or 0, 8: _size_code(self.cluster_blocks),
-                  9: _size_code(self.cluster_chunk), 10: _size_code(self.grid_chunk),
-                  11: _size_code(self.block_chunk),
-                  12: {None: 0, True: 1, False: 2}[self.grid_tf32]}
+        fields = {FAMILY_FIELD: FAMILIES[self.family], 4: _size_code(lanes),
+                  5: _size_code(values), 6: self.grid_groups or 0,
+                  8: _size_code(self.cluster_blocks), 9: _size_code(self.cluster_chunk),
+                  10: _size_code(self.grid_chunk), 11: _size_code(self.block_chunk),
+                  GRID_TF32_FIELD: GRID_TF32_CODES[self.grid_tf32]}
         return sum(value << (4 * index) for index, value in fields.items())
 
 
