@@ -70,7 +70,7 @@ test-full:
 
 # The C core against a naive C reference, under AddressSanitizer + UBSan:
 # the cell kernels and conversions (test_core), the sequence (test_sequence),
-# the cost model of the CUDA routes (test_cost).
+# the rules of the CUDA routes (test_rules).
 TEST_C_FLAGS := -std=c11 -g -O2 -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror \
     -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 test-c:
@@ -78,10 +78,10 @@ test-c:
 	$(CC) $(TEST_C_FLAGS) tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
 	$(CC) $(TEST_C_FLAGS) tests/c/test_sequence.c csrc/core/lltm_sequence_cpu.c \
 	    csrc/core/lltm_cpu_gemm.c csrc/core/lltm_cpu.c -lm -o build/test_sequence
-	$(CC) $(TEST_C_FLAGS) tests/c/test_cost.c csrc/core/lltm_cuda_cost.c -lm -o build/test_cost
+	$(CC) $(TEST_C_FLAGS) tests/c/test_rules.c csrc/core/lltm_cuda_rules.c -lm -o build/test_rules
 	./build/test_core
 	./build/test_sequence
-	./build/test_cost
+	./build/test_rules
 
 # Our C declarations of the stable ABI against the installed torch's headers.
 abi-check: setup

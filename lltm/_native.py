@@ -189,7 +189,7 @@ def has_cuda_kernels() -> bool:
 def stream_capturing(index: int) -> bool:
     """Whether the current stream of CUDA device ``index`` (the one a call on
     that device's tensors runs on) is being captured into a CUDA graph: the
-    state the CUDA library's plans and costs answer for."""
+    state the CUDA library's plans answer for."""
     if index == torch.cuda.current_device():
         return torch.cuda.is_current_stream_capturing()
     with torch.cuda.device(index):

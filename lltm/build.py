@@ -84,7 +84,7 @@ CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_sequence.cu",
     "core/lltm_cuda_sequence_plan.cu",
     "core/lltm_cuda_sequence_plan_cluster.cu",
-    "core/lltm_cuda_cost.c",
+    "core/lltm_cuda_rules.c",
     "core/lltm_cuda_sequence_steps.cu",
     *(f"core/lltm_cuda_seq_{family}_{dtype}.cu"  # a unit a kernel family and dtype
       for family in ("grid", "cfwd", "cbwd", "block") for dtype in ("f32", "f64", "f16", "bf16")),

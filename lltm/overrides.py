@@ -1,9 +1,10 @@
 """Measurement overrides of what the CUDA library would choose by itself.
 
-The library picks its own routes, the cheapest by its cost model
-(csrc/core/lltm_cuda_cost.c): the cell's matrix-product route (its fused
-kernels or cuBLAS) and the sequence's plan (per-step kernels, a cooperative
-grid, thread-block clusters, or one block a batch chunk, with their shapes). Tests and
+The library picks its own routes by its rules (csrc/core/lltm_cuda_rules.c):
+the cell's matrix-product route (its fused kernels or cuBLAS) and the
+sequence's plan (per-step kernels, a cooperative grid, thread-block
+clusters, or one block a batch chunk, with their shapes; measured instead
+with lltm.backends.cuda.benchmark). Tests and
 timing tools force one through this module, never through the C core (which
 reads no environment): from environment variables read once, when ``lltm`` is
 imported, or with the context managers below; what is forced travels with
@@ -207,19 +208,6 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
                            T, B, I, H, ctypes.byref(plan), settings=settings)
     return _plan_dict(plan) if status == 0 else None
-
-
-def sequence_cost_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-                           device: int | None = None) -> tuple[dict, float] | None:
-    """(plan, us): the plan in force for one layer of these sizes, as
-    :func:`sequence_plan_in_force` gives it, and the GPU time of one forward
-    + backward that the library's cost model predicts for it (microseconds;
-    docs/cuda-plans.md, "The cost model"). None where no plan fits, or
-    without the CUDA library."""
-    plan, cost = _Plan(), ctypes.c_double()
-    status = _ask_in_force("sequence_cost", _SIZES + [ctypes.c_void_p] * 2, dtype, device,
-                           T, B, I, H, ctypes.byref(plan), ctypes.byref(cost))
-    return (_plan_dict(plan), cost.value) if status == 0 else None
 
 
 def sequence_residency_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741

@@ -2,10 +2,9 @@
 against the fiber emulator of tests/cuda_emu, and the ctypes view of their C
 API (lltm.h): the device and plan structs, the chooser, the launchers. Used
 through the fixture ``emu`` (conftest.py, built once per test run) by
-tests/test_cuda_sequence_emulated.py (the kernels against the reference),
-tests/test_cuda_layer_emulated.py (the layer's entry points) and
-tests/test_cuda_routes_emulated.py (the cost model); with the inputs, float64
-reference and checks the first two share. The emulator plays an H100 unless
+tests/test_cuda_sequence_emulated.py (the kernels against the reference) and
+tests/test_cuda_layer_emulated.py (the layer's entry points), with the
+inputs, float64 reference and checks they share. The emulator plays an H100 unless
 told otherwise: DEVICE_SETS and device_set describe the other devices it can
 play (tests/test_schedule_validity.py)."""
 import contextlib
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "csrc" / "core"
 # every translation unit of the sequence code (lltm_cuda_sequence.cuh lists the parts)
 CU_SOURCES = sorted(CORE.glob("lltm_cuda_seq*.cu")) + [CORE / "lltm_cuda_util.cu",
-                                                        CORE / "lltm_cuda_cost.c"]
+                                                        CORE / "lltm_cuda_rules.c"]
 EMU_INCLUDE = Path(__file__).resolve().parent / "cuda_emu"
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}

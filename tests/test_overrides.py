@@ -74,7 +74,6 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     import ctypes
     if overrides._cuda_library() is None:
         assert overrides.sequence_plan_in_force("float32", 10, 4, 3, 8) is None
-        assert overrides.sequence_cost_in_force("float32", 10, 4, 3, 8) is None
         assert overrides.cell_route_in_force("float32", 4, 3, 8) is None
     with pytest.raises(ValueError, match="dtype must be one of"):
         overrides._dtype_code("int8")

@@ -10,9 +10,9 @@
  *   half types), around the core's pointwise kernels; forward 3 launches
  *   (X = [h, x], mm, pointwise), backward 4 (pointwise + X, three mm), 5
  *   where the batch is large enough to split the bias gradient's sum.
- * The automatic choice takes the cheaper by the core's cost model
- * (lltm_cell_route_cuda, csrc/core/lltm_cuda_cost.c: latencies, flops and
- * bytes, from the device's properties and the sizes); the call's settings
+ * The automatic choice is the core's rule (lltm_cell_route_cuda,
+ * csrc/core/lltm_cuda_rules.c: cuBLAS where the step's products are large,
+ * from the sizes and the device's properties); the call's settings
  * may force one (lltm.overrides.matmul, for tests and benchmarks).
  */
 #include "ops.h"
@@ -20,7 +20,7 @@
 
 /* The route (LLTM_MATMUL_FUSED or LLTM_MATMUL_CUBLAS) of a step of these
  * sizes on `device` under settings `s`: the route they force, else the
- * cheaper by the core's cost model (lltm_cell_route_cuda); < 0: an
+ * core's rule (lltm_cell_route_cuda); < 0: an
  * lltm_status (the device query failed). */
 static int cell_route(int device, const lltm_call_settings *s, lltm_dtype dtype, int64_t B,
                       int64_t I, int64_t H)

@@ -100,25 +100,6 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t packed, int64_t 
     return plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
 }
 
-/* The GPU time, in microseconds, of one forward + backward of that layer as
- * the library's cost model predicts it for that plan (lltm.LLTM chooses how
- * many time chunks its stacked layers overlap in from it,
- * lltm/_wavefront.py). */
-__attribute__((visibility("default"))) int
-lltm_cuda_sequence_cost_in_force(int device, int dtype, int64_t packed, int64_t T, int64_t B,
-                                 int64_t I, int64_t H, lltm_sequence_plan *plan, double *cost)
-{
-    lltm_call_settings s;
-    lltm_cuda_device dev;
-    if (!plan || !cost || lltm_call_settings_query(packed, &s) != LLTM_OK)
-        return LLTM_ERR_ARGUMENT;
-    const int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
-    if (status != LLTM_OK)
-        return status;
-    *cost = lltm_sequence_plan_cost_cuda(&dev, plan, T, B, I, H);
-    return LLTM_OK;
-}
-
 /* How much of the device a layer of these sizes, run by that plan, holds
  * (lltm_sequence_plan_residency_cuda: for the forward and the backward,
  * the parts a call launches and how many fit at once): what lltm.LLTM's

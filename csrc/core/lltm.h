@@ -464,9 +464,9 @@ typedef struct lltm_sequence_plan {
  *                   (twice the clusters, half the grid's blocks each), so
  *                   that neither waits for the other to finish
  *   eager           nonzero: the call is not being captured into a CUDA
- *                   graph, so the host issues its launches as it runs:
- *                   each plan counts max(its GPU time, the host's time to
- *                   issue it), lltm_sequence_plan_host_cost_cuda */
+ *                   graph, so the host issues its launches as it runs
+ *                   (the per-step family's each step: the rules take it
+ *                   later) */
 typedef struct lltm_sequence_plan_options {
     int family, grid_lanes, grid_values, grid_groups_max, cluster_blocks, cluster_chunk;
     int concurrent, grid_chunk, block_chunk, eager, grid_tf32;
@@ -476,9 +476,8 @@ typedef struct lltm_sequence_plan_options {
  * The plan for one layer of T steps of B rows, I inputs, H units on `dev`
  * (options may be NULL): nothing to run (T*B == 0 or H == 0), or family
  * STEPS, gives per-step kernels; else every plan that can run these sizes
- * here (within the options) is costed by the cost model
- * (lltm_sequence_plan_cost_cuda, below; options->eager: the longer of that
- * and lltm_sequence_plan_host_cost_cuda) and the cheapest wins (a tie: the
+ * here (within the options) is ranked by the rules
+ * (lltm_sequence_plan_rank_cuda, below) and the lowest rank wins (a tie: the
  * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
  * order 16x8, 16x32, 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks,
  * then 4-row ones). The candidates: per-step kernels, always;
@@ -521,32 +520,25 @@ int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_se
                                       int64_t resident[2], int64_t parts[2]);
 
 /*
- * CUDA route costs (lltm_cuda_cost.c): the GPU time, in microseconds, of
- * one forward + backward predicted by the library's cost model from the
- * device's properties (its SM count, compute capability) and the sizes;
- * the choosers take the cheapest route. Pure arithmetic, deterministic.
- *   lltm_sequence_plan_cost_cuda  one layer of T steps run by `plan` (made
- *                                 for B, H by lltm_sequence_plan_cuda or a
- *                                 candidate of it)
- *   lltm_cell_route_cost_cuda     one step of the cell on `route`
- *   lltm_cell_route_cuda          the cheaper route for these sizes
+ * CUDA rules (lltm_cuda_rules.c): which route runs, from the sizes and the
+ * device's properties, each rule commented with the measurement behind it.
+ * Pure arithmetic, deterministic.
+ *   lltm_sequence_plan_rank_cuda  the rules' rank of a plan that fits (made
+ *                                 by lltm_sequence_plan_cuda or a candidate
+ *                                 of it): the chooser runs the lowest
+ *   lltm_cell_route_cuda          the cell's route for these sizes
  */
 enum { /* the cell's matrix-product routes */
     LLTM_CELL_FUSED = 1,  /* the library's fused kernels: forward 1 launch, backward 2 */
     LLTM_CELL_CUBLAS = 2, /* products through cuBLAS around pointwise kernels */
 };
-double lltm_sequence_plan_cost_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                    int64_t T, int64_t B, int64_t I, int64_t H);
-/* The host's time to issue one forward + backward of `plan` eagerly, in
- * microseconds: the per-step family's launches and library calls, T steps
- * of them (a persistent plan's few launches: 0, below its GPU time). */
-double lltm_sequence_plan_host_cost_cuda(const lltm_sequence_plan *plan, int64_t T);
+#define LLTM_RANK_NONE INT64_MAX /* no rank: not a plan of these rules */
+int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                     int eager);
 /* Whether the grid kernels of `dtype` form their products on tensor cores on
  * `dev` (lltm_cuda_mma.cuh): float16, bfloat16, and float32 where dev->tf32,
  * at compute capability and code_arch 8.0+ (the kernels' rule, for the host). */
 int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype);
-double lltm_cell_route_cost_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int route,
-                                 int64_t B, int64_t I, int64_t H);
 int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
                          int64_t H);
 

@@ -1,8 +1,7 @@
 /*
  * lltm_cuda_cell_tiles.h - the tile configuration each fused CUDA cell
  * kernel takes for a step's sizes: lltm_cuda_cell_forward.cu and
- * lltm_cuda_cell_backward.cu launch by it, the cost model
- * (lltm_cuda_cost.c) prices by it, dev/timing/fit_routes.py mirrors it.
+ * lltm_cuda_cell_backward.cu launch by it.
  * Plain C (no CUDA): both compilers include it.
  *
  *   small   8-row tiles over 2 - 8 units or 4 - 16 columns, the reduction

@@ -1,8 +1,8 @@
 /*
  * lltm_cuda_grid_layouts.h - the grid family's layouts (lanes a unit x
  * values a lane) and chunk rows: the chooser (lltm_cuda_sequence_plan.cu)
- * tries them in this order, a tie keeping the first, and the cost model
- * (lltm_cuda_cost.c) indexes its pass terms by the same positions. 8x64 and
+ * tries them in this order, a tie keeping the first, and the rules
+ * (lltm_cuda_rules.c) name a layout by its position. 8x64 and
  * 16x64 run on tensor cores only (lltm_seq::grid_mma_only); float32's TF32
  * build has the first LLTM_GRID_TF32_LAYOUTS. Plain C (no CUDA): both
  * compilers include it.

@@ -15,7 +15,6 @@
 #include "lltm_cuda_math.cuh"
 #include "lltm_cuda_sequence.cuh"
 
-#include <math.h>
 #include <string.h>
 
 namespace lltm_seq {
@@ -292,24 +291,18 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     if (T == 0 || B == 0 || H == 0 || o.family == LLTM_SEQ_STEPS)
         return LLTM_OK;
 
-    /* Every plan that can run these sizes here (within the options), each
-     * costed by the model (lltm_cuda_cost.c); the cheapest wins, a tie the
+    /* Every plan that can run these sizes here (within the options), ranked
+     * by the rules (lltm_cuda_rules.c); the lowest rank wins, a tie the
      * first considered: per-step kernels, clusters (16 blocks, then 8),
-     * the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row chunks, then
-     * in 4-row ones, the block family in BLOCK_CHUNKS order. */
+     * the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row chunks,
+     * then in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
-    /* eager: the host issues the launches as the GPU runs them, so a plan
-     * takes the longer of the two */
-    auto cost_of = [&](const lltm_sequence_plan *p) {
-        const double gpu = lltm_sequence_plan_cost_cuda(dev, p, T, B, I, H);
-        const double host = o.eager ? lltm_sequence_plan_host_cost_cuda(p, T) : 0.0;
-        return gpu > host ? gpu : host;
-    };
-    double best = o.family == LLTM_SEQ_ANY ? cost_of(plan) : INFINITY;
+    int64_t best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager)
+                                            : LLTM_RANK_NONE;
     auto consider = [&]() {
-        const double cost = cost_of(&candidate);
-        if (cost < best) {
-            best = cost;
+        const int64_t rank = lltm_sequence_plan_rank_cuda(dev, &candidate, o.eager);
+        if (rank < best) {
+            best = rank;
             *plan = candidate;
         }
     };

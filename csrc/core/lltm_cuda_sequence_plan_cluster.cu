@@ -279,11 +279,9 @@ bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t
  * or 8 where that many clusters do not fit), both kernels. The forward runs
  * 8 lanes x 32 values on 2 rows of a 4-row chunk, or 16 x 16 on all 8 rows
  * of an 8-row one; the backward the reduce-scatter exchange (lanes = NT /
- * units; values 4, as the 8-unit blocks' launch: the cost model's work of
- * a thread, rows x values, then fits the measured times with the family's
- * terms within 14% under (4-row chunks) to 18% over (8-row ones), and the
- * chooser takes the faster of these and the grid at each of 42 shapes:
- * H100, float32 and bfloat16, B 1 - 48, H 160 - 256, T 100). At float32 B16/H256
+ * units; values 4, as the 8-unit blocks' launch; measured against the grid
+ * at 42 shapes: H100, float32 and bfloat16, B 1 - 48, H 160 - 256, T 100).
+ * At float32 B16/H256
  * on an H100 the kernels alone (dev/cuda/sequence_cluster.cu) take 143 us
  * forward and 168 backward in 4-row chunks, against the grid's 242 and
  * 258. */

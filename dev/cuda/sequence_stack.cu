@@ -11,7 +11,7 @@
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I../../csrc/core \
  *        sequence_stack.cu ../../csrc/core/lltm_cuda_seq*.cu ../../csrc/core/lltm_cuda_util.cu \
- *        ../../csrc/core/lltm_cuda_cost.c -o sequence_stack
+ *        ../../csrc/core/lltm_cuda_rules.c -o sequence_stack
  *   ./sequence_stack [B H T L]   (H <= 256, L = 2 or 3; default 16 256 100 3)
  */
 #include "lltm_cuda_sequence_grid_launch.cuh"

@@ -1,5 +1,5 @@
 """lltm.backends.cuda.benchmark on a GPU: per shape (one layer, T = 100,
-I = H), the plan the library chooses by its cost model, the plan the tuner
+I = H), the plan the library chooses by its rules, the plan the tuner
 measured fastest, and one lltm.LLTM forward + backward with each (benchmark
 off, then on), eager (CUDA events around each step from an idle GPU, median)
 and by CUDA-graph replay (median), and how long the first call took (the

@@ -8,8 +8,7 @@ emulator of the CUDA runtime (tests/cuda_emu, as tests/test_cuda_sequence_emulat
 does), whose device is an H100 (132 SMs, 227 KB of shared memory a block,
 compute capability 9.0) with one resident block of 256 threads of each
 persistent kernel per SM, two of 128 (as the H100 runs the library's); on the GPU
-the chooser asks the CUDA runtime. Each row also gives the
-model's predicted microseconds (lltm_sequence_plan_cost_cuda) of the plan.
+the chooser asks the CUDA runtime.
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ EXCHANGES = {2: "bc", 3: "rs", 4: "local"}
 
 def build(out: Path) -> ctypes.CDLL:
     sources = sorted(CORE.glob("lltm_cuda_seq*.cu")) + [CORE / "lltm_cuda_util.cu",
-                                                        CORE / "lltm_cuda_cost.c"]
+                                                        CORE / "lltm_cuda_rules.c"]
     flags = ["g++", "-std=c++17", "-O1", "-fPIC", "-w", "-x", "c++", "-I", str(EMU),
              "-I", str(CORE)]
 
@@ -80,8 +79,6 @@ def main(argv=None):
         i64, p = ctypes.c_int64, ctypes.c_void_p
         lib.lltm_cuda_device_query.argtypes = [ctypes.c_int, p]
         lib.lltm_sequence_plan_cuda.argtypes = [p, ctypes.c_int, i64, i64, i64, i64, p, p]
-        lib.lltm_sequence_plan_cost_cuda.argtypes = [p, p, i64, i64, i64, i64]
-        lib.lltm_sequence_plan_cost_cuda.restype = ctypes.c_double
         dev = Device()
         assert lib.lltm_cuda_device_query(0, ctypes.byref(dev)) == 0
         dtypes = args.dtypes.split(",")
@@ -100,9 +97,7 @@ def main(argv=None):
                     if status != 0:
                         cells.append(f"error {status}")
                         continue
-                    cost = lib.lltm_sequence_plan_cost_cuda(ctypes.byref(dev), ctypes.byref(plan),
-                                                            args.T, B, max(1, H // 2), H)
-                    cells.append(f"{describe(plan)} ({cost:,.0f} us)")
+                    cells.append(describe(plan))
                 print(f"| {B} | {H} | " + " | ".join(cells) + " |")
 
 

@@ -7,32 +7,27 @@ own choice ("auto"), so the chunk count can be chosen from data.
 
     python3 dev/timing/wavefront_timing.py [--shapes 16x256,64x512] [--layers 1,3]
         [--chunks auto,1,2,3,4,6] [--dtypes float32,bfloat16] [--T 100] [--shared]
-        [--model] [--record PATH] [--json PATH]
+        [--json PATH]
 
 Before timing, each lltm configuration's output and gradients are compared with
 the same module's float64 run on the same data (max |error| / max |value|
 over every tensor printed; "WRONG" above twice the error of the layers run one
 after the other, or the benchmark's tolerance: 1e-4 float32, 5e-2 bfloat16). I = H/2. Prints one row per shape,
 dtype and layer count: cuDNN's time, lltm's per chunk count, the best, and
-cuDNN / lltm for the automatic choice. ``--shared`` adds each forced chunk
+cuDNN / lltm for the automatic choice, with the schedule that choice names
+for a call under capture (lltm._schedule.automatic_schedule: chunks, and
+"s2" where planned for two layers at once; the module may run the stacked
+launch there instead, lltm/_stack.py). ``--shared`` adds each forced chunk
 count above 1 with every call planned for two layers at once on the device
 (columns C<n>s2: lltm._sharing.sharing_device(2), the plans of a bidirectional
 layer's two directions), so that two layers' persistent kernels are resident
-together. ``--model`` adds under each row of more than one layer the time the
-chooser's cost model predicts for each column (lltm._schedule.model_inputs
-and predicted_time, asked under capture; nan where it does not weigh that
-sharing; under "auto" the prediction of the chooser's schedule, though the
-module may run the stacked launch there instead, lltm/_stack.py). ``--record
-PATH`` writes those rows to PATH with what the chooser asks the library at
-each shape (with ``--shared``: both sharings' columns).
+together. ``--json PATH`` writes every row to PATH.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
-import re
 import statistics
 import sys
 import warnings
@@ -42,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lltm  # noqa: E402
-from lltm import _schedule, _settings, _sharing  # noqa: E402
+from lltm import _schedule, _sharing  # noqa: E402
 from lltm.bench.timing import capture_graph  # noqa: E402
 
 
@@ -146,83 +141,6 @@ def captured_schedule(T, B, I, H, L, dtype):  # noqa: E741
         return _schedule.automatic_schedule(T, B, I, H, L, dtype, torch.device("cuda"))
 
 
-def captured_model(T, B, H, L, dtype):  # noqa: E741
-    """What the chooser weighs for a call under CUDA-graph capture
-    (``_schedule.model_inputs``: per sharing, the plan's family and the
-    arguments of its predicted time)."""
-    with under_capture():
-        tf32 = dtype == torch.float32 and _settings.float32_tf32()
-        return _schedule.model_inputs(T, B, H, L, dtype, torch.cuda.current_device(), True,
-                                       tf32)
-
-
-def library_answers(T, B, H, dtype) -> dict:  # noqa: E741
-    """What the chooser asks the library under CUDA-graph capture, for each
-    sharing (1, 2), before any rule of its own (``_schedule.library_answer``):
-    the plan's family (and whether it is the grid's TF32 build), its time a
-    step and its layers resident at once (None for the per-step family); a
-    sharing with no plan left out."""
-    answers = {}
-    with under_capture():
-        for sharing in (1, 2):
-            answer = _schedule.library_answer(T, B, H, dtype, torch.cuda.current_device(),
-                                               sharing)
-            if answer is not None:
-                plan, step_us, resident = answer
-                answers[str(sharing)] = {
-                    "family": plan["family"],
-                    "tf32": bool(plan.get("forward", {}).get("tf32")),
-                    "step_us": round(step_us, 4), "resident": resident}
-    return answers
-
-
-def write_record(path, records) -> int:
-    """The rows of more than one layer with their library's answers
-    (``library``): per shape the answers, the chooser's pick
-    ("<chunks>s<sharing>") and the microseconds of each forced column
-    ("<chunks>s1", "<chunks>s2"). Returns the rows written."""
-    times = []
-    for row in records:
-        if row["layers"] < 2 or "library" not in row:
-            continue
-        us = {}
-        for key, value in row.items():
-            forced = re.fullmatch(r"C(\d+)(s2)?", key)
-            if forced and value is not None:
-                us[f"{forced[1]}s{2 if forced[2] else 1}"] = round(value, 1)
-        times.append({"dtype": row["dtype"], "tf32": row["tf32"], "T": row["T"],
-                      "B": row["B"], "I": row["H"] // 2, "H": row["H"],
-                      "layers": row["layers"], "model": row["library"],
-                      "chosen_then": f"{row['auto_chunks']}s{row['auto_sharing']}", "us": us})
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    machine = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "code": "(set by the caller)", "L2_cache_size": props.L2_cache_size,
-               "multi_processor_count": props.multi_processor_count}
-    source = ("lltm.LLTM's stacked layers, one forward + backward by CUDA-graph replay "
-              "(wavefront_timing.py's graph_time), I=H/2, at each chunk count forced "
-              "(lltm.overrides.wavefront), planned for the whole device ('<C>s1') and for two "
-              "layers at once ('<C>s2'); with what the chooser asks the library for each sharing "
-              "under capture ('model': wavefront_timing.library_answers) and its pick then")
-    Path(path).write_text(
-        '{"machine": ' + json.dumps(machine) + ',\n "source": ' + json.dumps(source)
-        + ',\n "times": [\n  ' + ",\n  ".join(json.dumps(t) for t in times) + "\n ]}\n")
-    return len(times)
-
-
-def predictions(weighed, columns, L, T, auto) -> dict:  # noqa: E741
-    """The model's microseconds for each column (key, forced chunks or None
-    for the automatic choice ``auto`` = (chunks, sharing), sharing) whose
-    sharing it weighs."""
-    out = {}
-    for key, chunks, sharing in columns:
-        if chunks is None:
-            chunks, sharing = auto
-        if sharing in weighed:
-            out[key] = _schedule.predicted_time(chunks, L, T, **weighed[sharing][1])
-    return out
-
-
 def error_limit(dtype, reference_error: float) -> float:
     """The largest error (max_error's) that is not WRONG: twice that of the
     layers run one after the other (``reference_error``), or the benchmark's
@@ -250,12 +168,6 @@ def main(argv=None):
     p.add_argument("--replays", type=int, default=5)
     p.add_argument("--shared", action="store_true",
                    help="also each chunk count > 1 with plans for two layers at once")
-    p.add_argument("--model", action="store_true",
-                   help="also the chooser's predicted time of each column (a second row, "
-                        "'model'; its cost model under CUDA-graph capture)")
-    p.add_argument("--record", default=None, metavar="PATH",
-                   help="the rows of more than one layer, with what the chooser asks the "
-                        "library, to PATH (use with --shared)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = False
@@ -311,24 +223,10 @@ def main(argv=None):
                 print(f"{dtype_name:9} {B:5} {H:5} {L:2} {row['cudnn'] or float('nan'):9.1f} "
                       f"{cells}  {auto:>4}  {best or '-':6} {ratio:6.2f}x  "
                       f"{row['max_error'] or 0:.1e} {verdict}", flush=True)
-                if args.record and L > 1:
-                    row["library"] = library_answers(args.T, B, H, dtype)
-                    row["tf32"] = dtype == torch.float32 and _settings.float32_tf32()
-                if args.model and L > 1:
-                    weighed = captured_model(args.T, B, H, L, dtype)
-                    row["model_inputs"] = {s: {"family": family, **kw}
-                                           for s, (family, kw) in weighed.items()}
-                    row["model"] = predictions(weighed, columns, L, args.T,
-                                               (row["auto_chunks"], row["auto_sharing"]))
-                    cells = " ".join(f"{row['model'].get(key, float('nan')):9.1f}"
-                                     for key, _, _ in columns)
-                    print(f"{'  model':9} {B:5} {H:5} {L:2} {'':9} {cells}", flush=True)
                 records.append(row)
                 torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
-    if args.record:
-        print(f"# {write_record(args.record, records)} rows recorded in {args.record}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 benchmark = False
 """A bool that, if True, causes lltm to benchmark the CUDA sequence plans
 (kernel families) of each new layer shape and select the fastest, instead of
-the one its cost model predicts fastest (lltm/_autotune.py; docs/design.md,
+the one its rules pick (lltm/_autotune.py; docs/design.md,
 "Measured plans")."""
 
 cache_file = None

@@ -86,8 +86,8 @@ layer), each sequence plan family and grid layout forced through
 ``lltm.overrides`` beside the library's own choice, cuDNN and the loop of
 reference cells, and the cell's two matrix-product routes beside its choice,
 the reference and nn.LSTMCell; each checked, then its GPU time by CUDA-graph
-replay, with the plan it ran. The data behind the library's cost model
-(``docs/cuda-plans.md``); DIR/variants.json with ``--sweep-out DIR``.
+replay, with the plan it ran. The data behind the library's rules
+(``csrc/core/lltm_cuda_rules.c``); DIR/variants.json with ``--sweep-out DIR``.
 """
 from __future__ import annotations
 

@@ -126,8 +126,8 @@ SEQUENCE_VARIANTS = (
     Variant("lltm[cluster 8]", "lltm", {"family": "cluster", "cluster_blocks": 8}),
     *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g, "grid_chunk": 16})
       for g in GRID_SHAPES),
-    # the cheapest grid layout in 4-row chunks (the chooser weighs them
-    # against 16-row ones by the cost model)
+    # the rules' grid layout in 4-row chunks (they weigh them against
+    # 16-row ones by B and H)
     Variant("lltm[grid, 4-row chunks]", "lltm", {"family": "grid", "grid_chunk": 4}),
     *(Variant(f"lltm[block, {c}-row chunks]", "lltm", {"family": "block", "block_chunk": c})
       for c in overrides.BLOCK_CHUNKS),

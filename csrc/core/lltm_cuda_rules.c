@@ -1,0 +1,163 @@
+/*
+ * lltm_cuda_rules.c - the rules that pick a CUDA route (lltm.h, "CUDA
+ * rules"): which of the plans that fit a layer runs it, and which of the
+ * cell's two routes runs a step. Pure arithmetic on the sizes and the
+ * device's properties: no CUDA call, no state. What fits is the plan
+ * chooser's (lltm_cuda_sequence_plan.cu: occupancy, shared memory,
+ * clusters, tensor cores); these rules only order what fits.
+ *
+ * The sequence rules are read off every plan forced at 121 shapes (float32
+ * and bfloat16, T 20, 100, 1000, B 1 - 1024, H 64 - 2048; `python -m
+ * lltm.bench --sweep --sweep-variants --sweep-kind sequence`, graph replay,
+ * H200, 2026-12-03, code of 0d47453; a first form of the table picked
+ * within 8% of the fastest plan at every shape, 1.002x of it on geometric
+ * mean), and from lltm.LLTM of one and three layers at the 60 shapes of
+ * the H200 maps against the cost model they replace (the per-step
+ * family's thresholds, the layout on tensor cores). float16 takes
+ * bfloat16's rules and float64 float32's: their kernels are the same code.
+ */
+#include "lltm.h"
+#include "lltm_cuda_grid_layouts.h"
+
+/* B x H past which the per-step family wins: its products spread over the
+ * whole GPU, where a persistent kernel's blocks each carry many rows, and
+ * stacked layers' steps overlap (lltm/_schedule.py, time chunks). Under
+ * capture, half types from 2^17 (bfloat16 B1024/H128 1,419 us against grid
+ * 16x8's 1,760; B512/H128 1,252 against 1,042), from 2^16 at H = 1024
+ * (one layer B64/H1024 1,941 against 16x64's 1,872, three layers in time
+ * chunks 3,817 against 6,165); float32 on FFMA from 2^16 at H >= 256
+ * (B256/H256 3,083 against 16x32's 3,317; B64/H1024 6,615 against 32x32's
+ * 7,596) and from 2^17 (B1024/H128 3,273 against 16x8's 3,338; three
+ * layers 8,618 against 10,191). Eager calls pay ~43 us of host time a step
+ * for its launches (H100 machine, bfloat16 B64/H1024, T 100), which the
+ * persistent kernels do not: half types from 2^18 (B256/H1024 2,787 us
+ * against 6,480), float32 from 2^16 at H >= 512, 2^17 at H >= 256, 2^18. */
+#define STEPS_HALF_BH (1 << 17)
+#define STEPS_FFMA_BH (1 << 16)
+/* The grid family in 4-row chunks: a thread walks a quarter of a 16-row
+ * chunk's rows; pays at B <= 4, and up to B x H = 2^14 at H <= 512 in the
+ * half types and at H >= 256 on FFMA (float32 B64/H256 1,225 us against
+ * 32x16's 1,312 in 16-row chunks, B32/H512 1,409 against 1,481; bfloat16
+ * B128/H128 590 against 16x8's 656; float32 B128/H128 the 16-row 16x8 843
+ * against 907, B128/H256 16x32's 1,805 against 2,281). */
+#define GRID_SMALL_BH (1 << 14)
+/* The block family (H <= 64) first wherever it fits (float32 B1024/H64
+ * 787 us against the grid's best 1,602); 4-row chunks from B = 512 on
+ * (bfloat16 B1024/H64 670 us against 801 in 1-row chunks, B512 329
+ * against 382; B256 202 in 1-row chunks against 296). Clusters next
+ * wherever they fit (H <= 256 and B <= 64, 32 past H = 128): 0.48x - 0.91x
+ * of the best other plan at every such shape with H > 64. */
+#define BLOCK_WIDE_B 512
+
+int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
+{
+    const int half = dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16;
+    return dev && (half || (dtype == LLTM_FLOAT32 && dev->tf32)) && dev->major >= 8 &&
+           dev->code_arch >= 80;
+}
+
+static int is_half(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
+
+/* Whether the per-step family is the rules' first choice (STEPS_*_BH). */
+static int steps_first(lltm_dtype dtype, int64_t B, int64_t H, int eager)
+{
+    const int64_t bh = B * H;
+    if (H > 1024) /* past the widest persistent layout */
+        return 1;
+    if (is_half(dtype))
+        return eager ? bh >= 2 * STEPS_HALF_BH
+                     : bh >= STEPS_HALF_BH || (H >= 1024 && 2 * bh >= STEPS_HALF_BH);
+    if (eager)
+        return (H >= 512 && bh >= STEPS_FFMA_BH) || (H >= 256 && bh >= 2 * STEPS_FFMA_BH) ||
+               bh >= 4 * STEPS_FFMA_BH;
+    return (H >= 256 && bh >= STEPS_FFMA_BH) || bh >= 2 * STEPS_FFMA_BH;
+}
+
+/* The grid layout on tensor cores (its position in LLTM_GRID_LAYOUTS) among
+ * those that walk their batch group's chunks in the fewest passes (bfloat16
+ * B256/H256 8x64 1,100 us against 16x32's 1,534; B64/H256 in 4-row chunks
+ * 8x64 618 against 16x32's 879): 16x8 at H <= 128 (B512/H128 1,042 against
+ * 8x64's 1,068), 16x32 to H = 512 (B64/H512 906 against 8x64's 1,030),
+ * 16x64 above (B32/H1024 1,079 against 32x32's 1,710), 32x32 at B <= 4
+ * (B1/H1024 646 against 695). On FFMA the layout whose thread does the
+ * fewest multiply-adds a step wins (float32 B32/H256 32x16 1,159 against
+ * 16x32's 1,486; B128/H256 tied, 16x32 in half the blocks 1,805 against
+ * 2,353). */
+static int grid_layout(int64_t B, int64_t H)
+{
+    if (H <= 128)
+        return lltm_grid_layout_index(16, 8);
+    if (H <= 512)
+        return lltm_grid_layout_index(16, 32);
+    return B <= 4 ? lltm_grid_layout_index(32, 32) : lltm_grid_layout_index(16, 64);
+}
+
+/* A rank: the rule's band (the lower wins) and an order within it. */
+static int64_t rank(int band, int64_t within) { return (int64_t)band << 40 | within; }
+
+int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
+                                     int eager)
+{
+    if (!dev || !plan)
+        return LLTM_RANK_NONE;
+    const lltm_dtype dtype = plan->dtype;
+    const int64_t B = plan->B, H = plan->H;
+    const lltm_sequence_launch *l = &plan->forward;
+    if (plan->family == LLTM_SEQ_BLOCK)
+        return H <= 64 ? rank(0, (l->chunk == 4) != (B >= BLOCK_WIDE_B)) : rank(7, 0);
+    if (plan->family == LLTM_SEQ_STEPS)
+        return rank(steps_first(dtype, B, H, eager) ? 1 : 9, 0);
+    if (plan->family == LLTM_SEQ_CLUSTER) {
+        /* 8 blocks (their backward broadcasts dG) 2.1x - 7.9x the time of
+         * 16; one cluster walking several 16-row chunks 1.7x - 3.2x that of
+         * a cluster a chunk (B 32 - 64) */
+        if (plan->backward.exchange == LLTM_SEQ_EXCHANGE_BROADCAST)
+            return rank(2, 2);
+        return rank(2, l->groups > 1 || B <= l->chunk ? 0 : 1);
+    }
+    if (plan->family != LLTM_SEQ_GRID)
+        return LLTM_RANK_NONE;
+    /* the grid: FFMA's layout by the multiply-adds a thread does a step
+     * (its passes over its batch group's chunks x values), a tie to the
+     * fewer blocks; on tensor cores by its passes, a tie to grid_layout
+     * (16x8 alone at H <= 128) */
+    const int64_t chunks = (B + l->chunk - 1) / l->chunk;
+    const int64_t groups = l->groups > 0 ? l->groups : 1;
+    int64_t passes = (chunks + groups - 1) / groups;
+    if (passes > (1 << 16))
+        passes = 1 << 16;
+    int64_t within;
+    if (lltm_cuda_grid_tensor_cores(dev, dtype) && (dtype != LLTM_FLOAT32 || l->tf32)) {
+        const int layout = lltm_grid_layout_index(l->lanes, l->values);
+        within = (H <= 128 ? 0 : passes) << 8 | (layout == grid_layout(B, H) ? 0 : 1 + layout);
+    } else {
+        within = (passes * l->values) << 16 | (l->blocks & 0xffff);
+    }
+    if (l->tf32) /* float32's TF32 build: only where forced or measured */
+        return rank(8, within);
+    const int small = B <= 4 || (H <= 512 && B * H <= GRID_SMALL_BH && (is_half(dtype) || H >= 256));
+    return rank((l->chunk == 4) == small ? 3 : 4, within);
+}
+
+/* The cell: cuBLAS's products (seven launches) where the step's products
+ * are large, the fused kernels (three launches) below. The crossover of
+ * the cost model that was fitted to the times of both routes at 108 shapes
+ * (B 1 - 1024, H 128, 512, 1024, float32 and bfloat16; `python -m
+ * lltm.bench --sweep --sweep-variants --sweep-kind cell`, H100,
+ * 2026-11-25, f6769d6; its pick within 9% of the faster at 54 shapes),
+ * read off at 132 SMs; products on FFMA (float32 without TF32) cross over
+ * at twice the size. */
+#define CELL_CUBLAS_B 128
+#define CELL_CUBLAS_BH 8192
+#define CELL_CUBLAS_H 512
+
+int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
+                         int64_t H)
+{
+    (void)I;
+    const int ffma = dtype == LLTM_FLOAT32 && !(dev && dev->tf32 && dev->major >= 8);
+    const int64_t scale = ffma ? 2 : 1;
+    return B >= CELL_CUBLAS_B || B * H >= scale * CELL_CUBLAS_BH || H >= scale * CELL_CUBLAS_H
+               ? LLTM_CELL_CUBLAS
+               : LLTM_CELL_FUSED;
+}
