@@ -170,11 +170,12 @@ def test_grid_kernels_on_tf32_larger(emu):
 
 
 def test_tf32_plans(emu):
-    """The chooser takes the grid's TF32 build only where the device
-    description allows TF32 (the binding: torch's float32 matmul precision)
-    and the code runs it (compute capability and code 8.0+); never for the
-    other dtypes, whose tensor-core use is the dtype's. grid_tf32 forces
-    either build, or refuses where TF32 is not allowed."""
+    """The grid's TF32 build runs only where forced (grid_tf32=1; the rules
+    never take it by themselves) and the device description allows TF32
+    (the binding: torch's float32 matmul precision) and the code runs it
+    (compute capability and code 8.0+); never for the other dtypes, whose
+    tensor-core use is the dtype's. grid_tf32 forces either build, or
+    refuses where TF32 is not allowed."""
     f32, bf16 = torch.float32, torch.bfloat16
     allowed = device(emu, tf32=1)
 
@@ -184,7 +185,8 @@ def test_tf32_plans(emu):
         assert plan.forward.tf32 == plan.backward.tf32
         return plan
     assert grid_plan(f32, device(emu)).forward.tf32 == 0
-    assert grid_plan(f32, allowed).forward.tf32 == 1
+    assert grid_plan(f32, allowed).forward.tf32 == 0
+    assert grid_plan(f32, allowed, grid_tf32=1).forward.tf32 == 1
     assert grid_plan(f32, allowed, grid_tf32=-1).forward.tf32 == 0
     assert grid_plan(bf16, allowed).forward.tf32 == 0
     for older in (device(emu, tf32=1, major=7, minor=0, cluster_launch=0),
@@ -197,9 +199,9 @@ def test_tf32_plans(emu):
                      grid_chunk=4)[0] != 0
     assert grid_plan(f32, allowed, grid_chunk=4).forward.tf32 == 0
     assert make_plan(emu, f32, 100, 64, 256, 512, dev=allowed, grid_tf32=2)[0] != 0
-    # unforced: a TF32 plan's cost is the tensor-core grid's, below FFMA's
+    # unforced: the rules' plan, on FFMA
     status, plan = make_plan(emu, f32, 100, 64, 256, 512, dev=allowed)
-    assert status == 0 and (plan.family != GRID or plan.forward.tf32 == 1)
+    assert status == 0 and plan.forward.tf32 == 0
     # the TF32 build stages float rows for the tiles: more shared memory
     ffma, tf32 = grid_plan(f32, allowed, grid_tf32=-1), grid_plan(f32, allowed, grid_tf32=1)
     assert (ffma.forward.lanes, ffma.forward.values) == (tf32.forward.lanes, tf32.forward.values)
