@@ -32,7 +32,7 @@ from . import _native
 
 MATMUL_POLICIES = {"auto": 0, "fused": 1, "cublas": 2}
 FAMILIES = {"auto": 0, "steps": 1, "grid": 2, "cluster": 3, "block": 4}
-CLUSTER_BLOCKS = (8, 16)
+CLUSTER_BLOCKS = (16,)  # the clusters' only size (csrc/core/lltm.h)
 CLUSTER_CHUNKS = (4, 8, 16)
 GRID_SHAPES = ("16x8", "16x32", "32x16", "32x32", "8x64", "16x64")  # x64: half types only
 GRID_CHUNKS = (4, 16)

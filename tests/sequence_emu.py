@@ -78,12 +78,11 @@ class Options(ctypes.Structure):
 
 
 # the plans the tests ask the chooser for (lltm_sequence_plan_options):
-# the cluster family in both of its shapes (8 blocks of 16 units, 16 blocks
-# of 8), the 16-block kernels without their batch split (chunk 16: the
-# layout of B > 16) and with chunks of 8 rows (where 4-row clusters do not
-# fit), every grid layout, and the block family in both of its chunks
-PLANS = {"cluster_16_8": dict(family=CLUSTER, cluster_blocks=8),
-         "cluster_32_4": dict(family=CLUSTER, cluster_blocks=16),
+# the cluster family (16 blocks of 8 units at H <= 128), also without its
+# batch split (chunk 16: the layout of B > 16) and with chunks of 8 rows
+# (where 4-row clusters do not fit), every grid layout, and the block family
+# in both of its chunks
+PLANS = {"cluster_32_4": dict(family=CLUSTER, cluster_blocks=16),
          "cluster_32_4_nosplit": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=16),
          "cluster_32_4_split8": dict(family=CLUSTER, cluster_blocks=16, cluster_chunk=8),
          "grid_16_8": dict(family=GRID, grid_lanes=16, grid_values=8),

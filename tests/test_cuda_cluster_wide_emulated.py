@@ -60,7 +60,7 @@ def test_wide_cluster_plans(emu):
     H100 (7 clusters of 16 blocks at once): 4-row chunks while their
     clusters fit, 8-row ones past that, none past 56 rows (8 clusters of
     8), in float64, past H = 256, or where the options ask for another
-    shape or chunk."""
+    cluster size (16 blocks only) or chunk."""
     f32, f64, bf16 = torch.float32, torch.float64, torch.bfloat16
 
     def wide(dtype, B, H, **options):

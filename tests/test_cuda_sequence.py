@@ -4,14 +4,14 @@ on the CPU.
 
 Every plan family of the CUDA sequence is tested, forced with
 lltm.overrides.sequence_plan (docs/cuda-plans.md): "cluster" (persistent
-kernel, thread-block clusters, H <= 128, B <= 64; in both of its shapes, 8
-blocks or 16: routes "cluster8" and "cluster16" here; and "cluster16-split8"
-and "cluster16-nosplit", the 16-block shape with its batch split in 8-row
-chunks instead of 4, and without it: one cluster of 16-row chunks also for
-B <= 16; past H = 128 the 16-block shape of 16 units a block, H <= 256, a
-cluster a chunk of 4 or 8 rows, not float64), "grid" (persistent kernel, cooperative grid), "block" (persistent
-kernel, one block a batch chunk, H <= 64), "steps" (per-step products +
-pointwise kernel) and "auto". The core reads no environment.
+kernel, clusters of 16 thread blocks, H <= 128, B <= 64: route "cluster16"
+here; and "cluster16-split8" and "cluster16-nosplit", with its batch split
+in 8-row chunks instead of 4, and without it: one cluster of 16-row chunks
+also for B <= 16; past H = 128 16 units a block, H <= 256, a cluster a
+chunk of 4 or 8 rows, not float64), "grid" (persistent kernel, cooperative
+grid), "block" (persistent kernel, one block a batch chunk, H <= 64),
+"steps" (per-step products + pointwise kernel) and "auto". The core reads
+no environment.
 
 Tolerances against float64: elementwise |got - ref| <= tol * (|ref| + max|ref|)
 (products sum many terms), and for the half types, over >= 64 elements, also
@@ -40,10 +40,10 @@ pytestmark = pytest.mark.skipif(
     reason="needs a CUDA GPU and the CUDA kernels (liblltm_cuda.so)")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ROUTES = ["auto", "cluster8", "cluster16", "cluster16-split8", "cluster16-nosplit", "grid",
-          "block", "steps"]
+ROUTES = ["auto", "cluster16", "cluster16-split8", "cluster16-nosplit", "grid", "block",
+          "steps"]
 CHUNKS = {"-split8": 8, "-nosplit": 16}  # route suffixes: the 16-block kernels' batch chunk
-CLUSTERS = ["cluster8", "cluster16"]
+CLUSTERS = ["cluster16"]
 SHAPES = [  # (T, B, I, H): T = 1, batch 1 and 3, B over one 16-row chunk, odd H, I = 0,
     # B over one 8-row chunk (clusters of 4 or 8 rows of the 16-block kernels)
     (1, 1, 1, 1), (5, 3, 7, 5), (4, 3, 2, 33), (3, 17, 9, 128), (6, 2, 0, 4), (4, 13, 5, 128),

@@ -7,11 +7,10 @@ No GPU needed: CI checks, for every persistent plan and every dtype, at odd
 sizes (H not a multiple of a block's units, B beyond one 16-row chunk, I = 0),
 the kernels' indexing, padding, reductions and barriers, that every output
 element is written and nothing outside the outputs is, and the per-step
-kernels of the fallback. The cluster plan runs in both of its shapes (8
-blocks of 16 units, 16 blocks of 8: LLTM_CUDA_CLUSTER_BLOCKS), with its
-state exchanged through the emulated distributed shared memory (st.async
-into every block, counted on transaction barriers) under a schedule that
-lets some threads lag. Timing and the memory model are not emulated:
+kernels of the fallback. The cluster plan runs with its state exchanged
+through the emulated distributed shared memory (st.async into every block,
+counted on transaction barriers) under a schedule that lets some threads
+lag. Timing and the memory model are not emulated:
 tests/test_cuda_sequence.py runs the real thing on a GPU. The whole layer
 through the core's entry points: tests/test_cuda_layer_emulated.py.
 """
@@ -23,8 +22,8 @@ import pytest
 import torch
 
 from guarded import Guarded, as_ptr
-from sequence_emu import (BLOCK, CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST, EXCHANGE_LOCAL,
-                          EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, assert_close_to, device,
+from sequence_emu import (ANY, BLOCK, CLUSTER, CORE, DTYPE_CODES, EXCHANGE_BROADCAST,
+                          EXCHANGE_LOCAL, EXCHANGE_REDUCE_SCATTER, GRID, PLANS, STEPS, assert_close_to, device,
                           layer_inputs, make_plan, random_lengths, reference_layer, weight_grads)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -169,14 +168,14 @@ def test_grid_layouts_of_64_values(emu, plan, dtype, groups):
         assert status != 0
 
 
-@pytest.mark.parametrize("plan,H", [("cluster_16_8", 128), ("cluster_32_4", 128),
+@pytest.mark.parametrize("plan,H", [("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
                                     ("cluster_32_4_nosplit", 128),
                                     ("grid_32_16", 40),
                                     ("grid_32_32", 70)])
 def test_persistent_kernels_larger_h(emu, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the
-    cluster family at H = 128: 8 blocks, or 16 (a non-portable cluster)."""
+    cluster family at H = 128: 16 blocks (a non-portable cluster)."""
     _run_case(emu, PLANS[plan], torch.float32, 4, 5, 7, H)
 
 
@@ -417,6 +416,14 @@ def test_residency(emu):
     assert (p.forward.blocks, p.forward.groups) == (16, 4) and r == [(7, 4)] * 2
     p, r = residency(f32, 16, 128, family=CLUSTER, cluster_chunk=16)  # one cluster of 16
     assert (p.forward.blocks, p.forward.groups) == (16, 1) and r == [(7, 1)] * 2
+    # a backward that broadcasts dG (8 blocks of 16 units) has no kernel in
+    # the library: none resident
+    b = p.backward
+    b.exchange, b.lanes, b.values, b.blocks = EXCHANGE_BROADCAST, 16, 8, 8
+    resident, parts = (ctypes.c_int64 * 2)(-1, -1), (ctypes.c_int64 * 2)(-1, -1)
+    assert emu.lltm_sequence_plan_residency_cuda(ctypes.byref(device(emu)), ctypes.byref(p),
+                                                 resident, parts) == 0
+    assert list(zip(resident, parts)) == [(7, 1), (0, 1)]
     p, r = residency(bf16, 16, 64, family=BLOCK, block_chunk=1)  # 16 blocks of 128 threads
     assert p.forward.groups == 16 and r == [(264, 16)] * 2
     p, r = residency(f32, 1024, 64, family=BLOCK, block_chunk=4)  # 256 threads a block
@@ -452,10 +459,19 @@ def test_plan_layouts(emu):
     status, p = make_plan(emu, torch.float64, 100, 16, 32, 128, family=CLUSTER)
     assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (32, 4, 16, 16)
     assert p.backward.exchange == EXCHANGE_REDUCE_SCATTER and p.backward.groups == 1
-    # the 8-block shape: 16 units a block, its backward broadcasts dG
-    status, p = make_plan(emu, torch.float32, 100, 16, 32, 128, family=CLUSTER, cluster_blocks=8)
-    assert (p.forward.lanes, p.forward.values, p.forward.blocks) == (16, 8, 8)
-    assert (p.backward.exchange, p.backward.blocks) == (EXCHANGE_BROADCAST, 8)
+    # clusters of 16 blocks only: any other size is refused, also where no
+    # cluster plan would be made
+    for blocks in (8, 4, 32):
+        for B, H, family in ((16, 128, CLUSTER), (16, 128, ANY), (4, 200, CLUSTER),
+                             (256, 512, GRID)):
+            status, _ = make_plan(emu, torch.float32, 100, B, 32, H, family=family,
+                                  cluster_blocks=blocks)
+            assert status != 0, (blocks, B, H, family)
+    for B, H in ((16, 128), (64, 128), (16, 256)):
+        status, forced = make_plan(emu, torch.float32, 100, B, 32, H, family=CLUSTER,
+                                   cluster_blocks=16)
+        status_free, free = make_plan(emu, torch.float32, 100, B, 32, H, family=CLUSTER)
+        assert status == status_free == 0 and bytes(forced) == bytes(free)
     # a plan is for its sizes only
     ws = torch.empty(1)
     assert emu.lltm_sequence_forward_persistent_cuda(ctypes.byref(p), 2, 15, 32, 128, *[None] * 4,

@@ -12,11 +12,11 @@ from lltm.overrides import SequencePlan
 def test_environment_parsed_once_into_constraints():
     policy, plan = overrides._from_environment({
         "LLTM_CUDA_MATMUL": "cublas", "LLTM_CUDA_SEQUENCE": "cluster",
-        "LLTM_CUDA_CLUSTER_BLOCKS": "8", "LLTM_CUDA_CLUSTER_CHUNK": "16",
+        "LLTM_CUDA_CLUSTER_BLOCKS": "16", "LLTM_CUDA_CLUSTER_CHUNK": "16",
         "LLTM_CUDA_GRID_SHAPE": "32x16", "LLTM_CUDA_GRID_GROUPS": "3",
         "LLTM_CUDA_GRID_CHUNK": "4"})
     assert policy == "cublas"
-    assert plan == SequencePlan("cluster", 8, 16, "32x16", 3, 4)
+    assert plan == SequencePlan("cluster", 16, 16, "32x16", 3, 4)
     _, plan = overrides._from_environment({"LLTM_CUDA_SEQUENCE": "block",
                                            "LLTM_CUDA_BLOCK_CHUNK": "1"})
     assert plan == SequencePlan("block", block_chunk=1)
@@ -27,6 +27,7 @@ def test_environment_parsed_once_into_constraints():
 @pytest.mark.parametrize("name,value,match", [
     ("LLTM_CUDA_SEQUENCE", "fast", "family must be one of"),
     ("LLTM_CUDA_CLUSTER_BLOCKS", "12", "cluster_blocks must be one of"),
+    ("LLTM_CUDA_CLUSTER_BLOCKS", "8", r"cluster_blocks must be one of \[16\]"),
     ("LLTM_CUDA_CLUSTER_CHUNK", "four", "must be an integer"),
     ("LLTM_CUDA_GRID_SHAPE", "8x8", "grid_shape must be one of"),
     ("LLTM_CUDA_GRID_GROUPS", "0", "grid_groups must be an int >= 1"),
@@ -60,6 +61,11 @@ def test_bad_constraints_are_refused_and_change_nothing():
     with pytest.raises(ValueError, match="cluster_chunk"):
         with lltm.overrides.sequence_plan(cluster_chunk=5):
             pass
+    # the clusters come in one size, 16 blocks (csrc/core/lltm.h)
+    with pytest.raises(ValueError, match=r"cluster_blocks must be one of \[16\] or None, got 8"):
+        with lltm.overrides.sequence_plan(family="cluster", cluster_blocks=8):
+            pass
+    assert SequencePlan(cluster_blocks=16).packed() == 5 << 32  # log2(16) + 1 in field 8
     with pytest.raises(ValueError, match="matmul policy"):
         lltm.overrides.set_matmul("tf32")
     assert overrides.current_sequence_plan() == SequencePlan()

@@ -54,8 +54,7 @@ HIDDEN = (32, 64, 100, 128, 200, 256, 512, 1024, 2048)
 MODES = {"eager": 1, "captured": 0}
 T = 100
 # the families' best plans, each forced
-FORCED = {"grid": dict(family=GRID), "cluster": dict(family=CLUSTER),
-          "cluster_8": dict(family=CLUSTER, cluster_blocks=8), "block": dict(family=BLOCK)}
+FORCED = {"grid": dict(family=GRID), "cluster": dict(family=CLUSTER), "block": dict(family=BLOCK)}
 FORCED.update({f"grid_{lanes}x{values}": dict(family=GRID, grid_lanes=lanes, grid_values=values)
                for lanes, values in GRID_LAYOUTS})
 

@@ -73,7 +73,8 @@ def test_not_given_and_values_lltm_never_packs():
     for bad in (-2, 1 << 52, 3 << 4,  # no such cell route
                 3 << 8, 5 << 12,  # three layers at once; no such family
                 2 << 16,  # grid lanes of 2
-                2 << 32, 15 << 48):  # cluster blocks of 2; grid_tf32 of 15
+                2 << 32, 4 << 32,  # cluster blocks of 2, of 8 (16 only)
+                15 << 48):  # grid_tf32 of 15
         assert decoded(bad) is None, hex(bad)
     x = torch.randn(2, 3)
     args = (x, torch.randn(12, 7), torch.randn(12), torch.randn(2, 4), torch.randn(2, 4))

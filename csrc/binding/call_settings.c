@@ -23,7 +23,7 @@ static int size_field(int64_t packed, int index, const int *allowed, int *size)
 int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_error *err)
 {
     static const int lanes[] = {8, 16, 32, 0}, values[] = {8, 16, 32, 64, 0};
-    static const int cluster_blocks[] = {8, 16, 0}, cluster_chunk[] = {4, 8, 16, 0};
+    static const int cluster_blocks[] = {16, 0}, cluster_chunk[] = {4, 8, 16, 0};
     static const int grid_chunk[] = {4, 16, 0}, block_chunk[] = {1, 4, 0};
     memset(out, 0, sizeof *out);
     if (packed == LLTM_SETTINGS_NOT_GIVEN)

@@ -450,7 +450,8 @@ typedef struct lltm_sequence_plan {
  *                   groups of blocks; the 16-block clusters' batch groups
  *                   at B > 16: 1 keeps one cluster walking every chunk;
  *                   the block family's blocks)
- *   cluster_blocks  8 (16 units a block) or 16 (8 units; 16 past H = 128)
+ *   cluster_blocks  16 (8 units a block; 16 past H = 128), the clusters'
+ *                   only size: any other is refused (LLTM_ERR_ARGUMENT)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
  *                   batch split into clusters of chunks of that many rows
  *   grid_chunk      16 or 4: the grid layouts' chunk rows (0: the cheaper)
@@ -478,17 +479,17 @@ typedef struct lltm_sequence_plan_options {
  * STEPS, gives per-step kernels; else every plan that can run these sizes
  * here (within the options) is ranked by the rules
  * (lltm_sequence_plan_rank_cuda, below) and the lowest rank wins (a tie: the
- * first of per-step, clusters of 16 blocks, of 8, the grid layouts in the
- * order 16x8, 16x32, 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks,
- * then 4-row ones). The candidates: per-step kernels, always;
- *   clusters (compute capability >= 9.0, H <= 128, B <= 64; 32 in
- *      float64), where both kernels fit, in two shapes: 16 blocks of 8
- *      units, and 8 blocks of 16. The 16-block forward runs 4 lanes a unit
- *      on 2 rows of each 16-row chunk (float64: 32 lanes on all 16); its
- *      backward sends each block the partial dh of its units
- *      (reduce-scatter). For B <= 16 (not float64) each 16-block kernel
- *      splits the batch into clusters of 4-row chunks (8 where that many
- *      clusters do not fit). The 8-block shape's backward broadcasts dG.
+ * first of per-step, clusters, the grid layouts in the order 16x8, 16x32,
+ * 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row
+ * ones). The candidates: per-step kernels, always;
+ *   clusters (compute capability >= 9.0 with clusters of 16 blocks, H <=
+ *      128, B <= 64; 32 in float64), where both kernels fit: 16 blocks of 8
+ *      units. The forward runs 4 lanes a unit on 2 rows of each 16-row
+ *      chunk (float64: 32 lanes on all 16); the backward sends each block
+ *      the partial dh of its units (reduce-scatter). For B <= 16 (not
+ *      float64) each kernel splits the batch into clusters of 4-row chunks
+ *      (8 where that many clusters do not fit); for B > 16, a cluster a
+ *      16-row chunk where they fit at once.
  *      128 < H <= 256 (not float64): 16 blocks of 16 units, a cluster a
  *      4-row chunk (8-row where those do not all fit at once).
  *   grid layouts that are co-resident, the chunks of B shared out over as

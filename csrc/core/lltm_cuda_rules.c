@@ -108,11 +108,8 @@ int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_seq
     if (plan->family == LLTM_SEQ_STEPS)
         return rank(steps_first(dtype, B, H, eager) ? 1 : 9, 0);
     if (plan->family == LLTM_SEQ_CLUSTER) {
-        /* 8 blocks (their backward broadcasts dG) 2.1x - 7.9x the time of
-         * 16; one cluster walking several 16-row chunks 1.7x - 3.2x that of
-         * a cluster a chunk (B 32 - 64) */
-        if (plan->backward.exchange == LLTM_SEQ_EXCHANGE_BROADCAST)
-            return rank(2, 2);
+        /* one cluster walking several 16-row chunks 1.7x - 3.2x the time
+         * of a cluster a chunk (B 32 - 64) */
         return rank(2, l->groups > 1 || B <= l->chunk ? 0 : 1);
     }
     if (plan->family != LLTM_SEQ_GRID)

@@ -190,11 +190,6 @@ inline size_t cluster_forward_smem(size_t acc, int ks, int kr, int units, int64_
     const int64_t vec = 16 / (int64_t)acc;
     return 16 + acc * (size_t)(2 * rows * (ks * kr + vec) + 2 * ch * units + rows * units);
 }
-inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_t rows)
-{
-    const int64_t vec = 16 / (int64_t)acc, U = NT / ks;
-    return 16 + acc * (size_t)(2 * rows * (3 * ks * kr + vec) + 2 * BC * 3 * U + rows * U);
-}
 /* Threads a block of the reduce-scatter backward (`units` a block, 16
  * blocks): its product step covers a chunk's rows x 16 * units / (16 /
  * acc) pieces of 16 bytes, one a thread, NT at most. A 4-row chunk of 8
@@ -321,7 +316,7 @@ inline bool cached_device(const lltm_cuda_device &dev)
  * considers them: copies of `base` with the family and both launches set,
  * at most MAX_CLUSTER_PLANS; returns how many
  * (lltm_cuda_sequence_plan_cluster.cu). */
-constexpr int MAX_CLUSTER_PLANS = 3;
+constexpr int MAX_CLUSTER_PLANS = 2;
 int cluster_plans(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
                   const lltm_sequence_plan_options &o, int concurrent,
                   const lltm_sequence_plan &base, lltm_sequence_plan plans[MAX_CLUSTER_PLANS]);

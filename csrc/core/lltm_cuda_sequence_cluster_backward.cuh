@@ -1,10 +1,10 @@
 /*
- * lltm_cuda_sequence_cluster_backward.cuh - the backward kernels of the
- * cluster family (lltm.h: LLTM_SEQ_CLUSTER; sm_90+) and their launchers, for
+ * lltm_cuda_sequence_cluster_backward.cuh - the backward kernel of the
+ * cluster family (lltm.h: LLTM_SEQ_CLUSTER; sm_90+) and its launcher, for
  * one dtype: each lltm_cuda_seq_cbwd_<dtype>.cu instantiates them
- * (LLTM_SEQ_CLUSTER_BACKWARD_UNIT). The exchange (broadcast or
- * reduce-scatter) and layout are the plan's; the cluster protocol is
- * described in lltm_cuda_sequence_cluster_forward.cuh.
+ * (LLTM_SEQ_CLUSTER_BACKWARD_UNIT). The exchange is reduce-scatter, its
+ * layout the plan's; the cluster protocol is described in
+ * lltm_cuda_sequence_cluster_forward.cuh.
  */
 #ifndef LLTM_CORE_CUDA_SEQUENCE_CLUSTER_BACKWARD_CUH
 #define LLTM_CORE_CUDA_SEQUENCE_CLUSTER_BACKWARD_CUH
@@ -14,193 +14,8 @@
 namespace {
 
 /*
- * Backward recurrence, reverse time, cluster family. Same register layout as
- * sequence_backward_kernel, over the state's columns: lane s holds, for
- * column r = q*HP + k of a buffer, W_h[q*H + k, u] (0 for k >= H).
- *   bars[2] (shared): mbarriers of the buffers
- *   ds [2][BP][LD] (shared): dG_t in buffer t & 1
- *   tiles [2][BC][3][U] (shared): this block's dG_t of one chunk, to send
- *   dcs [BP][U] (shared): dL/dc_t of this block's units (one lane each)
- */
-template <typename T, int KS, int KR>
-__global__ void __launch_bounds__(NT, 1)
-sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
-                                 const T *__restrict__ grad_output,
-                                 const T *__restrict__ grad_h_n, const T *__restrict__ grad_c_n,
-                                 const T *__restrict__ weights, const T *__restrict__ cells,
-                                 const T *__restrict__ gates, T *__restrict__ grad_gates,
-                                 T *__restrict__ grad_bias, T *__restrict__ grad_h0,
-                                 T *__restrict__ grad_c0, const int64_t *__restrict__ lengths)
-{
-#if LLTM_CUDA_HAS_CLUSTERS
-    typedef typename acc_of<T>::type A;
-    typedef typename vec_of<A>::type V;
-    constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR, LD = RP + VEC;
-    static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
-    LLTM_DYNAMIC_SMEM(smem_raw);
-    const int64_t BP = (B + BC - 1) / BC * BC;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
-    A *ds = reinterpret_cast<A *>(smem_raw + 16);
-    A *tiles = ds + 2 * BP * LD;
-    A *dcs = tiles + 2 * BC * 3 * U;
-    cg::cluster_group cluster = cg::this_cluster();
-
-    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
-    const int64_t u = (int64_t)n * U + j;
-    const int ranks = (int)((H + U - 1) / U);
-    const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
-    const bool unit_ok = u < H;
-    const bool owner = s < BC;
-    const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
-
-    for (int64_t e = tid; e < 2 * BP * LD; e += NT)
-        ds[e] = 0;
-    /* dG_s (s = T-1 .. 0) is waited for in buffer s & 1, phase (T-1-s) / 2;
-     * arm the first two phases */
-    if (tid == 0) {
-        mbar_init(&bars[0], 1);
-        mbar_init(&bars[1], 1);
-        mbar_fence_init();
-        mbar_expect_tx(&bars[(steps - 1) & 1], step_bytes);
-        if (steps > 1)
-            mbar_expect_tx(&bars[steps & 1], step_bytes);
-    }
-    A w[RR];
-#pragma unroll
-    for (int rv = 0; rv < RR / VEC; ++rv)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            const int64_t r = (int64_t)(rv * KS + s) * VEC + e, q = r / HP, k = r % HP;
-            w[rv * VEC + e] = (unit_ok && q < 3 && k < H) ? to_acc(weights[(q * H + k) * K + u])
-                                                          : A(0);
-        }
-
-    /* dG_s has arrived (every thread waits; then one re-arms the buffer
-     * for dG_{s-2}) */
-    auto wait_for = [&](int64_t s_) {
-        mbar_wait(&bars[s_ & 1], (unsigned)((steps - 1 - s_) >> 1) & 1u);
-        if (tid == 0 && s_ >= 2)
-            mbar_expect_tx(&bars[s_ & 1], step_bytes);
-    };
-    /* this lane's share of dG W_h over rows [b0, b0+BC) of `rows` (a buffer
-     * of ds), summed to acc[0] = row (b0 + s) */
-    auto dh_from = [&](const A *rows, A(&acc)[BC]) {
-#pragma unroll
-        for (int bb = 0; bb < BC; ++bb)
-            acc[bb] = 0;
-#pragma unroll
-        for (int bb = 0; bb < BC; ++bb) {
-#pragma unroll
-            for (int rv = 0; rv < RR / VEC; ++rv) {
-                const V dv = *reinterpret_cast<const V *>(&rows[bb * LD + (rv * KS + s) * VEC]);
-#pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    acc[bb] += w[rv * VEC + e] * component(dv, e);
-            }
-        }
-        reduce_rows<KS, BC, 1>(acc, s);
-    };
-    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[8]) {
-        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
-                             t, b, u, in);
-    };
-    auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
-        store_grad_gates(grad_gates, B, H, t, b, u, d);
-    };
-    const bool first_row_ok = owner && unit_ok && s < B;
-    A next[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
-    if (first_row_ok)
-        load_inputs(steps - 1, s, next);
-    cluster.sync(); /* every block running, its barriers armed, before any send */
-
-    A bias_sum[3] = {0, 0, 0};
-    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
-    for (int64_t t = steps - 1; t >= 0; --t) {
-        const bool last = t == steps - 1;
-        if (!last)
-            wait_for(t + 1);
-        const A *d_next = ds + ((t + 1) & 1) * BP * LD; /* dG_{t+1} */
-        A *d_this = ds + (t & 1) * BP * LD;
-        A d[3] = {0, 0, 0};
-        int64_t b = 0;
-        bool row_ok = false;
-        for (int64_t b0 = 0; b0 < B; b0 += BC) {
-            if (row_ok) /* the previous chunk's outputs */
-                store_gradients(t, b, d);
-            b = b0 + (s & (BC - 1));
-            row_ok = owner && unit_ok && b < B;
-            A in[8];
-#pragma unroll
-            for (int q = 0; q < 8; ++q)
-                in[q] = next[q];
-            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
-                load_inputs(t - 1, s, next);
-            if (row_ok) {
-                if (b0 > 0)
-                    load_inputs(t, b, in);
-                if (!last)
-                    in[5] = dcs[b * U + j];
-            }
-            A acc[BC];
-            acc[0] = 0;
-            if (!last) /* uniform over the cluster */
-                dh_from(d_next + b0 * LD, acc);
-            d[0] = d[1] = d[2] = 0;
-            if (row_ok) {
-                A dc;
-                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
-                                      in[4] + in[6] + acc[0], in[5], d, &dc);
-                dcs[b * U + j] = dc;
-                bias_sum[0] += d[0];
-                bias_sum[1] += d[1];
-                bias_sum[2] += d[2];
-            }
-            A *tile = tiles + (sent++ & 1) * BC * 3 * U;
-            if (owner) {
-                A *trow = tile + (s & (BC - 1)) * 3 * U + j;
-                trow[0] = d[0]; /* 0 for padding rows and units */
-                trow[U] = d[1];
-                trow[2 * U] = d[2];
-            }
-            __syncthreads();
-            send_tile<A, 3, U, LD>(tile, d_this, &bars[t & 1], b0, HP, n, ranks, tid);
-        }
-        if (row_ok)
-            store_gradients(t, b, d);
-    }
-
-    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
-    wait_for(0);
-    for (int64_t b0 = 0; b0 < B; b0 += BC) {
-        const int64_t b = b0 + (s & (BC - 1));
-        const bool row_ok = owner && unit_ok && b < B;
-        A acc[BC];
-        dh_from(ds + b0 * LD, acc);
-        if (row_ok) {
-            grad_h0[b * H + u] = from_acc<T>(acc[0]);
-            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
-        }
-    }
-    /* bias: sum the lanes' row sums (fixed order) */
-#pragma unroll
-    for (int mask = KS / 2; mask >= 1; mask /= 2)
-#pragma unroll
-        for (int q = 0; q < 3; ++q)
-            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
-    if (s == 0 && unit_ok) {
-        grad_bias[u] = from_acc<T>(bias_sum[0]);
-        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
-        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
-    }
-    cluster.sync(); /* no block leaves while pieces may still arrive in it */
-#else
-    __trap(); /* code built without clusters: the chooser never plans this kernel */
-#endif
-}
-
-/*
- * Backward recurrence, reverse time, cluster family with 8 units a block (the
- * 16-block shape): the REDUCE-SCATTER form. Block n keeps the forward's
+ * Backward recurrence, reverse time, cluster family (U units a block: 8 at
+ * H <= 128, 16 past it): the REDUCE-SCATTER form. Block n keeps the forward's
  * weight layout, the gate rows R_n of its own units (rows q*H + u of W_h,
  * 3U x H), so the dG_t it needs is its own (its pointwise step computed it):
  * it forms a partial dh_{t-1}[:, all units] = dG_t[:, R_n] W_h[R_n, :] and
@@ -209,10 +24,11 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  * barrier). Block m sums the partials of its units from the `ranks` blocks
  * in rank order (deterministic) and runs its pointwise step. Per block and
  * step that is B*HP values sent in all instead of 3*B*U to each of the
- * `ranks` blocks, 3*B*HP (the broadcast form above: 8 KB instead of 24 KB
- * at B=16, H=128), and no block reads another's dG at all. Measured on
- * the H100 at B16/I32/H128 T=1000 (scripts/sequence_timing.py, alternating
- * runs): forward+backward 4.55-4.60 ms against 5.76-5.78 ms broadcast.
+ * `ranks` blocks, 3*B*HP, as a broadcast of dG_t would send (8 KB instead
+ * of 24 KB at B=16, H=128), and no block reads another's dG at all.
+ * Measured on the H100 at B16/I32/H128 T=1000 (scripts/sequence_timing.py,
+ * alternating runs): forward+backward 4.55-4.60 ms against 5.76-5.78 ms
+ * with a broadcast backward (dev/cuda/sequence_cluster.cu keeps one).
  *
  * Threads (NB: CH x 32 in the 4-byte types, 256 at most), two roles per
  * chunk of CH rows:
@@ -224,7 +40,7 @@ sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
  *              memory (each warp reads the same row: broadcast loads).
  * Reception i (i = T-1-t: 1 .. T) is the partial dh of step t = T-1-i (dh of
  * step -1 is grad_h0), in buffer i & 1, phase (i-1)/2 of its mbarrier; the
- * two-buffer argument of the broadcast kernel holds unchanged (a block sends
+ * two-buffer argument of the forward kernel holds unchanged (a block sends
  * reception i+1 only after it waited for reception i, which every block
  * sends after it read reception i-1 of the same parity).
  *
@@ -459,23 +275,6 @@ sequence_backward_cluster_rs_kernel(int64_t steps, int64_t B, int64_t H, int64_t
 #endif
 }
 
-
-template <typename T, int KS, int KR>
-int run_cluster_backward_broadcast(const lltm_sequence_launch &l,
-                                   const lltm_seq::backward_args &a, cudaStream_t stream)
-{
-    typedef typename acc_of<T>::type A;
-    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups != 1)
-        return LLTM_ERR_ARGUMENT;
-    const size_t smem = lltm_seq::cluster_backward_broadcast_smem(sizeof(A), KS, KR,
-                                                                  ceil_div(a.B, BC) * BC);
-    return launch_status(launch_cluster(
-        sequence_backward_cluster_kernel<T, KS, KR>, l.blocks, 1, smem, stream, NT, a.steps, a.B,
-        a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
-        (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
-        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, a.lengths));
-}
-
 /* The reduce-scatter backward in l.groups clusters of chunks of CH rows;
  * with groups > 1 the clusters' bias sums go through the workspace (after
  * the float32 state of the half types) and are added in group order. */
@@ -502,40 +301,31 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
 }
 
 /*
- * The backward layouts of the library, with the shapes the chooser picks
- * each for (reduce-scatter: units a block, chunk rows; a launch names its
- * units by lanes = NT / units):
- *   broadcast, 16 x 8          the 8-block clusters, where 16-block
- *                              clusters do not fit (H <= 128)
- *   reduce-scatter, 8, 16      16-block clusters, B > 16 or float64
- *   reduce-scatter, 8, 4       16-block clusters, B <= 16: a cluster per
- *                              4-row chunk (not float64)
- *   reduce-scatter, 8, 8       the same where that many clusters do not fit
- *   reduce-scatter, 16, 4 / 8  the 16-block clusters at 128 < H <= 256, a
- *                              cluster per 4-row chunk (8 where that many
- *                              do not fit; not float64)
+ * The backward layouts of the library (reduce-scatter: units a block, chunk
+ * rows; a launch names its units by lanes = NT / units), with the shapes
+ * the chooser picks each for:
+ *   8, 16      H <= 128, B > 16 or float64
+ *   8, 4       H <= 128, B <= 16: a cluster per 4-row chunk (not float64)
+ *   8, 8       the same where that many clusters do not fit
+ *   16, 4 / 8  128 < H <= 256, a cluster per 4-row chunk (8 where that many
+ *              do not fit; not float64)
  */
-#define LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(BROADCAST, RS)                                     \
-    BROADCAST(16, 8)                                                                         \
-    RS(lltm_seq::RS_UNITS, 16)                                                               \
+#define LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(X)                                                 \
+    X(lltm_seq::RS_UNITS, 16)                                                                \
     if constexpr (!std::is_same<T, double>::value) {                                         \
-        RS(lltm_seq::RS_UNITS, 4)                                                            \
-        RS(lltm_seq::RS_UNITS, 8)                                                            \
-        RS(lltm_seq::WIDE_UNITS, 4)                                                          \
-        RS(lltm_seq::WIDE_UNITS, 8)                                                          \
+        X(lltm_seq::RS_UNITS, 4)                                                             \
+        X(lltm_seq::RS_UNITS, 8)                                                             \
+        X(lltm_seq::WIDE_UNITS, 4)                                                           \
+        X(lltm_seq::WIDE_UNITS, 8)                                                           \
     }
 
 template <typename T> const void *cluster_backward_kernel_of(const lltm_sequence_launch &l)
 {
-#define LLTM_SEQ_BROADCAST(KS, KR)                                                           \
-    if (l.exchange == LLTM_SEQ_EXCHANGE_BROADCAST && l.lanes == KS && l.values == KR)        \
-        return (const void *)sequence_backward_cluster_kernel<T, KS, KR>;
-#define LLTM_SEQ_RS(U, CH)                                                                   \
+#define LLTM_SEQ_CASE(U, CH)                                                                 \
     if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
         return (const void *)sequence_backward_cluster_rs_kernel<T, U, CH>;
-    LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_BROADCAST, LLTM_SEQ_RS)
-#undef LLTM_SEQ_BROADCAST
-#undef LLTM_SEQ_RS
+    LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_CASE)
+#undef LLTM_SEQ_CASE
     return NULL;
 }
 
@@ -543,15 +333,11 @@ template <typename T>
 int cluster_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
                         cudaStream_t stream)
 {
-#define LLTM_SEQ_BROADCAST(KS, KR)                                                           \
-    if (l.exchange == LLTM_SEQ_EXCHANGE_BROADCAST && l.lanes == KS && l.values == KR)        \
-        return run_cluster_backward_broadcast<T, KS, KR>(l, a, stream);
-#define LLTM_SEQ_RS(U, CH)                                                                   \
+#define LLTM_SEQ_CASE(U, CH)                                                                 \
     if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
         return run_cluster_backward_rs<T, U, CH>(l, a, stream);
-    LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_BROADCAST, LLTM_SEQ_RS)
-#undef LLTM_SEQ_BROADCAST
-#undef LLTM_SEQ_RS
+    LLTM_SEQ_CLUSTER_BACKWARD_LAYOUTS(LLTM_SEQ_CASE)
+#undef LLTM_SEQ_CASE
     return LLTM_ERR_ARGUMENT;
 }
 

@@ -243,21 +243,18 @@ int run_cluster_forward(const lltm_sequence_launch &l, const lltm_seq::forward_a
 
 /*
  * The forward layouts of the library (lanes x values, rows of a chunk,
- * chunk rows), with the shapes the chooser picks each for (H <= 128 but
- * the last two):
- *   16 x 8,  16 of 16   the 8-block clusters (16 units a block), where
- *                       16-block clusters do not fit
- *   32 x 4,  16 of 16   16-block clusters (8 units a block), float64
- *   4 x 32,  2 of 16    16-block clusters, B > 16 (not float64)
- *   8 x 16,  1 of 4     16-block clusters, B <= 16: a cluster per 4-row chunk
+ * chunk rows), with the shapes the chooser picks each for (16-block
+ * clusters; H <= 128 but the last two):
+ *   32 x 4,  16 of 16   8 units a block, float64
+ *   4 x 32,  2 of 16    8 units a block, B > 16 (not float64)
+ *   8 x 16,  1 of 4     8 units a block, B <= 16: a cluster per 4-row chunk
  *   4 x 32,  1 of 8     the same where that many clusters do not fit
- *   8 x 32,  2 of 4     16-block clusters of 16 units, 128 < H <= 256: a
- *                       cluster per 4-row chunk (not float64)
+ *   8 x 32,  2 of 4     16 units a block, 128 < H <= 256: a cluster per
+ *                       4-row chunk (not float64)
  *   16 x 16, 8 of 8     the same in 8-row chunks, where that many clusters
  *                       do not fit
  */
 #define LLTM_SEQ_CLUSTER_FORWARD_LAYOUTS(X)                                                  \
-    X(16, 8, 16, 16)                                                                         \
     if constexpr (std::is_same<T, double>::value) {                                          \
         X(32, 4, 16, 16)                                                                     \
     } else {                                                                                 \

@@ -278,6 +278,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     const lltm_sequence_plan_options &o = options ? *options : none;
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
         o.concurrent > MAX_CONCURRENT ||
+        (o.cluster_blocks != 0 && o.cluster_blocks != CLUSTER_RANKS) ||
         (o.grid_chunk != 0 && lltm_grid_chunk_index(o.grid_chunk) < 0) ||
         (o.block_chunk != 0 && block_chunk_index(o.block_chunk) < 0) ||
         o.grid_tf32 < -1 || o.grid_tf32 > 1)
@@ -293,9 +294,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
 
     /* Every plan that can run these sizes here (within the options), ranked
      * by the rules (lltm_cuda_rules.c); the lowest rank wins, a tie the
-     * first considered: per-step kernels, clusters (16 blocks, then 8),
-     * the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row chunks,
-     * then in 4-row ones, the block family in BLOCK_CHUNKS order. */
+     * first considered: per-step kernels, clusters (in cluster_plans'
+     * order), the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row
+     * chunks, then in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
     int64_t best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager)
                                             : LLTM_RANK_NONE;

@@ -5,12 +5,10 @@
  * asked once per device, dtype and shape, cached as the chooser caches its
  * other occupancy answers).
  *
- * The shapes (lltm.h, lltm_sequence_plan_cuda):
- *   16 blocks of 8 units (H <= 128), in 16-row chunks, or a cluster per
- *      4- or 8-row chunk at B <= 16, or a cluster per 16-row chunk;
- *   8 blocks of 16 units (H <= 128, the portable size);
- *   16 blocks of 16 units (128 < H <= 256), a cluster per 4- or 8-row
- *      chunk.
+ * The shapes (lltm.h, lltm_sequence_plan_cuda), all of 16 blocks:
+ *   8 units a block (H <= 128), in 16-row chunks, or a cluster per 4- or
+ *      8-row chunk at B <= 16, or a cluster per 16-row chunk;
+ *   16 units a block (128 < H <= 256), a cluster per 4- or 8-row chunk.
  */
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
@@ -68,12 +66,9 @@ lltm_sequence_launch cluster_launch(lltm_dtype dtype, bool forward, int exchange
         const int units = NT / lanes / (chunk / rows);
         l.blocks = ceil_div(H, units);
         l.smem = cluster_forward_smem(acc, lanes, values, units, grows, chunk);
-    } else if (exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER) { /* NT / lanes units a block */
+    } else { /* the reduce-scatter exchange: NT / lanes units a block */
         l.blocks = ceil_div(H, NT / lanes);
         l.smem = cluster_backward_rs_smem(acc, grows, chunk, NT / lanes);
-    } else {
-        l.blocks = ceil_div(H, NT / lanes);
-        l.smem = cluster_backward_broadcast_smem(acc, lanes, values, grows);
     }
     return l;
 }
@@ -115,19 +110,14 @@ bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
     return resident > 0 && resident >= l.groups * concurrent;
 }
 
-/* The two cluster shapes (lanes x values of the backward's unit layout):
- *   0: 16 x 8, 16 units a block, 8 blocks at H = 128 (the portable size);
- *      forward and backward (broadcast) in that layout;
- *   1: 32 x 4, 8 units a block, 16 blocks (a non-portable cluster: half the
- *      arithmetic per block and step, twice the remote stores); its forward
- *      runs 4 lanes a unit on 2 rows of each 16-row chunk (float64: 32 lanes
- *      on all 16: 96 values a lane would take 192 registers), its backward
- *      the reduce-scatter exchange.
- * Without a batch split (16-row chunks, one cluster). */
-lltm_sequence_launch shape_launch(lltm_dtype dtype, int shape, bool forward, int64_t B, int64_t H)
+/* The cluster shape at H <= 128: 8 units a block, 16 blocks at H = 128 (a
+ * non-portable cluster); its forward runs 4 lanes a unit on 2 rows of each
+ * 16-row chunk (float64: 32 lanes on all 16: 96 values a lane would take
+ * 192 registers), its backward the reduce-scatter exchange (32 x 4: lanes x
+ * values of its unit layout). Without a batch split (16-row chunks, one
+ * cluster). */
+lltm_sequence_launch shape_launch(lltm_dtype dtype, bool forward, int64_t B, int64_t H)
 {
-    if (shape == 0)
-        return cluster_launch(dtype, forward, LLTM_SEQ_EXCHANGE_BROADCAST, 16, 8, BC, BC, B, H, 1);
     if (!forward)
         return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, BC, BC, B, H,
                               1);
@@ -141,43 +131,32 @@ lltm_sequence_launch shape_launch(lltm_dtype dtype, int shape, bool forward, int
  * were measured against the grid family's on an H100). */
 int64_t cluster_max_rows(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 32 : 64; }
 
-/* whether shape `shape` runs B rows (both kernels, no split; `concurrent`
- * launches of each at once), per device, dtype, shape, concurrent launches
- * and number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
+/* whether the shape runs B rows here (both kernels, no split; `concurrent`
+ * launches of each at once), per device, dtype, concurrent launches and
+ * number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
 constexpr int CLUSTER_MAX_CHUNKS = 4;
-signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][2][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
+signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
 
-bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
-                        int concurrent)
+bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int concurrent)
 {
+    if (dev.major < 9 || !dev.cluster_launch)
+        return false; /* before the cache: it is kept per device ordinal */
     const int64_t chunks = ceil_div(B, BC);
     if (chunks < 1 || chunks * BC > cluster_max_rows(dtype) || chunks > CLUSTER_MAX_CHUNKS)
         return false;
     signed char *slot =
-        cached_device(dev) ? &cluster_cache[dev.device][dtype][shape][concurrent - 1][chunks]
-                           : nullptr;
+        cached_device(dev) ? &cluster_cache[dev.device][dtype][concurrent - 1][chunks] : nullptr;
     return cached_answer(slot, [&] {
         const int64_t rows = chunks * BC; /* the answer holds for every B of these chunks */
         const int64_t H = CLUSTER_MAX_H;  /* the most blocks */
-        return launch_fits(dtype, true, shape_launch(dtype, shape, true, rows, H), dev,
-                           concurrent) &&
-               launch_fits(dtype, false, shape_launch(dtype, shape, false, rows, H), dev,
-                           concurrent);
+        return launch_fits(dtype, true, shape_launch(dtype, true, rows, H), dev, concurrent) &&
+               launch_fits(dtype, false, shape_launch(dtype, false, rows, H), dev, concurrent);
     });
 }
 
-/* Whether cluster shape `shape` (0: 8 blocks, 1: 16) runs B rows here. */
-bool cluster_shape_ok(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B,
-                      int concurrent)
-{
-    if (dev.major < 9 || !dev.cluster_launch)
-        return false; /* before the caches: they are kept per device ordinal */
-    return cluster_shape_fits(dev, dtype, shape, B, concurrent);
-}
-
-/* The 16-block shape's batch split: for B <= 16 (float accumulation), each
- * kernel runs chunks of 4 rows (else 8, where that many clusters do not fit
- * at once), one cluster of 16 blocks each: fewer multiply-adds a thread
+/* The shape's batch split: for B <= 16 (float accumulation), each kernel
+ * runs chunks of 4 rows (else 8, where that many clusters do not fit at
+ * once), one cluster of 16 blocks each: fewer multiply-adds a thread
  * (the forward: 8 lanes a unit on 1 row of 4, or 4 lanes on 1 row of 8;
  * the backward's products on 1 row) and fewer bytes exchanged per block and
  * step. The launch, or none (*split false: no split fits, B > 16, float64,
@@ -218,23 +197,23 @@ bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, 
     return false;
 }
 
-/* The cluster plan's launches for B rows of H units, shape `shape` */
-void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int shape, int64_t B, int64_t H,
-                  int chunk, int concurrent, lltm_sequence_plan *plan)
+/* The cluster plan's launches for B rows of H units */
+void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H, int chunk,
+                  int concurrent, lltm_sequence_plan *plan)
 {
     plan->family = LLTM_SEQ_CLUSTER;
     for (int forward = 1; forward >= 0; --forward) {
-        lltm_sequence_launch l = shape_launch(dtype, shape, forward, B, H);
+        lltm_sequence_launch l = shape_launch(dtype, forward, B, H);
         int rows = 0;
-        if (shape == 1 && cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows))
+        if (cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows))
             l = split_launch(dtype, forward, rows, B, H);
         (forward ? plan->forward : plan->backward) = l;
     }
 }
 
-/* The 16-block shape's batch groups, for B > 16 rows: a cluster a 16-row
- * chunk (at most `cap` clusters; 0: no cap), each walking its own chunks,
- * so the clusters of a batch run side by side on their own SMs instead of
+/* The shape's batch groups, for B > 16 rows: a cluster a 16-row chunk
+ * (at most `cap` clusters; 0: no cap), each walking its own chunks, so
+ * the clusters of a batch run side by side on their own SMs instead of
  * one cluster walking every chunk each step. Whether `groups` clusters of
  * both kernels (at H = 128, the most blocks) fit at once (`concurrent`
  * launches of them), per device, dtype, concurrent launches and group
@@ -255,7 +234,7 @@ bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t
         const int64_t rows = groups * BC; /* the answer holds for every B of these groups */
         bool all = true;
         for (int forward = 1; forward >= 0 && all; --forward) {
-            lltm_sequence_launch l = shape_launch(dtype, 1, forward, rows, CLUSTER_MAX_H);
+            lltm_sequence_launch l = shape_launch(dtype, forward, rows, CLUSTER_MAX_H);
             l = cluster_launch(dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, rows,
                                CLUSTER_MAX_H, groups);
             all = launch_fits(dtype, forward, l, dev, concurrent);
@@ -266,7 +245,7 @@ bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t
         return false;
     plan->family = LLTM_SEQ_CLUSTER;
     for (int forward = 1; forward >= 0; --forward) {
-        const lltm_sequence_launch l = shape_launch(dtype, 1, forward, B, H);
+        const lltm_sequence_launch l = shape_launch(dtype, forward, B, H);
         (forward ? plan->forward : plan->backward) = cluster_launch(
             dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, B, H, groups);
     }
@@ -349,24 +328,19 @@ int lltm_seq::cluster_plans(const lltm_cuda_device &dev, lltm_dtype dtype, int64
         return 0;
     if (H > CLUSTER_MAX_H) {
         plans[n] = base;
-        if ((o.cluster_blocks == 0 || o.cluster_blocks == CLUSTER_RANKS) &&
-            wide_plan(dev, dtype, B, H, o.cluster_chunk, concurrent, &plans[n]))
+        if (wide_plan(dev, dtype, B, H, o.cluster_chunk, concurrent, &plans[n]))
             ++n;
         return n;
     }
-    for (int shape = 1; shape >= 0; --shape) {
-        if (o.cluster_blocks && o.cluster_blocks != (shape == 1 ? 16 : 8))
-            continue;
-        if (!cluster_shape_ok(dev, dtype, shape, B, concurrent))
-            continue;
+    if (!cluster_shape_fits(dev, dtype, B, concurrent))
+        return 0;
+    plans[n] = base;
+    cluster_plan(dev, dtype, B, H, o.cluster_chunk, concurrent, &plans[n]);
+    ++n;
+    if (B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC)) {
         plans[n] = base;
-        cluster_plan(dev, dtype, shape, B, H, o.cluster_chunk, concurrent, &plans[n]);
-        ++n;
-        if (shape == 1 && B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC)) {
-            plans[n] = base;
-            if (cluster_grouped_plan(dev, dtype, B, H, o.grid_groups_max, concurrent, &plans[n]))
-                ++n;
-        }
+        if (cluster_grouped_plan(dev, dtype, B, H, o.grid_groups_max, concurrent, &plans[n]))
+            ++n;
     }
     return n;
 }

@@ -3,7 +3,8 @@
  * every layout side by side: each version is checked against a float64
  * CPU reference of the recurrence, then timed (CUDA events, median of
  * repetitions). The library keeps the versions its plan chooser picks
- * (docs/cuda-plans.md); the others live only here.
+ * (docs/cuda-plans.md); the others live only here (the broadcast backward
+ * with its kernel, below).
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I../../csrc/core \
  *        sequence_cluster.cu -o sequence_cluster
@@ -46,6 +47,219 @@
 #include <vector>
 
 namespace {
+
+/*
+ * Backward versions 1 and 8: the BROADCAST form (lab only; as the backward
+ * of clusters of 8 blocks of 16 units it took, forward included, 2.1x -
+ * 7.9x the time of the 16-block clusters of the library at every shape
+ * where both ran: H200, float32 and bfloat16, 2026-12-03). Every block gets
+ * all of dG_t and forms dh_{t-1} of its own units. Same register layout as
+ * the grid family's sequence_backward_kernel, over the state's columns: lane s holds, for
+ * column r = q*HP + k of a buffer, W_h[q*H + k, u] (0 for k >= H).
+ *   bars[2] (shared): mbarriers of the buffers
+ *   ds [2][BP][LD] (shared): dG_t in buffer t & 1
+ *   tiles [2][BC][3][U] (shared): this block's dG_t of one chunk, to send
+ *   dcs [BP][U] (shared): dL/dc_t of this block's units (one lane each)
+ */
+template <typename T, int KS, int KR>
+__global__ void __launch_bounds__(NT, 1)
+sequence_backward_cluster_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
+                                 const T *__restrict__ grad_output,
+                                 const T *__restrict__ grad_h_n, const T *__restrict__ grad_c_n,
+                                 const T *__restrict__ weights, const T *__restrict__ cells,
+                                 const T *__restrict__ gates, T *__restrict__ grad_gates,
+                                 T *__restrict__ grad_bias, T *__restrict__ grad_h0,
+                                 T *__restrict__ grad_c0, const int64_t *__restrict__ lengths)
+{
+#if LLTM_CUDA_HAS_CLUSTERS
+    typedef typename acc_of<T>::type A;
+    typedef typename vec_of<A>::type V;
+    constexpr int U = NT / KS, VEC = vec_of<A>::n, RR = 3 * KR, RP = KS * RR, LD = RP + VEC;
+    static_assert(RR % VEC == 0 && KS >= BC && KS <= 32 && NT % KS == 0, "configuration");
+    LLTM_DYNAMIC_SMEM(smem_raw);
+    const int64_t BP = (B + BC - 1) / BC * BC;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem_raw);
+    A *ds = reinterpret_cast<A *>(smem_raw + 16);
+    A *tiles = ds + 2 * BP * LD;
+    A *dcs = tiles + 2 * BC * 3 * U;
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int tid = threadIdx.x, s = tid % KS, j = tid / KS, n = (int)blockIdx.x;
+    const int64_t u = (int64_t)n * U + j;
+    const int ranks = (int)((H + U - 1) / U);
+    const int64_t HP = (int64_t)ranks * U; /* the state's gate stride */
+    const bool unit_ok = u < H;
+    const bool owner = s < BC;
+    const unsigned step_bytes = (unsigned)(BP * 3 * HP * sizeof(A));
+
+    for (int64_t e = tid; e < 2 * BP * LD; e += NT)
+        ds[e] = 0;
+    /* dG_s (s = T-1 .. 0) is waited for in buffer s & 1, phase (T-1-s) / 2;
+     * arm the first two phases */
+    if (tid == 0) {
+        mbar_init(&bars[0], 1);
+        mbar_init(&bars[1], 1);
+        mbar_fence_init();
+        mbar_expect_tx(&bars[(steps - 1) & 1], step_bytes);
+        if (steps > 1)
+            mbar_expect_tx(&bars[steps & 1], step_bytes);
+    }
+    A w[RR];
+#pragma unroll
+    for (int rv = 0; rv < RR / VEC; ++rv)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const int64_t r = (int64_t)(rv * KS + s) * VEC + e, q = r / HP, k = r % HP;
+            w[rv * VEC + e] = (unit_ok && q < 3 && k < H) ? to_acc(weights[(q * H + k) * K + u])
+                                                          : A(0);
+        }
+
+    /* dG_s has arrived (every thread waits; then one re-arms the buffer
+     * for dG_{s-2}) */
+    auto wait_for = [&](int64_t s_) {
+        mbar_wait(&bars[s_ & 1], (unsigned)((steps - 1 - s_) >> 1) & 1u);
+        if (tid == 0 && s_ >= 2)
+            mbar_expect_tx(&bars[s_ & 1], step_bytes);
+    };
+    /* this lane's share of dG W_h over rows [b0, b0+BC) of `rows` (a buffer
+     * of ds), summed to acc[0] = row (b0 + s) */
+    auto dh_from = [&](const A *rows, A(&acc)[BC]) {
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb)
+            acc[bb] = 0;
+#pragma unroll
+        for (int bb = 0; bb < BC; ++bb) {
+#pragma unroll
+            for (int rv = 0; rv < RR / VEC; ++rv) {
+                const V dv = *reinterpret_cast<const V *>(&rows[bb * LD + (rv * KS + s) * VEC]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    acc[bb] += w[rv * VEC + e] * component(dv, e);
+            }
+        }
+        reduce_rows<KS, BC, 1>(acc, s);
+    };
+    auto load_inputs = [&](int64_t t, int64_t b, A(&in)[8]) {
+        load_backward_inputs(gates, cells, grad_output, grad_h_n, grad_c_n, lengths, steps, B, H,
+                             t, b, u, in);
+    };
+    auto store_gradients = [&](int64_t t, int64_t b, const A(&d)[3]) {
+        store_grad_gates(grad_gates, B, H, t, b, u, d);
+    };
+    const bool first_row_ok = owner && unit_ok && s < B;
+    A next[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* chunk 0's inputs of the coming step */
+    if (first_row_ok)
+        load_inputs(steps - 1, s, next);
+    cluster.sync(); /* every block running, its barriers armed, before any send */
+
+    A bias_sum[3] = {0, 0, 0};
+    unsigned sent = 0; /* tiles sent so far: their parity picks the tile */
+    for (int64_t t = steps - 1; t >= 0; --t) {
+        const bool last = t == steps - 1;
+        if (!last)
+            wait_for(t + 1);
+        const A *d_next = ds + ((t + 1) & 1) * BP * LD; /* dG_{t+1} */
+        A *d_this = ds + (t & 1) * BP * LD;
+        A d[3] = {0, 0, 0};
+        int64_t b = 0;
+        bool row_ok = false;
+        for (int64_t b0 = 0; b0 < B; b0 += BC) {
+            if (row_ok) /* the previous chunk's outputs */
+                store_gradients(t, b, d);
+            b = b0 + (s & (BC - 1));
+            row_ok = owner && unit_ok && b < B;
+            A in[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+                in[q] = next[q];
+            if (b0 == 0 && t > 0 && first_row_ok) /* a whole step ahead */
+                load_inputs(t - 1, s, next);
+            if (row_ok) {
+                if (b0 > 0)
+                    load_inputs(t, b, in);
+                if (!last)
+                    in[5] = dcs[b * U + j];
+            }
+            A acc[BC];
+            acc[0] = 0;
+            if (!last) /* uniform over the cluster */
+                dh_from(d_next + b0 * LD, acc);
+            d[0] = d[1] = d[2] = 0;
+            if (row_ok) {
+                A dc;
+                backward_step_math<A>(in[7] != A(0), in[0], in[1], in[2], in[3],
+                                      in[4] + in[6] + acc[0], in[5], d, &dc);
+                dcs[b * U + j] = dc;
+                bias_sum[0] += d[0];
+                bias_sum[1] += d[1];
+                bias_sum[2] += d[2];
+            }
+            A *tile = tiles + (sent++ & 1) * BC * 3 * U;
+            if (owner) {
+                A *trow = tile + (s & (BC - 1)) * 3 * U + j;
+                trow[0] = d[0]; /* 0 for padding rows and units */
+                trow[U] = d[1];
+                trow[2 * U] = d[2];
+            }
+            __syncthreads();
+            send_tile<A, 3, U, LD>(tile, d_this, &bars[t & 1], b0, HP, n, ranks, tid);
+        }
+        if (row_ok)
+            store_gradients(t, b, d);
+    }
+
+    /* grad_h0 = dG_0 W_h (buffer 0), grad_c0 = dL/dc_0 */
+    wait_for(0);
+    for (int64_t b0 = 0; b0 < B; b0 += BC) {
+        const int64_t b = b0 + (s & (BC - 1));
+        const bool row_ok = owner && unit_ok && b < B;
+        A acc[BC];
+        dh_from(ds + b0 * LD, acc);
+        if (row_ok) {
+            grad_h0[b * H + u] = from_acc<T>(acc[0]);
+            grad_c0[b * H + u] = from_acc<T>(dcs[b * U + j]);
+        }
+    }
+    /* bias: sum the lanes' row sums (fixed order) */
+#pragma unroll
+    for (int mask = KS / 2; mask >= 1; mask /= 2)
+#pragma unroll
+        for (int q = 0; q < 3; ++q)
+            bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
+    if (s == 0 && unit_ok) {
+        grad_bias[u] = from_acc<T>(bias_sum[0]);
+        grad_bias[H + u] = from_acc<T>(bias_sum[1]);
+        grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
+    }
+    cluster.sync(); /* no block leaves while pieces may still arrive in it */
+#else
+    __trap(); /* code built without clusters: the chooser never plans this kernel */
+#endif
+}
+
+/* its dynamic shared memory (acc: bytes of the accumulation type; rows:
+ * the batch rows, padded to whole chunks) */
+inline size_t cluster_backward_broadcast_smem(size_t acc, int ks, int kr, int64_t rows)
+{
+    const int64_t vec = 16 / (int64_t)acc, U = NT / ks;
+    return 16 + acc * (size_t)(2 * rows * (3 * ks * kr + vec) + 2 * BC * 3 * U + rows * U);
+}
+
+template <typename T, int KS, int KR>
+int run_cluster_backward_broadcast(const lltm_sequence_launch &l,
+                                   const lltm_seq::backward_args &a, cudaStream_t stream)
+{
+    typedef typename acc_of<T>::type A;
+    if (l.blocks != ceil_div(a.H, NT / KS) || l.groups != 1)
+        return LLTM_ERR_ARGUMENT;
+    const size_t smem =
+        cluster_backward_broadcast_smem(sizeof(A), KS, KR, ceil_div(a.B, BC) * BC);
+    return launch_status(launch_cluster(
+        sequence_backward_cluster_kernel<T, KS, KR>, l.blocks, 1, smem, stream, NT, a.steps, a.B,
+        a.H, a.I + a.H, (const T *)a.grad_output, (const T *)a.grad_h_n, (const T *)a.grad_c_n,
+        (const T *)a.weights, (const T *)a.cells, (const T *)a.gates, (T *)a.grad_gates,
+        (T *)a.grad_bias, (T *)a.grad_h0, (T *)a.grad_c0, a.lengths));
+}
 
 struct problem {
     int64_t T, B, H;

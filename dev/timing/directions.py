@@ -8,8 +8,8 @@ kernel (torch.profiler).
     python3 dev/timing/directions.py [--bi B,I,H,T] [--packed B,I,H,T] [--plans auto,...]
 
 Plans: auto (the library's choice), c16 (16-block clusters), c16c8 (16-block
-clusters of 8-row chunks), c16c16, c8 (8-block clusters), grid (grid4, grid16:
-4- or 16-row chunks), steps.
+clusters of 8-row chunks), c16c16, grid (grid4, grid16: 4- or 16-row chunks),
+steps.
 Every lltm result is first compared with the same module's output on the
 CPU in float64.
 """
@@ -34,7 +34,6 @@ PLANS = {
     "c16": dict(family="cluster", cluster_blocks=16),
     "c16c8": dict(family="cluster", cluster_blocks=16, cluster_chunk=8),
     "c16c16": dict(family="cluster", cluster_blocks=16, cluster_chunk=16),
-    "c8": dict(family="cluster", cluster_blocks=8),
     "grid": dict(family="grid"),
     "grid4": dict(family="grid", grid_chunk=4),
     "grid16": dict(family="grid", grid_chunk=16),
@@ -235,7 +234,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bi", type=sizes, default=(16, 32, 128, 100))
     parser.add_argument("--packed", type=sizes, default=(64, 64, 256, 200))
-    parser.add_argument("--plans", default="auto,c16c8,c16c16,c8,grid")
+    parser.add_argument("--plans", default="auto,c16c8,c16c16,grid")
     parser.add_argument("--skip", default="", help="bidirectional and/or packed")
     parser.add_argument("--kernels", action="store_true",
                         help="GPU time by kernel of the library's plan, one and both directions")

@@ -9,7 +9,8 @@
  *
  *   mode 0 "tile":  the bytes are written to a tile in shared memory, a
  *                   block barrier, then 16-byte st.async pieces spread over
- *                   the threads (the forward and the broadcast backward)
+ *                   the threads (the forward; the broadcast backward of
+ *                   dev/cuda/sequence_cluster.cu)
  *   mode 1 "regs":  16-byte st.async pieces straight from registers, no
  *                   tile, no block barrier (the reduce-scatter backward)
  *   mode 2 "bulk":  the tile, fence.proxy.async, a block barrier, then one

@@ -55,7 +55,7 @@ def describe(p) -> str:
                 f"{f.blocks * f.groups} blocks ({f.groups} groups)")
     if family == "cluster":
         # blocks x units a block: the reduce-scatter's 256 / lanes units
-        shape = f"16x{256 // b.lanes}u" if b.exchange == 3 else "8x16u"
+        shape = f"16x{256 // b.lanes}u"
         split = f" x{f.groups}" if f.groups > 1 else ""
         return (f"cluster {shape}: fwd {f.lanes}x{f.values} r{f.rows}/{f.chunk}{split}, "
                 f"bwd {EXCHANGES.get(b.exchange, b.exchange)}/{b.chunk}"

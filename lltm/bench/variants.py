@@ -5,10 +5,10 @@ The data behind the library's own choice of kernels (docs/cuda-plans.md). Per
 shape (B, H, I = H/2, T, one layer) and dtype:
 
   sequence  lltm.LLTM with each plan forced through lltm.overrides: the cluster
-            family in both of its shapes (16 blocks of 8 units, 8 of 16), the
-            grid family in each layout that holds H (16x8, 16x32, 32x16,
-            32x32; the half types also 8x64, 16x64), the block family in 1-
-            and 4-row chunks (H <= 64), the
+            family (clusters of 16 blocks, also one cluster walking every
+            16-row chunk), the grid family in each layout that holds H (16x8,
+            16x32, 32x16, 32x32; the half types also 8x64, 16x64), the block
+            family in 1- and 4-row chunks (H <= 64), the
             per-step kernels; the library's own choice
             ("lltm"); cuDNN's nn.LSTM; the loop of reference cells
   cell      the native cell on each matrix-product route (fused, cuBLAS) and
@@ -95,10 +95,10 @@ class Variant:
         family = self.plan.get("family")
         if family == "cluster":
             rows = 32 if dtype == torch.float64 else 64
-            # past H = 128 the 16-block shape of 16 units a block, in 4- or
-            # 8-row clusters (all of them at once: B <= 56 on an H100)
-            most = 256 if self.plan.get("cluster_blocks") in (None, 16) and \
-                self.plan.get("cluster_chunk") != 16 and dtype != torch.float64 else 128
+            # past H = 128 the 16-block clusters of 16 units a block, in 4-
+            # or 8-row clusters (all of them at once: B <= 56 on an H100)
+            most = 256 if self.plan.get("cluster_chunk") != 16 and \
+                dtype != torch.float64 else 128
             if H > most or B > rows:
                 return f"cluster plans hold H <= {most} and B <= {rows}"
         if family == "grid" and "grid_shape" not in self.plan:  # the cheapest layout
@@ -123,7 +123,6 @@ SEQUENCE_VARIANTS = (
     # B > 16 in one cluster walking every 16-row chunk, not a cluster a chunk
     Variant("lltm[cluster 16, one group]", "lltm",
             {"family": "cluster", "cluster_blocks": 16, "grid_groups": 1}),
-    Variant("lltm[cluster 8]", "lltm", {"family": "cluster", "cluster_blocks": 8}),
     *(Variant(f"lltm[grid {g}]", "lltm", {"family": "grid", "grid_shape": g, "grid_chunk": 16})
       for g in GRID_SHAPES),
     # the rules' grid layout in 4-row chunks (they weigh them against
