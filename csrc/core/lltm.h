@@ -535,7 +535,7 @@ enum { /* the cell's matrix-product routes */
 };
 #define LLTM_RANK_NONE INT64_MAX /* no rank: not a plan of these rules */
 int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                     int eager);
+                                     int eager, int concurrent);
 /* Whether the grid kernels of `dtype` form their products on tensor cores on
  * `dev` (lltm_cuda_mma.cuh): float16, bfloat16, and float32 where dev->tf32,
  * at compute capability and code_arch 8.0+ (the kernels' rule, for the host). */

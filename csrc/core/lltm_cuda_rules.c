@@ -31,7 +31,12 @@
  * layers 8,618 against 10,191). Eager calls pay ~43 us of host time a step
  * for its launches (H100 machine, bfloat16 B64/H1024, T 100), which the
  * persistent kernels do not: half types from 2^18 (B256/H1024 2,787 us
- * against 6,480), float32 from 2^16 at H >= 512, 2^17 at H >= 256, 2^18. */
+ * against 6,480), float32 from 2^16 at H >= 512, 2^17 at H >= 256, 2^18.
+ * Layers that share the device (a bidirectional layer's directions, time
+ * chunks planned for two layers) count their rows together: bfloat16 three
+ * layers B256/H256 in 4 chunks planned for two layers at once 2,913 us
+ * with the per-step family (H200, 2026-11-28), 3,497 with the halved
+ * grid 8x64 (2026-12-03). */
 #define STEPS_HALF_BH (1 << 17)
 #define STEPS_FFMA_BH (1 << 16)
 /* The grid family in 4-row chunks: a thread walks a quarter of a 16-row
@@ -59,9 +64,10 @@ int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype)
 static int is_half(lltm_dtype dtype) { return dtype == LLTM_FLOAT16 || dtype == LLTM_BFLOAT16; }
 
 /* Whether the per-step family is the rules' first choice (STEPS_*_BH). */
-static int steps_first(lltm_dtype dtype, int64_t B, int64_t H, int eager)
+static int steps_first(lltm_dtype dtype, int64_t B, int64_t H, int eager, int concurrent)
 {
-    const int64_t bh = B * H;
+    /* layers sharing the device count their rows together */
+    const int64_t bh = B * H * (concurrent > 1 ? concurrent : 1);
     if (H > 1024) /* past the widest persistent layout */
         return 1;
     if (is_half(dtype))
@@ -96,7 +102,7 @@ static int grid_layout(int64_t B, int64_t H)
 static int64_t rank(int band, int64_t within) { return (int64_t)band << 40 | within; }
 
 int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                     int eager)
+                                     int eager, int concurrent)
 {
     if (!dev || !plan)
         return LLTM_RANK_NONE;
@@ -106,7 +112,7 @@ int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_seq
     if (plan->family == LLTM_SEQ_BLOCK)
         return H <= 64 ? rank(0, (l->chunk == 4) != (B >= BLOCK_WIDE_B)) : rank(7, 0);
     if (plan->family == LLTM_SEQ_STEPS)
-        return rank(steps_first(dtype, B, H, eager) ? 1 : 9, 0);
+        return rank(steps_first(dtype, B, H, eager, concurrent) ? 1 : 9, 0);
     if (plan->family == LLTM_SEQ_CLUSTER) {
         /* one cluster walking several 16-row chunks 1.7x - 3.2x the time
          * of a cluster a chunk (B 32 - 64) */

@@ -298,10 +298,10 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
      * order), the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row
      * chunks, then in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
-    int64_t best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager)
+    int64_t best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager, concurrent)
                                             : LLTM_RANK_NONE;
     auto consider = [&]() {
-        const int64_t rank = lltm_sequence_plan_rank_cuda(dev, &candidate, o.eager);
+        const int64_t rank = lltm_sequence_plan_rank_cuda(dev, &candidate, o.eager, concurrent);
         if (rank < best) {
             best = rank;
             *plan = candidate;

@@ -60,25 +60,29 @@ int main(void)
                                                    &cluster};
                 for (int k = 0; k < 6; ++k)
                     for (int eager = 0; eager < 2; ++eager) {
-                        const int64_t r = lltm_sequence_plan_rank_cuda(&h100, all[k], eager);
+                        const int64_t r = lltm_sequence_plan_rank_cuda(&h100, all[k], eager, 1);
                         check(r >= 0 && r < LLTM_RANK_NONE &&
-                                  r == lltm_sequence_plan_rank_cuda(&h100, all[k], eager),
+                                  r == lltm_sequence_plan_rank_cuda(&h100, all[k], eager, 1),
                               "a rank defined and deterministic", B, H, NAMES[d]);
                     }
-                const int block_best = lltm_sequence_plan_rank_cuda(&h100, &block, 0) <
-                                           lltm_sequence_plan_rank_cuda(&h100, &steps, 0) &&
-                                       lltm_sequence_plan_rank_cuda(&h100, &block, 0) <
-                                           lltm_sequence_plan_rank_cuda(&h100, &grid, 0);
+                const int block_best = lltm_sequence_plan_rank_cuda(&h100, &block, 0, 1) <
+                                           lltm_sequence_plan_rank_cuda(&h100, &steps, 0, 1) &&
+                                       lltm_sequence_plan_rank_cuda(&h100, &block, 0, 1) <
+                                           lltm_sequence_plan_rank_cuda(&h100, &grid, 0, 1);
                 check(block_best == (H <= 64), "the block family first at H <= 64 only", B, H,
                       NAMES[d]);
-                const int first = lltm_sequence_plan_rank_cuda(&h100, &steps, 0) <
-                                  lltm_sequence_plan_rank_cuda(&h100, &grid, 0);
-                const int first_eager = lltm_sequence_plan_rank_cuda(&h100, &steps, 1) <
-                                        lltm_sequence_plan_rank_cuda(&h100, &grid, 1);
+                const int first = lltm_sequence_plan_rank_cuda(&h100, &steps, 0, 1) <
+                                  lltm_sequence_plan_rank_cuda(&h100, &grid, 0, 1);
+                const int first_eager = lltm_sequence_plan_rank_cuda(&h100, &steps, 1, 1) <
+                                        lltm_sequence_plan_rank_cuda(&h100, &grid, 1, 1);
                 if (H > 64) {
                     check(!first_eager || first, "eager: per-step first only where captured",
                           B, H, NAMES[d]);
                     check(H <= 1024 || first, "per-step first past H = 1024", B, H, NAMES[d]);
+                    check(!first || lltm_sequence_plan_rank_cuda(&h100, &steps, 0, 2) <
+                                        lltm_sequence_plan_rank_cuda(&h100, &grid, 0, 2),
+                          "per-step first for two layers at once where for one", B, H,
+                          NAMES[d]);
                     if (first && steps_first_at < 0)
                         steps_first_at = (int)B;
                     check(first || steps_first_at < 0, "per-step first at every larger batch",
@@ -102,7 +106,7 @@ int main(void)
               "TF32 where allowed on sm_80", 0, 0, NAMES[d]);
         check(!lltm_cuda_grid_tensor_cores(&t4, dt), "none below sm_80", 0, 0, NAMES[d]);
     }
-    check(lltm_sequence_plan_rank_cuda(NULL, NULL, 0) == LLTM_RANK_NONE, "no plan, no rank", 0, 0,
+    check(lltm_sequence_plan_rank_cuda(NULL, NULL, 0, 1) == LLTM_RANK_NONE, "no plan, no rank", 0, 0,
           "");
     printf("test_rules: %d passed, %d failed\n", passed, failed);
     return failed != 0;
