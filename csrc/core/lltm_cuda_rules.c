@@ -124,7 +124,8 @@ int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_seq
      * (its passes over its batch group's chunks x values), a tie to the
      * fewer blocks; on tensor cores by its passes, a tie to grid_layout
      * (16x8 alone at H <= 128) */
-    const int64_t chunks = (B + l->chunk - 1) / l->chunk;
+    const int64_t chunk = l->chunk > 0 ? l->chunk : 1;
+    const int64_t chunks = (B + chunk - 1) / chunk;
     const int64_t groups = l->groups > 0 ? l->groups : 1;
     int64_t passes = (chunks + groups - 1) / groups;
     if (passes > (1 << 16))
