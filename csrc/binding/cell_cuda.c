@@ -15,6 +15,7 @@
  * from the sizes and the device's properties); the call's settings
  * may force one (lltm.overrides.matmul, for tests and benchmarks).
  */
+#include "../core/lltm_cuda_rules.h"
 #include "ops.h"
 #include "sequence_cuda.h"
 

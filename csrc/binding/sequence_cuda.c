@@ -12,6 +12,7 @@
  * with a concurrent layer, and within what lltm.overrides forces for tests
  * and measurements (docs/cuda-plans.md).
  */
+#include "../core/lltm_cuda_rules.h"
 #include "ops.h"
 #include "cublas_gemm.h"
 #include "sequence_cuda.h"

@@ -478,7 +478,7 @@ typedef struct lltm_sequence_plan_options {
  * (options may be NULL): nothing to run (T*B == 0 or H == 0), or family
  * STEPS, gives per-step kernels; else every plan that can run these sizes
  * here (within the options) is ranked by the rules
- * (lltm_sequence_plan_rank_cuda, below) and the lowest rank wins (a tie: the
+ * (lltm_sequence_plan_rank_cuda, lltm_cuda_rules.h) and the lowest rank wins (a tie: the
  * first of per-step, clusters, the grid layouts in the order 16x8, 16x32,
  * 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row
  * ones). The candidates: per-step kernels, always;
@@ -519,29 +519,6 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
  * parts 0 for the per-step family (its launches hold no SMs between steps). */
 int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
                                       int64_t resident[2], int64_t parts[2]);
-
-/*
- * CUDA rules (lltm_cuda_rules.c): which route runs, from the sizes and the
- * device's properties, each rule commented with the measurement behind it.
- * Pure arithmetic, deterministic.
- *   lltm_sequence_plan_rank_cuda  the rules' rank of a plan that fits (made
- *                                 by lltm_sequence_plan_cuda or a candidate
- *                                 of it): the chooser runs the lowest
- *   lltm_cell_route_cuda          the cell's route for these sizes
- */
-enum { /* the cell's matrix-product routes */
-    LLTM_CELL_FUSED = 1,  /* the library's fused kernels: forward 1 launch, backward 2 */
-    LLTM_CELL_CUBLAS = 2, /* products through cuBLAS around pointwise kernels */
-};
-#define LLTM_RANK_NONE INT64_MAX /* no rank: not a plan of these rules */
-int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *plan,
-                                     int eager, int concurrent);
-/* Whether the grid kernels of `dtype` form their products on tensor cores on
- * `dev` (lltm_cuda_mma.cuh): float16, bfloat16, and float32 where dev->tf32,
- * at compute capability and code_arch 8.0+ (the kernels' rule, for the host). */
-int lltm_cuda_grid_tensor_cores(const lltm_cuda_device *dev, lltm_dtype dtype);
-int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t B, int64_t I,
-                         int64_t H);
 
 /*
  * One layer over T steps on the device, forward and backward, as

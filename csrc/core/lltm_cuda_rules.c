@@ -16,7 +16,7 @@
  * family's thresholds, the layout on tensor cores). float16 takes
  * bfloat16's rules and float64 float32's: their kernels are the same code.
  */
-#include "lltm.h"
+#include "lltm_cuda_rules.h"
 #include "lltm_cuda_grid_layouts.h"
 
 /* B x H past which the per-step family wins: its products spread over the

@@ -7,6 +7,7 @@
  * products and final states, through the one-layer code's pieces).
  */
 #include "lltm_stack.h"
+#include "lltm_cuda_rules.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

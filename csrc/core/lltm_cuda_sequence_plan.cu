@@ -11,6 +11,7 @@
  * may be made from several threads).
  */
 #include "lltm_cuda_grid_layouts.h"
+#include "lltm_cuda_rules.h"
 #include "lltm_cuda_launch.cuh"
 #include "lltm_cuda_math.cuh"
 #include "lltm_cuda_sequence.cuh"
@@ -298,8 +299,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
      * order), the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row
      * chunks, then in 4-row ones, the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
-    int64_t best = o.family == LLTM_SEQ_ANY ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager, concurrent)
-                                            : LLTM_RANK_NONE;
+    int64_t best = o.family == LLTM_SEQ_ANY
+                       ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager, concurrent)
+                       : LLTM_RANK_NONE;
     auto consider = [&]() {
         const int64_t rank = lltm_sequence_plan_rank_cuda(dev, &candidate, o.eager, concurrent);
         if (rank < best) {

@@ -9,6 +9,7 @@
  * where the device and dtype have them.
  */
 #include "test_util.h"
+#include "../../csrc/core/lltm_cuda_rules.h"
 
 static lltm_cuda_device device(int major, int tf32)
 {
