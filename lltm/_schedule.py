@@ -280,7 +280,6 @@ def stack_groups(module, x: torch.Tensor) -> list[int] | None:
 # No chunk shorter than MIN_CHUNK_STEPS steps.
 MIN_CHUNK_STEPS = 8
 CHUNKS = 4
-_CHOICES: dict = {}
 
 
 def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
@@ -295,16 +294,14 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     index = device.index if device.index is not None else torch.cuda.current_device()
     if not _native.stream_capturing(index):
         return 1, 1
-    # (the settings a call would run with: the choice follows every one of them)
-    settings = _settings.current(1)
-    key = (index, dtype, T, B, I, H, L, settings)
-    found = _CHOICES.get(key)
-    if found is None:
-        found = _choose(T, B, H, dtype, index)
-        if len(_CHOICES) >= CHOICES_CACHED:
-            del _CHOICES[next(iter(_CHOICES))]
-        _CHOICES[key] = found
-    return found
+    return _chunks(index, dtype, T, B, H, _settings.current(1))
+
+
+@functools.lru_cache(maxsize=CHOICES_CACHED)
+def _chunks(index: int, dtype, T: int, B: int, H: int, _settings_in_force: int) -> tuple[int, int]:
+    """automatic_schedule's answer under capture, kept per key (the settings a
+    call would run with, which the queries of _choose follow)."""
+    return _choose(T, B, H, dtype, index)
 
 
 def _choose(T: int, B: int, H: int, dtype: torch.dtype, index: int) -> tuple[int, int]:

@@ -260,9 +260,9 @@ def test_schedule_for_the_stream_as_it_is():
             with torch.cuda.graph(graph, stream=stream):
                 return _schedule.automatic_schedule(*args)
 
-    _schedule._CHOICES.clear()
+    _schedule._chunks.cache_clear()
     eager = _schedule.automatic_schedule(*args)
     captured = under_capture()
-    _schedule._CHOICES.clear()
+    _schedule._chunks.cache_clear()
     assert captured == under_capture() and eager == _schedule.automatic_schedule(*args)
     assert eager[1] == 1, eager  # plans shared by two layers only in CUDA graphs
