@@ -8,8 +8,11 @@ lltm/_stack.py; or stacked layers overlapped in time chunks, a wavefront,
 lltm/_wavefront.py), how a bidirectional layer's directions run, and why.
 lltm.LLTM executes it and nothing else decides; each layer's kernel plan is
 the CUDA library's (``lltm.overrides.sequence_plan_in_force``), which
-:func:`explain` shows beside it. The rules and their constants below each
-say which measurement they come from.
+:func:`explain` shows beside it. Where it is faster to stack layers in one
+launch or to overlap them in time chunks, the rules of
+csrc/core/lltm_cuda_rules.c say (asked through the CUDA library once per
+size and settings), beside the rules of each layer's plan; each rule there
+says which measurement it comes from.
 """
 from __future__ import annotations
 
@@ -157,40 +160,14 @@ def _plan_text(plan) -> str:
 #
 # lltm.LLTM takes the stacked route (stack_groups) on CUDA where the
 # operator's stacked launch runs every group of these sizes, no layer has
-# dropout (in training) before the next, and (measured, docs/performance.md,
-# "Stacked layers in one launch"):
-#   - float32 (and the half types on GPUs before compute capability 8.0),
-#     under CUDA-graph capture, where a layer alone would run the grid family
-#     in GRID_GROUPS batch groups (B about 5 - 16 on an H100 or H200 at
-#     H 129 - 256): stacked 0.67x - 0.94x of a call a layer; in one group
-#     (B <= 4) 0.84x - 0.96x for two layers, even for three (0.97x - 1.08x).
-#     With 8 groups or more the stacked launch's layout is as fast or slower
-#     (0.99x - 4.8x); the cluster and block families (H <= 128) are faster
-#     than it (1.05x - 4.7x); eagerly, where B x H <= EAGER_MAX_BH: 0.32x -
-#     0.94x (a call a layer is bound by the host's time there; two of 84 rows
-#     1.02x and 1.20x); above, 0.83x - 2.6x, slower but at B32 with two layers;
-#   - float16 and bfloat16 on tensor-core GPUs, where the stacked launch forms
-#     its products on tensor cores with 16 units a block (bfloat16 on an
-#     H200, against a call a layer with the wavefront's time chunks): under
-#     capture where HALF_CAPTURED_BH[0] <= B x H <= HALF_CAPTURED_BH[1] and
-#     H >= HALF_MIN_H, 0.71x - 1.00x (B32 - B256 at H 128 - 256; one row of
-#     15, three layers B128/H128, 1.07x); below that B x H the cluster family
-#     runs a layer in a fraction of the stacked step (0.99x - 1.73x at B <=
-#     32, one row 0.89x), above it the stacked launch's blocks each carry
-#     several 16-row chunks (0.96x - 1.21x), and at H = 64 the block family
-#     is 2.1x - 2.4x faster; eagerly where B x H <= HALF_EAGER_MAX_BH: 0.29x -
-#     0.95x (B4 - B512, H 64 - 256; above, 0.98x - 1.07x).
-# Not under torch.compile or torch.func transforms (one call of the sequence
-# operator a layer there), unless ``lltm.overrides.stacked_layers`` forces it
-# ("on": on any device, wherever the module allows it, the operator then
-# calling layer after layer where no stacked launch fits; "off": never).
+# dropout (in training) before the next, and the rules of
+# csrc/core/lltm_cuda_rules.c find it faster (lltm_stack_rule_cuda, with the
+# measurements behind it). Not under torch.compile or torch.func transforms
+# (one call of the sequence operator a layer there), unless
+# ``lltm.overrides.stacked_layers`` forces it ("on": on any device, wherever
+# the module allows it, the operator then calling layer after layer where no
+# stacked launch fits; "off": never).
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
-GRID_GROUPS = (2, 4)  # captured: a layer's grid plan in this many batch groups (1 for 2 layers)
-EAGER_MAX_BH = 4096   # eager: B x H at most this
-# the half types on tensor-core GPUs (the stacked launch on tensor cores):
-HALF_CAPTURED_BH = (8192, 32768)  # captured: B x H within these
-HALF_MIN_H = 128                  # captured: H at least this
-HALF_EAGER_MAX_BH = 32768         # eager: B x H at most this
 
 
 def groups(L: int) -> list[int]:
@@ -215,28 +192,9 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
 def _choice(index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
             sizes: tuple, capturing: bool, _settings_in_force: int) -> bool:
     """_automatic's answer, kept per key (the settings a call would run
-    with, which the queries below follow: lltm._settings)."""
-    return all(overrides.stack_plan_in_force(dtype, L, T, B, I if k == 0 else H, H, device=index)
-               is not None for k, L in enumerate(sizes)) and _faster(
-                   dtype, T, B, H, index, capturing, sizes)
-
-
-def _faster(dtype, T: int, B: int, H: int, index: int, capturing: bool, sizes) -> bool:
-    """Whether the stacked launch is the faster route for groups of
-    ``sizes`` layers (the module's docstring)."""
-    if dtype in (torch.float16, torch.bfloat16) and overrides.grid_tensor_cores(dtype,
-                                                                               device=index):
-        if not capturing:
-            return B * H <= HALF_EAGER_MAX_BH
-        return H >= HALF_MIN_H and HALF_CAPTURED_BH[0] <= B * H <= HALF_CAPTURED_BH[1]
-    if not capturing:
-        return B * H <= EAGER_MAX_BH
-    layer = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
-    if layer is None or layer["family"] != "grid":
-        return False
-    batch_groups = layer["forward"]["groups"]
-    return all(GRID_GROUPS[0] <= batch_groups <= GRID_GROUPS[1] or (batch_groups == 1 and L == 2)
-               for L in sizes)
+    with, which the query follows: lltm._settings)."""
+    return all(overrides.stack_route_in_force(dtype, L, T, B, I if k == 0 else H, H, device=index)
+               for k, L in enumerate(sizes))
 
 
 def stack_groups(module, x: torch.Tensor) -> list[int] | None:
@@ -257,39 +215,19 @@ def stack_groups(module, x: torch.Tensor) -> list[int] | None:
 
 # --- stacked layers in time chunks (lltm/_wavefront.py) ---------------------------------
 #
-# The rule (automatic_schedule), from three layers at every chunk count 1 - 6
-# and 8, planned for the whole device and for two layers at once, 56 shapes
-# (float32 and bfloat16, B 1 - 1024 x H 64 - 2048, T 100; `python3
-# dev/timing/wavefront_timing.py --layers 3 --chunks 1,2,3,4,5,6,8 --shared`,
-# graph replay, H200, 2026-11-28, ac44b66): its pick within 5% of the fastest
-# schedule at 50 shapes, 1.018x of it on geometric mean (a cost model's then:
-# 43, 1.048x), at most 1.12x. Under CUDA-graph capture:
-#   - the per-step family (its products spread over the GPU, another layer's
-#     fill what one leaves idle): CHUNKS chunks (0.66x - 1.05x of a call a
-#     layer, 21 shapes);
-#   - a persistent plan of which at least two layers' launches are resident
-#     at once: CHUNKS (0.58x - 0.91x, 16 shapes); 1.5 - 2 layers (clusters
-#     that fill most of the GPU): 3 (0.84x - 0.91x, 4 shapes);
-#   - a grid on tensor cores that holds one layer at a time: CHUNKS, each
-#     chunk call planned for two layers at once (0.80x - 0.89x, 5 shapes);
-#   - else one call a layer (a grid's blocks meet every step, so a second
-#     layer's launch waits for the first's to end: 2 - 4 chunks 0.98x -
-#     1.07x, 10 shapes).
-# Eager calls: one call a layer (each chunk call adds the host's time to
-# issue it, ~200 us on the H100 machine, which the overlap rarely repays).
-# No chunk shorter than MIN_CHUNK_STEPS steps.
-MIN_CHUNK_STEPS = 8
-CHUNKS = 4
-
+# Under CUDA-graph capture, by the rules of csrc/core/lltm_cuda_rules.c
+# (lltm_wavefront_rule_cuda, with the measurements behind it) from the plan a
+# layer runs alone and how many layers' launches the device holds at once;
+# eager calls run one call a layer.
 
 def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
                        dtype: torch.dtype, device: torch.device) -> tuple[int, int]:
     """(chunks, sharing): how the wavefront runs L layers of these sizes on
     ``device``, for a call on the device's current stream as it is (captured
-    into a CUDA graph or eager), by the rule above: each chunk call planned
-    for the whole device (sharing 1) or for two layers at once on it
-    (sharing 2: _sharing.sharing_device). CUDA only; (1, 1) elsewhere."""
-    if device.type != "cuda" or L < 2 or T < 2 * MIN_CHUNK_STEPS or B == 0:
+    into a CUDA graph or eager): each chunk call planned for the whole device
+    (sharing 1) or for two layers at once on it (sharing 2:
+    _sharing.sharing_device). CUDA only; (1, 1) elsewhere."""
+    if device.type != "cuda" or L < 2 or B == 0:
         return 1, 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     if not _native.stream_capturing(index):
@@ -298,49 +236,9 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
 
 
 @functools.lru_cache(maxsize=CHOICES_CACHED)
-def _chunks(index: int, dtype, T: int, B: int, H: int, _settings_in_force: int) -> tuple[int, int]:
-    """automatic_schedule's answer under capture, kept per key (the settings a
-    call would run with, which the queries of _choose follow)."""
-    return _choose(T, B, H, dtype, index)
-
-
-def _choose(T: int, B: int, H: int, dtype: torch.dtype, index: int) -> tuple[int, int]:
-    most = max(1, min(CHUNKS, T // MIN_CHUNK_STEPS))
-    # a layer above the first (H features in) stands for them all
-    plan = overrides.sequence_plan_in_force(dtype, T, B, H, H, device=index)
-    if plan is None:
-        return 1, 1
-    if plan["family"] == "steps":
-        return most, 1
-    at_once = resident_layers(overrides.sequence_residency_in_force(dtype, T, B, H, H,
-                                                                    device=index)) or 1.0
-    if at_once >= 2:
-        return most, 1
-    if at_once >= 1.5:
-        return min(3, most), 1
-    if plan["family"] == "grid" and _grid_on_tensor_cores(plan, dtype, index):
-        return most, 2
-    return 1, 1
-
-
-def _grid_on_tensor_cores(plan: dict, dtype: torch.dtype, index: int) -> bool:
-    """Whether ``plan`` is the grid family forming its products on tensor
-    cores: the half types' where the device has them, float32's where the
-    plan took the TF32 build."""
-    return (plan["family"] == "grid" and overrides.grid_tensor_cores(dtype, device=index)
-            and (dtype != torch.float32 or bool(plan["forward"].get("tf32"))))
-
-
-def resident_layers(residency) -> float | None:
-    """How many layers the device holds at once by a persistent plan's
-    residency (lltm.overrides.sequence_residency_in_force: per direction,
-    (parts resident at once, parts a call launches)): of the direction that
-    holds fewer, the resident parts over a call's, a fraction where the
-    parts start as they fit (7 clusters of a layer's 4: 1.75; the grid's one
-    part a launch: whole launches). None without an answer or for the
-    per-step family (no parts)."""
-    counts = [resident / parts for resident, parts in residency or () if parts]
-    return min(counts) if counts else None
+def _chunks(index: int, dtype, T: int, B: int, H: int, settings: int) -> tuple[int, int]:
+    """automatic_schedule's answer under capture, kept per key."""
+    return overrides.wavefront_in_force(dtype, T, B, H, device=index, settings=settings) or (1, 1)
 
 
 def wavefront_chunks(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:

@@ -9,7 +9,7 @@ Where a layer's grid kernel spends its step waiting on the grid barrier
 (small B x H), a group of L layers costs about two layers' time instead of
 L; in eager mode one operator call a group also spares the host the calls
 of every layer. lltm.LLTM takes this route where lltm/_schedule.py (``stack_groups``)
-says so: the rules and the measurements behind them are there.
+says so, by the rule of csrc/core/lltm_cuda_rules.c and the measurements behind it.
 """
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ runs one step there (the operator takes lengths >= 1) whose output and state
 are replaced by 0 and the state it came in with (the gradients of that step
 are then zero). Not chunked: a single layer, and bidirectional layers (the
 reverse direction needs the whole of the layer below).
-lltm/_schedule.py chooses C (docs/design.md, "Stacked layers").
+lltm/_schedule.py chooses C by the rule of csrc/core/lltm_cuda_rules.c (docs/design.md,
+"Stacked layers").
 """
 from __future__ import annotations
 

@@ -210,37 +210,17 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     return _plan_dict(plan) if status == 0 else None
 
 
-def sequence_residency_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-                                device: int | None = None) -> tuple | None:
-    """How much of the device one layer of these sizes, run by the plan in
-    force (:func:`sequence_plan_in_force`), holds: ((resident, parts) of the
-    forward, (resident, parts) of the backward), a call launching ``parts``
-    parts that each start when they fit and run on their own, ``resident``
-    of which fit on the device at once: the grid family's whole launch (one
-    part; its blocks meet every step), the cluster family's clusters (which
-    need free SMs within one GPU processing cluster), the block family's
-    blocks; parts 0 for the per-step family, whose launches hold no SMs
-    between steps. None where no plan fits, or without the CUDA library."""
-    resident, parts = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
-    status = _ask_in_force("sequence_residency", _SIZES + [ctypes.c_void_p] * 2, dtype, device,
-                           T, B, I, H, resident, parts)
-    return tuple(zip(resident, parts)) if status == 0 else None
-
-
-def sequence_layers_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-                             most: int, device: int | None = None) -> int | None:
-    """How many layers of these sizes, each run by the plan in force
-    (:func:`sequence_plan_in_force`), fit on the device at once with all
-    their kernels' blocks resident, at most ``most`` (>= 1): whole layers of
-    :func:`sequence_residency_in_force`; ``most`` for the per-step family.
-    0 where not one fits; None where no plan fits, or without the CUDA
-    library."""
-    if most < 1:
-        raise ValueError(f"most must be at least 1, not {most}")
-    residency = sequence_residency_in_force(dtype, T, B, I, H, device)
-    if residency is None:
-        return None
-    return min([most] + [resident // parts for resident, parts in residency if parts])
+def wavefront_in_force(dtype, T: int, B: int, H: int, device: int | None = None,
+                       settings: int | None = None) -> tuple[int, int] | None:
+    """(chunks, sharing): the time chunks over which lltm.LLTM overlaps
+    stacked layers of these sizes in a call made now (the rules of
+    csrc/core/lltm_cuda_rules.c), each chunk call planned for ``sharing``
+    layers at once; None where no plan fits, or without the CUDA library."""
+    chunks, sharing = ctypes.c_int(), ctypes.c_int()
+    status = _ask_in_force("wavefront", [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 2, dtype,
+                           device, T, B, H, ctypes.byref(chunks), ctypes.byref(sharing),
+                           settings=settings)
+    return (chunks.value, sharing.value) if status == 0 else None
 
 
 def grid_tensor_cores(dtype, device: int | None = None) -> bool:
@@ -276,6 +256,18 @@ def stack_plan_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: 
         return None
     return {"family": "stack", "layers": plan.layers, "workspace_bytes": plan.workspace_bytes,
             "forward": _launch_dict(plan.forward), "backward": _launch_dict(plan.backward)}
+
+
+def stack_route_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: E741
+                         device: int | None = None) -> bool:
+    """Whether lltm.LLTM runs L stacked layers of these sizes through one
+    stacked launch in a call made now: one fits (:func:`stack_plan_in_force`)
+    and the rules of csrc/core/lltm_cuda_rules.c find it the faster route;
+    False without the CUDA library."""
+    stacked = ctypes.c_int()
+    status = _ask_in_force("stack_route", [ctypes.c_int64] + _SIZES + [ctypes.c_void_p], dtype,
+                           device, L, T, B, I, H, ctypes.byref(stacked))
+    return status == 0 and bool(stacked.value)
 
 
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741

@@ -160,49 +160,21 @@ def test_automatic_choice_bounds():
     for T, B, H, L in [(100, 16, 256, 3), (100, 1, 64, 2), (100, 1024, 2048, 3),
                        (12, 16, 256, 3), (1000, 64, 512, 4)]:
         c, sharing = _schedule.automatic_schedule(T, B, H // 2, H, L, torch.float32, dev)
-        assert 1 <= c and (c == 1 or T // c >= _schedule.MIN_CHUNK_STEPS), (T, B, H, L, c)
+        assert 1 <= c and (c == 1 or T // c >= 8), (T, B, H, L, c)  # no chunk under 8 steps
         assert sharing in (1, 2) and (c > 1 or sharing == 1), (T, B, H, L, c, sharing)
     assert _schedule.automatic_schedule(100, 16, 128, 256, 1, torch.float32, dev) == (1, 1)
 
 
-def test_layers_in_force():
-    """How many layers of a plan the GPU holds at once: between 1 and the
-    most asked for wherever a plan runs; the most for the per-step family; a
-    plan that fills the SMs (a grid of 128 blocks) once, unless the GPU has
-    twice the SMs."""
-    layers = lltm.overrides.sequence_layers_in_force
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for B, H in [(1, 64), (16, 128), (64, 128), (16, 256), (64, 512), (256, 64), (1024, 64)]:
-        for dtype in (torch.float32, torch.bfloat16):
-            n = layers(dtype, 100, B, H, H, 3)
-            assert 1 <= n <= 3, (B, H, dtype, n)
+def test_wavefront_in_force_follows_the_capture():
+    """The rule as a call sees it: one call a layer eagerly; under capture,
+    the per-step family's layers in 4 chunks, none shorter than 8 steps."""
     with lltm.overrides.sequence_plan(family="steps"):
-        assert layers(torch.float32, 100, 16, 256, 256, 5) == 5
-    with lltm.overrides.sequence_plan(family="grid", grid_shape="32x32", grid_groups=1):
-        plan = lltm.overrides.sequence_plan_in_force(torch.float32, 100, 1, 1024, 1024)
-        assert plan["forward"]["blocks"] == 128
-        assert layers(torch.float32, 100, 1, 1024, 1024, 3) == (1 if sms < 256 else 2)
-        # the grid's part is its whole launch
-        assert lltm.overrides.sequence_residency_in_force(torch.float32, 100, 1, 1024, 1024) == \
-            ((1 if sms < 256 else 2, 1),) * 2
-
-
-def test_residency_in_force():
-    """Per direction, the parts a call launches (the cluster family's
-    clusters, one a batch group; the block family's blocks) and how many fit
-    at once: at least a layer's wherever the plan runs; parts 0 for the
-    per-step family."""
-    residency = lltm.overrides.sequence_residency_in_force
-    for family, B, H in [("cluster", 64, 128), ("cluster", 16, 128), ("block", 64, 64),
-                         ("block", 1024, 64)]:
-        for dtype in (torch.float32, torch.bfloat16):
-            with lltm.overrides.sequence_plan(family=family):
-                plan = lltm.overrides.sequence_plan_in_force(dtype, 100, B, H, H)
-                (rf, pf), (rb, pb) = residency(dtype, 100, B, H, H)
-            assert (pf, pb) == (plan["forward"]["groups"], plan["backward"]["groups"])
-            assert rf >= pf and rb >= pb, (family, B, H, dtype, rf, rb)
-    with lltm.overrides.sequence_plan(family="steps"):
-        assert residency(torch.float32, 100, 16, 256, 256) == ((0, 0), (0, 0))
+        assert lltm.overrides.wavefront_in_force(torch.float32, 100, 16, 256) == (1, 1)
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        with torch.cuda.graph(graph, stream=stream):
+            got = [lltm.overrides.wavefront_in_force(torch.float32, T, 16, 256)
+                   for T in (100, 20, 12)]
+    assert got == [(4, 1), (2, 1), (1, 1)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

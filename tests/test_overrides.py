@@ -2,7 +2,6 @@
 parsed in Python (the C core reads no environment). Their effect on the
 kernels is tested on a GPU (tests/test_cuda_sequence.py, test_cuda_cell.py)."""
 import pytest
-import torch
 
 import lltm
 from lltm import overrides
@@ -92,24 +91,3 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     assert layout(overrides._Launch) == layout(Launch)
     assert layout(overrides._Plan) == layout(Plan)
     assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)
-
-
-def test_whole_layers_from_the_residency(monkeypatch):
-    """sequence_layers_in_force: the whole layers of the residency's
-    direction that holds fewer, at most ``most``; ``most`` for the per-step
-    family (no parts); None without an answer; ``most`` below 1 refused."""
-    residency = {"parts": ((7, 4), (14, 4))}
-    monkeypatch.setattr(overrides, "sequence_residency_in_force",
-                        lambda dtype, T, B, I, H, device=None: residency["parts"])
-    layers = overrides.sequence_layers_in_force
-    assert layers(torch.float32, 100, 64, 128, 128, 3) == 1  # 1.75 layers: one whole
-    residency["parts"] = ((264, 64), (264, 64))
-    assert layers(torch.float32, 100, 64, 64, 64, 3) == 3  # 4 whole, at most 3
-    residency["parts"] = ((0, 0), (0, 0))
-    assert layers(torch.float32, 100, 16, 256, 256, 5) == 5
-    residency["parts"] = ((0, 4), (0, 4))
-    assert layers(torch.float32, 100, 16, 256, 256, 5) == 0  # not one fits
-    residency["parts"] = None
-    assert layers(torch.float32, 100, 16, 256, 256, 5) is None
-    with pytest.raises(ValueError, match="most"):
-        layers(torch.float32, 100, 16, 256, 256, 0)

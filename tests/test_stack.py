@@ -237,42 +237,6 @@ def test_module_route():
     assert _schedule.stack_groups(m, x) is None  # the CPU: a call a layer
 
 
-@pytest.mark.parametrize("capturing,L,B,H,family,groups,want", [
-    (False, 3, 16, 256, "grid", 4, True), (False, 3, 32, 256, "grid", 8, False),
-    (False, 2, 64, 64, "block", 64, True), (True, 3, 16, 256, "grid", 4, True),
-    (True, 2, 8, 192, "grid", 2, True), (True, 3, 1, 256, "grid", 1, False),
-    (True, 2, 1, 256, "grid", 1, True), (True, 3, 32, 256, "grid", 8, False),
-    (True, 3, 16, 128, "cluster", 4, False)])
-def test_the_faster_route(monkeypatch, capturing, L, B, H, family, groups, want):
-    """The choice as the module's docstring states it, for a layer's plan in force."""
-    plan = {"family": family, "forward": {"groups": groups}}
-    monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    assert _schedule._faster(torch.float32, 100, B, H, 0, capturing, (L,)) is want
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("capturing,B,H,want", [
-    (True, 16, 256, False), (True, 32, 256, True), (True, 128, 256, True), (True, 256, 256, False),
-    (True, 64, 128, True), (True, 256, 128, True), (True, 512, 64, False), (True, 64, 64, False),
-    (False, 128, 256, True), (False, 256, 256, False), (False, 16, 64, True)])
-def test_the_faster_route_in_the_half_types(monkeypatch, dtype, capturing, B, H, want):
-    """Where the grid kernels form their products on tensor cores (and the
-    stacked launch its own): by B x H and H, whatever a layer's plan; without
-    them (and in float32) by the layer's plan as before."""
-    plan = {"family": "grid", "forward": {"groups": 4}}
-    tensor_cores = True
-
-    def grid_tensor_cores(dtype, device=None):
-        return tensor_cores and dtype in (torch.float16, torch.bfloat16)
-    monkeypatch.setattr(overrides, "sequence_plan_in_force", lambda *a, **k: plan)
-    monkeypatch.setattr(overrides, "grid_tensor_cores", grid_tensor_cores)
-    assert _schedule._faster(dtype, 100, B, H, 0, capturing, (3,)) is want
-    tensor_cores = False
-    layer_rule = B * H <= _schedule.EAGER_MAX_BH if not capturing else True
-    assert _schedule._faster(dtype, 100, B, H, 0, capturing, (3,)) is layer_rule
-    assert _schedule._faster(torch.float32, 100, B, H, 0, capturing, (3,)) is layer_rule
-
-
 # --- CUDA ---------------------------------------------------------------------------------
 
 CUDA_SHAPES = [  # (T, B, I, H, L): the stacked launch's layouts (H <= 128: 32x4, else

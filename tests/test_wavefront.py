@@ -6,7 +6,6 @@ layers; variable lengths (rows ending inside and before chunks);
 torch.compile(fullgraph=True) and torch.func; the cases that keep one call a
 layer (bidirectional, one layer); the chunk
 count's choice and its override. The CUDA streams: tests/test_cuda_wavefront.py."""
-import itertools
 import pytest
 import torch
 import torch.nn.functional as F
@@ -281,52 +280,6 @@ def test_chunk_count_choice(monkeypatch):
         assert _schedule.wavefront_chunks(x[:1], 4, 3) == (1, 1)
     assert _wavefront._split(10, 3) == [4, 3, 3]
     assert _wavefront._split(6, 6) == [1] * 6
-
-
-def test_choice_by_the_rule(monkeypatch):
-    """_choose's rule (lltm/_schedule.py) on a fake device, from the plan the
-    library would run a layer with and how many of its launches are resident
-    at once: the per-step family and persistent plans of which two layers fit
-    at once in CHUNKS chunks; a layer and a half to two in 3; a grid on
-    tensor cores that holds one layer, CHUNKS chunks planned for two layers
-    at once; any other plan one call a layer; never a chunk shorter than
-    MIN_CHUNK_STEPS steps; nothing without a plan."""
-    found = {"plan": None, "parts": None}
-    monkeypatch.setattr(overrides, "sequence_plan_in_force",
-                        lambda dtype, T, B, I, H, device=None: found["plan"])
-    monkeypatch.setattr(overrides, "sequence_residency_in_force",
-                        lambda dtype, T, B, I, H, device=None: found["parts"])
-    monkeypatch.setattr(overrides, "grid_tensor_cores",
-                        lambda dtype, device=None: dtype in (torch.float16, torch.bfloat16))
-    most = _schedule.CHUNKS
-    assert _schedule._choose(100, 16, 256, torch.float32, 0) == (1, 1)  # no plan
-    found["plan"] = {"family": "steps"}
-    assert _schedule._choose(100, 16, 256, torch.float32, 0) == (most, 1)
-    assert _schedule._choose(20, 16, 256, torch.float32, 0) == (
-        min(most, 20 // _schedule.MIN_CHUNK_STEPS), 1)
-    found["plan"] = {"family": "cluster", "forward": {}}
-    for parts, chunks in ((((14, 4), (7, 4)), 3), (((8, 4), (8, 4)), most),
-                          (((5, 4), (5, 4)), 1)):
-        found["parts"] = parts
-        assert _schedule._choose(100, 64, 128, torch.bfloat16, 0) == (chunks, 1)
-    found["plan"] = {"family": "grid", "forward": {"tf32": False}}
-    found["parts"] = ((1, 1), (1, 1))
-    assert _schedule._choose(100, 64, 256, torch.bfloat16, 0) == (most, 2)
-    assert _schedule._choose(100, 64, 256, torch.float32, 0) == (1, 1)  # on FFMA
-    found["parts"] = ((2, 1), (2, 1))
-    assert _schedule._choose(100, 64, 256, torch.float32, 0) == (most, 1)
-
-
-def test_resident_layers():
-    """Layers held at once from the library's residency (per direction:
-    parts resident at once, parts a call): the direction that holds fewer;
-    a fraction of a layer where parts start as they fit; None for the
-    per-step family (no parts) or without an answer."""
-    assert _schedule.resident_layers(((7, 4), (14, 4))) == 1.75
-    assert _schedule.resident_layers(((4, 1), (4, 1))) == 4  # whole grids
-    assert _schedule.resident_layers(((264, 256), (264, 256))) == pytest.approx(1.03125)
-    assert _schedule.resident_layers(((0, 0), (0, 0))) is None
-    assert _schedule.resident_layers(None) is None
 
 
 def test_calls_planned_for_a_shared_device(calls, monkeypatch):

@@ -101,24 +101,29 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t packed, int64_t 
     return plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
 }
 
-/* How much of the device a layer of these sizes, run by that plan, holds
- * (lltm_sequence_plan_residency_cuda: for the forward and the backward,
- * the parts a call launches and how many fit at once): what lltm.LLTM's
- * time chunks can overlap (lltm/_wavefront.py). */
+/* The time chunks over which lltm.LLTM overlaps stacked layers of these
+ * sizes (lltm_wavefront_rule_cuda, from the plan a layer above the first
+ * runs alone and its residency; a call on the current stream as it is):
+ * *chunks, each chunk call planned for *sharing layers at once. */
 __attribute__((visibility("default"))) int
-lltm_cuda_sequence_residency_in_force(int device, int dtype, int64_t packed, int64_t T,
-                                      int64_t B, int64_t I, int64_t H, int64_t *resident,
-                                      int64_t *parts)
+lltm_cuda_wavefront_in_force(int device, int dtype, int64_t packed, int64_t T, int64_t B,
+                             int64_t H, int *chunks, int *sharing)
 {
     lltm_call_settings s;
     lltm_sequence_plan plan;
+    lltm_sequence_plan_options options;
     lltm_cuda_device dev;
-    if (!resident || !parts || lltm_call_settings_query(packed, &s) != LLTM_OK)
+    int64_t resident[2], parts[2];
+    if (!chunks || !sharing || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
-    const int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, &plan);
+    lltm_cuda_plan_options(&options, &s, device, NULL);
+    int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, H, H, &dev, &plan);
+    if (status == LLTM_OK)
+        status = lltm_sequence_plan_residency_cuda(&dev, &plan, resident, parts);
     if (status != LLTM_OK)
         return status;
-    return lltm_sequence_plan_residency_cuda(&dev, &plan, resident, parts);
+    lltm_wavefront_rule_cuda(&dev, &plan, resident, parts, T, options.eager, chunks, sharing);
+    return LLTM_OK;
 }
 
 /* Whether the grid family's kernels of `dtype` run their products on tensor

@@ -12,6 +12,7 @@
 #include "sequence_cuda.h"
 #include "stack_args.h"
 
+#include "../core/lltm_cuda_rules.h"
 #include "../core/lltm_stack.h"
 
 /* Whether the settings constrain the plan of a layer in any way
@@ -49,6 +50,36 @@ lltm_cuda_stack_plan_in_force(int device, int dtype, int64_t packed, int64_t L, 
     if (!plan || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     return stacked_plan(device, &s, (lltm_dtype)dtype, L, T, B, I, H, plan);
+}
+
+/* Whether lltm.LLTM runs L layers of these sizes through one stacked launch
+ * under settings `packed`: one fits and the rules find it the faster route
+ * (lltm_stack_rule_cuda, from the plan a layer above the first runs alone;
+ * a call on the current stream as it is): 1 or 0 in *stacked. */
+__attribute__((visibility("default"))) int
+lltm_cuda_stack_route_in_force(int device, int dtype, int64_t packed, int64_t L, int64_t T,
+                               int64_t B, int64_t I, int64_t H, int *stacked)
+{
+    lltm_call_settings s;
+    lltm_stack_plan stack;
+    lltm_sequence_plan layer;
+    lltm_sequence_plan_options options;
+    lltm_cuda_device dev;
+    if (!stacked || lltm_call_settings_query(packed, &s) != LLTM_OK)
+        return LLTM_ERR_ARGUMENT;
+    *stacked = 0;
+    if (stacked_plan(device, &s, (lltm_dtype)dtype, L, T, B, I, H, &stack) != LLTM_OK)
+        return LLTM_OK;
+    lltm_cuda_plan_options(&options, &s, device, NULL);
+    const lltm_sequence_dims d = {.dtype = (lltm_dtype)dtype, .T = T, .B = B, .I = H, .H = H};
+    lltm_error err;
+    const int status = lltm_cuda_device_for(device, &s, &dev);
+    if (status != LLTM_OK)
+        return status;
+    const int have_layer = !lltm_cuda_choose_plan(&d, &s, device, NULL, &layer, &err);
+    *stacked = lltm_stack_rule_cuda(&dev, (lltm_dtype)dtype, (int)L, B, H, options.eager,
+                                    have_layer ? &layer : NULL);
+    return LLTM_OK;
 }
 
 /* --- the stack as one-layer calls ---------------------------------------------------- */

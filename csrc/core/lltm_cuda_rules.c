@@ -165,3 +165,95 @@ int lltm_cell_route_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t 
                ? LLTM_CELL_CUBLAS
                : LLTM_CELL_FUSED;
 }
+
+/* --- lltm.LLTM's stacked layers (lltm/_schedule.py asks through the binding) ---
+ *
+ * One stacked launch a group of layers (lltm_stack.h) where it fits and
+ * (lltm.LLTM both ways, forward + backward; docs/performance.md, "Stacked
+ * layers in one launch"):
+ *   - float32 (and the half types without tensor cores), captured: where a
+ *     layer alone runs the grid family in 2 - STACK_GRID_GROUPS batch groups
+ *     (B about 5 - 16 at H 129 - 256 on an H100 or H200): 0.67x - 0.94x of a
+ *     call a layer; in one group 0.84x - 0.96x for two layers (0.97x - 1.08x
+ *     for three). With more groups, and against the cluster and block
+ *     families, it loses (0.99x - 4.8x). Eager where B x H <= STACK_EAGER_BH:
+ *     0.32x - 0.94x (a call a layer is bound by the host's time there).
+ *   - the half types on tensor cores (bfloat16, H200, against a call a layer
+ *     in time chunks): captured where STACK_HALF_MIN_BH <= B x H <=
+ *     STACK_HALF_MAX_BH and H >= STACK_HALF_MIN_H, 0.71x - 1.00x (B32 - B256,
+ *     H 128 - 256; three layers B128/H128 1.07x); below, the cluster family
+ *     runs a layer in a fraction of the stacked step (0.99x - 1.73x), above,
+ *     the stacked blocks each carry several chunks (0.96x - 1.21x), at H = 64
+ *     the block family is 2.1x - 2.4x faster. Eager where B x H <=
+ *     STACK_HALF_MAX_BH: 0.29x - 0.95x (above, 0.98x - 1.07x). */
+#define STACK_GRID_GROUPS 4
+#define STACK_EAGER_BH 4096
+#define STACK_HALF_MIN_BH 8192
+#define STACK_HALF_MAX_BH 32768
+#define STACK_HALF_MIN_H 128
+
+int lltm_stack_rule_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int layers, int64_t B,
+                         int64_t H, int eager, const lltm_sequence_plan *layer)
+{
+    const int64_t bh = B * H;
+    if (is_half(dtype) && lltm_cuda_grid_tensor_cores(dev, dtype))
+        return eager ? bh <= STACK_HALF_MAX_BH
+                     : H >= STACK_HALF_MIN_H && bh >= STACK_HALF_MIN_BH && bh <= STACK_HALF_MAX_BH;
+    if (eager)
+        return bh <= STACK_EAGER_BH;
+    if (!layer || layer->family != LLTM_SEQ_GRID)
+        return 0;
+    const int64_t groups = layer->forward.groups;
+    return (groups >= 2 && groups <= STACK_GRID_GROUPS) || (groups == 1 && layers == 2);
+}
+
+/* --- lltm.LLTM's stacked layers in time chunks (a wavefront) ---
+ *
+ * From three layers at every chunk count 1 - 6 and 8, planned for the whole
+ * device and for two layers at once, 56 shapes (float32 and bfloat16, B 1 -
+ * 1024 x H 64 - 2048, T 100; `python3 dev/timing/wavefront_timing.py
+ * --layers 3 --chunks 1,2,3,4,5,6,8 --shared`, graph replay, H200,
+ * 2026-11-28): this rule's pick within 5% of the fastest schedule at 50
+ * shapes, 1.018x of it on geometric mean, at most 1.12x. Captured:
+ *   - the per-step family (another layer's products fill what one leaves
+ *     idle): WAVE_CHUNKS chunks (0.66x - 1.05x of a call a layer, 21 shapes);
+ *   - a persistent plan of which two layers' launches are resident at once:
+ *     WAVE_CHUNKS (0.58x - 0.91x, 16 shapes); 1.5 - 2 layers (clusters that
+ *     fill most of the GPU): 3 (0.84x - 0.91x, 4 shapes);
+ *   - a grid on tensor cores holding one layer: WAVE_CHUNKS, each chunk call
+ *     planned for two layers at once (0.80x - 0.89x, 5 shapes);
+ *   - else one call a layer (a grid's blocks meet every step, so a second
+ *     layer's launch waits for the first's end: 2 - 4 chunks 0.98x - 1.07x).
+ * Eager: one call a layer (each chunk call adds the host's ~200 us to issue
+ * it, which the overlap rarely repays). No chunk under WAVE_MIN_STEPS steps. */
+#define WAVE_CHUNKS 4
+#define WAVE_MIN_STEPS 8
+
+void lltm_wavefront_rule_cuda(const lltm_cuda_device *dev, const lltm_sequence_plan *layer,
+                              const int64_t resident[2], const int64_t parts[2], int64_t T,
+                              int eager, int *chunks, int *sharing)
+{
+    int64_t most = T / WAVE_MIN_STEPS < WAVE_CHUNKS ? T / WAVE_MIN_STEPS : WAVE_CHUNKS;
+    *chunks = *sharing = 1;
+    if (eager || !layer || most < 2)
+        return;
+    if (layer->family == LLTM_SEQ_STEPS) {
+        *chunks = (int)most;
+        return;
+    }
+    /* layers resident at once: of the direction holding fewer, its parts
+     * resident over a call's (7 clusters of a layer's 4: 1.75) */
+    double at_once = -1;
+    for (int d = 0; d < 2; ++d)
+        if (parts[d] > 0 && (at_once < 0 || (double)resident[d] / parts[d] < at_once))
+            at_once = (double)resident[d] / parts[d];
+    if (at_once >= 2)
+        *chunks = (int)most;
+    else if (at_once >= 1.5)
+        *chunks = most < 3 ? (int)most : 3;
+    else if (layer->family == LLTM_SEQ_GRID && lltm_cuda_grid_tensor_cores(dev, layer->dtype) &&
+             (layer->dtype != LLTM_FLOAT32 || layer->forward.tf32)) {
+        *chunks = (int)most;
+        *sharing = 2;
+    }
+}

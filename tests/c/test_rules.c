@@ -6,7 +6,8 @@
  * where it is not first under capture, and first at every larger batch once
  * it is; the cell's route cuBLAS at every larger batch once it is, and the
  * fused kernels at one row of a narrow layer; tensor cores for the grid only
- * where the device and dtype have them.
+ * where the device and dtype have them; lltm.LLTM's stacked launch and time
+ * chunks where their rules say, at the sizes of the measurements behind them.
  */
 #include "test_util.h"
 #include "../../csrc/core/lltm_cuda_rules.h"
@@ -42,6 +43,86 @@ static lltm_sequence_plan plan_of(int family, lltm_dtype dtype, int64_t B, int64
 
 static const lltm_dtype DTYPES[] = {LLTM_FLOAT32, LLTM_FLOAT64, LLTM_FLOAT16, LLTM_BFLOAT16};
 static const char *NAMES[] = {"float32", "float64", "float16", "bfloat16"};
+
+/* the stacked launch's rule for float32 layers whose plan alone is `family`
+ * in `groups` batch groups, and for the half types on tensor cores */
+static void stack_rules(const lltm_cuda_device *h100, const lltm_cuda_device *t4)
+{
+    static const struct { int eager, L; int64_t B, H; int family, groups, want; } f32[] = {
+        {1, 3, 16, 256, LLTM_SEQ_GRID, 4, 1}, {1, 3, 32, 256, LLTM_SEQ_GRID, 8, 0},
+        {1, 2, 64, 64, LLTM_SEQ_BLOCK, 64, 1}, {0, 3, 16, 256, LLTM_SEQ_GRID, 4, 1},
+        {0, 2, 8, 192, LLTM_SEQ_GRID, 2, 1}, {0, 3, 1, 256, LLTM_SEQ_GRID, 1, 0},
+        {0, 2, 1, 256, LLTM_SEQ_GRID, 1, 1}, {0, 3, 32, 256, LLTM_SEQ_GRID, 8, 0},
+        {0, 3, 16, 128, LLTM_SEQ_CLUSTER, 4, 0}};
+    for (size_t k = 0; k < sizeof f32 / sizeof f32[0]; ++k) {
+        lltm_sequence_plan layer = plan_of(f32[k].family, LLTM_FLOAT32, f32[k].B, f32[k].H, 16,
+                                           32, 16);
+        layer.forward.groups = f32[k].groups;
+        check(lltm_stack_rule_cuda(h100, LLTM_FLOAT32, f32[k].L, f32[k].B, f32[k].H,
+                                   f32[k].eager, &layer) == f32[k].want,
+              "float32: the stacked launch where the layer's plan says", f32[k].B, f32[k].H,
+              "float32");
+    }
+    static const struct { int eager; int64_t B, H; int want; } half[] = {
+        {0, 16, 256, 0}, {0, 32, 256, 1}, {0, 128, 256, 1}, {0, 256, 256, 0}, {0, 64, 128, 1},
+        {0, 256, 128, 1}, {0, 512, 64, 0}, {0, 64, 64, 0}, {1, 128, 256, 1}, {1, 256, 256, 0},
+        {1, 16, 64, 1}};
+    for (size_t k = 0; k < sizeof half / sizeof half[0]; ++k) {
+        lltm_sequence_plan layer = plan_of(LLTM_SEQ_GRID, LLTM_BFLOAT16, half[k].B, half[k].H,
+                                           16, 32, 16);
+        layer.forward.groups = 4;
+        check(lltm_stack_rule_cuda(h100, LLTM_BFLOAT16, 3, half[k].B, half[k].H, half[k].eager,
+                                   &layer) == half[k].want,
+              "half types on tensor cores: by B x H and H", half[k].B, half[k].H, "bfloat16");
+        /* without tensor cores the half types follow float32's rule */
+        const int f32_rule = half[k].eager ? half[k].B * half[k].H <= 4096 : 1;
+        check(lltm_stack_rule_cuda(t4, LLTM_BFLOAT16, 3, half[k].B, half[k].H, half[k].eager,
+                                   &layer) == f32_rule,
+              "half types without tensor cores: float32's rule", half[k].B, half[k].H,
+              "bfloat16");
+    }
+    check(!lltm_stack_rule_cuda(h100, LLTM_FLOAT32, 3, 16, 256, 0, NULL),
+          "captured float32 without a layer plan: no stacked launch", 16, 256, "float32");
+}
+
+/* the time chunks: the per-step family and persistent plans of which two
+ * layers fit at once in 4 chunks; 1.5 - 2 layers in 3; a grid on tensor
+ * cores holding one layer in 4 planned for two layers at once; else, and
+ * eagerly, one call a layer; no chunk under 8 steps */
+static void wavefront_rules(const lltm_cuda_device *h100)
+{
+    int chunks, sharing;
+    const int64_t none[2] = {0, 0};
+    lltm_sequence_plan steps = plan_of(LLTM_SEQ_STEPS, LLTM_FLOAT32, 16, 256, 0, 0, 0);
+    lltm_wavefront_rule_cuda(h100, &steps, none, none, 100, 0, &chunks, &sharing);
+    check(chunks == 4 && sharing == 1, "per-step: 4 chunks", 16, 256, "float32");
+    lltm_wavefront_rule_cuda(h100, &steps, none, none, 20, 0, &chunks, &sharing);
+    check(chunks == 2, "no chunk under 8 steps", 16, 256, "float32");
+    lltm_wavefront_rule_cuda(h100, &steps, none, none, 100, 1, &chunks, &sharing);
+    check(chunks == 1 && sharing == 1, "eager: one call a layer", 16, 256, "float32");
+    lltm_wavefront_rule_cuda(h100, NULL, none, none, 100, 0, &chunks, &sharing);
+    check(chunks == 1 && sharing == 1, "no plan: one call a layer", 16, 256, "float32");
+    const lltm_sequence_plan cluster = plan_of(LLTM_SEQ_CLUSTER, LLTM_BFLOAT16, 64, 128, 4, 2, 16);
+    static const struct { int64_t resident[2], parts[2]; int want; } held[] = {
+        {{14, 7}, {4, 4}, 3}, {{8, 8}, {4, 4}, 4}, {{5, 5}, {4, 4}, 1}};
+    for (size_t k = 0; k < sizeof held / sizeof held[0]; ++k) {
+        lltm_wavefront_rule_cuda(h100, &cluster, held[k].resident, held[k].parts, 100, 0,
+                                 &chunks, &sharing);
+        check(chunks == held[k].want && sharing == 1, "persistent: by the layers held at once",
+              64, 128, "bfloat16");
+    }
+    const int64_t one[2] = {1, 1}, two[2] = {2, 2};
+    lltm_sequence_plan grid = plan_of(LLTM_SEQ_GRID, LLTM_BFLOAT16, 64, 256, 16, 32, 16);
+    lltm_wavefront_rule_cuda(h100, &grid, one, one, 100, 0, &chunks, &sharing);
+    check(chunks == 4 && sharing == 2, "a grid on tensor cores: 4 chunks for two layers", 64, 256,
+          "bfloat16");
+    grid.dtype = LLTM_FLOAT32;
+    lltm_wavefront_rule_cuda(h100, &grid, one, one, 100, 0, &chunks, &sharing);
+    check(chunks == 1 && sharing == 1, "a grid on FFMA holding one layer: one call a layer", 64,
+          256, "float32");
+    lltm_wavefront_rule_cuda(h100, &grid, two, one, 100, 0, &chunks, &sharing);
+    check(chunks == 4 && sharing == 1, "two grids at once: 4 chunks", 64, 256, "float32");
+}
 
 int main(void)
 {
@@ -107,6 +188,8 @@ int main(void)
               "TF32 where allowed on sm_80", 0, 0, NAMES[d]);
         check(!lltm_cuda_grid_tensor_cores(&t4, dt), "none below sm_80", 0, 0, NAMES[d]);
     }
+    stack_rules(&h100, &t4);
+    wavefront_rules(&h100);
     check(lltm_sequence_plan_rank_cuda(NULL, NULL, 0, 1) == LLTM_RANK_NONE, "no plan, no rank", 0, 0,
           "");
     printf("test_rules: %d passed, %d failed\n", passed, failed);
