@@ -35,7 +35,7 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 TOLERANCES = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2,
               torch.bfloat16: 4e-2}
 # "default": the size-based choice; "large" / "medium" / "small": one tile
-# configuration for every size (csrc/core/lltm_cuda_cell_tiles.h's thresholds
+# configuration for every size (csrc/core/lltm_cuda_rules.h's thresholds
 # forced).
 NEVER = 1 << 62
 VARIANTS = {"default": {},

@@ -651,13 +651,8 @@ int lltm_sequence_bias_sum_cuda(lltm_dtype dtype, int64_t P, int64_t G, const vo
  * time: C [M,N] = A [M,K] B [K,N], element (m,k) of A at a[m*a_rs + k*a_cs],
  * (k,n) of B at b[k*b_rs + n*b_cs], C row-major (row stride ldc); each sum
  * in k order in the accumulation type (deterministic). lltm_small_mm_fits:
- * nonzero when M*N*K <= LLTM_SMALL_MM_MAX_PRODUCT and K <= LLTM_SMALL_MM_MAX_K
- * (larger products are GPU-bound, and a long reduction runs one tile after
- * another in each block, ~0.5 us apiece: the weight gradient's K = T*B
- * took 60 us where cuBLAS splits it; leave those to cuBLAS); the call
+ * nonzero for the sizes the rules give it (lltm_cuda_rules.h); the call
  * returns LLTM_ERR_ARGUMENT for the others. */
-#define LLTM_SMALL_MM_MAX_PRODUCT (1LL << 27)
-#define LLTM_SMALL_MM_MAX_K 512
 int lltm_small_mm_fits(int64_t M, int64_t N, int64_t K);
 int lltm_small_mm_cuda(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const void *a,
                        int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs, int64_t b_cs,

@@ -11,31 +11,12 @@
  *           and the operand all blocks share (X, dG) is read by fewer of them
  *   large   big register tiles, for throughput-bound sizes
  *
- * A kernel takes the large tiles where they still make LARGE_MIN_BLOCKS
- * blocks; else the medium tiles where the small ones would make
- * MEDIUM_MIN_BLOCKS and, for the two kernels whose medium tile spans 16
- * rows (forward, dX), the batch fills more than half of it; else the small.
- * From dev/timing/cell_tiles.cu on the H100 (float32, GPU time a launch):
- * at B16/I32/H128 the small tiles are the fastest of each kernel (3.3, 2.8,
- * 3.3 us); at B16/I256/H512 the medium ones take 9.3, 5.3 and 11.2 us
- * against 13.7, 9.5 and 18.8; at B1/I256/H512 the medium forward tile is
- * slower (8.0 against 6.1 us), the other two faster.
+ * Which a kernel takes: the rule and its thresholds in lltm_cuda_rules.h.
  */
 #ifndef LLTM_CORE_CUDA_CELL_TILES_H
 #define LLTM_CORE_CUDA_CELL_TILES_H
 
-#include <stdint.h>
-
-/* tests force one configuration through these */
-#ifndef LLTM_CUDA_LARGE_TILE_MIN_BLOCKS
-#define LLTM_CUDA_LARGE_TILE_MIN_BLOCKS 120
-#endif
-#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS
-#define LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS 192
-#endif
-#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_ROWS
-#define LLTM_CUDA_MEDIUM_TILE_MIN_ROWS 9
-#endif
+#include "lltm_cuda_rules.h"
 
 enum { LLTM_TILES_SMALL = 0, LLTM_TILES_MEDIUM = 1, LLTM_TILES_LARGE = 2 };
 

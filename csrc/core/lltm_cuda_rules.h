@@ -25,6 +25,39 @@
 extern "C" {
 #endif
 
+/* The tuned constants kept beside the kernels they steer (the others are in
+ * lltm_cuda_rules.c). */
+
+/* Small products run by the library's own kernel (lltm_small_mm_cuda) where
+ * M*N*K <= LLTM_SMALL_MM_MAX_PRODUCT and K <= LLTM_SMALL_MM_MAX_K, eagerly
+ * (an aten::mm call costs ~40 us of host time on the GPU machine); larger
+ * products are GPU-bound, and a long reduction runs one tile after another
+ * in each block, ~0.5 us apiece: the weight gradient's K = T*B took 60 us
+ * where cuBLAS splits it. */
+#define LLTM_SMALL_MM_MAX_PRODUCT (1LL << 27)
+#define LLTM_SMALL_MM_MAX_K 512
+
+/* The fused cell kernels' tiles (lltm_cuda_cell_tiles.h): the large tiles
+ * where they still make LLTM_CUDA_LARGE_TILE_MIN_BLOCKS blocks; else the
+ * medium ones where the small would make LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS
+ * and, for the kernels whose medium tile spans 16 rows, the batch has at
+ * least LLTM_CUDA_MEDIUM_TILE_MIN_ROWS rows; else the small (from
+ * dev/timing/cell_tiles.cu on the H100, float32, GPU time a launch: at
+ * B16/I32/H128 the small tiles are the fastest of each kernel, 3.3, 2.8, 3.3
+ * us; at B16/I256/H512 the medium ones take 9.3, 5.3 and 11.2 us against
+ * 13.7, 9.5 and 18.8; at B1/I256/H512 the medium forward tile is slower,
+ * 8.0 against 6.1 us, the other two faster). Tests force one configuration
+ * by defining them. */
+#ifndef LLTM_CUDA_LARGE_TILE_MIN_BLOCKS
+#define LLTM_CUDA_LARGE_TILE_MIN_BLOCKS 120
+#endif
+#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS
+#define LLTM_CUDA_MEDIUM_TILE_MIN_BLOCKS 192
+#endif
+#ifndef LLTM_CUDA_MEDIUM_TILE_MIN_ROWS
+#define LLTM_CUDA_MEDIUM_TILE_MIN_ROWS 9
+#endif
+
 enum { /* the cell's matrix-product routes */
     LLTM_CELL_FUSED = 1,  /* the library's fused kernels: forward 1 launch, backward 2 */
     LLTM_CELL_CUBLAS = 2, /* products through cuBLAS around pointwise kernels */

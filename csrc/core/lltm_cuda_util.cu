@@ -4,6 +4,7 @@
  * costs one launch, stream-ordered copies (rows of two arrays joined side
  * by side too) and zero fills, whether a stream is being captured.
  */
+#include "lltm_cuda_rules.h"
 #include "lltm.h"
 
 #include <cuda_bf16.h>
