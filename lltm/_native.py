@@ -43,8 +43,8 @@ def _call_entry(lib: ctypes.CDLL, symbol: str) -> str | None:
 
 
 def _resolve_torch(lib: ctypes.CDLL, path: Path) -> None:
-    """Fills the library's table of torch's stable C ABI from the torch
-    libraries loaded in this process (csrc/binding/torch_abi_loader.h)."""
+    """Fills the library's pointers to torch's stable C ABI from the torch
+    libraries loaded in this process (csrc/binding/torch_abi_loader.c)."""
     problem = _call_entry(lib, "lltm_resolve_torch")
     if problem is not None:
         raise NativeLibraryError(

@@ -8,9 +8,9 @@ their C binding into ``liblltm_cuda.so``.
 
 No torch file is used, and the libraries have no link-time dependency on
 torch's: they call PyTorch's stable C ABI (our declarations,
-csrc/binding/torch_stable_abi.h) through a table of pointers generated from
-those declarations (lltm/_torch_abi.py) and filled, when Python loads them, from
-the torch libraries already loaded in the process (import torch first).
+csrc/binding/torch_stable_abi.h) through pointers filled, when Python loads
+them, from the torch libraries already loaded in the process (import torch
+first).
 
 Everything is addressed by content. An object's name carries a hash of its
 source, every header of csrc/, the compiler's identity and version, and the
@@ -51,7 +51,6 @@ CUDA_LIBRARY = "liblltm_cuda.so"
 BUILD_INFO = "lltm_build.json"  # beside the libraries: build key, archs, flags
 
 CPU_SOURCES = [
-    "binding/torch_stable_abi_table.c",
     "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",
     "core/lltm_cpu_gemm.c",
@@ -67,8 +66,7 @@ CPU_SOURCES = [
 ]
 # The CUDA library: kernels (.cu, C launchers) plus its own C binding.
 CUDA_SOURCES = [
-    "binding/torch_stable_abi_table.c",  # its own table: CPU and CUDA functions
-    "binding/torch_abi_loader.c",
+    "binding/torch_abi_loader.c",  # its own pointers: CPU and CUDA functions
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
     "binding/call_settings.c",
@@ -96,8 +94,7 @@ CUDA_ONLY_SOURCES = [
     "binding/register_cuda.c",
 ]
 
-# Our declarations of torch's stable C ABI: the table of pointers the libraries
-# call them through is generated from it (lltm/_torch_abi.py).
+# Our declarations of torch's stable C ABI (part of the libraries' build key).
 TORCH_ABI_HEADER = "binding/torch_stable_abi.h"
 # The oldest torch the stable-ABI target of torch_stable_abi.h loads on.
 TORCH_MIN_VERSION = "2.11"
@@ -132,7 +129,6 @@ def _sibling(name: str):
 
 
 _archs = _sibling("_archs")
-_torch_abi = _sibling("_torch_abi")
 
 
 def _torch():
@@ -453,21 +449,6 @@ def prebuilt_name(rel: str, key: str) -> str:
 
 # ---------------------------------------------------------------- linking
 
-def check_torch_abi_table() -> None:
-    """The committed table (csrc/binding/torch_stable_abi_table.{h,c}) must be
-    the one the declarations give: a stale one would call torch's functions
-    through pointers of other types, or miss new ones."""
-    try:
-        stale = _torch_abi.stale(CSRC)
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"reading {TORCH_ABI_HEADER}: {exc}") from exc
-    if stale:
-        raise BuildError(
-            f"{', '.join(str(p.relative_to(CSRC.parent)) for p in stale)} "
-            f"{'is' if len(stale) == 1 else 'are'} out of date with csrc/{TORCH_ABI_HEADER}: "
-            "run `python lltm/_torch_abi.py` to write them again")
-
-
 # No torch library on the link lines: torch's functions are found at load time
 # (csrc/binding/torch_abi_loader.c, with dlopen / dlsym: -ldl before glibc 2.34).
 def _link_cpu(objs: list[Path], lib: Path, verbose: bool) -> None:
@@ -524,7 +505,6 @@ class Plan:
     def __init__(self, cuda: bool | None = None, reuse_archs_of: Path | None = None):
         if not CSRC.is_dir():
             raise BuildError(f"the C sources are not at {CSRC}: build from a source checkout")
-        check_torch_abi_table()
         self.cuda = cuda_wanted() if cuda is None else cuda
         self.nvcc = find_nvcc() if self.cuda else None
         if self.cuda and self.nvcc is None:

@@ -2,8 +2,8 @@
 sharing one cache, or an edit in one, never load another build's library; the
 nvcc flags and GPU architectures are chosen like PyTorch's extensions; the
 libraries need no torch library at link time: they find torch's stable C ABI
-in the running process through a table generated from our declarations, and a
-torch lacking a function gives a clear error."""
+in the running process through pointers declared from one list, and a torch
+lacking a function gives a clear error."""
 import json
 import os
 import re
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lltm import _archs, _native, _torch_abi, build
+from lltm import _archs, _native, build
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "must be %lld-dimensional %s, got shape %s"
@@ -147,29 +147,32 @@ def test_libraries_need_no_torch_library():
         assert str(ROOT).encode() not in lib.read_bytes()  # sources named csrc/..., no paths
 
 
-def test_table_is_generated_from_the_declarations():
-    """The committed table is what lltm/_torch_abi.py writes from the header;
-    every function the CPU library requires is defined by the installed torch."""
+# An entry of the list in torch_stable_abi.h: X(library, need, return type, name, (...
+ENTRY = re.compile(r"^\s*X\((CPU|CUDA), (REQUIRED|OPTIONAL), [^,]+, (\w+),", re.M)
+
+
+def test_the_list_names_every_torch_function_the_binding_calls():
+    """Every function the binding calls is in the list of torch_stable_abi.h,
+    with its library and need; every required CPU one is defined by the
+    installed torch."""
     csrc = ROOT / "csrc"
-    assert _torch_abi.stale(csrc) == []
-    functions = _torch_abi.parse(csrc / build.TORCH_ABI_HEADER)
-    cpu = [f for f in functions if f.library == _torch_abi.CPU_LIB]
-    cuda = [f for f in functions if f.library == _torch_abi.CUDA_LIB]
-    names = {f.name for f in functions}
+    entries = ENTRY.findall((csrc / build.TORCH_ABI_HEADER).read_text())
+    names = [name for _, _, name in entries]
+    assert len(names) == len(set(names))
+    cpu = {name for lib, _, name in entries if lib == "CPU"}
+    cuda = {name for lib, _, name in entries if lib == "CUDA"}
     assert {"aoti_torch_check", "torch_call_dispatcher", "aoti_torch_empty_strided",
-            "torch_library_impl"} <= {f.name for f in cpu}
-    assert {"aoti_torch_get_current_cuda_stream", "aoti_torch_create_cuda_guard"} <= \
-        {f.name for f in cuda}
-    assert {f.name for f in functions if f.optional} == {
+            "torch_library_impl"} <= cpu
+    assert cuda == {"aoti_torch_get_current_cuda_stream", "aoti_torch_create_cuda_guard",
+                    "aoti_torch_delete_cuda_guard", "aoti_torch_cuda_mm_out"}
+    assert {name for _, need, name in entries if need == "OPTIONAL"} == {
         "torch_exception_get_what_without_backtrace", "aoti_torch_cpu_mm_out",
         "aoti_torch_cuda_mm_out"}
-    source = (csrc / "binding" / _torch_abi.TABLE_SOURCE).read_text()
-    assert set(re.findall(r'^    \{"(\w+)"', source, re.M)) == names
-    # Every call of the binding goes through the table: no other torch name.
+    # Every call of the binding goes through the list: no other torch name.
     binding = "".join(p.read_text() for p in (csrc / "binding").glob("*.c"))
     called = set(re.findall(r"\b((?:aoti_torch|torch)_\w+)\s*\(", binding))
     own = set(re.findall(r"^static [\w\s\*]*?\b(\w+)\s*\(", binding, re.M))  # helpers
-    assert called - own <= names, called - own - names
+    assert called - own <= set(names), called - own - set(names)
     import torch
     nm = shutil.which("nm")
     if nm is None:
@@ -177,38 +180,18 @@ def test_table_is_generated_from_the_declarations():
     torch_cpu = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     defined = set(subprocess.run([nm, "-D", "--defined-only", str(torch_cpu)],
                                  capture_output=True, text=True).stdout.split())
-    missing = [f.name for f in cpu if not f.optional and f.name not in defined]
+    missing = [name for lib, need, name in entries
+               if lib == "CPU" and need == "REQUIRED" and name not in defined]
     assert not missing, missing
 
 
-def _declare_in_copy(root: Path, declarations: str) -> None:
-    """Adds declarations to the header of a copied checkout and writes its table."""
+def _declare_in_copy(root: Path, entry: str) -> None:
+    """Adds an entry to the list of torch_stable_abi.h in a copied checkout."""
     header = root / "csrc" / build.TORCH_ABI_HEADER
     text = header.read_text()
-    anchor = "\n#ifdef LLTM_WITH_CUDA\n"
+    anchor = "#define LLTM_TORCH_FUNCTIONS(X)"
     assert anchor in text
-    header.write_text(text.replace(anchor, "\n" + declarations + anchor, 1))
-    subprocess.run([sys.executable, "lltm/_torch_abi.py"], cwd=root, check=True,
-                   capture_output=True, timeout=60)
-
-
-def test_stale_table_stops_the_build(tmp_path, monkeypatch):
-    root = _checkout(tmp_path, "a")
-    header = root / "csrc" / build.TORCH_ABI_HEADER
-    text = header.read_text()
-    header.write_text(text.replace("\n#ifdef LLTM_WITH_CUDA\n",
-                                   "\nAOTITorchError aoti_torch_new_one(void);\n"
-                                   "#ifdef LLTM_WITH_CUDA\n", 1))
-    monkeypatch.setattr(build, "CSRC", root / "csrc")
-    with pytest.raises(build.BuildError, match=r"csrc/binding/torch_stable_abi_table.h, "
-                       r"csrc/binding/torch_stable_abi_table.c are out of date with "
-                       r"csrc/binding/torch_stable_abi.h: run `python lltm/_torch_abi.py`"):
-        build.Plan(cuda=False)
-    assert _torch_abi.main(["--check", "--csrc", str(root / "csrc")]) == 1
-    _torch_abi.main(["--csrc", str(root / "csrc")])
-    assert _torch_abi.stale(root / "csrc") == []
-    assert "aoti_torch_new_one" in (root / "csrc" / "binding" / "torch_stable_abi_table.c"
-                                    ).read_text()
+    header.write_text(text.replace(anchor, f"{anchor} \\\n    {entry}", 1))
 
 
 IMPORT_PROBE = textwrap.dedent("""
@@ -219,19 +202,21 @@ IMPORT_PROBE = textwrap.dedent("""
 
 
 def test_torch_lacking_a_function_is_a_clear_error(tmp_path):
-    """A function the header declares but the torch imported lacks: optional,
+    """A function the list names but the torch imported lacks: optional,
     the library loads and runs (its pointer is NULL); required, importing lltm
     raises an ImportError naming the function, the library and torch's version."""
     import torch
     root = _checkout(tmp_path, "a")
     env = {**os.environ, "LLTM_BUILD_DIR": str(tmp_path / "cache"), "LLTM_BUILD_CUDA": "0"}
     env.pop("PYTHONPATH", None)
-    _declare_in_copy(root, "LLTM_OPTIONAL AOTITorchError aoti_torch_lltm_test_optional(void);\n")
+    _declare_in_copy(root, "X(CPU, OPTIONAL, AOTITorchError, aoti_torch_lltm_test_optional, "
+                           "(void))")
     proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ok (2, 4)") and str(tmp_path / "cache") in proc.stdout
-    _declare_in_copy(root, "AOTITorchError aoti_torch_lltm_test_required(int32_t x);\n")
+    _declare_in_copy(root, "X(CPU, REQUIRED, AOTITorchError, aoti_torch_lltm_test_required, "
+                           "(int32_t x))")
     proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0

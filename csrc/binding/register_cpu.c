@@ -1,12 +1,12 @@
 /*
  * register_cpu.c - the entry point of liblltm.so: defines the lltm operator
  * schemas and registers the CPU kernels. Python calls lltm_resolve_torch()
- * (torch_abi_loader.h) then lltm_register() once after loading the library
+ * (torch_stable_abi.h) then lltm_register() once after loading the library
  * (lltm/_native.py): a failure comes back as a message rather than as an
  * exception thrown during dlopen or a crash.
  */
 #include "ops.h"
-#include "torch_abi_loader.h"
+#include "torch_stable_abi.h"
 
 #include <stdio.h>
 

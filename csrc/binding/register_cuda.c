@@ -6,7 +6,7 @@
  * lltm_cuda_register() when CUDA initialises (lltm/_native.py).
  */
 #include "ops.h"
-#include "torch_abi_loader.h"
+#include "torch_stable_abi.h"
 
 #include <stdio.h>
 #include <stdlib.h>

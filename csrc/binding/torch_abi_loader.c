@@ -1,17 +1,35 @@
 /*
- * torch_abi_loader.c - lltm_resolve_torch(): the table of torch's stable C ABI
- * filled from the torch libraries already loaded (see torch_abi_loader.h).
+ * torch_abi_loader.c - lltm_resolve_torch(): the pointers of
+ * torch_stable_abi.h filled from the torch libraries already loaded. Python
+ * imports torch (which loads libtorch_cpu.so, and libtorch_cuda.so in a CUDA
+ * build) before loading our library; each function is found by name there
+ * with dlopen(soname, RTLD_NOLOAD) and dlsym: nothing new is loaded.
  */
-#include "torch_abi_loader.h"
+#include "torch_stable_abi.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
+/* the pointers, NULL until resolved */
+#define LLTM_TORCH_DEFINE(lib, need, ret, name, params) ret (*name) params;
+LLTM_TORCH_FUNCTIONS(LLTM_TORCH_DEFINE)
+
+/* the list's words for libraries and needs */
+enum { CPU, CUDA };
+enum { REQUIRED, OPTIONAL };
+
 /* torch's libraries by their sonames (torch's wheels name them so) */
-static const char *const torch_sonames[] = {
-    [LLTM_TORCH_CPU_LIBRARY] = "libtorch_cpu.so",
-    [LLTM_TORCH_CUDA_LIBRARY] = "libtorch_cuda.so",
+static const char *const torch_sonames[] = {[CPU] = "libtorch_cpu.so", [CUDA] = "libtorch_cuda.so"};
+
+static const struct {
+    const char *name;
+    int lib;       /* CPU or CUDA */
+    bool optional; /* may stay NULL */
+    void *slot;    /* the pointer to fill */
+} symbols[] = {
+#define LLTM_TORCH_SYMBOL(lib, need, ret, name, params) {#name, lib, need == OPTIONAL, &name},
+    LLTM_TORCH_FUNCTIONS(LLTM_TORCH_SYMBOL)
 };
 
 /* dlsym gives a data pointer; POSIX guarantees it converts to a function
@@ -24,31 +42,31 @@ static bool resolved;
 int lltm_resolve_torch(char *err, size_t err_len)
 {
     /* Handles taken with RTLD_NOLOAD count a reference, never given back:
-     * the table points into these libraries for the life of the process. */
+     * the pointers point into these libraries for the life of the process. */
     void *handles[2] = {NULL, NULL};
 
     if (resolved)
         return 0;
-    for (size_t k = 0; k < lltm_torch_symbol_count; ++k) {
-        const lltm_torch_symbol *symbol = &lltm_torch_symbols[k];
-        const char *soname = torch_sonames[symbol->library];
-        if (handles[symbol->library] == NULL) {
-            handles[symbol->library] = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
-            if (handles[symbol->library] == NULL) {
+    for (size_t k = 0; k < sizeof symbols / sizeof symbols[0]; ++k) {
+        const char *soname = torch_sonames[symbols[k].lib];
+        void **handle = &handles[symbols[k].lib];
+        if (*handle == NULL) {
+            *handle = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+            if (*handle == NULL) {
                 snprintf(err, err_len,
                          "%s is not loaded in this process (import torch first%s)", soname,
-                         symbol->library == LLTM_TORCH_CUDA_LIBRARY
+                         symbols[k].lib == CUDA
                              ? "; the CUDA library needs a torch built with CUDA"
                              : "");
                 return -1;
             }
         }
-        void *address = dlsym(handles[symbol->library], symbol->name);
-        if (address == NULL && !symbol->optional) {
-            snprintf(err, err_len, "%s has no function %s", soname, symbol->name);
+        void *address = dlsym(*handle, symbols[k].name);
+        if (address == NULL && !symbols[k].optional) {
+            snprintf(err, err_len, "%s has no function %s", soname, symbols[k].name);
             return -1;
         }
-        memcpy(symbol->slot, &address, sizeof address);
+        memcpy(symbols[k].slot, &address, sizeof address);
     }
     resolved = true;
     return 0;
