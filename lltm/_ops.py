@@ -12,6 +12,7 @@ those, and running such a graph reaches the kernels without entering Python
 every call whether gradients are needed or not)."""
 from __future__ import annotations
 
+import inspect
 import types
 
 import torch
@@ -21,6 +22,8 @@ from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from . import _autocast, _autotune, _differentiable, _settings, _sharing
 from .backends import cuda as _backend
+
+# --- fake kernels: the C binding's checks and messages -------------------------------
 
 
 def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
@@ -38,106 +41,229 @@ def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
                                f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
 
 
-def _register_fake(name: str):
-    """Registers the decorated function as the fake kernel of lltm::name and
-    of its autograd-free twin lltm::_name."""
+def _register_fake(name: str, fake) -> None:
+    """``fake`` as the fake kernel of lltm::name and of its autograd-free twin
+    lltm::_name."""
+    torch.library.register_fake(f"lltm::{name}")(fake)
+    torch.library.register_fake(f"lltm::_{name}")(fake)
+
+
+def _fake(name: str):
+    """Registers the decorated function as the fake kernel of lltm::name
+    (_register_fake) behind the check every operator makes first: its
+    tensors (the parameters before output_mask and settings) of one floating
+    dtype, on one device."""
     def register(fake):
-        torch.library.register_fake(f"lltm::{name}")(fake)
-        torch.library.register_fake(f"lltm::_{name}")(fake)
-        return fake
+        tensors = [p for p in inspect.signature(fake).parameters
+                   if p not in ("output_mask", "settings")]
+
+        def checked(*args):
+            _same_dtype_device(f"lltm::{name}", **dict(zip(tensors, args)))
+            return fake(*args)
+        _register_fake(name, checked)
+        return checked
     return register
 
 
-def _expect(op: str, name: str, t: torch.Tensor, shape: tuple) -> None:
-    if tuple(t.shape) != tuple(shape):
-        raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
+def _expect(op: str, shape: tuple, **tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if tuple(t.shape) != tuple(shape):
+            raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
-def _cell_dims(op: str, input: torch.Tensor, old_h: torch.Tensor) -> tuple[int, int, int]:
-    # One rule for zero sizes in every op: B = 0 and I = 0 are allowed
-    # (empty results), H = 0 is not.
-    if input.dim() != 2:
-        raise RuntimeError(f"{op}: input must be 2-dimensional [B, I], got shape "
-                           f"{list(input.shape)}")
-    if old_h.dim() != 2:
-        raise RuntimeError(f"{op}: old_h must be 2-dimensional [B, H], got shape "
-                           f"{list(old_h.shape)}")
-    B, I = input.shape
-    H = old_h.shape[1]
-    if H == 0:
-        raise RuntimeError(f"{op}: old_h has state size H = 0; expected H > 0")
-    return B, I, H
+def _dims(op: str, input, input_dims: str, state_name: str, state, state_dims: str) -> tuple:
+    """The sizes of ``input`` (named by the letters of ``input_dims``: "BI",
+    "TBI"), then the state size H, the last of ``state``'s ("BH", "LBH").
+    One rule for zero sizes in every op: B = 0 and I = 0 are allowed (empty
+    results), H = 0 is not, nor L = 0 layers."""
+    for name, t, dims in (("input", input, input_dims), (state_name, state, state_dims)):
+        if t.dim() != len(dims):
+            raise RuntimeError(f"{op}: {name} must be {len(dims)}-dimensional "
+                               f"[{', '.join(dims)}], got shape {list(t.shape)}")
+    if state_dims[0] == "L" and state.shape[0] == 0:
+        raise RuntimeError(f"{op}: {state_name} holds L = 0 layers; expected at least one")
+    if state.shape[-1] == 0:
+        raise RuntimeError(f"{op}: {state_name} has state size H = 0; expected H > 0")
+    return (*input.shape, state.shape[-1])
 
 
-@_register_fake("cell_forward")
-def _cell_forward_fake(input, weights, bias, old_h, old_cell, settings=-1):
-    op = "lltm::cell_forward"
-    _same_dtype_device(op, input=input, weights=weights, bias=bias, old_h=old_h,
-                       old_cell=old_cell)
-    B, I, H = _cell_dims(op, input, old_h)
-    _expect(op, "old_h", old_h, (B, H))
-    _expect(op, "old_cell", old_cell, (B, H))
-    _expect(op, "weights", weights, (3 * H, I + H))
-    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):
+def _layer_dims(op: str, input_dims: str, input, weights, bias, **state) -> tuple:
+    """The shape checks of a one-layer forward (the cell's, the sequence's;
+    ``state``: its initial h and c by name): input's sizes, then H."""
+    h_name = next(iter(state))
+    *sizes, I, H = _dims(op, input, input_dims, h_name, state[h_name], "BH")
+    _expect(op, (sizes[-1], H), **state)
+    _expect(op, (3 * H, I + H), weights=weights)
+    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):  # (1, 3H): the tutorial's bias
         raise RuntimeError(f"{op}: bias has shape {list(bias.shape)}, expected [{3 * H}]")
-    return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
+    return (*sizes, I, H)
 
 
 def _masked(op: str, results: tuple, output_mask) -> tuple:
     """``results`` with None where ``output_mask`` (the backward operators'
-    last argument: which gradients to compute) is False, as the kernels
-    return them."""
+    last argument: which gradients to compute; default all) is False, as the
+    kernels return them."""
+    if output_mask is None:
+        return results
     if len(output_mask) != len(results):
         raise RuntimeError(f"{op}: output_mask has {len(output_mask)} entries, expected "
                            f"{len(results)} (one per gradient)")
     return tuple(r if m else None for r, m in zip(results, output_mask))
 
 
-_ALL = (True,) * 5  # every gradient: the backward operators' default output_mask
+@_fake("cell_forward")
+def _cell_forward_fake(input, weights, bias, old_h, old_cell, settings=-1):
+    B, I, H = _layer_dims("lltm::cell_forward", "BI", input, weights, bias,
+                          old_h=old_h, old_cell=old_cell)
+    return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
 
 
-@_register_fake("cell_backward")
+@_fake("cell_backward")
 def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
-                        output_mask=_ALL, settings=-1):
+                        output_mask=None, settings=-1):
     op = "lltm::cell_backward"
-    _same_dtype_device(op, grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell,
-                       gates=gates, input=input, old_h=old_h, weights=weights)
-    B, I, H = _cell_dims(op, input, old_h)
-    for name, t in (("grad_h", grad_h), ("grad_cell", grad_cell), ("new_cell", new_cell),
-                    ("old_h", old_h)):
-        _expect(op, name, t, (B, H))
-    _expect(op, "gates", gates, (B, 3 * H))
-    _expect(op, "weights", weights, (3 * H, I + H))
+    B, I, H = _dims(op, input, "BI", "old_h", old_h, "BH")
+    _expect(op, (B, H), grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell, old_h=old_h)
+    _expect(op, (B, 3 * H), gates=gates)
+    _expect(op, (3 * H, I + H), weights=weights)
     return _masked(op, (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
                         weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H)),
                    output_mask)
 
 
+@_fake("sequence_forward")
+def _sequence_forward_fake(input, weights, bias, h0, c0, settings=-1):
+    T, B, I, H = _layer_dims("lltm::sequence_forward", "TBI", input, weights, bias, h0=h0, c0=c0)
+    return (h0.new_empty(T, B, H), h0.new_empty(B, H), h0.new_empty(B, H),
+            h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
+
+
+@_fake("sequence_backward")
+def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                            cells, gates, output_mask=None, settings=-1):
+    op = "lltm::sequence_backward"
+    T, B, I, H = _dims(op, input, "TBI", "h0", h0, "BH")
+    _expect(op, (B, H), grad_h_n=grad_h_n, grad_c_n=grad_c_n, h0=h0)
+    _expect(op, (T, B, H), grad_output=grad_output, output=output, cells=cells)
+    _expect(op, (T, B, 3 * H), gates=gates)
+    _expect(op, (3 * H, I + H), weights=weights)
+    return _masked(op, (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
+                        weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H)),
+                   output_mask)
+
+
+@_fake("sequence_backward_gates")
+def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                  cells, gates, output_mask=None, settings=-1):
+    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
+                                    cells, gates)
+    return _masked("lltm::sequence_backward_gates",
+                   (grads[0], gates.new_empty(gates.shape), *grads[2:]), output_mask)
+
+
+def _stack_dims(op: str, input, weights0, weights, h0) -> tuple[int, int, int, int, int]:
+    T, B, I, H = _dims(op, input, "TBI", "h0", h0, "LBH")
+    L = h0.shape[0]
+    _expect(op, (L, B, H), h0=h0)
+    _expect(op, (3 * H, H + I), weights0=weights0)
+    _expect(op, (L - 1, 3 * H, 2 * H), weights=weights)
+    return T, B, I, H, L
+
+
+@_fake("stack_forward")
+def _stack_forward_fake(input, weights0, weights, biases, h0, c0, settings=-1):
+    op = "lltm::stack_forward"
+    T, B, I, H, L = _stack_dims(op, input, weights0, weights, h0)
+    _expect(op, (L, 3 * H), biases=biases)
+    _expect(op, (L, B, H), c0=c0)
+    return (h0.new_empty(T, B, H), h0.new_empty(L, B, H), h0.new_empty(L, B, H),
+            h0.new_empty(L - 1, T, B, H), h0.new_empty(L, T, B, H),
+            h0.new_empty(L, T, B, 3 * H))
+
+
+@_fake("stack_backward")
+def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, output,
+                         outputs, cells, gates, output_mask=None, settings=-1):
+    op = "lltm::stack_backward"
+    T, B, I, H, L = _stack_dims(op, input, weights0, weights, h0)
+    _expect(op, (L, B, H), grad_h_n=grad_h_n, grad_c_n=grad_c_n)
+    _expect(op, (T, B, H), grad_output=grad_output, output=output)
+    _expect(op, (L - 1, T, B, H), outputs=outputs)
+    _expect(op, (L, T, B, H), cells=cells)
+    _expect(op, (L, T, B, 3 * H), gates=gates)
+    return _masked(op, (input.new_empty(T, B, I), weights0.new_empty(3 * H, H + I),
+                        weights.new_empty(L - 1, 3 * H, 2 * H), h0.new_empty(L, 3 * H),
+                        h0.new_empty(L, B, H), h0.new_empty(L, B, H)), output_mask)
+
+
+def _lengths_fake(name: str, fake, lengths_at: int):
+    """The fake of lltm::name.lengths: the base operator's ``fake`` on the
+    arguments but the lengths [B] (argument ``lengths_at``, after the base's
+    tensors), which must be int64 on the input's device (a forward's first
+    argument, a backward's fourth)."""
+    def lengths_fake(*args):
+        results = fake(*args[:lengths_at], *args[lengths_at + 1:])
+        lengths, input = args[lengths_at], args[0 if name.endswith("forward") else 3]
+        B = input.shape[1]
+        if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
+            raise RuntimeError(f"lltm::{name}: lengths must be an int64 tensor of shape [{B}] "
+                               f"(one length per batch row), got {lengths.dtype} of shape "
+                               f"{list(lengths.shape)}")
+        if lengths.device != input.device:
+            raise RuntimeError(f"lltm::{name}: lengths must be on the input's device "
+                               f"{input.device}, got {lengths.device}")
+        return results
+    return lengths_fake
+
+
+for _name, _base, _lengths_at in (("sequence_forward", _sequence_forward_fake, 5),
+                                  ("sequence_backward", _sequence_backward_fake, 9),
+                                  ("sequence_backward_gates", _sequence_backward_gates_fake, 9),
+                                  ("stack_forward", _stack_forward_fake, 6),
+                                  ("stack_backward", _stack_backward_fake, 11)):
+    _register_fake(f"{_name}.lengths", _lengths_fake(_name, _base, _lengths_at))
+
+
+# --- the autograd formulas -----------------------------------------------------------
+
+def _save(ctx, inputs, saved, non_differentiable) -> None:
+    """What every forward's setup_context does: ``saved`` kept for the
+    backward, the inputs for forward-mode AD where dual tensors are live (the
+    Function's jvp reads them), the outputs ``non_differentiable`` marked.
+    Gradients are not materialized: autograd would allocate and zero-fill
+    one for every output that got none (the gates' are never used) every
+    backward, kernel launches and ~50 us of host time a sequence on a CUDA
+    host; the backward fills what it needs (incoming_grads)."""
+    ctx.save_for_backward(*saved)
+    if _forward_ad._current_level >= 0:
+        ctx.save_for_forward(*inputs)
+    ctx.mark_non_differentiable(*non_differentiable)
+    ctx.set_materialize_grads(False)
+
+
+def incoming_grads(grads: tuple, likes: tuple) -> tuple:
+    """The gradients arriving through a forward's differentiable outputs,
+    which may come in any combination: zeros like ``likes`` for those that
+    did not."""
+    return tuple(torch.zeros_like(like) if g is None else g for g, like in zip(grads, likes))
+
+
 def _cell_setup_context(ctx, inputs, output):
-    input, weights, bias, old_h, old_cell = inputs
-    _new_h, new_cell, gates = output
     # Only the gate activations are new memory; the rest is alive anyway.
     # bias and old_cell serve the differentiable backward (create_graph).
-    ctx.save_for_backward(input, weights, bias, old_h, old_cell, new_cell, gates)
-    if _forward_ad._current_level >= 0:  # dual tensors: CellForward.jvp reads them
-        ctx.save_for_forward(*inputs)
-    ctx.mark_non_differentiable(gates)
-    # No zero-filled gradient for gates (never used) each backward: that was a
-    # kernel launch per step on CUDA. _cell_backward fills what it needs.
-    ctx.set_materialize_grads(False)
+    _new_h, new_cell, gates = output
+    _save(ctx, inputs, (*inputs, new_cell, gates), (gates,))
 
 
 # the autograd-free twins the backward formulas call
 _cell_backward_kernel = torch.ops.lltm._cell_backward.default
 _sequence_backward_kernel = torch.ops.lltm._sequence_backward
+_stack_backward_kernel = torch.ops.lltm._stack_backward
 
 
 def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
-    if grad_h is None:
-        grad_h = torch.zeros_like(new_cell)
-    if grad_cell is None:
-        grad_cell = torch.zeros_like(new_cell)
+    grad_h, grad_cell = incoming_grads((grad_h, grad_cell), (new_cell, new_cell))
     if torch.is_grad_enabled():
         # The graph of this backward is recorded (create_graph=True, torch.func):
         # the native kernel's result would be a constant, its second
@@ -158,126 +284,16 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
-# --- one layer over a whole sequence -------------------------------------------------
-
-def _sequence_dims(op: str, input: torch.Tensor, state: torch.Tensor) -> tuple[int, int, int, int]:
-    if input.dim() != 3:
-        raise RuntimeError(f"{op}: input must be 3-dimensional [T, B, I], got shape "
-                           f"{list(input.shape)}")
-    if state.dim() != 2:
-        raise RuntimeError(f"{op}: h0 must be 2-dimensional [B, H], got shape {list(state.shape)}")
-    T, B, I = input.shape
-    H = state.shape[1]
-    if H == 0:
-        raise RuntimeError(f"{op}: h0 has state size H = 0; expected H > 0")
-    return T, B, I, H
-
-
-@_register_fake("sequence_forward")
-def _sequence_forward_fake(input, weights, bias, h0, c0, settings=-1):
-    op = "lltm::sequence_forward"
-    _same_dtype_device(op, input=input, weights=weights, bias=bias, h0=h0, c0=c0)
-    T, B, I, H = _sequence_dims(op, input, h0)
-    _expect(op, "h0", h0, (B, H))
-    _expect(op, "c0", c0, (B, H))
-    _expect(op, "weights", weights, (3 * H, I + H))
-    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):
-        raise RuntimeError(f"{op}: bias has shape {list(bias.shape)}, expected [{3 * H}]")
-    return (h0.new_empty(T, B, H), h0.new_empty(B, H), h0.new_empty(B, H),
-            h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
-
-
-@_register_fake("sequence_backward")
-def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                            cells, gates, output_mask=_ALL, settings=-1):
-    op = "lltm::sequence_backward"
-    _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
-                       input=input, weights=weights, h0=h0, output=output, cells=cells,
-                       gates=gates)
-    T, B, I, H = _sequence_dims(op, input, h0)
-    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n), ("h0", h0)):
-        _expect(op, name, t, (B, H))
-    for name, t in (("grad_output", grad_output), ("output", output), ("cells", cells)):
-        _expect(op, name, t, (T, B, H))
-    _expect(op, "gates", gates, (T, B, 3 * H))
-    _expect(op, "weights", weights, (3 * H, I + H))
-    return _masked(op, (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
-                        weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H)),
-                   output_mask)
-
-
-@_register_fake("sequence_backward_gates")
-def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                  cells, gates, output_mask=_ALL, settings=-1):
-    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates)
-    return _masked("lltm::sequence_backward_gates",
-                   (grads[0], gates.new_empty(gates.shape), *grads[2:]), output_mask)
-
-
-def _check_lengths(op: str, lengths: torch.Tensor, input: torch.Tensor, B: int) -> None:
-    if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
-        raise RuntimeError(f"{op}: lengths must be an int64 tensor of shape [{B}] (one length "
-                           f"per batch row), got {lengths.dtype} of shape {list(lengths.shape)}")
-    if lengths.device != input.device:
-        raise RuntimeError(f"{op}: lengths must be on the input's device {input.device}, got "
-                           f"{lengths.device}")
-
-
-@_register_fake("sequence_forward.lengths")
-def _sequence_forward_lengths_fake(input, weights, bias, h0, c0, lengths, settings=-1):
-    outputs = _sequence_forward_fake(input, weights, bias, h0, c0)
-    _check_lengths("lltm::sequence_forward", lengths, input, input.shape[1])
-    return outputs
-
-
-@_register_fake("sequence_backward.lengths")
-def _sequence_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates, lengths, output_mask=_ALL, settings=-1):
-    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates, output_mask)
-    _check_lengths("lltm::sequence_backward", lengths, input, input.shape[1])
-    return grads
-
-
-@_register_fake("sequence_backward_gates.lengths")
-def _sequence_backward_gates_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
-                                          output, cells, gates, lengths, output_mask=_ALL,
-                                          settings=-1):
-    grads = _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0,
-                                          output, cells, gates, output_mask)
-    _check_lengths("lltm::sequence_backward_gates", lengths, input, input.shape[1])
-    return grads
-
-
 def _sequence_setup_context(ctx, inputs, output):
-    # inputs: sequence_forward's, and the lengths [B] of its lengths overload
-    input, weights, bias, h0, c0, *lengths = inputs
-    out, _h_n, _c_n, cells, gates = output
+    # inputs: sequence_forward's, and the lengths [B] of its lengths overload.
     # New memory kept per step: cells and gates (4*B*H); out is the layer's
     # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
     # c0 serve the differentiable backward).
-    ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates, *lengths)
-    if _forward_ad._current_level >= 0:  # dual tensors: SequenceForward.jvp reads them
-        ctx.save_for_forward(*inputs)
-    ctx.mark_non_differentiable(cells, gates)
+    out, _h_n, _c_n, cells, gates = output
+    _save(ctx, inputs, (*inputs[:5], out, cells, gates, *inputs[5:]), (cells, gates))
     # A layer run beside another (lltm.sequence's two directions) plans its
     # backward for the shared device too.
     ctx.concurrent_layers = _sharing.concurrent_layers()
-    # Gradients of cells and gates are never used: without this, autograd
-    # allocates and zero-fills [T,B,4H] for them every backward (two kernel
-    # launches and ~50 us of host time on a CUDA host).
-    ctx.set_materialize_grads(False)
-
-
-def incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n):
-    """The gradients arriving through a layer's (or stack's) output, h_n
-    and c_n, which may come in any combination: zeros (like ``out`` and
-    ``h0``) for those that did not."""
-    zeros = torch.zeros_like
-    return (zeros(out) if grad_output is None else grad_output,
-            zeros(h0) if grad_h_n is None else grad_h_n,
-            zeros(h0) if grad_c_n is None else grad_c_n)
 
 
 def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
@@ -292,10 +308,10 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
     ran beside this one."""
     saved = ctx.saved_tensors
     input, weights, bias, h0, c0, out, cells, gates, *lengths = saved
-    grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
+    grads = incoming_grads((grad_output, grad_h_n, grad_c_n), (out, h0, h0))
     if torch.is_grad_enabled():
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
-            grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0, *lengths)
+            *grads, input, weights, bias, h0, c0, *lengths)
     else:
         op = kernel.lengths if lengths else kernel.default
         settings = _settings.current(getattr(ctx, "concurrent_layers", 1))
@@ -303,8 +319,7 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
         if tuned is not None:
             settings = _autotune.with_plan(settings, tuned)
         d_input, d_weights, d_bias, d_h0, d_c0 = op(
-            grad_output, grad_h_n, grad_c_n, input, weights, h0, out, cells, gates, *lengths,
-            mask, settings)
+            *grads, input, weights, h0, out, cells, gates, *lengths, mask, settings)
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
     return (d_input, d_weights, d_bias, d_h0, d_c0), saved
@@ -317,107 +332,25 @@ def _sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _grad_
     return grads + (None,) * (len(saved) - 8)
 
 
-# --- stacked layers over a whole sequence ----------------------------------------------
-
-def _stack_dims(op: str, input, weights0, weights, biases, h0) -> tuple[int, int, int, int, int]:
-    if input.dim() != 3:
-        raise RuntimeError(f"{op}: input must be 3-dimensional [T, B, I], got shape "
-                           f"{list(input.shape)}")
-    if h0.dim() != 3:
-        raise RuntimeError(f"{op}: h0 must be 3-dimensional [L, B, H], got shape "
-                           f"{list(h0.shape)}")
-    T, B, I = input.shape
-    L, H = h0.shape[0], h0.shape[2]
-    if L == 0:
-        raise RuntimeError(f"{op}: h0 holds L = 0 layers; expected at least one")
-    if H == 0:
-        raise RuntimeError(f"{op}: h0 has state size H = 0; expected H > 0")
-    _expect(op, "h0", h0, (L, B, H))
-    _expect(op, "weights0", weights0, (3 * H, H + I))
-    _expect(op, "weights", weights, (L - 1, 3 * H, 2 * H))
-    if biases is not None:
-        _expect(op, "biases", biases, (L, 3 * H))
-    return T, B, I, H, L
-
-
-@_register_fake("stack_forward")
-def _stack_forward_fake(input, weights0, weights, biases, h0, c0, settings=-1):
-    op = "lltm::stack_forward"
-    _same_dtype_device(op, input=input, weights0=weights0, weights=weights, biases=biases,
-                       h0=h0, c0=c0)
-    T, B, I, H, L = _stack_dims(op, input, weights0, weights, biases, h0)
-    _expect(op, "c0", c0, (L, B, H))
-    return (h0.new_empty(T, B, H), h0.new_empty(L, B, H), h0.new_empty(L, B, H),
-            h0.new_empty(L - 1, T, B, H), h0.new_empty(L, T, B, H),
-            h0.new_empty(L, T, B, 3 * H))
-
-
-_ALL6 = (True,) * 6  # the stack's backward: every gradient
-
-
-@_register_fake("stack_backward")
-def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, output,
-                         outputs, cells, gates, output_mask=_ALL6, settings=-1):
-    op = "lltm::stack_backward"
-    _same_dtype_device(op, grad_output=grad_output, grad_h_n=grad_h_n, grad_c_n=grad_c_n,
-                       input=input, weights0=weights0, weights=weights, h0=h0, output=output,
-                       outputs=outputs, cells=cells, gates=gates)
-    T, B, I, H, L = _stack_dims(op, input, weights0, weights, None, h0)
-    for name, t in (("grad_h_n", grad_h_n), ("grad_c_n", grad_c_n)):
-        _expect(op, name, t, (L, B, H))
-    for name, t in (("grad_output", grad_output), ("output", output)):
-        _expect(op, name, t, (T, B, H))
-    _expect(op, "outputs", outputs, (L - 1, T, B, H))
-    _expect(op, "cells", cells, (L, T, B, H))
-    _expect(op, "gates", gates, (L, T, B, 3 * H))
-    return _masked(op, (input.new_empty(T, B, I), weights0.new_empty(3 * H, H + I),
-                        weights.new_empty(L - 1, 3 * H, 2 * H), h0.new_empty(L, 3 * H),
-                        h0.new_empty(L, B, H), h0.new_empty(L, B, H)), output_mask)
-
-
-@_register_fake("stack_forward.lengths")
-def _stack_forward_lengths_fake(input, weights0, weights, biases, h0, c0, lengths, settings=-1):
-    outputs = _stack_forward_fake(input, weights0, weights, biases, h0, c0)
-    _check_lengths("lltm::stack_forward", lengths, input, input.shape[1])
-    return outputs
-
-
-@_register_fake("stack_backward.lengths")
-def _stack_backward_lengths_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
-                                 output, outputs, cells, gates, lengths, output_mask=_ALL6,
-                                 settings=-1):
-    grads = _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0,
-                                 output, outputs, cells, gates, output_mask)
-    _check_lengths("lltm::stack_backward", lengths, input, input.shape[1])
-    return grads
-
-
 def _stack_setup_context(ctx, inputs, output):
     # inputs: stack_forward's, and the lengths [B] of its lengths overload
     out, _h_n, _c_n, outputs, cells, gates = output
-    ctx.save_for_backward(*inputs[:6], out, outputs, cells, gates, *inputs[6:])
-    if _forward_ad._current_level >= 0:  # dual tensors: StackForward.jvp reads them
-        ctx.save_for_forward(*inputs)
-    ctx.mark_non_differentiable(outputs, cells, gates)
-    ctx.set_materialize_grads(False)  # as the sequence's: no zero-filled [L,T,B,5H]
-
-
-_stack_backward_kernel = torch.ops.lltm._stack_backward
+    _save(ctx, inputs, (*inputs[:6], out, outputs, cells, gates, *inputs[6:]),
+          (outputs, cells, gates))
 
 
 def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
     input, weights0, weights, biases, h0, c0, out, outputs, cells, gates, *lengths = (
         ctx.saved_tensors)
-    grad_output, grad_h_n, grad_c_n = incoming_grads(out, h0, grad_output, grad_h_n, grad_c_n)
+    grads = incoming_grads((grad_output, grad_h_n, grad_c_n), (out, h0, h0))
     if torch.is_grad_enabled():  # the backward's graph is recorded: see _cell_backward
-        grads = _differentiable.stack_backward(grad_output, grad_h_n, grad_c_n, input,
-                                               weights0, weights, biases, h0, c0, *lengths)
+        d = _differentiable.stack_backward(*grads, input, weights0, weights, biases, h0, c0,
+                                           *lengths)
     else:  # only the gradients autograd asks for, as in _cell_backward
         op = _stack_backward_kernel.lengths if lengths else _stack_backward_kernel.default
-        grads = op(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, out, outputs,
-                   cells, gates, *lengths, ctx.needs_input_grad[:6], _settings.current())
-    return tuple(grads) + (None,) * len(lengths)
-
+        d = op(*grads, input, weights0, weights, h0, out, outputs, cells, gates, *lengths,
+               ctx.needs_input_grad[:6], _settings.current())
+    return tuple(d) + (None,) * len(lengths)
 
 # --- the Functions -------------------------------------------------------------------
 # One autograd.Function per forward operator, whose forward runs the
@@ -435,12 +368,16 @@ def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
 # runs in plain PyTorch operations instead: functorch would not differentiate
 # the Function's jvp again.
 
-def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: int):
+def _op_function(name: str, op, setup_context, backward, tangents):
     """The autograd.Function of a forward operator: forward runs ``op`` (an
     autograd-free twin) on the operator's arguments, the settings last;
     ``setup_context`` and ``backward`` see the others only, and
-    ``tangents(*inputs, *input_tangents)`` gives the tangents of the
-    differentiable outputs (the rest get None)."""
+    ``tangents(*inputs, *input_tangents, *lengths)`` gives the tangents of
+    the differentiable outputs (the rest get None); a lengths overload's
+    lengths come last, without a tangent."""
+    n_outputs = len(op._schema.returns)
+    with_lengths = op._overloadname == "lengths"
+
     def forward(*args):
         # A Function's forward runs with gradient mode off, and op has no
         # autograd kernel: it goes straight to its device kernel.
@@ -455,7 +392,9 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
         return (*backward(ctx, *grads), None)  # (the settings have none)
 
     def jvp(ctx, *input_tangents):
-        out = tangents(*ctx.saved_tensors, *input_tangents[:-1])
+        inputs = ctx.saved_tensors  # those of save_for_forward: the lengths last
+        n = len(inputs) - with_lengths
+        out = tangents(*inputs[:n], *input_tangents[:n], *inputs[n:])
         return (*out, *(None,) * (n_outputs - len(out)))
 
     def body(namespace):
@@ -474,28 +413,20 @@ def _op_function(name: str, op, setup_context, backward, tangents, n_outputs: in
     return function
 
 
-CellForward = _op_function("CellForward", torch.ops.lltm._cell_forward.default,
-                           _cell_setup_context, _cell_backward,
-                           lambda *a: _differentiable.cell_jvp(*a)[2:], 3)
-SequenceForward = _op_function("SequenceForward", torch.ops.lltm._sequence_forward.default,
+_twin = torch.ops.lltm
+CellForward = _op_function("CellForward", _twin._cell_forward.default, _cell_setup_context,
+                           _cell_backward, lambda *a: _differentiable.cell_jvp(*a)[2:])
+SequenceForward = _op_function("SequenceForward", _twin._sequence_forward.default,
                                _sequence_setup_context, _sequence_backward,
-                               _differentiable.sequence_jvp, 5)
-
-
-# The lengths overload: saved tensors are (*inputs, lengths), tangents six.
-SequenceLengthsForward = _op_function(
-    "SequenceLengthsForward", torch.ops.lltm._sequence_forward.lengths,
-    _sequence_setup_context, _sequence_backward,
-    lambda *a: _differentiable.sequence_jvp(*a[:-7], *a[-6:-1], a[-7]), 5)
-
-StackForward = _op_function("StackForward", torch.ops.lltm._stack_forward.default,
-                            _stack_setup_context, _stack_backward,
-                            _differentiable.stack_jvp, 6)
-# saved (*inputs, lengths), then seven tangents (lengths' last)
-StackLengthsForward = _op_function(
-    "StackLengthsForward", torch.ops.lltm._stack_forward.lengths,
-    _stack_setup_context, _stack_backward,
-    lambda *a: _differentiable.stack_jvp(*a[:-8], *a[-7:-1], a[-8]), 6)
+                               _differentiable.sequence_jvp)
+SequenceLengthsForward = _op_function("SequenceLengthsForward", _twin._sequence_forward.lengths,
+                                      _sequence_setup_context, _sequence_backward,
+                                      _differentiable.sequence_jvp)
+StackForward = _op_function("StackForward", _twin._stack_forward.default, _stack_setup_context,
+                            _stack_backward, _differentiable.stack_jvp)
+StackLengthsForward = _op_function("StackLengthsForward", _twin._stack_forward.lengths,
+                                   _stack_setup_context, _stack_backward,
+                                   _differentiable.stack_jvp)
 
 # Bound once: an eager step reads each of these on every call.
 _is_compiling = torch.compiler.is_compiling
@@ -629,8 +560,6 @@ def _transform_error(name: str) -> RuntimeError:
 
 
 _after_autograd = torch._C._after_autograd_keyset
-
-
 _is_exporting = _settings.exporting
 
 
@@ -649,67 +578,57 @@ def _defaults(op) -> tuple:
                  for a in op._schema.arguments)
 
 
-def _qualname(name: str, overload: str) -> str:
-    return name if overload == "default" else f"{name}.{overload}"
-
-
-def _register_autograd(name: str, function, overload: str = "default") -> None:
+def _register_autograd(name: str, overload: str, function=None) -> None:
+    """The autograd kernel of lltm::name (``overload``): the call's arguments
+    completed (_in_force); where a gradient or a tangent is to be tracked, a
+    forward operator's ``function``. A backward operator (no ``function``)
+    has no derivative of its own: where a gradient is to be tracked, a
+    Function whose backward raises a clear error instead of autograd's
+    silent zeros. Else the autograd-free twin, below autograd."""
     kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
     defaults = _defaults(kernel)
     tuned = function in _TUNED
+    qualname = name if overload == "default" else f"{name}.{overload}"
+    if function is None:
+        forward = name.replace("backward_gates", "forward").replace("backward", "forward")
+        message = (f"lltm::{qualname} is not differentiable. For second derivatives "
+                   f"differentiate lltm::{forward} (lltm.functional) with create_graph=True: "
+                   "its backward then runs in differentiable operations.")
+
+        class Refusing(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                return kernel(*args)
+
+            @staticmethod
+            def backward(ctx, *grads):
+                raise RuntimeError(message)
 
     def autograd_kernel(keyset, *args):
         args = _in_force(args, defaults)
         if tuned and _backend.benchmark:  # (torch.compile's calls: at trace time)
             args = _tuned(args)
-        if (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
+        if function is None:
+            if _grad_enabled() and _any_requires_grad(*args):
+                return Refusing.apply(*args)
+        elif (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
             if _transforms_active():
                 raise _transform_error(name)
             return function.c_apply(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return kernel.redispatch(keyset & _after_autograd, *args)
 
-    _autograd_library.impl(_qualname(name, overload), autograd_kernel, "Autograd",
-                           with_keyset=True)
-
-
-def _register_not_differentiable(name: str, overload: str = "default") -> None:
-    """The autograd kernel of a backward operator, which has no derivative of
-    its own: the settings in force filled in, and a clear error instead of
-    autograd's silent zeros if someone differentiates through it."""
-    kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
-    defaults = _defaults(kernel)
-    forward = name.replace("backward_gates", "forward").replace("backward", "forward")
-    message = (f"lltm::{_qualname(name, overload)} is not differentiable. For second "
-               f"derivatives differentiate lltm::{forward} (lltm.functional) with "
-               "create_graph=True: its backward then runs in differentiable operations.")
-
-    class Refusing(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            return kernel(*args)
-
-        @staticmethod
-        def backward(ctx, *grads):
-            raise RuntimeError(message)
-
-    def autograd_kernel(keyset, *args):
-        args = _in_force(args, defaults)
-        if _grad_enabled() and _any_requires_grad(*args):
-            return Refusing.apply(*args)
-        with torch._C._AutoDispatchBelowAutograd():
-            return kernel.redispatch(keyset & _after_autograd, *args)
-
-    _autograd_library.impl(_qualname(name, overload), autograd_kernel, "Autograd",
-                           with_keyset=True)
+    _autograd_library.impl(qualname, autograd_kernel, "Autograd", with_keyset=True)
 
 
 _autograd_library = torch.library.Library("lltm", "IMPL")  # alive as long as the module
-_register_autograd("cell_forward", CellForward)
-_register_autograd("sequence_forward", SequenceForward)
-_register_autograd("sequence_forward", SequenceLengthsForward, overload="lengths")
-_register_autograd("stack_forward", StackForward)
-_register_autograd("stack_forward", StackLengthsForward, overload="lengths")
-for _name in ("cell_backward", "sequence_backward", "sequence_backward_gates", "stack_backward"):
-    for _overload in ("default",) if _name == "cell_backward" else ("default", "lengths"):
-        _register_not_differentiable(_name, _overload)
+for _name, _overload, _function in (
+        ("cell_forward", "default", CellForward), ("cell_backward", "default", None),
+        ("sequence_forward", "default", SequenceForward),
+        ("sequence_forward", "lengths", SequenceLengthsForward),
+        ("stack_forward", "default", StackForward),
+        ("stack_forward", "lengths", StackLengthsForward),
+        *((name, overload, None) for name in ("sequence_backward", "sequence_backward_gates",
+                                              "stack_backward")
+          for overload in ("default", "lengths"))):
+    _register_autograd(_name, _overload, _function)

@@ -13,9 +13,9 @@ them, from the torch libraries already loaded in the process (import torch
 first).
 
 Everything is addressed by content. An object's name carries a hash of its
-source, every header of csrc/, the compiler's identity and version, and the
-flags (nvcc: its version and the GPU architectures); a library's build key
-hashes its objects' keys and the link. The just-in-time cache puts each build
+source, the headers of csrc/ it includes, the compiler's identity and version,
+and the flags (nvcc: its version and the GPU architectures); a library's build
+key hashes its objects' keys and the link. The just-in-time cache puts each build
 key in its own folder, so checkouts and edits sharing one cache never load each
 other's binaries; a library built into a given folder (the package folder,
 ``--out``) records its key in ``lltm_build.json`` beside it and is rebuilt when
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -48,6 +50,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 CPU_LIBRARY = "liblltm.so"
 CUDA_LIBRARY = "liblltm_cuda.so"
+LIBRARIES = {"cpu": CPU_LIBRARY, "cuda": CUDA_LIBRARY}
 BUILD_INFO = "lltm_build.json"  # beside the libraries: build key, archs, flags
 
 CPU_SOURCES = [
@@ -102,13 +105,9 @@ TORCH_MIN_VERSION = "2.11"
 # -fno-trapping-math / -fno-math-errno let the pointwise loops vectorise
 # (branch-free selects, no errno side effects); IEEE results are unchanged.
 C_FLAGS = ["-std=c11", "-O3", "-fPIC", "-fexceptions", "-fvisibility=hidden",
-           "-fno-trapping-math", "-fno-math-errno"]
-C_WARNINGS = ["-Wall", "-Wextra"]
-C_WERROR = ["-Werror"]
+           "-fno-trapping-math", "-fno-math-errno", "-Wall", "-Wextra"]
 NVCC_FLAGS = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-              "--expt-relaxed-constexpr"]
-NVCC_WARNINGS = ["-Xcompiler", "-Wall,-Wextra"]
-NVCC_WERROR = ["-Werror", "all-warnings", "-Xcompiler", "-Werror"]
+              "--expt-relaxed-constexpr", "-Xcompiler", "-Wall,-Wextra"]
 
 
 class BuildError(RuntimeError):
@@ -157,9 +156,6 @@ def _cc() -> str:
     return os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0] or "cc"
 
 
-_identities: dict[tuple, str] = {}
-
-
 def tool_identity(tool: str) -> str:
     """What names a compiler's output: its version line (``cc --version``, the
     last line of ``nvcc --version``), remembered per binary (path, size, time)."""
@@ -168,15 +164,17 @@ def tool_identity(tool: str) -> str:
         st = os.stat(path)
     except OSError as exc:
         raise BuildError(f"the compiler {tool!r} was not found") from exc
-    memo = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if memo not in _identities:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True)
-        lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
-        if proc.returncode != 0 or not lines:
-            raise BuildError(f"`{tool} --version` failed: {proc.stderr.strip()}")
-        name = "nvcc" if "nvcc" in Path(path).name else Path(memo[0]).name
-        _identities[memo] = f"{name}: " + (lines[-1] if name == "nvcc" else lines[0])
-    return _identities[memo]
+    return _version_line(tool, path, os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _version_line(tool: str, path: str, real: str, *_stat) -> str:
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True)
+    lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+    if proc.returncode != 0 or not lines:
+        raise BuildError(f"`{tool} --version` failed: {proc.stderr.strip()}")
+    name = "nvcc" if "nvcc" in Path(path).name else Path(real).name
+    return f"{name}: " + (lines[-1] if name == "nvcc" else lines[0])
 
 
 def _host_cxx() -> str:
@@ -185,14 +183,6 @@ def _host_cxx() -> str:
 
 
 # ---------------------------------------------------------------- GPU architectures
-
-def parse_arch_list(text: str) -> list[str]:
-    """TORCH_CUDA_ARCH_LIST's syntax (lltm/_archs.py), errors as BuildError."""
-    try:
-        return _archs.parse_arch_list(text)
-    except ValueError as exc:
-        raise BuildError(str(exc)) from exc
-
 
 def cuda_archs(nvcc: str | None) -> tuple[list[str], str]:
     """The GPU architectures to compile for, like PyTorch's extensions:
@@ -223,44 +213,33 @@ def nvcc_flags(archs: list[str], werror: bool | None = None) -> list[str]:
     """The one nvcc flag list: the build, `make cuda-compile-check` and
     scripts/prebuild_cuda.py all use it (``build.py --print-nvcc-flags``)."""
     werror = _werror() if werror is None else werror
-    return [*NVCC_FLAGS, *NVCC_WARNINGS, *(NVCC_WERROR if werror else []),
+    return [*NVCC_FLAGS, *(["-Werror", "all-warnings", "-Xcompiler", "-Werror"] if werror else []),
             *_archs.gencode_flags(archs)]
 
 
 def c_flags(werror: bool | None = None) -> list[str]:
     werror = _werror() if werror is None else werror
-    return [*C_FLAGS, *C_WARNINGS, *(C_WERROR if werror else [])]
-
-
-def _prefix_map() -> list[str]:
-    """Sources named relative to the checkout in the binary (__FILE__, debug
-    info): no build-machine path inside, the same bytes from any folder."""
-    return [f"-ffile-prefix-map={CSRC}=csrc"]
+    return [*C_FLAGS, *(["-Werror"] if werror else [])]
 
 
 # ---------------------------------------------------------------- content keys
 
-def _headers() -> list[Path]:
-    return sorted(p for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
-
-
 def _digest(*parts) -> str:
     h = hashlib.sha256()
     for part in parts:
-        h.update(part if isinstance(part, bytes) else repr(part).encode())
+        h.update(repr(part).encode())
         h.update(b"\0")
     return h.hexdigest()
 
 
-_file_digests: dict[tuple, str] = {}
-
-
 def _file_digest(path: Path) -> str:
     st = path.stat()
-    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
-    if memo not in _file_digests:
-        _file_digests[memo] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return _file_digests[memo]
+    return _bytes_digest(str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@functools.cache
+def _bytes_digest(path: str, *_stat) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*(\S)([^">]*)', re.M)
@@ -286,28 +265,27 @@ def _local_headers(src: Path) -> list[Path] | None:
     return sorted(found)
 
 
-def _sources_digest(rels: list[str]) -> str:
-    """Names and bytes of the sources and of the headers of csrc/ they include."""
-    files = []
-    for rel in rels:
-        headers = _local_headers(CSRC / rel)
-        files += [CSRC / rel, *(_headers() if headers is None else headers)]
+def _source_digest(rel: str) -> str:
+    """Names and bytes of the source and of the headers of csrc/ it includes."""
+    headers = _local_headers(CSRC / rel)
+    if headers is None:
+        headers = sorted(p for pattern in ("*.h", "*.cuh") for p in CSRC.rglob(pattern))
     root = CSRC.resolve()
-    return _digest(*[(str(p.resolve().relative_to(root)), _file_digest(p)) for p in files])
+    return _digest(*[(str(p.resolve().relative_to(root)), _file_digest(p))
+                     for p in (CSRC / rel, *headers)])
 
 
 def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
     """A hash of all that makes the object: the source and the headers it includes, the
     compiler (nvcc: also its host compiler) with its version, the flags.
     Warnings-as-errors is left out (it changes no code)."""
-    src = CSRC / rel
-    if src.suffix == ".cu":
+    if rel.endswith(".cu"):
         tools = (tool_identity(nvcc), tool_identity(_host_cxx()))
         flags = nvcc_flags(archs, werror=False)
     else:
         tools = (tool_identity(_cc()),)
         flags = c_flags(werror=False) + (["-DLLTM_WITH_CUDA"] if kind == "cuda" else [])
-    return _digest("object", kind, tools, flags, _sources_digest([rel]))
+    return _digest("object", kind, tools, flags, _source_digest(rel))
 
 
 def portable_cuda_key(rel: str, nvcc: str, archs: list[str]) -> str:
@@ -315,7 +293,7 @@ def portable_cuda_key(rel: str, nvcc: str, archs: list[str]) -> str:
     source and headers, but not the host compiler (the machine that compiled
     them may have another gcc; using them is the user's explicit choice)."""
     return _digest("prebuilt", tool_identity(nvcc), nvcc_flags(archs, werror=False),
-                   _sources_digest([rel]))
+                   _source_digest(rel))
 
 
 # ---------------------------------------------------------------- compiling
@@ -332,38 +310,44 @@ def _run(cmd: list[str], verbose: bool) -> str:
     return proc.stdout
 
 
-def _atomic_output(target: Path) -> Path:
-    """A private temporary name beside ``target``: each output is written there
-    and renamed into place, so concurrent builds (two test processes, say)
-    never see or link a half-written file."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-
-
-def _run_to(cmd_without_output: list[str], target: Path, verbose: bool) -> str:
-    tmp = _atomic_output(target)
+@contextlib.contextmanager
+def _writing(target: Path):
+    """A private temporary name beside ``target``, renamed into place when the
+    block ends without error: each output is written so, and concurrent
+    builds (two test processes, say) never see or link a half-written file."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        out = _run([*cmd_without_output, "-o", str(tmp)], verbose)
+        yield tmp
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return out
+
+
+def _run_to(cmd_without_output: list[str], target: Path, verbose: bool) -> str:
+    with _writing(target) as tmp:
+        return _run([*cmd_without_output, "-o", str(tmp)], verbose)
 
 
 def _warnings_record(obj: Path) -> Path:
     return obj.with_name(obj.name + ".warnings")
 
 
-def _compile(job: dict, verbose: bool) -> None:
-    src, obj = job["src"], job["obj"]
-    if job.get("prebuilt") is not None:
-        tmp = _atomic_output(obj)
-        shutil.copyfile(job["prebuilt"], tmp)
-        os.replace(tmp, obj)
+def compile_object(src: Path, obj: Path, nvcc: str | None = None, archs: list[str] = (),
+                   extra: list[str] = (), verbose: bool = False,
+                   prebuilt: Path | None = None) -> None:
+    """Compile one source (C or CUDA) with the build's flags (or copy the
+    ``prebuilt`` object), recording the compiler's warnings beside it."""
+    if prebuilt is not None:
+        with _writing(obj) as tmp:
+            shutil.copyfile(prebuilt, tmp)
         return
+    # Sources named relative to the checkout in the binary (__FILE__, debug
+    # info): no build-machine path inside, the same bytes from any folder.
+    prefix_map = f"-ffile-prefix-map={CSRC}=csrc"
     if src.suffix == ".cu":
-        cmd = [job["nvcc"], *nvcc_flags(job["archs"]), *[f"-Xcompiler={f}" for f in _prefix_map()]]
+        cmd = [nvcc, *nvcc_flags(list(archs)), f"-Xcompiler={prefix_map}"]
     else:
-        cmd = [_cc(), *c_flags(), *_prefix_map(), *job["extra"]]
+        cmd = [_cc(), *c_flags(), prefix_map, *extra]
     output = _run_to([*cmd, "-c", str(src)], obj, verbose)
     record = _warnings_record(obj)
     if "warning" in output:
@@ -372,57 +356,36 @@ def _compile(job: dict, verbose: bool) -> None:
         record.unlink(missing_ok=True)
 
 
-def compile_object(src: Path, obj: Path, nvcc: str | None = None, archs: list[str] = (),
-                   extra: list[str] = (), verbose: bool = False) -> None:
-    """Compile one source (C or CUDA) with the build's flags."""
-    _compile({"src": src, "obj": obj, "nvcc": nvcc, "archs": list(archs),
-              "extra": list(extra)}, verbose)
-
-
-def _jobs() -> int:
-    env = os.environ.get("MAX_JOBS") or os.environ.get("LLTM_BUILD_JOBS")
-    return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
-
-
 def _objects(sources: list[str], obj_dir: Path, kind: str, nvcc: str | None,
              archs: list[str], verbose: bool) -> tuple[list[Path], list[str]]:
     """The objects of ``sources``, compiled (in parallel, a compiler process
-    each) where no object of the same key exists. Returns (objects, keys)."""
+    each: $MAX_JOBS at a time, default a CPU each) where no object of the
+    same key exists. Returns (objects, keys)."""
     objs, keys, todo = [], [], []
-    extra = ["-DLLTM_WITH_CUDA"] if kind == "cuda" else []
     for rel in sources:
-        src = CSRC / rel
         key = object_key(rel, kind, archs, nvcc)
         obj = object_path(obj_dir, rel, kind, key)
         objs.append(obj)
         keys.append(key)
-        stale_warnings = _werror() and _warnings_record(obj).exists()
-        if obj.exists() and not stale_warnings:
-            continue
-        job = {"src": src, "obj": obj, "extra": extra, "nvcc": nvcc, "archs": archs}
-        if src.suffix == ".cu":
-            job["prebuilt"] = _prebuilt_cuda_object(nvcc, rel, archs)
-        todo.append(job)
+        if not obj.exists() or (_werror() and _warnings_record(obj).exists()):
+            prebuilt = _prebuilt_cuda_object(nvcc, rel, archs) if rel.endswith(".cu") else None
+            todo.append((CSRC / rel, obj, prebuilt))
     if not todo:
         return objs, keys
-    slow = [j for j in todo if j["src"].suffix == ".cu" and j.get("prebuilt") is None]
-    total = len(todo)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_jobs(), total)) as pool:
-        started = time.perf_counter()
-        futures = {}
-        for job in todo:
-            futures[pool.submit(_compile, job, verbose)] = job
-        if slow:
-            print(f"lltm: compiling {len(slow)} CUDA file(s) for {', '.join(archs)} "
-                  f"({min(_jobs(), total)} at a time; a minute or more each)",
-                  file=sys.stderr, flush=True)
-        done = 0
-        for future in concurrent.futures.as_completed(futures):
-            job = futures[future]
+    slow = [src for src, _, prebuilt in todo if src.suffix == ".cu" and prebuilt is None]
+    jobs = max(1, min(int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1), len(todo)))
+    extra = ["-DLLTM_WITH_CUDA"] if kind == "cuda" else []
+    if slow:
+        print(f"lltm: compiling {len(slow)} CUDA file(s) for {', '.join(archs)} "
+              f"({jobs} at a time; a minute or more each)", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(compile_object, src, obj, nvcc, archs, extra, verbose,
+                               prebuilt): src for src, obj, prebuilt in todo}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             future.result()  # raises the first failure
-            done += 1
-            if job in slow or verbose:
-                print(f"lltm: [{done}/{total}] {job['src'].name} "
+            if futures[future] in slow or verbose:
+                print(f"lltm: [{done}/{len(todo)}] {futures[future].name} "
                       f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     return objs, keys
 
@@ -451,18 +414,15 @@ def prebuilt_name(rel: str, key: str) -> str:
 
 # No torch library on the link lines: torch's functions are found at load time
 # (csrc/binding/torch_abi_loader.c, with dlopen / dlsym: -ldl before glibc 2.34).
-def _link_cpu(objs: list[Path], lib: Path, verbose: bool) -> None:
-    _run_to([_cc(), "-shared", *map(str, objs), "-lm", "-ldl"], lib, verbose)
-
-
-def _link_cuda(nvcc: str, objs: list[Path], lib: Path, verbose: bool) -> None:
-    # The CUDA runtime is linked statically (nvcc's libcudart_static): nothing
-    # to find at load time beside torch's own libraries, and kernels still run
-    # in the context torch made current (the runtime adopts the current driver
-    # context) on torch's streams. No device link (no relocatable device code):
-    # it would record its command line, with build-machine paths, in the library.
-    _run_to([nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC",
-             *map(str, objs), "-lm", "-ldl"], lib, verbose)
+# The CUDA runtime is linked statically (nvcc's libcudart_static): nothing to
+# find at load time beside torch's own libraries, and kernels still run in the
+# context torch made current (the runtime adopts the current driver context)
+# on torch's streams. No device link (no relocatable device code): it would
+# record its command line, with build-machine paths, in the library.
+def _link(kind: str, nvcc: str | None, objs: list[Path], lib: Path, verbose: bool) -> None:
+    tool = ([_cc(), "-shared"] if kind == "cpu" else
+            [nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC"])
+    _run_to([*tool, *map(str, objs), "-lm", "-ldl"], lib, verbose)
 
 
 LINK_RECIPE = ("cc -shared -lm -ldl", "nvcc -shared -nodlink -cudart static -lm -ldl")
@@ -510,26 +470,23 @@ class Plan:
         if self.cuda and self.nvcc is None:
             raise BuildError("the CUDA library was asked for but nvcc was not found: "
                              "set CUDA_HOME or put nvcc on PATH")
-        if self.cuda and reuse_archs_of is not None:
-            # Rebuilding a folder whose archs came from the GPUs visible then:
-            # the same archs, without asking torch.cuda again (which would
-            # initialise CUDA in every process that imports lltm).
-            info = read_build_info(reuse_archs_of) or {}
-            if (not os.environ.get(_archs.ENVIRONMENT) and info.get("cuda_archs")
-                    and info.get("cuda_archs_from") == _archs.VISIBLE_GPUS):
-                self.archs, self.arch_source = list(info["cuda_archs"]), _archs.VISIBLE_GPUS
-            else:
-                self.archs, self.arch_source = cuda_archs(self.nvcc)
+        self.archs, self.arch_source = [], ""
+        # Rebuilding a folder whose archs came from the GPUs visible then: the
+        # same archs, without asking torch.cuda again (which would initialise
+        # CUDA in every process that imports lltm).
+        info = (read_build_info(reuse_archs_of) if reuse_archs_of is not None else None) or {}
+        if (self.cuda and not os.environ.get(_archs.ENVIRONMENT) and info.get("cuda_archs")
+                and info.get("cuda_archs_from") == _archs.VISIBLE_GPUS):
+            self.archs, self.arch_source = list(info["cuda_archs"]), _archs.VISIBLE_GPUS
         elif self.cuda:
             self.archs, self.arch_source = cuda_archs(self.nvcc)
-        else:
-            self.archs, self.arch_source = [], ""
-        self.libraries = {"cpu": (CPU_SOURCES, "cpu")}
+        # the sources of each library ("cpu", "cuda"), compiled as that kind
+        self.libraries = {"cpu": CPU_SOURCES}
         if self.cuda:
-            self.libraries["cuda"] = (CUDA_SOURCES + CUDA_ONLY_SOURCES, "cuda")
+            self.libraries["cuda"] = CUDA_SOURCES + CUDA_ONLY_SOURCES
         self.object_keys = {
-            name: [object_key(rel, kind, self.archs, self.nvcc) for rel in sources]
-            for name, (sources, kind) in self.libraries.items()}
+            kind: [object_key(rel, kind, self.archs, self.nvcc) for rel in sources]
+            for kind, sources in self.libraries.items()}
         abi = _file_digest(CSRC / TORCH_ABI_HEADER)
         self.key = _digest("libraries", self.object_keys, LINK_RECIPE, abi,
                            tool_identity(_cc()))
@@ -538,7 +495,7 @@ class Plan:
         """The record written beside the libraries (no build-machine paths)."""
         info = {
             "build_key": self.key,
-            "libraries": {"cpu": CPU_LIBRARY, **({"cuda": CUDA_LIBRARY} if self.cuda else {})},
+            "libraries": {kind: LIBRARIES[kind] for kind in self.libraries},
             "torch": f">={TORCH_MIN_VERSION} (stable C ABI, any torch that imports first)",
             "c_compiler": tool_identity(_cc()),
             "c_flags": c_flags(werror=False),
@@ -558,15 +515,6 @@ def read_build_info(folder: str | os.PathLike) -> dict | None:
         return None
 
 
-def _library_paths(folder: Path, plan: Plan) -> dict[str, Path]:
-    return {"cpu": folder / CPU_LIBRARY, **({"cuda": folder / CUDA_LIBRARY} if plan.cuda else {})}
-
-
-def up_to_date(folder: str | os.PathLike, plan: Plan) -> bool:
-    folder = Path(folder)
-    info = read_build_info(folder)
-    return (info is not None and info.get("build_key") == plan.key
-            and all(p.exists() for p in _library_paths(folder, plan).values()))
 
 
 def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
@@ -579,12 +527,19 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
     Returns {"cpu": path, "cuda": path (only when built)}."""
     out = Path(out_dir)
     plan = plan or Plan(cuda, reuse_archs_of=out)
-    paths = _library_paths(out, plan)
+    paths = {kind: out / LIBRARIES[kind] for kind in plan.libraries}
     if obj_dir is None:
         in_package = out.resolve() == PACKAGE_DIR
         obj_dir = REPO_ROOT / "build" / "obj" if in_package else out / "obj"
     obj_dir = Path(obj_dir)
-    if up_to_date(out, plan) and not (_werror() and _had_warnings(obj_dir, plan)):
+    built = ((read_build_info(out) or {}).get("build_key") == plan.key
+             and all(p.exists() for p in paths.values()))
+    # With LLTM_WERROR, an up-to-date library whose objects had warnings is
+    # rebuilt (which then fails on them).
+    if built and not (_werror() and any(
+            _warnings_record(object_path(obj_dir, rel, kind, key)).exists()
+            for kind, sources in plan.libraries.items()
+            for rel, key in zip(sources, plan.object_keys[kind]))):
         if verbose:
             print(f"lltm: native libraries up to date in {out}", flush=True)
         return paths
@@ -592,46 +547,28 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
     out.mkdir(parents=True, exist_ok=True)
     obj_dir.mkdir(parents=True, exist_ok=True)
     (out / BUILD_INFO).unlink(missing_ok=True)  # no key while libraries change
-    for name, (sources, kind) in plan.libraries.items():
+    for kind, sources in plan.libraries.items():
         objs, keys = _objects(sources, obj_dir, kind, plan.nvcc, plan.archs, verbose)
-        if keys != plan.object_keys[name]:
+        if keys != plan.object_keys[kind]:
             raise BuildError("the sources changed during the build: build again")
-        if name == "cpu":
-            _link_cpu(objs, paths[name], verbose)
-        else:
-            _link_cuda(plan.nvcc, objs, paths[name], verbose)
+        _link(kind, plan.nvcc, objs, paths[kind], verbose)
     if not plan.cuda:
         (out / CUDA_LIBRARY).unlink(missing_ok=True)  # not one of this build's
-    tmp_info = _atomic_output(out / BUILD_INFO)
-    tmp_info.write_text(json.dumps(plan.info(), indent=1) + "\n")
-    os.replace(tmp_info, out / BUILD_INFO)
+    with _writing(out / BUILD_INFO) as tmp:
+        tmp.write_text(json.dumps(plan.info(), indent=1) + "\n")
     if verbose:
         print(f"lltm: native libraries built in {out} "
               f"({time.perf_counter() - start:.2f} s)", flush=True)
     return paths
 
 
-def _had_warnings(obj_dir: Path, plan: Plan) -> bool:
-    """With LLTM_WERROR, an up-to-date library whose objects had warnings is
-    rebuilt (which then fails on them)."""
-    return any(_warnings_record(object_path(obj_dir, rel, kind, key)).exists()
-               for name, (sources, kind) in plan.libraries.items()
-               for rel, key in zip(sources, plan.object_keys[name]))
-
-
-def default_cache_dir() -> Path:
-    """The just-in-time cache: $LLTM_BUILD_DIR, else ~/.cache/lltm. Each build
-    key has its own folder in it; objects are shared in its obj/."""
-    env = os.environ.get("LLTM_BUILD_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lltm"
-
-
 def cache_build(cache_dir: str | os.PathLike | None = None, verbose: bool = False,
                 cuda: bool | None = None) -> dict[str, Path]:
-    """Build into ``cache_dir/<build key>/`` (objects in ``cache_dir/obj``)."""
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    """Build into ``cache_dir/<build key>/``, objects shared in
+    ``cache_dir/obj``. The just-in-time cache: $LLTM_BUILD_DIR, else
+    ~/.cache/lltm."""
+    cache = Path(cache_dir or os.environ.get("LLTM_BUILD_DIR")
+                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lltm")
     plan = Plan(cuda)
     return build_libraries(cache / plan.key[:24], verbose=verbose, obj_dir=cache / "obj",
                            plan=plan)

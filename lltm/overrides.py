@@ -134,15 +134,6 @@ def packed() -> int:
     return _packed
 
 
-def current_sequence_plan() -> SequencePlan:
-    """The constraints in force."""
-    return _plan
-
-
-def current_matmul() -> str:
-    return _matmul
-
-
 _DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 _FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
 _EXCHANGES = {0: "none", 1: "global", 2: "broadcast", 3: "reduce-scatter", 4: "local"}
@@ -161,10 +152,12 @@ def _launch_dict(l: _Launch) -> dict:
             "groups": l.groups, "smem": l.smem, "tf32": bool(l.tf32)}
 
 
-def _plan_dict(plan: _Plan) -> dict:
-    out = {"family": _FAMILY_NAMES.get(plan.family, plan.family),
-           "workspace_bytes": plan.workspace_bytes}
-    if out["family"] != "steps":
+def _plan_dict(plan, **head) -> dict:
+    """A plan struct (_Plan, _StackPlan) as a dict: ``head`` (its family
+    first), the workspace, and per direction the launch (the per-step
+    family has none)."""
+    out = {**head, "workspace_bytes": plan.workspace_bytes}
+    if head["family"] != "steps":
         out.update(forward=_launch_dict(plan.forward), backward=_launch_dict(plan.backward))
     return out
 
@@ -207,7 +200,9 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
     plan = _Plan()
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
                            T, B, I, H, ctypes.byref(plan), settings=settings)
-    return _plan_dict(plan) if status == 0 else None
+    if status != 0:
+        return None
+    return _plan_dict(plan, family=_FAMILY_NAMES.get(plan.family, plan.family))
 
 
 def wavefront_in_force(dtype, T: int, B: int, H: int, device: int | None = None,
@@ -252,10 +247,7 @@ def stack_plan_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: 
     plan = _StackPlan()
     status = _ask_in_force("stack_plan", [ctypes.c_int64] + _SIZES + [ctypes.c_void_p], dtype,
                            device, L, T, B, I, H, ctypes.byref(plan))
-    if status != 0:
-        return None
-    return {"family": "stack", "layers": plan.layers, "workspace_bytes": plan.workspace_bytes,
-            "forward": _launch_dict(plan.forward), "backward": _launch_dict(plan.backward)}
+    return _plan_dict(plan, family="stack", layers=plan.layers) if status == 0 else None
 
 
 def stack_route_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: E741
@@ -295,31 +287,29 @@ def set_matmul(policy: str) -> None:
 
 
 @contextlib.contextmanager
+def _forced(setter, value, before):
+    """``setter(value)`` inside the block, then ``setter(before)``."""
+    setter(value)
+    try:
+        yield value
+    finally:
+        setter(before)
+
+
 def sequence_plan(**constraints):
     """Force the CUDA sequence plan inside the block (SequencePlan's fields;
     unnamed ones keep their current values), then restore it."""
-    before = _plan
     names = {f.name for f in fields(SequencePlan)}
     unknown = set(constraints) - names
     if unknown:
         raise TypeError(f"unknown sequence plan constraints {sorted(unknown)}; "
                         f"expected some of {sorted(names)}")
-    set_sequence_plan(replace(before, **constraints))
-    try:
-        yield _plan
-    finally:
-        set_sequence_plan(before)
+    return _forced(set_sequence_plan, replace(_plan, **constraints), _plan)
 
 
-@contextlib.contextmanager
 def matmul(policy: str):
     """Force the cell's matrix-product route ("fused", "cublas" or "auto")."""
-    before = _matmul
-    set_matmul(policy)
-    try:
-        yield
-    finally:
-        set_matmul(before)
+    return _forced(set_matmul, policy, _matmul)
 
 
 def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
@@ -378,16 +368,10 @@ def set_stacked_layers(mode: str) -> None:
     _stacked_layers = mode
 
 
-@contextlib.contextmanager
 def stacked_layers(mode: str):
     """Force how lltm.LLTM runs its stacked layers inside the block
     (:func:`current_stacked_layers`), then restore it."""
-    before = _stacked_layers
-    set_stacked_layers(mode)
-    try:
-        yield
-    finally:
-        set_stacked_layers(before)
+    return _forced(set_stacked_layers, mode, _stacked_layers)
 
 
 def _check_chunks(name: str, chunks) -> None:
@@ -407,48 +391,30 @@ def set_wavefront_chunks(chunks: int | None) -> None:
     _wavefront_chunks = chunks
 
 
-@contextlib.contextmanager
 def wavefront(chunks: int | None):
     """Force the number of time chunks over which lltm.LLTM pipelines its
     stacked unidirectional layers inside the block (1: the layers one after
     the other, one call each; None: its own choice), then restore it."""
-    before = _wavefront_chunks
-    set_wavefront_chunks(chunks)
-    try:
-        yield
-    finally:
-        set_wavefront_chunks(before)
+    return _forced(set_wavefront_chunks, chunks, _wavefront_chunks)
 
 
-def _wavefront_from_environment(environ=os.environ) -> int | None:
-    value = environ.get("LLTM_WAVEFRONT_CHUNKS", "").strip()
-    if not value or value == "auto":
-        return None
+def apply_environment(environ=os.environ) -> None:
+    """Read the variables above (once, at import) and set the overrides."""
+    global _matmul, _plan, _wavefront_chunks, _stacked_layers
+    _matmul, _plan = _from_environment(environ)
+    chunks = environ.get("LLTM_WAVEFRONT_CHUNKS", "").strip()
+    stacked = environ.get("LLTM_STACKED_LAYERS", "").strip() or "auto"
     try:
-        chunks = int(value)
-    except ValueError:
-        chunks = value
-    try:
+        if chunks in ("", "auto"):
+            chunks = None
+        with contextlib.suppress(ValueError, TypeError):  # (not an integer: refused below)
+            chunks = int(chunks)
         _check_chunks("LLTM_WAVEFRONT_CHUNKS", chunks)
+        if stacked not in STACKED_LAYERS:
+            raise ValueError(f"LLTM_STACKED_LAYERS must be one of {list(STACKED_LAYERS)}, got "
+                             f"{stacked!r}")
     except ValueError as exc:
         raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
                          "(see lltm/overrides.py)") from None
-    return chunks
-
-
-def _stacked_from_environment(environ=os.environ) -> str:
-    value = environ.get("LLTM_STACKED_LAYERS", "").strip() or "auto"
-    if value not in STACKED_LAYERS:
-        raise ValueError(f"lltm: a measurement override in the environment is invalid: "
-                         f"LLTM_STACKED_LAYERS must be one of {list(STACKED_LAYERS)}, got "
-                         f"{value!r} (see lltm/overrides.py)")
-    return value
-
-
-def apply_environment() -> None:
-    """Read the variables above (once, at import) and set the overrides."""
-    global _matmul, _plan, _wavefront_chunks, _stacked_layers
-    _matmul, _plan = _from_environment()
-    _wavefront_chunks = _wavefront_from_environment()
-    _stacked_layers = _stacked_from_environment()
+    _wavefront_chunks, _stacked_layers = chunks, stacked
     _apply()

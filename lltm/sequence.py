@@ -17,8 +17,6 @@ from ._directions import reverse_index as _reverse_index
 from ._directions import reverse_time as _reverse_time
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
-SEQUENCE_IMPLEMENTATIONS = ("native", "reference")
-
 
 def _loop_of_cells(cell, input, weights, bias, h0, c0, lengths=None):
     """One layer as a Python loop of cells, one call per step (the baselines);
@@ -48,10 +46,7 @@ def _layer_reference(input, weights, bias, h0, c0, lengths=None):
     return _loop_of_cells(reference.lltm_cell, input, weights, bias, h0, c0, lengths)
 
 
-_LAYERS = {
-    "native": _layer_native,
-    "reference": _layer_reference,
-}
+_LAYERS = {"native": _layer_native, "reference": _layer_reference}
 
 
 # --- variable lengths ---------------------------------------------------------------------
@@ -188,7 +183,7 @@ class LLTM(torch.nn.Module):
                 or not 0 <= dropout <= 1):
             raise ValueError(f"LLTM: dropout must be a number in [0, 1], got {dropout!r}")
         if impl not in _LAYERS:
-            raise ValueError(f"impl must be one of {list(SEQUENCE_IMPLEMENTATIONS)}, got {impl!r}")
+            raise ValueError(f"impl must be one of {list(_LAYERS)}, got {impl!r}")
         if dropout > 0 and num_layers == 1:
             warnings.warn("dropout applies between layers (to every layer's output but the "
                           f"last), so dropout={dropout} does nothing with num_layers=1",
@@ -412,10 +407,7 @@ class LLTM(torch.nn.Module):
         weights, bias = self.layer_parameters(k, reverse)
         if reverse:  # each row reversed within its own length
             x = _reverse_time(x, reverse_index)
-        if lengths is None:
-            out, (h, c) = run_layer(x, weights, bias, h0, c0)
-        else:
-            out, (h, c) = run_layer(x, weights, bias, h0, c0, lengths)
+        out, (h, c) = run_layer(x, weights, bias, h0, c0, lengths)
         if reverse:
             out = _reverse_time(out, reverse_index)
         return out, h, c

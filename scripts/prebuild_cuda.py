@@ -41,7 +41,7 @@ def main() -> int:
     if nvcc is None:
         print("nvcc not found", file=sys.stderr)
         return 1
-    archs = build.parse_arch_list(args.archs)
+    archs = build._archs.parse_arch_list(args.archs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.pop("LLTM_PREBUILT_CUDA", None)  # compile, do not copy

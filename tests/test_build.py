@@ -381,9 +381,9 @@ def test_object_keys_follow_the_headers_each_source_includes(tmp_path, monkeypat
     (csrc / "binding").mkdir()
     (csrc / "binding" / "y.h").write_text("int y;\n")
     monkeypatch.setattr(build, "CSRC", csrc)
-    before = {rel: build._sources_digest([rel]) for rel in ("core/a.c", "core/b.c", "core/m.c")}
+    before = {rel: build._source_digest(rel) for rel in ("core/a.c", "core/b.c", "core/m.c")}
     (csrc / "binding" / "y.h").write_text("int y, z;\n")  # included by a.c through x.h
-    after = {rel: build._sources_digest([rel]) for rel in before}
+    after = {rel: build._source_digest(rel) for rel in before}
     assert after["core/a.c"] != before["core/a.c"]
     assert after["core/b.c"] == before["core/b.c"]
     assert after["core/m.c"] != before["core/m.c"]  # a macro include: every header counts

@@ -460,7 +460,7 @@ def test_plan_that_cannot_run_is_a_clear_error():
 
 
 def test_no_plan_is_forced_by_default():
-    assert lltm.overrides.current_sequence_plan() == lltm.overrides.SequencePlan()
+    assert lltm.overrides._plan == lltm.overrides.SequencePlan()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

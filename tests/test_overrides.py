@@ -40,17 +40,16 @@ def test_bad_environment_values_are_clear_errors(name, value, match):
 
 
 def test_context_managers_set_and_restore():
-    assert lltm.overrides.current_sequence_plan() == SequencePlan()
+    assert overrides._plan == SequencePlan()
     with lltm.overrides.sequence_plan(family="grid", grid_groups=2) as plan:
         assert plan == SequencePlan(family="grid", grid_groups=2)
         with lltm.overrides.sequence_plan(grid_shape="16x8"):
-            assert overrides.current_sequence_plan() == SequencePlan("grid", None, None,
-                                                                     "16x8", 2)
-        assert overrides.current_sequence_plan() == plan
-    assert overrides.current_sequence_plan() == SequencePlan()
+            assert overrides._plan == SequencePlan("grid", None, None, "16x8", 2)
+        assert overrides._plan == plan
+    assert overrides._plan == SequencePlan()
     with lltm.overrides.matmul("fused"):
-        assert overrides.current_matmul() == "fused"
-    assert overrides.current_matmul() == "auto"
+        assert overrides._matmul == "fused"
+    assert overrides._matmul == "auto"
 
 
 def test_bad_constraints_are_refused_and_change_nothing():
@@ -67,8 +66,8 @@ def test_bad_constraints_are_refused_and_change_nothing():
     assert SequencePlan(cluster_blocks=16).packed() == 5 << 32  # log2(16) + 1 in field 8
     with pytest.raises(ValueError, match="matmul policy"):
         lltm.overrides.set_matmul("tf32")
-    assert overrides.current_sequence_plan() == SequencePlan()
-    assert overrides.current_matmul() == "auto"
+    assert overrides._plan == SequencePlan()
+    assert overrides._matmul == "auto"
 
 
 def test_what_runs_is_reported_and_matches_the_c_structs():
@@ -91,3 +90,24 @@ def test_what_runs_is_reported_and_matches_the_c_structs():
     assert layout(overrides._Launch) == layout(Launch)
     assert layout(overrides._Plan) == layout(Plan)
     assert ctypes.sizeof(overrides._Plan) == ctypes.sizeof(Plan)
+
+
+@pytest.mark.parametrize("environ, chunks, stacked, match", [
+    ({"LLTM_WAVEFRONT_CHUNKS": "3", "LLTM_STACKED_LAYERS": "off"}, 3, "off", None),
+    ({"LLTM_WAVEFRONT_CHUNKS": "auto"}, None, "auto", None),
+    ({"LLTM_WAVEFRONT_CHUNKS": "0"}, None, None, "LLTM_WAVEFRONT_CHUNKS must be an int >= 1"),
+    ({"LLTM_WAVEFRONT_CHUNKS": "two"}, None, None, "LLTM_WAVEFRONT_CHUNKS must be an int >= 1"),
+    ({"LLTM_STACKED_LAYERS": "yes"}, None, None, "LLTM_STACKED_LAYERS must be one of"),
+])
+def test_lltm_module_overrides_from_the_environment(environ, chunks, stacked, match):
+    try:
+        if match is not None:
+            with pytest.raises(ValueError, match="override in the environment is invalid: "
+                               + match):
+                overrides.apply_environment(environ)
+        else:
+            overrides.apply_environment(environ)
+            assert overrides.current_wavefront_chunks() == chunks
+            assert overrides.current_stacked_layers() == stacked
+    finally:
+        overrides.apply_environment()
