@@ -11,7 +11,7 @@ imported, or with the context managers below; what is forced travels with
 each operator call, in its ``settings`` argument (lltm/_settings.py).
 ``docs/cuda-plans.md`` lists the variables and what each forces::
 
-    with lltm.overrides.sequence_plan(family="grid", grid_shape="32x16"):
+    with lltm.overrides.sequence_plan(family="grid", grid_shape="16x32"):
         output, _ = lltm.LLTM(32, 128).cuda()(x)
 
 Without the CUDA library (a CPU-only install) the overrides are accepted and
@@ -34,7 +34,7 @@ MATMUL_POLICIES = {"auto": 0, "fused": 1, "cublas": 2}
 FAMILIES = {"auto": 0, "steps": 1, "grid": 2, "cluster": 3, "block": 4}
 CLUSTER_BLOCKS = (16,)  # the clusters' only size (csrc/core/lltm.h)
 CLUSTER_CHUNKS = (4, 8, 16)
-GRID_SHAPES = ("16x8", "16x32", "32x16", "32x32", "8x64", "16x64")  # x64: half types only
+GRID_SHAPES = ("16x8", "16x32", "32x32", "8x64", "16x64")  # x64: half types only
 GRID_CHUNKS = (4, 16)
 BLOCK_CHUNKS = (1, 4)
 BLOCK_UNITS = 64  # the block family's H: every unit in one block (lltm.h)
@@ -91,6 +91,10 @@ class SequencePlan:
                                    or not 1 <= groups <= MAX_GRID_GROUPS):
             raise ValueError(f"grid_groups must be an int >= 1 and <= {MAX_GRID_GROUPS} or "
                              f"None, got {groups!r}")
+        if groups is not None and self.family == "cluster":
+            raise ValueError("grid_groups caps the grid and block families' batch groups; the "
+                             "clusters run one a batch chunk (family 'cluster' takes no "
+                             "grid_groups)")
 
     def packed(self) -> int:
         """These constraints as fields of an operator's settings argument

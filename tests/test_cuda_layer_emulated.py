@@ -57,14 +57,32 @@ def test_layer(emu, family, dtype, T, B, I, H, with_lengths):
     projection, recurrence, h_n / c_n, weight-gradient and input-gradient
     products) with a torch matmul as the gemm callback, every output
     against the reference; with lengths, rows stopping at their own."""
-    _declare_layer(emu)
     status, plan = make_plan(emu, dtype, T, B, I, H, family=family)
     if family == CLUSTER and dtype == torch.float64 and B > 32:
         assert status != 0  # float64 state of more than 32 rows: no cluster plan
         return
     assert status == 0 and plan.family == family
+    _check_layer(emu, plan, dtype, T, B, I, H, random_lengths(T, B) if with_lengths else None)
+
+
+@pytest.mark.parametrize("H", [129, 300, 512])
+def test_float64_past_its_grid_layout(emu, H):
+    """float64 past H = 128: no persistent plan holds it (its one grid
+    layout, 16x8, holds 128 units; one of 32 values a lane would take 192
+    registers of W_h a thread), so the chooser's plan is the per-step
+    family, which runs the layer against the reference, with lengths too."""
+    T, B, I = 3, 5, 4
+    assert make_plan(emu, torch.float64, T, B, I, H, family=GRID)[0] != 0
+    status, plan = make_plan(emu, torch.float64, T, B, I, H)
+    assert status == 0 and plan.family == STEPS
+    _check_layer(emu, plan, torch.float64, T, B, I, H, None)
+    _check_layer(emu, plan, torch.float64, T, B, I, H, random_lengths(T, B))
+
+
+def _check_layer(emu, plan, dtype, T, B, I, H, lengths):
+    """The layer by `plan` against the reference (see test_layer)."""
+    _declare_layer(emu)
     (x, W, b, h0, c0), ref_args = layer_inputs(T, B, I, H, dtype)
-    lengths = random_lengths(T, B) if with_lengths else None
     lengths_ptr = None if lengths is None else as_ptr(lengths)
     out_r, h_r, c_r, cells_r, acts_r, backward = reference_layer(*ref_args, lengths)
     ws = emu.lltm_sequence_forward_workspace_cuda(ctypes.byref(plan), T, B, I, H)

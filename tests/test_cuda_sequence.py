@@ -6,7 +6,7 @@ Every plan family of the CUDA sequence is tested, forced with
 lltm.overrides.sequence_plan (docs/cuda-plans.md): "cluster" (persistent
 kernel, clusters of 16 thread blocks, H <= 128, B <= 64: route "cluster16"
 here; and "cluster16-split8" and "cluster16-nosplit", with its batch split
-in 8-row chunks instead of 4, and without it: one cluster of 16-row chunks
+in 8-row chunks instead of 4, and without it: a cluster a 16-row chunk
 also for B <= 16; past H = 128 16 units a block, H <= 256, a cluster a
 chunk of 4 or 8 rows, not float64), "grid" (persistent kernel, cooperative
 grid), "block" (persistent kernel, one block a batch chunk, H <= 64),
@@ -89,8 +89,8 @@ def route_fits(route, H, dtype):
     if route.startswith("cluster"):  # 16 units a block past 128: 4- or 8-row clusters
         wide = route in ("cluster16", "cluster16-split8") and dtype != torch.float64
         return H <= (256 if wide else 128)
-    if route == "grid":
-        return H <= (512 if dtype == torch.float64 else 1024)
+    if route == "grid":  # float64: 16x8 only
+        return H <= (128 if dtype == torch.float64 else 1024)
     if route == "block":
         return H <= 64
     return True

@@ -171,7 +171,7 @@ def test_grid_layouts_of_64_values(emu, plan, dtype, groups):
 @pytest.mark.parametrize("plan,H", [("cluster_32_4", 128),
                                     ("cluster_32_4", 61), ("cluster_32_4", 124),
                                     ("cluster_32_4_nosplit", 128),
-                                    ("grid_32_16", 40),
+                                    ("grid_16_32", 40),
                                     ("grid_32_32", 70)])
 def test_persistent_kernels_larger_h(emu, plan, H):
     """Several blocks, the last one partly padded (or exactly full); the
@@ -212,7 +212,7 @@ def test_cluster_batch_groups(emu, dtype, lengths):
 @pytest.mark.parametrize("groups", [1, 3, None])
 @pytest.mark.parametrize("plan,dtype", [("grid_16_8", torch.float32), ("grid_16_8", torch.float64),
                                         ("grid_16_32", torch.bfloat16),
-                                        ("grid_32_16", torch.float16)])
+                                        ("grid_32_32", torch.float16)])
 def test_grid_batch_groups(emu, plan, dtype, groups):
     """The grid layouts share B's 16-row chunks out over batch groups of
     blocks: B = 50 is 4 chunks, the last one partial; 3 groups (capped by
@@ -229,7 +229,7 @@ def test_grid_batch_groups(emu, plan, dtype, groups):
 @pytest.mark.parametrize("groups", [1, 3, None])
 @pytest.mark.parametrize("lengths", [False, True])
 @pytest.mark.parametrize("plan,dtype", [("grid_16_8_c4", torch.float32),
-                                        ("grid_32_16_c4", torch.bfloat16),
+                                        ("grid_32_32_c4", torch.bfloat16),
                                         ("grid_16_8_c4", torch.float64)])
 def test_grid_small_chunks(emu, plan, dtype, groups, lengths):
     """The grid layouts in 4-row chunks: B = 13 is 4 chunks, the last one
@@ -346,16 +346,14 @@ def test_plan_choice(emu):
     # rows; H100 float32: 600 us against 1,102) and at B = 64, H = 256 (8
     # groups of 16 blocks walking 2 chunks: 1,186 us against 1,303 for 4
     # groups of 32 blocks and one 16-row chunk)
-    assert grid(f32, 16, 256, family=GRID) == (32, 16, 4, 4)
+    assert grid(f32, 16, 256, family=GRID) == (16, 32, 4, 4)
     assert grid(f32, 64, 256) == (16, 32, 8, 4)
     assert grid(f32, 256, 64, family=GRID) == (16, 8, 16, 16)  # H200: 784 us against 859
-    # bfloat16 (tensor cores) B1/H256: 4-row chunks (32x16 in 16-row ones 688 us
-    # against 519 - 528 in 4-row ones); of the two layouts within 3% of each
-    # other in 4-row chunks (B1/H512: 32x16 487 us, 16x32 501; B16/H256: 495,
-    # 500), 16x32, in half the blocks
+    # bfloat16 (tensor cores) B1/H256: 16x32 in 4-row chunks (688 us in 16-row
+    # ones against 519 - 528 in 4-row ones)
     assert grid(bf16, 1, 256, family=GRID) == (16, 32, 1, 4)
     assert grid(f32, 4, 1024) == (32, 32, 1, 4)
-    assert grid(f32, 16, 256, family=GRID, grid_chunk=16) == (32, 16, 1, 16)
+    assert grid(f32, 16, 256, family=GRID, grid_chunk=16) == (16, 32, 1, 16)
     # 128 < H <= 256 and B <= 56: 16-block clusters of 16 units, a cluster a
     # 4-row chunk (8-row past 28 rows), where the grid's step is slower (H100
     # graph replay, T 100: float32 B16/H256 392 us against 595, bfloat16
@@ -373,14 +371,20 @@ def test_plan_choice(emu):
     assert _family(emu, bf16, 256, 1024) == (0, STEPS)
     assert _family(emu, f32, 64, 1025) == (0, STEPS)  # no persistent plan holds H
     assert _family(emu, f64, 8, 600) == (0, STEPS)
+    # float64 past H = 128: its only grid layout, 16x8, holds 128 units, and
+    # no cluster plan holds more; the per-step family
+    for B, H in ((1, 129), (16, 256), (64, 512)):
+        assert _family(emu, f64, B, H) == (0, STEPS)
+        assert _family(emu, f64, B, H, family=GRID)[0] != 0
     # forced
     assert grid(f32, 16, 100, family=GRID)[:2] == (16, 8)  # grid asked for: its cheapest
-    assert grid(f64, 64, 512, family=GRID)[:3] == (32, 16, 2)  # no 16x32 in float64
+    assert grid(f64, 64, 128, family=GRID)[:2] == (16, 8)  # float64's only layout
     assert grid(f32, 64, 1024, family=GRID)[:2] == (32, 32)
     assert _family(emu, f32, 16, 100, family=STEPS) == (0, STEPS)  # steps asked for
     assert _family(emu, f32, 16, 300, family=CLUSTER)[0] != 0  # no cluster plan that large
     assert _family(emu, f32, 16, 100, family=GRID, grid_lanes=32, grid_values=32)[0] == 0
     assert _family(emu, f64, 16, 100, family=GRID, grid_lanes=32, grid_values=32)[0] != 0
+    assert _family(emu, f32, 16, 100, family=GRID, grid_lanes=32, grid_values=16)[0] != 0
     # the cluster family holds every row's state in shared memory
     assert _family(emu, f32, 64, 128, family=CLUSTER) == (0, CLUSTER)
     assert _family(emu, bf16, 64, 100, family=CLUSTER) == (0, CLUSTER)
@@ -407,7 +411,7 @@ def test_residency(emu):
         assert emu.lltm_sequence_plan_residency_cuda(ctypes.byref(device(emu)), ctypes.byref(p),
                                                      resident, parts) == 0
         return p, list(zip(resident, parts))
-    p, r = residency(f32, 1, 256, family=GRID, grid_lanes=32, grid_values=16)
+    p, r = residency(f32, 1, 256, family=GRID, grid_lanes=32, grid_values=32)
     assert p.forward.blocks * p.forward.groups == 32 and r == [(4, 1)] * 2  # 132 // 32 grids
     p, r = residency(f32, 16, 1024, family=GRID)
     assert p.forward.blocks * p.forward.groups == 128 and r == [(1, 1)] * 2  # one grid
@@ -452,10 +456,10 @@ def test_plan_layouts(emu):
     assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (4, 32, 2, 16)
     assert (p.forward.groups, p.backward.chunk, p.backward.groups) == (4, 16, 4)
     assert p.workspace_bytes == 4 * 3 * 128 * 4  # the 4 clusters' bias sums
-    status, p = make_plan(emu, torch.float32, 100, 64, 32, 128, family=CLUSTER,
-                          grid_groups_max=1)  # one cluster walking every chunk
-    assert (p.forward.groups, p.backward.chunk, p.backward.groups) == (1, 16, 1)
-    assert p.workspace_bytes == 0
+    # a cluster a batch chunk: no cap on the clusters' groups
+    for B in (64, 16):
+        assert make_plan(emu, torch.float32, 100, B, 32, 128, family=CLUSTER,
+                         grid_groups_max=1)[0] != 0
     status, p = make_plan(emu, torch.float64, 100, 16, 32, 128, family=CLUSTER)
     assert (p.forward.lanes, p.forward.values, p.forward.rows, p.forward.chunk) == (32, 4, 16, 16)
     assert p.backward.exchange == EXCHANGE_REDUCE_SCATTER and p.backward.groups == 1
@@ -500,12 +504,14 @@ def test_plan_for_two_concurrent_layers(emu):
     assert (split.backward.chunk, split.backward.groups) == (8, 2)
     # a grid: half the blocks each (B = 64, H = 256: 4 batch groups alone, 2 shared)
     status, g1 = make_plan(emu, f32, 100, 64, 64, 256, family=GRID, grid_lanes=32,
-                           grid_values=16)
+                           grid_values=32)
     status2, g2 = make_plan(emu, f32, 100, 64, 64, 256, family=GRID, grid_lanes=32,
-                            grid_values=16, concurrent=2)
+                            grid_values=32, concurrent=2)
     assert status == status2 == 0
     assert g1.forward.groups == 4 and g2.forward.groups == 2
     assert 2 * g2.forward.blocks * g2.forward.groups <= 132
+    # B = 64: 4 clusters of 16-row chunks a launch, 8 for two: none fits
+    assert make_plan(emu, f32, 100, 64, 32, 128, family=CLUSTER, concurrent=2)[0] != 0
     for bad in (-1, 3):
         assert make_plan(emu, f32, 100, 16, 32, 128, concurrent=bad)[0] != 0
 

@@ -10,12 +10,12 @@ from lltm.overrides import SequencePlan
 
 def test_environment_parsed_once_into_constraints():
     policy, plan = overrides._from_environment({
-        "LLTM_CUDA_MATMUL": "cublas", "LLTM_CUDA_SEQUENCE": "cluster",
+        "LLTM_CUDA_MATMUL": "cublas", "LLTM_CUDA_SEQUENCE": "grid",
         "LLTM_CUDA_CLUSTER_BLOCKS": "16", "LLTM_CUDA_CLUSTER_CHUNK": "16",
-        "LLTM_CUDA_GRID_SHAPE": "32x16", "LLTM_CUDA_GRID_GROUPS": "3",
+        "LLTM_CUDA_GRID_SHAPE": "16x32", "LLTM_CUDA_GRID_GROUPS": "3",
         "LLTM_CUDA_GRID_CHUNK": "4"})
     assert policy == "cublas"
-    assert plan == SequencePlan("cluster", 16, 16, "32x16", 3, 4)
+    assert plan == SequencePlan("grid", 16, 16, "16x32", 3, 4)
     _, plan = overrides._from_environment({"LLTM_CUDA_SEQUENCE": "block",
                                            "LLTM_CUDA_BLOCK_CHUNK": "1"})
     assert plan == SequencePlan("block", block_chunk=1)
@@ -29,6 +29,7 @@ def test_environment_parsed_once_into_constraints():
     ("LLTM_CUDA_CLUSTER_BLOCKS", "8", r"cluster_blocks must be one of \[16\]"),
     ("LLTM_CUDA_CLUSTER_CHUNK", "four", "must be an integer"),
     ("LLTM_CUDA_GRID_SHAPE", "8x8", "grid_shape must be one of"),
+    ("LLTM_CUDA_GRID_SHAPE", "32x16", "grid_shape must be one of"),
     ("LLTM_CUDA_GRID_GROUPS", "0", "grid_groups must be an int >= 1"),
     ("LLTM_CUDA_GRID_CHUNK", "8", "grid_chunk must be one of"),
     ("LLTM_CUDA_BLOCK_CHUNK", "2", "block_chunk must be one of"),
@@ -64,6 +65,13 @@ def test_bad_constraints_are_refused_and_change_nothing():
         with lltm.overrides.sequence_plan(family="cluster", cluster_blocks=8):
             pass
     assert SequencePlan(cluster_blocks=16).packed() == 5 << 32  # log2(16) + 1 in field 8
+    # a cluster a batch chunk: no cap on the clusters' batch groups
+    with pytest.raises(ValueError, match="family 'cluster' takes no grid_groups"):
+        with lltm.overrides.sequence_plan(family="cluster", grid_groups=1):
+            pass
+    with pytest.raises(ValueError, match="takes no grid_groups"):
+        overrides._from_environment({"LLTM_CUDA_SEQUENCE": "cluster",
+                                     "LLTM_CUDA_GRID_GROUPS": "1"})
     with pytest.raises(ValueError, match="matmul policy"):
         lltm.overrides.set_matmul("tf32")
     assert overrides._plan == SequencePlan()

@@ -31,10 +31,12 @@ def random_constraints(rng: random.Random) -> tuple[str, SequencePlan]:
     def maybe(values):
         return rng.choice((None,) + tuple(values))
     shape = maybe(overrides.GRID_SHAPES)
-    plan = SequencePlan(family=rng.choice(list(overrides.FAMILIES)),
+    family = rng.choice(list(overrides.FAMILIES))
+    groups = None if family == "cluster" else maybe(range(1, overrides.MAX_GRID_GROUPS + 1))
+    plan = SequencePlan(family=family,
                         cluster_blocks=maybe(overrides.CLUSTER_BLOCKS),
                         cluster_chunk=maybe(overrides.CLUSTER_CHUNKS), grid_shape=shape,
-                        grid_groups=maybe(range(1, overrides.MAX_GRID_GROUPS + 1)),
+                        grid_groups=groups,
                         grid_chunk=maybe(overrides.GRID_CHUNKS),
                         block_chunk=maybe(overrides.BLOCK_CHUNKS),
                         grid_tf32=maybe((True, False)))
@@ -73,6 +75,8 @@ def test_not_given_and_values_lltm_never_packs():
     for bad in (-2, 1 << 52, 3 << 4,  # no such cell route
                 3 << 8, 5 << 12,  # three layers at once; no such family
                 2 << 16,  # grid lanes of 2
+                6 << 16 | 5 << 20, 3 << 16 | 3 << 20,  # grid layouts 32x16, 4x4: none of ours
+                3 << 12 | 1 << 24,  # a cap on the clusters' batch groups
                 2 << 32, 4 << 32,  # cluster blocks of 2, of 8 (16 only)
                 15 << 48):  # grid_tf32 of 15
         assert decoded(bad) is None, hex(bad)

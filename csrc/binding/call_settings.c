@@ -1,5 +1,6 @@
 /* call_settings.c - see call_settings.h. */
 #include "call_settings.h"
+#include "../core/lltm_cuda_grid_layouts.h"
 
 #include <string.h>
 
@@ -45,7 +46,12 @@ int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_erro
         size_field(packed, 8, cluster_blocks, &o->cluster_blocks) ||
         size_field(packed, 9, cluster_chunk, &o->cluster_chunk) ||
         size_field(packed, 10, grid_chunk, &o->grid_chunk) ||
-        size_field(packed, 11, block_chunk, &o->block_chunk))
+        size_field(packed, 11, block_chunk, &o->block_chunk) ||
+        /* a layout of the library, or none */
+        ((o->grid_lanes || o->grid_values) &&
+         lltm_grid_layout_index(o->grid_lanes, o->grid_values) < 0) ||
+        /* the clusters run one a batch chunk: no cap on their groups */
+        (o->family == LLTM_SEQ_CLUSTER && o->grid_groups_max != 0))
         return lltm_fail(err, "settings = %lld is not a value lltm packs (-1, or the fields of "
                          "csrc/binding/call_settings.h; lltm._settings.current() gives "
                          "the settings in force)", (long long)packed);

@@ -23,8 +23,9 @@
  *   1      the cell's matrix-product route: LLTM_MATMUL_AUTO, _FUSED, _CUBLAS
  *   2      layers running at once on the device (0 or 1: one; 2)
  *   3      family (lltm_sequence_plan_options, csrc/core/lltm.h: 0 any)
- *   4, 5   grid_lanes, grid_values (sizes)
- *   6 - 7  grid_groups_max (8 bits, 0 - 255)
+ *   4, 5   grid_lanes, grid_values (sizes: a layout of
+ *          csrc/core/lltm_cuda_grid_layouts.h, or both 0)
+ *   6 - 7  grid_groups_max (8 bits, 0 - 255; 0 with the cluster family)
  *   8 - 11 cluster_blocks, cluster_chunk, grid_chunk, block_chunk (sizes)
  *   12     grid_tf32: 0 free, 1 only the TF32 build, 2 only FFMA
  */

@@ -444,12 +444,12 @@ typedef struct lltm_sequence_plan {
 /* Constraints on the choice (zero: none), for tests and measurements:
  *   family          LLTM_SEQ_ANY, or one family (LLTM_ERR_ARGUMENT when it
  *                   cannot run these sizes here)
- *   grid_lanes, grid_values   one grid layout (16x8, 16x32, 32x16, 32x32, 8x64, 16x64)
+ *   grid_lanes, grid_values   one grid layout (16x8, 16x32, 32x32, 8x64, 16x64)
  *                   instead of the cheapest
  *   grid_groups_max at most this many batch groups (the grid layouts'
- *                   groups of blocks; the 16-block clusters' batch groups
- *                   at B > 16: 1 keeps one cluster walking every chunk;
- *                   the block family's blocks)
+ *                   groups of blocks; the block family's blocks); the
+ *                   clusters run one a batch chunk, so with family
+ *                   LLTM_SEQ_CLUSTER it is refused (LLTM_ERR_ARGUMENT)
  *   cluster_blocks  16 (8 units a block; 16 past H = 128), the clusters'
  *                   only size: any other is refused (LLTM_ERR_ARGUMENT)
  *   cluster_chunk   16: no batch split; 4 or 8: the 16-block kernels'
@@ -480,22 +480,23 @@ typedef struct lltm_sequence_plan_options {
  * here (within the options) is ranked by the rules
  * (lltm_sequence_plan_rank_cuda, lltm_cuda_rules.h) and the lowest rank wins (a tie: the
  * first of per-step, clusters, the grid layouts in the order 16x8, 16x32,
- * 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row
- * ones). The candidates: per-step kernels, always;
+ * 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row ones).
+ * The candidates: per-step kernels, always;
  *   clusters (compute capability >= 9.0 with clusters of 16 blocks, H <=
  *      128, B <= 64; 32 in float64), where both kernels fit: 16 blocks of 8
  *      units. The forward runs 4 lanes a unit on 2 rows of each 16-row
  *      chunk (float64: 32 lanes on all 16); the backward sends each block
  *      the partial dh of its units (reduce-scatter). For B <= 16 (not
  *      float64) each kernel splits the batch into clusters of 4-row chunks
- *      (8 where that many clusters do not fit); for B > 16, a cluster a
- *      16-row chunk where they fit at once.
+ *      (8 where that many clusters do not fit); else a cluster a 16-row
+ *      chunk, all of them at once.
  *      128 < H <= 256 (not float64): 16 blocks of 16 units, a cluster a
  *      4-row chunk (8-row where those do not all fit at once).
  *   grid layouts that are co-resident, the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
- *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64); the half
- *      types on tensor cores also 8x64 (H <= 512) and 16x64 (H <= 1024).
+ *      float64), 32x32 (H <= 1024, not float64); the half types on tensor
+ *      cores also 8x64 (H <= 512) and 16x64 (H <= 1024). float64 past
+ *      H = 128 has the per-step kernels only.
  *   the block family (H <= 64, any compute capability): one block of all
  *      the units a chunk of 1 or 4 rows, as many blocks as are resident at
  *      once (at most one a chunk); no exchange between blocks.

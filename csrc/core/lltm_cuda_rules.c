@@ -42,7 +42,7 @@
 /* The grid family in 4-row chunks: a thread walks a quarter of a 16-row
  * chunk's rows; pays at B <= 4, and up to B x H = 2^14 at H <= 512 in the
  * half types and at H >= 256 on FFMA (float32 B64/H256 1,225 us against
- * 32x16's 1,312 in 16-row chunks, B32/H512 1,409 against 1,481; bfloat16
+ * 1,312 in 16-row chunks, B32/H512 1,409 against 1,481; bfloat16
  * B128/H128 590 against 16x8's 656; float32 B128/H128 the 16-row 16x8 843
  * against 907, B128/H256 16x32's 1,805 against 2,281). */
 #define GRID_SMALL_BH (1 << 14)
@@ -86,9 +86,9 @@ static int steps_first(lltm_dtype dtype, int64_t B, int64_t H, int eager, int co
  * 8x64's 1,068), 16x32 to H = 512 (B64/H512 906 against 8x64's 1,030),
  * 16x64 above (B32/H1024 1,079 against 32x32's 1,710), 32x32 at B <= 4
  * (B1/H1024 646 against 695). On FFMA the layout whose thread does the
- * fewest multiply-adds a step wins (float32 B32/H256 32x16 1,159 against
- * 16x32's 1,486; B128/H256 tied, 16x32 in half the blocks 1,805 against
- * 2,353). */
+ * fewest multiply-adds a step wins, a tie the one of fewer blocks (float32
+ * B128/H256: 16x32 1,805 against 2,353 for as many multiply-adds in twice
+ * the blocks): 16x8 at H <= 128, 16x32 to H = 512, 32x32 past it. */
 static int grid_layout(int64_t B, int64_t H)
 {
     if (H <= 128)
@@ -113,11 +113,8 @@ int64_t lltm_sequence_plan_rank_cuda(const lltm_cuda_device *dev, const lltm_seq
         return H <= 64 ? rank(0, (l->chunk == 4) != (B >= BLOCK_WIDE_B)) : rank(7, 0);
     if (plan->family == LLTM_SEQ_STEPS)
         return rank(steps_first(dtype, B, H, eager, concurrent) ? 1 : 9, 0);
-    if (plan->family == LLTM_SEQ_CLUSTER) {
-        /* one cluster walking several 16-row chunks 1.7x - 3.2x the time
-         * of a cluster a chunk (B 32 - 64) */
-        return rank(2, l->groups > 1 || B <= l->chunk ? 0 : 1);
-    }
+    if (plan->family == LLTM_SEQ_CLUSTER)
+        return rank(2, 0);
     if (plan->family != LLTM_SEQ_GRID)
         return LLTM_RANK_NONE;
     /* the grid: FFMA's layout by the multiply-adds a thread does a step

@@ -311,15 +311,13 @@ inline bool cached_device(const lltm_cuda_device &dev)
     return dev.device >= 0 && dev.device < MAX_DEVICES;
 }
 
-/* The cluster family's plans for B rows of H units on `dev` within the
- * options (`concurrent` launches of each at once), in the order the chooser
- * considers them: copies of `base` with the family and both launches set,
- * at most MAX_CLUSTER_PLANS; returns how many
+/* The cluster family's plan for B rows of H units on `dev` in chunks of
+ * `chunk` rows (lltm_sequence_plan_options.cluster_chunk; 0: its own
+ * choice), `concurrent` launches of each kernel at once: false where none
+ * fits, else true with plan's family and both launches set
  * (lltm_cuda_sequence_plan_cluster.cu). */
-constexpr int MAX_CLUSTER_PLANS = 2;
-int cluster_plans(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
-                  const lltm_sequence_plan_options &o, int concurrent,
-                  const lltm_sequence_plan &base, lltm_sequence_plan plans[MAX_CLUSTER_PLANS]);
+bool cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H, int chunk,
+                  int concurrent, lltm_sequence_plan *plan);
 /* How many clusters of launch l (a cluster a batch group) run at once on
  * `dev` (0: none, or no such kernel in the library) */
 int64_t cluster_launch_resident(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,

@@ -280,6 +280,7 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
     if (!dev || !plan || !known_dtype(dtype) || bad_sizes(T, B, I, H) || o.concurrent < 0 ||
         o.concurrent > MAX_CONCURRENT ||
         (o.cluster_blocks != 0 && o.cluster_blocks != CLUSTER_RANKS) ||
+        (o.family == LLTM_SEQ_CLUSTER && o.grid_groups_max != 0) ||
         (o.grid_chunk != 0 && lltm_grid_chunk_index(o.grid_chunk) < 0) ||
         (o.block_chunk != 0 && block_chunk_index(o.block_chunk) < 0) ||
         o.grid_tf32 < -1 || o.grid_tf32 > 1)
@@ -295,9 +296,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
 
     /* Every plan that can run these sizes here (within the options), ranked
      * by the rules (lltm_cuda_rules.c); the lowest rank wins, a tie the
-     * first considered: per-step kernels, clusters (in cluster_plans'
-     * order), the grid layouts in LLTM_GRID_LAYOUTS order, each in 16-row
-     * chunks, then in 4-row ones, the block family in BLOCK_CHUNKS order. */
+     * first considered: per-step kernels, clusters, the grid layouts in
+     * LLTM_GRID_LAYOUTS order, each in 16-row chunks, then in 4-row ones,
+     * the block family in BLOCK_CHUNKS order. */
     lltm_sequence_plan candidate = *plan;
     int64_t best = o.family == LLTM_SEQ_ANY
                        ? lltm_sequence_plan_rank_cuda(dev, plan, o.eager, concurrent)
@@ -309,12 +310,9 @@ int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64
             *plan = candidate;
         }
     };
-    lltm_sequence_plan clusters[MAX_CLUSTER_PLANS];
-    const int cluster_count = cluster_plans(*dev, dtype, B, H, o, concurrent, candidate, clusters);
-    for (int k = 0; k < cluster_count; ++k) {
-        candidate = clusters[k];
+    if ((o.family == LLTM_SEQ_ANY || o.family == LLTM_SEQ_CLUSTER) &&
+        cluster_plan(*dev, dtype, B, H, o.cluster_chunk, concurrent, &candidate))
         consider();
-    }
     /* float32 where TF32 is allowed: the grid's FFMA and TF32 builds (or the
      * one asked for); TF32 in 16-row chunks only */
     const bool tf32_ok = dtype == LLTM_FLOAT32 && lltm_cuda_grid_tensor_cores(dev, dtype);

@@ -5,9 +5,10 @@
  * asked once per device, dtype and shape, cached as the chooser caches its
  * other occupancy answers).
  *
- * The shapes (lltm.h, lltm_sequence_plan_cuda), all of 16 blocks:
- *   8 units a block (H <= 128), in 16-row chunks, or a cluster per 4- or
- *      8-row chunk at B <= 16, or a cluster per 16-row chunk;
+ * The shapes (lltm.h, lltm_sequence_plan_cuda), all of 16 blocks, a
+ * cluster a batch chunk, every cluster of a launch resident at once:
+ *   8 units a block (H <= 128), a cluster per 16-row chunk, or per 4- or
+ *      8-row chunk at B <= 16;
  *   16 units a block (128 < H <= 256), a cluster per 4- or 8-row chunk.
  */
 #include "lltm_cuda_launch.cuh"
@@ -114,16 +115,19 @@ bool launch_fits(lltm_dtype dtype, bool forward, const lltm_sequence_launch &l,
  * non-portable cluster); its forward runs 4 lanes a unit on 2 rows of each
  * 16-row chunk (float64: 32 lanes on all 16: 96 values a lane would take
  * 192 registers), its backward the reduce-scatter exchange (32 x 4: lanes x
- * values of its unit layout). Without a batch split (16-row chunks, one
- * cluster). */
+ * values of its unit layout). A cluster a 16-row chunk, side by side on
+ * their own SMs (one cluster walking several chunks took 1.7x - 3.2x the
+ * time at B 32 - 64: H200, 2026-12-03). */
 lltm_sequence_launch shape_launch(lltm_dtype dtype, bool forward, int64_t B, int64_t H)
 {
+    const int64_t groups = ceil_div(B, BC);
     if (!forward)
         return cluster_launch(dtype, false, LLTM_SEQ_EXCHANGE_REDUCE_SCATTER, 32, 4, BC, BC, B, H,
-                              1);
+                              groups);
     if (dtype == LLTM_FLOAT64)
-        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 32, 4, BC, BC, B, H, 1);
-    return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 4, 32, 2, BC, B, H, 1);
+        return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 32, 4, BC, BC, B, H,
+                              groups);
+    return cluster_launch(dtype, true, LLTM_SEQ_EXCHANGE_BROADCAST, 4, 32, 2, BC, B, H, groups);
 }
 
 /* The rows the cluster family takes: every row's state stays in shared
@@ -131,9 +135,10 @@ lltm_sequence_launch shape_launch(lltm_dtype dtype, bool forward, int64_t B, int
  * were measured against the grid family's on an H100). */
 int64_t cluster_max_rows(lltm_dtype dtype) { return dtype == LLTM_FLOAT64 ? 32 : 64; }
 
-/* whether the shape runs B rows here (both kernels, no split; `concurrent`
- * launches of each at once), per device, dtype, concurrent launches and
- * number of 16-row chunks (0: not asked yet, 1: no, 2: yes) */
+/* whether the shape runs B rows here (both kernels, a cluster a 16-row
+ * chunk, all of them and `concurrent` launches of each at once), per
+ * device, dtype, concurrent launches and number of 16-row chunks (0: not
+ * asked yet, 1: no, 2: yes) */
 constexpr int CLUSTER_MAX_CHUNKS = 4;
 signed char cluster_cache[MAX_DEVICES][NUM_DTYPES][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
 
@@ -156,7 +161,7 @@ bool cluster_shape_fits(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B
 
 /* The shape's batch split: for B <= 16 (float accumulation), each kernel
  * runs chunks of 4 rows (else 8, where that many clusters do not fit at
- * once), one cluster of 16 blocks each: fewer multiply-adds a thread
+ * once), a cluster of 16 blocks each: fewer multiply-adds a thread
  * (the forward: 8 lanes a unit on 1 row of 4, or 4 lanes on 1 row of 8;
  * the backward's products on 1 row) and fewer bytes exchanged per block and
  * step. The launch, or none (*split false: no split fits, B > 16, float64,
@@ -195,61 +200,6 @@ bool cluster_split(const lltm_cuda_device &dev, lltm_dtype dtype, bool forward, 
         }
     }
     return false;
-}
-
-/* The cluster plan's launches for B rows of H units */
-void cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H, int chunk,
-                  int concurrent, lltm_sequence_plan *plan)
-{
-    plan->family = LLTM_SEQ_CLUSTER;
-    for (int forward = 1; forward >= 0; --forward) {
-        lltm_sequence_launch l = shape_launch(dtype, forward, B, H);
-        int rows = 0;
-        if (cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows))
-            l = split_launch(dtype, forward, rows, B, H);
-        (forward ? plan->forward : plan->backward) = l;
-    }
-}
-
-/* The shape's batch groups, for B > 16 rows: a cluster a 16-row chunk
- * (at most `cap` clusters; 0: no cap), each walking its own chunks, so
- * the clusters of a batch run side by side on their own SMs instead of
- * one cluster walking every chunk each step. Whether `groups` clusters of
- * both kernels (at H = 128, the most blocks) fit at once (`concurrent`
- * launches of them), per device, dtype, concurrent launches and group
- * count (0: not asked yet, 1: no, 2: yes). */
-signed char group_cache[MAX_DEVICES][NUM_DTYPES][MAX_CONCURRENT][CLUSTER_MAX_CHUNKS + 1];
-
-bool cluster_grouped_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
-                          int64_t cap, int concurrent, lltm_sequence_plan *plan)
-{
-    int64_t groups = ceil_div(B, BC);
-    if (cap >= 1 && cap < groups)
-        groups = cap;
-    if (groups < 2 || groups > CLUSTER_MAX_CHUNKS)
-        return false;
-    signed char *slot =
-        cached_device(dev) ? &group_cache[dev.device][dtype][concurrent - 1][groups] : nullptr;
-    const bool fits = cached_answer(slot, [&] {
-        const int64_t rows = groups * BC; /* the answer holds for every B of these groups */
-        bool all = true;
-        for (int forward = 1; forward >= 0 && all; --forward) {
-            lltm_sequence_launch l = shape_launch(dtype, forward, rows, CLUSTER_MAX_H);
-            l = cluster_launch(dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, rows,
-                               CLUSTER_MAX_H, groups);
-            all = launch_fits(dtype, forward, l, dev, concurrent);
-        }
-        return all;
-    });
-    if (!fits)
-        return false;
-    plan->family = LLTM_SEQ_CLUSTER;
-    for (int forward = 1; forward >= 0; --forward) {
-        const lltm_sequence_launch l = shape_launch(dtype, forward, B, H);
-        (forward ? plan->forward : plan->backward) = cluster_launch(
-            dtype, forward, l.exchange, l.lanes, l.values, l.rows, BC, B, H, groups);
-    }
-    return true;
 }
 
 /* The 16-block clusters of WIDE_UNITS units a block, for CLUSTER_MAX_H < H
@@ -318,29 +268,20 @@ bool wide_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t
 } // namespace
 
 /* lltm_cuda_sequence.cuh */
-int lltm_seq::cluster_plans(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
-                            const lltm_sequence_plan_options &o, int concurrent,
-                            const lltm_sequence_plan &base,
-                            lltm_sequence_plan plans[MAX_CLUSTER_PLANS])
+bool lltm_seq::cluster_plan(const lltm_cuda_device &dev, lltm_dtype dtype, int64_t B, int64_t H,
+                            int chunk, int concurrent, lltm_sequence_plan *plan)
 {
-    int n = 0;
-    if (o.family != LLTM_SEQ_ANY && o.family != LLTM_SEQ_CLUSTER)
-        return 0;
-    if (H > CLUSTER_MAX_H) {
-        plans[n] = base;
-        if (wide_plan(dev, dtype, B, H, o.cluster_chunk, concurrent, &plans[n]))
-            ++n;
-        return n;
-    }
+    if (H > CLUSTER_MAX_H)
+        return wide_plan(dev, dtype, B, H, chunk, concurrent, plan);
     if (!cluster_shape_fits(dev, dtype, B, concurrent))
-        return 0;
-    plans[n] = base;
-    cluster_plan(dev, dtype, B, H, o.cluster_chunk, concurrent, &plans[n]);
-    ++n;
-    if (B > BC && (o.cluster_chunk == 0 || o.cluster_chunk == BC)) {
-        plans[n] = base;
-        if (cluster_grouped_plan(dev, dtype, B, H, o.grid_groups_max, concurrent, &plans[n]))
-            ++n;
+        return false;
+    plan->family = LLTM_SEQ_CLUSTER;
+    for (int forward = 1; forward >= 0; --forward) {
+        lltm_sequence_launch l = shape_launch(dtype, forward, B, H);
+        int rows = 0;
+        if (cluster_split(dev, dtype, forward, B, chunk, concurrent, &rows))
+            l = split_launch(dtype, forward, rows, B, H);
+        (forward ? plan->forward : plan->backward) = l;
     }
-    return n;
+    return true;
 }

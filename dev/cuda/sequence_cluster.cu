@@ -12,9 +12,10 @@
  *   ./sequence_cluster backward 2 [B H T]
  *
  * forward versions (16 blocks of 8 units; 5 - 8: of 16 units, H <= 256):
- *   1  32 lanes a unit x 4 values, all 16 rows of a chunk (float32: lab only;
- *      the library runs it for float64)
- *   2  4 lanes x 32 values on 2 rows of each 16-row chunk (library, B > 16)
+ *   1  32 lanes a unit x 4 values, all 16 rows of a chunk, a cluster a
+ *      16-row chunk (float32: lab only; the library runs it for float64)
+ *   2  4 lanes x 32 values on 2 rows of 16, a cluster a 16-row chunk
+ *      (library, B > 16)
  *   3  8 lanes x 16 values on 1 row, a cluster per 4-row chunk (library, B <= 16)
  *   4  4 lanes x 32 values on 1 row, a cluster per 8-row chunk (library, where
  *      the clusters of version 3 do not fit)
@@ -24,15 +25,19 @@
  *      where the clusters of version 5 do not fit)
  *   7  16 x 16 on all 16 rows, one cluster (lab only)
  *   8  16 x 16 on all 4 rows, a cluster per 4-row chunk (lab only)
+ *   9  version 2 in one cluster walking every 16-row chunk (lab only: 1.7x -
+ *      3.2x the time of a cluster a chunk at B 32 - 64, H200, 2026-12-03;
+ *      at B <= 16, one chunk, it is version 2)
  * backward versions (reduce-scatter: 8 units a block; 5 - 7: 16, H <= 256):
  *   1  broadcast: every block gets all of dG_t, 16 blocks of 8 units (lab only)
- *   2  reduce-scatter on 16-row chunks, one cluster (library, B > 16)
+ *   2  reduce-scatter on 16-row chunks, a cluster a chunk (library, B > 16)
  *   3  reduce-scatter, a cluster per 4-row chunk (library, B <= 16)
  *   4  reduce-scatter, a cluster per 8-row chunk (library)
  *   5  reduce-scatter, a cluster per 4-row chunk (library, 128 < H <= 256)
  *   6  reduce-scatter, a cluster per 8-row chunk (library, 128 < H <= 256)
  *   7  reduce-scatter on 16-row chunks, one cluster (lab only)
  *   8  broadcast, 16 blocks of 16 units (lab only)
+ *   9  version 2 in one cluster walking every 16-row chunk (lab only)
  */
 #include "lltm_cuda_sequence_cluster_backward.cuh"
 #include "lltm_cuda_sequence_cluster_forward.cuh"
@@ -357,7 +362,8 @@ std::vector<float> download(const float *d, size_t n)
     return v;
 }
 
-/* the launch of a layout for B rows of H units in `groups` clusters */
+/* the launch of a layout for B rows of H units: a cluster a chunk (split),
+ * or one cluster walking every chunk */
 lltm_sequence_launch layout(int lanes, int values, int rows, int chunk, int exchange,
                             int64_t B, int64_t H, bool split)
 {
@@ -405,7 +411,7 @@ int main(int argc, char **argv)
     p.H = argc > 4 ? std::atoll(argv[4]) : 128;
     p.T = argc > 5 ? std::atoll(argv[5]) : 100;
     if (p.B < 1 || p.B > 64 || p.H < 1 || p.H > 256 || p.T < 1) {
-        std::fprintf(stderr, "B in 1..64, H in 1..256 (versions 1 - 4: 128), T >= 1\n");
+        std::fprintf(stderr, "B in 1..64, H in 1..256 (versions 1 - 4, 9: 128), T >= 1\n");
         return 2;
     }
     const int64_t T = p.T, B = p.B, H = p.H, G = 3 * H;
@@ -436,9 +442,9 @@ int main(int argc, char **argv)
         switch (version) {
         case 1:
             return run_cluster_forward<float, 32, 4, 16, 16>(
-                layout(32, 4, 16, 16, 0, B, H, false), fa, stream);
+                layout(32, 4, 16, 16, 0, B, H, true), fa, stream);
         case 2:
-            return run_cluster_forward<float, 4, 32, 2, 16>(layout(4, 32, 2, 16, 0, B, H, false),
+            return run_cluster_forward<float, 4, 32, 2, 16>(layout(4, 32, 2, 16, 0, B, H, true),
                                                              fa, stream);
         case 3:
             return run_cluster_forward<float, 8, 16, 1, 4>(layout(8, 16, 1, 4, 0, B, H, true), fa,
@@ -458,6 +464,9 @@ int main(int argc, char **argv)
         case 8:
             return run_cluster_forward<float, 16, 16, 4, 4>(layout(16, 16, 4, 4, 0, B, H, true),
                                                              fa, stream);
+        case 9:
+            return run_cluster_forward<float, 4, 32, 2, 16>(layout(4, 32, 2, 16, 0, B, H, false),
+                                                             fa, stream);
         }
         return -100;
     };
@@ -468,7 +477,7 @@ int main(int argc, char **argv)
             return run_cluster_backward_broadcast<float, 32, 4>(
                 layout(32, 4, 16, 16, LLTM_SEQ_EXCHANGE_BROADCAST, B, H, false), ba, stream);
         case 2:
-            return run_cluster_backward_rs<float, 8, 16>(layout(32, 4, 16, 16, RS, B, H, false),
+            return run_cluster_backward_rs<float, 8, 16>(layout(32, 4, 16, 16, RS, B, H, true),
                                                          ba, stream);
         case 3:
             return run_cluster_backward_rs<float, 8, 4>(layout(32, 4, 4, 4, RS, B, H, true), ba,
@@ -488,6 +497,9 @@ int main(int argc, char **argv)
         case 8:
             return run_cluster_backward_broadcast<float, 16, 16>(
                 layout(16, 16, 16, 16, LLTM_SEQ_EXCHANGE_BROADCAST, B, H, false), ba, stream);
+        case 9:
+            return run_cluster_backward_rs<float, 8, 16>(layout(32, 4, 16, 16, RS, B, H, false),
+                                                         ba, stream);
         }
         return -100;
     };
@@ -496,7 +508,7 @@ int main(int argc, char **argv)
                  : H > 128  ? run_cluster_forward<float, 8, 32, 2, 4>(
                                  layout(8, 32, 2, 4, 0, B, H, true), fa, stream)
                             : (B > 16 ? run_cluster_forward<float, 4, 32, 2, 16>(
-                                                          layout(4, 32, 2, 16, 0, B, H, false),
+                                                          layout(4, 32, 2, 16, 0, B, H, true),
                                                           fa, stream)
                                                     : run_cluster_forward<float, 8, 16, 1, 4>(
                                                           layout(8, 16, 1, 4, 0, B, H, true), fa,
