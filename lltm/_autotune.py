@@ -40,6 +40,23 @@ def with_plan(settings: int, fields: int) -> int:
     return (settings & ~PLAN_FIELDS) | fields
 
 
+def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -> int:
+    """A Function's forward call's settings ``given``, with the measured plan
+    where lltm.backends.cuda.benchmark is on; kept in ``ctx`` for its
+    backward (backward_settings)."""
+    if not _backend.benchmark:
+        return given
+    tuned = settings(given, x, H, training)
+    ctx.tuned_plan = tuned & PLAN_FIELDS
+    return tuned
+
+
+def backward_settings(ctx, settings: int) -> int:
+    """A backward's ``settings`` with its forward's measured plan, if any."""
+    tuned = getattr(ctx, "tuned_plan", None)
+    return settings if tuned is None else with_plan(settings, tuned)
+
+
 def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:
     """The settings of a sequence call over x [T, B, I] with state size H:
     ``settings`` with the fields of the plan measured fastest for its key,
@@ -80,9 +97,7 @@ def _key(index, dtype, T, B, I, H, training, captured, settings) -> tuple:  # no
 
 
 def _cuda_index(x: torch.Tensor) -> int | None:
-    if not x.is_cuda:
-        return None
-    return x.device.index if x.device.index is not None else torch.cuda.current_device()
+    return _native.cuda_index(x.device) if x.is_cuda else None
 
 
 @functools.lru_cache(maxsize=None)

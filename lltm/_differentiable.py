@@ -24,14 +24,18 @@ def _elu_derivative(gz: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return torch.where(gz > 0, torch.ones_like(z), z + 1)
 
 
+def _activations(X, weights, bias):
+    """(g_z, i, o, z) of a step with X = [h, x]."""
+    gi, go, gz = F.linear(X, weights, bias.reshape(-1)).chunk(3, dim=1)
+    return gz, torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+
+
 def cell_backward(grad_h, grad_cell, input, weights, bias, old_h, old_cell):
     """(d_input, d_weights, d_bias [3H], d_old_h, d_old_cell) of one step,
     recomputing the step's activations from its inputs."""
     H = old_h.shape[1]
     X = torch.cat([old_h, input], dim=1)
-    g = F.linear(X, weights, bias.reshape(-1))
-    gi, go, gz = g.chunk(3, dim=1)
-    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    gz, i, o, z = _activations(X, weights, bias)
     tanh_c = torch.tanh(old_cell + i * z)
     d_cell = (1 - tanh_c * tanh_c) * o * grad_h + grad_cell
     d_g = torch.cat([z * d_cell * i * (1 - i),
@@ -41,18 +45,9 @@ def cell_backward(grad_h, grad_cell, input, weights, bias, old_h, old_cell):
     return d_X[:, H:], d_g.t().mm(X), d_g.sum(0), d_X[:, :H], d_cell
 
 
-def _step(x, weights, bias, h, c):
-    g = F.linear(torch.cat([h, x], dim=1), weights, bias)
-    gi, go, gz = g.chunk(3, dim=1)
-    c = c + torch.sigmoid(gi) * F.elu(gz)
-    return torch.tanh(c) * torch.sigmoid(go), c
-
-
 def cell_forward(input, weights, bias, old_h, old_cell):
     """(new_h, new_cell, gates) as lltm::cell_forward returns them."""
-    g = F.linear(torch.cat([old_h, input], dim=1), weights, bias.reshape(-1))
-    gi, go, gz = g.chunk(3, dim=1)
-    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    _, i, o, z = _activations(torch.cat([old_h, input], dim=1), weights, bias)
     new_cell = old_cell + i * z
     return torch.tanh(new_cell) * o, new_cell, torch.cat([i, o, z], dim=1)
 
@@ -95,7 +90,7 @@ def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0,
     bias = bias.reshape(-1)
     states = [(h0, c0)]
     for t, x in enumerate(input.unbind(0)[:-1] if input.shape[0] else ()):
-        h, c = _step(x, weights, bias, *states[-1])
+        h, c, _ = cell_forward(x, weights, bias, *states[-1])
         live = _live(lengths, t)
         if live is not None:
             h, c = torch.where(live, h, states[-1][0]), torch.where(live, c, states[-1][1])
@@ -134,14 +129,12 @@ def cell_jvp(input, weights, bias, old_h, old_cell,
     jvp, jacfwd of jacfwd)."""
     X = torch.cat([old_h, input], dim=1)
     t_X = torch.cat([_or_zeros(t_old_h, old_h), _or_zeros(t_input, input)], dim=1)
-    g = F.linear(X, weights, bias.reshape(-1))
     t_g = t_X.mm(weights.t())
     if t_weights is not None:
         t_g = t_g + X.mm(t_weights.t())
     if t_bias is not None:
         t_g = t_g + t_bias.reshape(-1)
-    gi, go, gz = g.chunk(3, dim=1)
-    i, o, z = torch.sigmoid(gi), torch.sigmoid(go), F.elu(gz)
+    gz, i, o, z = _activations(X, weights, bias)
     tg_i, tg_o, tg_z = t_g.chunk(3, dim=1)
     new_cell = old_cell + i * z
     t_cell = (i * (1 - i) * tg_i) * z + i * (_elu_derivative(gz, z) * tg_z)

@@ -15,8 +15,7 @@ import contextlib
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import _autotune, _differentiable, _settings
-from .backends import cuda as _backend
+from . import _autotune, _differentiable, _native, _ops, _settings, _sharing
 
 # the operators' autograd-free twins (lltm/_ops.py): called with gradient
 # mode off inside the Function, they go straight to their device kernels
@@ -39,17 +38,19 @@ def reverse_time(x: torch.Tensor, index) -> torch.Tensor:
     return x.gather(0, index.unsqueeze(-1).expand(x.shape))
 
 
-# --- the side stream ----------------------------------------------------------------------
+# --- the side streams ---------------------------------------------------------------------
 
 _SIDE_STREAMS: dict = {}
 
 
-def side_stream(device: torch.device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _SIDE_STREAMS.get(index)
-    if stream is None:
-        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return stream
+def side_streams(device: torch.device, count: int = 1) -> list:
+    """``count`` side streams of CUDA ``device``, made once and reused: the
+    reverse direction's (the first), the wavefront's layers above the first."""
+    index = _native.cuda_index(device)
+    pool = _SIDE_STREAMS.setdefault(index, [])
+    while len(pool) < count:
+        pool.append(torch.cuda.Stream(device=index))
+    return pool[:count]
 
 
 def concurrent(x: torch.Tensor) -> bool:
@@ -64,20 +65,21 @@ def concurrent(x: torch.Tensor) -> bool:
 
 
 class _Fork:
-    """The reverse direction's work on the side stream (CUDA) or in line
-    (CPU): ``with fork.side(): ...`` runs there; ``join`` makes the current
-    stream wait for it and tells the caching allocator that ``tensors``
-    made there are used on the current stream too. ``settings()``: those of
-    both directions' calls, planned for SIDE_BY_SIDE layers at once where
-    they run side by side."""
+    """The reverse direction's work on the side stream (``cuda``: by default
+    where :func:`concurrent`) or in line: ``with fork.side(): ...`` runs
+    there; ``join`` makes the current stream wait for it and tells the
+    caching allocator that ``tensors`` made there are used on the current
+    stream too. ``settings()``: those of both directions' calls, planned for
+    SIDE_BY_SIDE layers at once where they run side by side (``sharing()``:
+    the same for the calls made inside it)."""
 
     SIDE_BY_SIDE = 2
 
-    def __init__(self, x: torch.Tensor):
-        self.cuda = concurrent(x)
+    def __init__(self, x: torch.Tensor, cuda: bool | None = None):
+        self.cuda = concurrent(x) if cuda is None else cuda
         if self.cuda:
             self.current = torch.cuda.current_stream(x.device)
-            self.stream = side_stream(x.device)
+            self.stream = side_streams(x.device)[0]
             self.stream.wait_stream(self.current)  # after what made the inputs
 
     def side(self):
@@ -85,6 +87,10 @@ class _Fork:
 
     def settings(self) -> int:
         return _settings.current(self.SIDE_BY_SIDE if self.cuda else 1)
+
+    def sharing(self):
+        return (_sharing.sharing_device(self.SIDE_BY_SIDE) if self.cuda
+                else contextlib.nullcontext())
 
     def join(self, *tensors) -> None:
         if self.cuda:
@@ -115,44 +121,36 @@ class BothDirections(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_f, b_f, w_r, b_r, h0, c0, lengths, index):
-        tail = () if lengths is None else (lengths,)
-        op = _FORWARD.default if lengths is None else _FORWARD.lengths
+        tail = _ops.lengths_tail(lengths)
+        op = _ops.overload(_FORWARD, tail)
         fork = _Fork(x)
-        settings = fork.settings()
-        if _backend.benchmark:  # both directions' calls have one key: one measured plan
-            settings = _autotune.settings(settings, x, h0.shape[-1], any(ctx.needs_input_grad))
-            ctx.tuned_plan = settings & _autotune.PLAN_FIELDS
+        # both directions' calls have one key: one measured plan
+        settings = _autotune.forward_settings(ctx, fork.settings(), x, h0.shape[-1],
+                                              any(ctx.needs_input_grad))
         with fork.side():
             x_r = reverse_time(x, index)
             res_r = op(x_r, w_r, b_r, h0[1], c0[1], *tail, settings)
             out_r = reverse_time(res_r[0], index)
         res_f = op(x, w_f, b_f, h0[0], c0[0], *tail, settings)
         fork.join(x_r, *res_r, out_r)
-        out = torch.cat([res_f[0], out_r], 2)
-        h_n = torch.stack([res_f[1], res_r[1]])
-        c_n = torch.stack([res_f[2], res_r[2]])
         ctx.save_for_backward(x, w_f, b_f, res_f[0], res_f[3], res_f[4],
                               x_r, w_r, b_r, res_r[0], res_r[3], res_r[4], h0, c0, *tail,
-                              *(() if index is None else (index,)))
-        ctx.has_lengths, ctx.has_index = lengths is not None, index is not None
+                              *_ops.lengths_tail(index))
+        ctx.has_lengths = lengths is not None
         ctx.set_materialize_grads(False)
-        return out, h_n, c_n
+        return (torch.cat([res_f[0], out_r], 2), torch.stack([res_f[1], res_r[1]]),
+                torch.stack([res_f[2], res_r[2]]))
 
     @staticmethod
     def backward(ctx, g_out, g_h, g_c):
-        saved = ctx.saved_tensors
-        x, w_f, b_f, out_f, cells_f, gates_f = saved[:6]
-        x_r, w_r, b_r, out_r, cells_r, gates_r = saved[6:12]
-        h0, c0 = saved[12:14]
-        rest = list(saved[14:])
-        tail = (rest.pop(0),) if ctx.has_lengths else ()
-        index = rest.pop(0) if ctx.has_index else None
+        (x, w_f, b_f, out_f, cells_f, gates_f, x_r, w_r, b_r, out_r, cells_r, gates_r, h0, c0,
+         *rest) = ctx.saved_tensors
+        tail = tuple(rest[:ctx.has_lengths])
+        index = rest[-1] if len(rest) > ctx.has_lengths else None
         H = h0.shape[-1]
         if g_out is None:
             g_out = out_f.new_zeros(*out_f.shape[:2], 2 * H)
-        g_h = torch.zeros_like(h0) if g_h is None else g_h
-        g_c = torch.zeros_like(c0) if g_c is None else g_c
-        needs = ctx.needs_input_grad
+        g_h, g_c = _ops.incoming_grads((g_h, g_c), (h0, c0))
         if torch.is_grad_enabled():
             # The backward's graph is recorded (create_graph=True): the
             # differentiable formulas, from the saved inputs (the reverse
@@ -165,13 +163,12 @@ class BothDirections(torch.autograd.Function):
             dx = d_f[0] + reverse_time(d_r[0], index)
             return (dx, d_f[1], d_f[2], d_r[1], d_r[2], torch.stack([d_f[3], d_r[3]]),
                     torch.stack([d_f[4], d_r[4]]), None, None)
-        op = _BACKWARD.default if not tail else _BACKWARD.lengths
+        op = _ops.overload(_BACKWARD, tail)
+        needs = ctx.needs_input_grad
         mask_f = (needs[0], needs[1], needs[2], needs[5], needs[6])
         mask_r = (needs[0], needs[3], needs[4], needs[5], needs[6])
         fork = _Fork(x)
-        settings = fork.settings()
-        if hasattr(ctx, "tuned_plan"):  # the forward's measured plan
-            settings = _autotune.with_plan(settings, ctx.tuned_plan)
+        settings = _autotune.backward_settings(ctx, fork.settings())
         with fork.side():
             g_r = reverse_time(g_out[..., H:], index)
             d_r = op(g_r, g_h[1], g_c[1], x_r, w_r, h0[1], out_r, cells_r, gates_r, *tail,

@@ -27,8 +27,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from . import _autocast, _autotune, _settings, _sharing
-from .backends import cuda as _backend
-from ._ops import layer_grads
+from ._ops import layer_grads, lengths_tail, overload
 
 _forward = torch.ops.lltm._sequence_forward
 _backward_gates = torch.ops.lltm._sequence_backward_gates
@@ -44,12 +43,10 @@ def wanted() -> bool:
 class Sink:
     """What a layer's chunk backwards leave for :class:`LayerParameters`, per
     backward pass (autograd's graph task): per chunk, (dG, the bias
-    gradient, h0, output, input) of the call. ``wants``: whether (weights,
-    bias) want gradients."""
+    gradient, h0, output, input) of the call."""
 
-    def __init__(self, wants=(True, True)):
+    def __init__(self):
         self.passes: dict[int, dict[int, tuple]] = {}
-        self.wants = wants
 
     def add(self, chunk: int, entry: tuple) -> None:
         self.passes.setdefault(torch._C._current_graph_task_id(), {})[chunk] = entry
@@ -155,18 +152,12 @@ class ChunkCall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weights, bias, h0, c0, sink, chunk, lengths):
-        settings = _settings.current()
-        if _backend.benchmark:  # the measured plan, its backward's too (layer_grads)
-            settings = _autotune.settings(settings, input, h0.shape[-1], True)
-            ctx.tuned_plan = settings & _autotune.PLAN_FIELDS
-        if lengths is None:
-            out, h_n, c_n, cells, gates = _forward.default(input, weights, bias, h0, c0,
-                                                           settings)
-        else:
-            out, h_n, c_n, cells, gates = _forward.lengths(input, weights, bias, h0, c0, lengths,
-                                                           settings)
-        ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates,
-                              *(() if lengths is None else (lengths,)))
+        # (its backward's measured plan too: layer_grads)
+        settings = _autotune.forward_settings(ctx, _settings.current(), input, h0.shape[-1], True)
+        tail = lengths_tail(lengths)
+        out, h_n, c_n, cells, gates = overload(_forward, tail)(
+            input, weights, bias, h0, c0, *tail, settings)
+        ctx.save_for_backward(input, weights, bias, h0, c0, out, cells, gates, *tail)
         ctx.sink, ctx.chunk = sink, chunk
         ctx.concurrent_layers = _sharing.concurrent_layers()
         ctx.set_materialize_grads(False)

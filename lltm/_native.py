@@ -186,6 +186,11 @@ def has_cuda_kernels() -> bool:
     return "cuda" in _loaded
 
 
+def cuda_index(device: torch.device) -> int:
+    """A CUDA device's index: the current device's where ``device`` names none."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def stream_capturing(index: int) -> bool:
     """Whether the current stream of CUDA device ``index`` (the one a call on
     that device's tensors runs on) is being captured into a CUDA graph: the

@@ -79,8 +79,7 @@ def _bias_vector(bias, G: int):
 def _live(input, lengths):
     """[T, B, 1] bool: step t of row b is within lengths[b]."""
     T = op.Squeeze(op.Shape(input, start=0, end=1), _ints(0))
-    steps = op.Range(op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64)), T,
-                     op.Constant(value=ir.tensor(1, dtype=ir.DataType.INT64)))
+    steps = op.Range(_scalar(0, ir.DataType.INT64), T, _scalar(1, ir.DataType.INT64))
     return op.Unsqueeze(op.Less(op.Unsqueeze(steps, _ints(1)),
                                 op.Unsqueeze(lengths, _ints(0))), _ints(2))
 
@@ -205,14 +204,18 @@ def _layer(input, weights, bias, h0, c0, lengths=None, sizes=None):
     """One layer: (output, h_n, c_n, cells, gates); ``sizes`` (H, I) where
     the weights' shape is not known (the stack's)."""
     H, I = sizes or _sizes(weights, h0)  # noqa: E741
-    dtype = input.dtype
-    if dtype == ir.DataType.DOUBLE:
+    if input.dtype == ir.DataType.DOUBLE:
         return _scan_layer(input, weights, bias, h0, c0, lengths, H, I)
+    return _half_in_float32(_lstm_layer, (input, weights, bias, h0, c0), lengths, H, I)
+
+
+def _half_in_float32(function, tensors: tuple, *rest):
+    """``function(*tensors, *rest)``; for the half types in float32, its
+    results rounded back."""
+    dtype = tensors[0].dtype
     if dtype not in _HALF:
-        return _lstm_layer(input, weights, bias, h0, c0, lengths, H, I)
-    f32 = ir.DataType.FLOAT
-    results = _lstm_layer(*(op.Cast(t, to=f32) for t in (input, weights, bias, h0, c0)),
-                          lengths, H, I)
+        return function(*tensors, *rest)
+    results = function(*(op.Cast(t, to=ir.DataType.FLOAT) for t in tensors), *rest)
     return tuple(op.Cast(t, to=dtype) for t in results)
 
 
@@ -267,19 +270,15 @@ def stack_forward_lengths(input: TFloat, weights0: TFloat, weights: TFloat, bias
 def cell_forward(input: TFloat, weights: TFloat, bias: TFloat, old_h: TFloat, old_cell: TFloat,
                  settings: int = -1) -> tuple[TFloat, TFloat, TFloat]:
     """lltm::cell_forward: (new_h, new_cell, gates [i | o | z])."""
-    H, _ = _sizes(weights, old_h)
-    dtype = input.dtype
-    args = (input, weights, bias, old_h, old_cell)
-    if dtype in _HALF:
-        args = tuple(op.Cast(t, to=ir.DataType.FLOAT) for t in args)
-    input, weights, bias, old_h, old_cell = args
+    return _half_in_float32(_cell, (input, weights, bias, old_h, old_cell),
+                            _sizes(weights, old_h)[0])
+
+
+def _cell(input, weights, bias, old_h, old_cell, H: int):
     g = op.Gemm(op.Concat(old_h, input, axis=1), weights, _bias_vector(bias, 3 * H), transB=1)
     i, o, z = _activations(g, input.dtype)
     new_cell = op.Add(old_cell, op.Mul(i, z))
-    results = (op.Mul(op.Tanh(new_cell), o), new_cell, op.Concat(i, o, z, axis=1))
-    if dtype in _HALF:
-        results = tuple(op.Cast(t, to=dtype) for t in results)
-    return results
+    return op.Mul(op.Tanh(new_cell), o), new_cell, op.Concat(i, o, z, axis=1)
 
 
 def translations() -> dict:

@@ -41,9 +41,7 @@ def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
                                f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
 
 
-def _register_fake(name: str, fake) -> None:
-    """``fake`` as the fake kernel of lltm::name and of its autograd-free twin
-    lltm::_name."""
+def _register_fake(name: str, fake) -> None:  # (the autograd-free twin's too)
     torch.library.register_fake(f"lltm::{name}")(fake)
     torch.library.register_fake(f"lltm::_{name}")(fake)
 
@@ -248,6 +246,17 @@ def incoming_grads(grads: tuple, likes: tuple) -> tuple:
     return tuple(torch.zeros_like(like) if g is None else g for g, like in zip(grads, likes))
 
 
+def lengths_tail(lengths) -> tuple:
+    """An optional trailing argument as the arguments it adds: () for None."""
+    return () if lengths is None else (lengths,)
+
+
+def overload(packet, tail: tuple):
+    """The overload of operator ``packet`` for a call with lengths (``tail``,
+    from lengths_tail) or without."""
+    return packet.lengths if tail else packet.default
+
+
 def _cell_setup_context(ctx, inputs, output):
     # Only the gate activations are new memory; the rest is alive anyway.
     # bias and old_cell serve the differentiable backward (create_graph).
@@ -313,12 +322,9 @@ def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
         d_input, d_weights, d_bias, d_h0, d_c0 = _differentiable.sequence_backward(
             *grads, input, weights, bias, h0, c0, *lengths)
     else:
-        op = kernel.lengths if lengths else kernel.default
-        settings = _settings.current(getattr(ctx, "concurrent_layers", 1))
-        tuned = getattr(ctx, "tuned_plan", None)  # the forward's measured plan
-        if tuned is not None:
-            settings = _autotune.with_plan(settings, tuned)
-        d_input, d_weights, d_bias, d_h0, d_c0 = op(
+        settings = _autotune.backward_settings(
+            ctx, _settings.current(getattr(ctx, "concurrent_layers", 1)))
+        d_input, d_weights, d_bias, d_h0, d_c0 = overload(kernel, lengths)(
             *grads, input, weights, h0, out, cells, gates, *lengths, mask, settings)
     if d_bias is not None:
         d_bias = d_bias.view(bias.shape)
@@ -347,9 +353,9 @@ def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
         d = _differentiable.stack_backward(*grads, input, weights0, weights, biases, h0, c0,
                                            *lengths)
     else:  # only the gradients autograd asks for, as in _cell_backward
-        op = _stack_backward_kernel.lengths if lengths else _stack_backward_kernel.default
-        d = op(*grads, input, weights0, weights, h0, out, outputs, cells, gates, *lengths,
-               ctx.needs_input_grad[:6], _settings.current())
+        d = overload(_stack_backward_kernel, lengths)(
+            *grads, input, weights0, weights, h0, out, outputs, cells, gates, *lengths,
+            ctx.needs_input_grad[:6], _settings.current())
     return tuple(d) + (None,) * len(lengths)
 
 # --- the Functions -------------------------------------------------------------------

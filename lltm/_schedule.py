@@ -99,7 +99,7 @@ def explain(module, input: torch.Tensor) -> str:
              + (f"; directions: {s.directions}" if s.directions else ""),
              f"why: {s.why}"]
     if x.is_cuda and module.impl == "native" and T and B:
-        index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        index = _native.cuda_index(x.device)
         settings = _settings.current()
         captured = _native.stream_capturing(index)
         lines.append(f"settings: tf32={bool(settings & _settings.TF32)} "
@@ -183,7 +183,7 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
             torch._C._are_functorch_transforms_active()):
         return False
     T, B, I = x.shape
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    index = _native.cuda_index(x.device)
     return _choice(index, x.dtype, T, B, I, H, tuple(sizes),
                    _native.stream_capturing(index), _settings.current())
 
@@ -229,7 +229,7 @@ def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
     _sharing.sharing_device). CUDA only; (1, 1) elsewhere."""
     if device.type != "cuda" or L < 2 or B == 0:
         return 1, 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _native.cuda_index(device)
     if not _native.stream_capturing(index):
         return 1, 1
     return _chunks(index, dtype, T, B, H, _settings.current(1))

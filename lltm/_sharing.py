@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+
 class _Layers(threading.local):
     layers = 1  # (a class attribute: read on every call, a miss would cost microseconds)
 

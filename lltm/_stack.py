@@ -33,12 +33,9 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, sizes: list
             biases = weights0.new_zeros(size, weights0.shape[0])
         else:
             biases = torch.stack([b for _, b in params])
-        args = (x, weights0, weights, biases, h0[first:first + size], c0[first:first + size])
-        if lengths is None:
-            x, h, c, *_ = _ops.eager_call(_ops.StackForward, _STACK_FORWARD, *args)
-        else:
-            x, h, c, *_ = _ops.eager_call(_ops.StackLengthsForward, _STACK_FORWARD_LENGTHS,
-                                          *args, lengths)
+        x, h, c, *_ = _ops.eager_call(*_FUNCTIONS[lengths is not None], x, weights0, weights,
+                                      biases, h0[first:first + size], c0[first:first + size],
+                                      *_ops.lengths_tail(lengths))
         h_n.append(h)
         c_n.append(c)
         first += size
@@ -47,5 +44,5 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, sizes: list
     return x, (torch.cat(h_n), torch.cat(c_n))
 
 
-_STACK_FORWARD = torch.ops.lltm.stack_forward.default
-_STACK_FORWARD_LENGTHS = torch.ops.lltm.stack_forward.lengths
+_FUNCTIONS = ((_ops.StackForward, torch.ops.lltm.stack_forward.default),  # without lengths, with
+              (_ops.StackLengthsForward, torch.ops.lltm.stack_forward.lengths))

@@ -39,18 +39,6 @@ import torch.nn.functional as F
 
 from . import _directions, _layer_grads, _sharing
 
-_STREAMS: dict = {}
-
-
-def _streams(device: torch.device, count: int) -> list:
-    """``count`` side streams of ``device`` (one per layer above the first),
-    made once and reused."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    pool = _STREAMS.setdefault(index, [])
-    while len(pool) < count:
-        pool.append(torch.cuda.Stream(device=index))
-    return pool[:count]
-
 
 def _split(T: int, chunks: int) -> list[int]:
     """T steps in ``chunks`` (<= T) near-equal chunks, the longer ones first."""
@@ -88,12 +76,13 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
     states = [(h0[k], c0[k]) for k in range(L)]
     params = [module.layer_parameters(k) for k in range(L)]
     last = [None] * chunks  # the top layer's output chunks
-    chunk_lengths, finished = _chunk_lengths(lengths, sizes) if lengths is not None else ((), ())
+    chunk_lengths, finished = (_chunk_lengths(lengths, sizes) if lengths is not None
+                               else ([None] * chunks, [None] * chunks))
 
     streams = None
     if _directions.concurrent(x):
         current = torch.cuda.current_stream(x.device)
-        streams = [current, *_streams(x.device, L - 1)]
+        streams = [current, *_directions.side_streams(x.device, L - 1)]
         for side in streams[1:]:  # after the work that made x, h0, c0 and the parameters
             side.wait_stream(current)
             if lengths is not None:  # made here, read there
@@ -110,28 +99,23 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
                 bias = weights.new_zeros(weights.shape[0])
             if not (weights.requires_grad or bias.requires_grad):
                 continue
-            sinks[layer] = sink = _layer_grads.Sink((weights.requires_grad, bias.requires_grad))
+            sinks[layer] = sink = _layer_grads.Sink()
             with torch.cuda.stream(streams[layer]) if streams else contextlib.nullcontext():
                 params[layer] = _layer_grads.LayerParameters.apply(weights, bias, sink)
 
-    def run_chunk(k: int, layer: int, state, chunk_lengths=None):
-        weights, bias = params[layer]
-        if sinks[layer] is None:
-            return lltm_sequence(inputs[k], weights, bias, *state, lengths=chunk_lengths)
-        return _layer_grads.chunk_call(inputs[k], weights, bias, *state, sinks[layer], k,
-                                       chunk_lengths)
-
     def call(k: int, layer: int) -> None:
-        if lengths is None:
-            out, states[layer] = run_chunk(k, layer, states[layer])
+        (weights, bias), state, sink = params[layer], states[layer], sinks[layer]
+        if sink is None:
+            out, (h, c) = lltm_sequence(inputs[k], weights, bias, *state,
+                                        lengths=chunk_lengths[k])
         else:
-            out, (h, c) = run_chunk(k, layer, states[layer], chunk_lengths[k])
-            done = finished[k]
-            if done is not None:  # rows finished before this chunk: output 0, state kept
-                out = out.masked_fill(done, 0)
-                h0_k, c0_k = states[layer]
-                h, c = torch.where(done, h0_k, h), torch.where(done, c0_k, c)
-            states[layer] = (h, c)
+            out, (h, c) = _layer_grads.chunk_call(inputs[k], weights, bias, *state, sink, k,
+                                                  chunk_lengths[k])
+        done = finished[k]
+        if done is not None:  # rows finished before this chunk: output 0, state kept
+            out = out.masked_fill(done, 0)
+            h, c = torch.where(done, state[0], h), torch.where(done, state[1], c)
+        states[layer] = (h, c)
         if layer < L - 1:
             if dropout:
                 out = F.dropout(out, p=dropout, training=True)

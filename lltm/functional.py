@@ -74,15 +74,13 @@ def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor
         if bias is None:
             bias = weights.new_zeros(weights.shape[0])
         if lengths is None:
-            output, h_n, c_n, _cells, _gates = eager_call(
-                SequenceForward, _sequence_forward.default, input, weights, bias,
-                h0, c0)
+            function, op, tail = SequenceForward, _sequence_forward.default, ()
         else:
             if not isinstance(lengths, torch.Tensor) or lengths.device != input.device:
                 lengths = _host_lengths(lengths, input).to(input.device)
-            output, h_n, c_n, _cells, _gates = eager_call(
-                SequenceLengthsForward, _sequence_forward.lengths, input, weights,
-                bias, h0, c0, lengths)
+            function, op, tail = SequenceLengthsForward, _sequence_forward.lengths, (lengths,)
+        output, h_n, c_n, _cells, _gates = eager_call(function, op, input, weights, bias, h0,
+                                                      c0, *tail)
     except (AttributeError, TypeError, RuntimeError):
         _check_tensors("lltm_sequence", _SEQUENCE_ARGS, (input, weights, bias, h0, c0),
                        optional=("bias",))

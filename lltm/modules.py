@@ -14,11 +14,6 @@ CELL_IMPLEMENTATIONS = {
 }
 
 
-def _check_impl(impl: str) -> None:
-    if impl not in CELL_IMPLEMENTATIONS:
-        raise ValueError(f"impl must be one of {sorted(CELL_IMPLEMENTATIONS)}, got {impl!r}")
-
-
 def check_int(owner: str, name: str, value, minimum: int) -> None:
     """An int (bools are not) of at least ``minimum``, like torch.nn.LSTM's checks."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -49,6 +44,13 @@ def refuse_torchscript(owner: str):
         "use torch.compile, or torch.export and AOTInductor for deployment.")
 
 
+def _pair(state):
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
+                        f"{type(state).__name__}")
+    return state
+
+
 class LLTMCell(torch.nn.Module):
     """One LLTM step, laid out like the tutorial's ``LLTM`` module.
 
@@ -73,7 +75,8 @@ class LLTMCell(torch.nn.Module):
         super().__init__()
         check_int("LLTMCell", "input_features", input_features, 0)
         check_int("LLTMCell", "state_size", state_size, 1)
-        _check_impl(impl)
+        if impl not in CELL_IMPLEMENTATIONS:
+            raise ValueError(f"impl must be one of {sorted(CELL_IMPLEMENTATIONS)}, got {impl!r}")
         factory = {"device": device, "dtype": dtype}
         self.input_features = input_features
         self.state_size = state_size
@@ -117,15 +120,9 @@ class LLTMCell(torch.nn.Module):
         # input rather than weights.
         try:
             if state is None:
-                zeros = input.new_zeros(input.shape[0], self.state_size)
-                old_h = old_cell = zeros
-            elif type(state) is tuple and len(state) == 2:
-                old_h, old_cell = state
+                old_h = old_cell = input.new_zeros(input.shape[0], self.state_size)
             else:
-                if not isinstance(state, (tuple, list)) or len(state) != 2:
-                    raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
-                                    f"{type(state).__name__}")
-                old_h, old_cell = state
+                old_h, old_cell = _pair(state)
             return CELL_IMPLEMENTATIONS[self.impl](input, self.weights, self.bias, old_h,
                                                    old_cell)
         except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
@@ -136,10 +133,7 @@ class LLTMCell(torch.nn.Module):
         """input [I], state ([H], [H]) or None: one row, as nn.LSTMCell."""
         self._check_input(input)
         if state is not None:
-            if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
-                                f"{type(state).__name__}")
-            for name, s in zip(("h", "c"), state):
+            for name, s in zip(("h", "c"), _pair(state)):
                 if not isinstance(s, torch.Tensor) or s.dim() != 1:
                     got = list(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
                     raise ValueError(f"LLTMCell: for unbatched input [{self.input_features}] "

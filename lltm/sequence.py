@@ -2,6 +2,7 @@
 shaped like :class:`torch.nn.LSTM`."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -11,10 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _directions, _packed, _schedule, _settings, _sharing, _stack, _wavefront, functional, reference
-from ._directions import BothDirections
-from ._directions import reverse_index as _reverse_index
-from ._directions import reverse_time as _reverse_time
+from . import _directions, _packed, _schedule, _settings, _stack, _wavefront, functional, reference
 from .modules import check_bool, check_int, refuse_torchscript, resolve_state
 
 
@@ -39,14 +37,11 @@ def _loop_of_cells(cell, input, weights, bias, h0, c0, lengths=None):
 
 
 def _layer_native(input, weights, bias, h0, c0, lengths=None):
-    return functional.lltm_sequence(input, weights, bias, h0, c0, lengths=lengths)
+    return functional.lltm_sequence(input, weights, bias, h0, c0, lengths)  # (looked up per call)
 
 
-def _layer_reference(input, weights, bias, h0, c0, lengths=None):
-    return _loop_of_cells(reference.lltm_cell, input, weights, bias, h0, c0, lengths)
-
-
-_LAYERS = {"native": _layer_native, "reference": _layer_reference}
+_LAYERS = {"native": _layer_native,
+           "reference": functools.partial(_loop_of_cells, reference.lltm_cell)}
 
 
 # --- variable lengths ---------------------------------------------------------------------
@@ -71,12 +66,16 @@ def _on_device(key: tuple, device: torch.device, build):
     return found
 
 
+def _check_lengths_tensor(lengths: torch.Tensor, expected: str) -> None:
+    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
+            torch.bool, torch.complex64, torch.complex128):
+        raise ValueError(f"LLTM: lengths must be {expected}, got a {lengths.dtype} tensor of "
+                         f"shape {list(lengths.shape)}")
+
+
 def _check_lengths(lengths, T: int, B: int) -> list[int]:
     if isinstance(lengths, torch.Tensor):
-        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
-                torch.bool, torch.complex64, torch.complex128):
-            raise ValueError(f"LLTM: lengths must be a 1-D integer tensor or a list of ints, got "
-                             f"a {lengths.dtype} tensor of shape {list(lengths.shape)}")
+        _check_lengths_tensor(lengths, "a 1-D integer tensor or a list of ints")
         lens = lengths.tolist()
     elif isinstance(lengths, (list, tuple)):
         lens = []
@@ -340,10 +339,7 @@ class LLTM(torch.nn.Module):
         """_run_lengths in an exported program, where lengths is an input
         whose values are not known: over all T steps (each row still stops
         at its own length inside the operator), the values unchecked."""
-        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype in (
-                torch.bool, torch.complex64, torch.complex128):
-            raise ValueError(f"LLTM: lengths must be a 1-D integer tensor, got a "
-                             f"{lengths.dtype} tensor of shape {list(lengths.shape)}")
+        _check_lengths_tensor(lengths, "a 1-D integer tensor")
         torch._check(lengths.shape[0] == x.shape[1],
                      lambda: "LLTM: lengths needs one entry per batch row")
         return self._run(x, h0, c0, lengths.to(device=x.device, dtype=torch.int64))
@@ -390,7 +386,7 @@ class LLTM(torch.nn.Module):
         run_layer = _LAYERS[self.impl]
         reverse_index = None
         if self.num_directions == 2 and lengths is not None:
-            reverse_index = _reverse_index(lengths, x.shape[0])
+            reverse_index = _directions.reverse_index(lengths, x.shape[0])
         h_n, c_n = [], []  # [D, B, H] of each layer
         for k in range(self.num_layers):
             x, h, c = self._layer(run_layer, k, x, h0, c0, lengths, reverse_index,
@@ -406,10 +402,10 @@ class LLTM(torch.nn.Module):
     def _direction(self, run_layer, k, reverse, x, h0, c0, lengths, reverse_index):
         weights, bias = self.layer_parameters(k, reverse)
         if reverse:  # each row reversed within its own length
-            x = _reverse_time(x, reverse_index)
+            x = _directions.reverse_time(x, reverse_index)
         out, (h, c) = run_layer(x, weights, bias, h0, c0, lengths)
         if reverse:
-            out = _reverse_time(out, reverse_index)
+            out = _directions.reverse_time(out, reverse_index)
         return out, h, c
 
     def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index, directions=""):
@@ -427,44 +423,27 @@ class LLTM(torch.nn.Module):
             (w_f, b_f), (w_r, b_r) = self.layer_parameters(k), self.layer_parameters(k, True)
             if b_f is None:
                 b_f, b_r = w_f.new_zeros(w_f.shape[0]), w_r.new_zeros(w_r.shape[0])
-            return BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2], c0[i:i + 2],
-                                        lengths, reverse_index)
-        backward = (run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths, reverse_index)
-        if directions != "side stream":
-            fwd, rev = self._direction(*forward), self._direction(*backward)
-        else:
-            # The reverse direction on a side stream, after the work queued so
-            # far on the current one (which produced x, h0, c0); the current
-            # stream waits for it before anything reads its results, and the
-            # caching allocator is told they are used there. Both directions'
-            # kernels plan for half the device (launches that are resident
-            # together: else the second waits for the first to end); their
-            # backward calls do too (_ops._sequence_backward).
-            current = torch.cuda.current_stream(x.device)
-            side = _directions.side_stream(x.device)
-            side.wait_stream(current)
-            with _sharing.sharing_device(2):
-                with torch.cuda.stream(side):
-                    rev = self._direction(*backward)
-                fwd = self._direction(*forward)
-            current.wait_stream(side)
-            for t in rev:
-                t.record_stream(current)
+            return _directions.BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2],
+                                                    c0[i:i + 2], lengths, reverse_index)
+        # "side stream": the reverse direction on the side stream, both
+        # directions' kernels (and their backward calls: _ops.layer_grads)
+        # planned for half the device, launches that are resident together
+        # (else the second waits for the first to end). "in line": one after
+        # the other.
+        fork = _directions._Fork(x, cuda=directions == "side stream")
+        with fork.sharing():
+            with fork.side():
+                rev = self._direction(run_layer, k, True, x, h0[i + 1], c0[i + 1], lengths,
+                                      reverse_index)
+            fwd = self._direction(*forward)
+        fork.join(*rev)
         return (torch.cat([fwd[0], rev[0]], dim=2), torch.stack([fwd[1], rev[1]]),
                 torch.stack([fwd[2], rev[2]]))
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if not self.bias:
-            s += ", bias=False"
-        if self.batch_first:
-            s += ", batch_first=True"
-        if self.dropout:
-            s += f", dropout={self.dropout}"
-        if self.bidirectional:
-            s += ", bidirectional=True"
-        if self.impl != "native":
-            s += f", impl={self.impl!r}"
+        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False),
+                              ("dropout", 0.0), ("bidirectional", False), ("impl", "native")):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)!r}"
         return s
