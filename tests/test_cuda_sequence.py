@@ -89,8 +89,8 @@ def route_fits(route, H, dtype):
     if route.startswith("cluster"):  # 16 units a block past 128: 4- or 8-row clusters
         wide = route in ("cluster16", "cluster16-split8") and dtype != torch.float64
         return H <= (256 if wide else 128)
-    if route == "grid":  # float64: 16x8 only
-        return H <= (128 if dtype == torch.float64 else 1024)
+    if route == "grid":  # float64: 16x8 and 32x16
+        return H <= (512 if dtype == torch.float64 else 1024)
     if route == "block":
         return H <= 64
     return True

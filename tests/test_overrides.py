@@ -29,7 +29,7 @@ def test_environment_parsed_once_into_constraints():
     ("LLTM_CUDA_CLUSTER_BLOCKS", "8", r"cluster_blocks must be one of \[16\]"),
     ("LLTM_CUDA_CLUSTER_CHUNK", "four", "must be an integer"),
     ("LLTM_CUDA_GRID_SHAPE", "8x8", "grid_shape must be one of"),
-    ("LLTM_CUDA_GRID_SHAPE", "32x16", "grid_shape must be one of"),
+    ("LLTM_CUDA_GRID_SHAPE", "32x8", "grid_shape must be one of"),
     ("LLTM_CUDA_GRID_GROUPS", "0", "grid_groups must be an int >= 1"),
     ("LLTM_CUDA_GRID_CHUNK", "8", "grid_chunk must be one of"),
     ("LLTM_CUDA_BLOCK_CHUNK", "2", "block_chunk must be one of"),

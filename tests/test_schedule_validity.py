@@ -41,9 +41,9 @@ from sequence_emu import (BLOCK, CLUSTER, DEVICE_SETS, DTYPE_CODES, EXCHANGE_GLO
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 NT = 256  # threads a block of the grid, cluster and stack kernels (lltm_cuda_sequence.cuh)
-# lltm_cuda_grid_layouts.h: lanes x values; the x64 ones on tensor cores only, TF32 in the first 3
-GRID_LAYOUTS = [(16, 8), (16, 32), (32, 32), (8, 64), (16, 64)]
-TF32_LAYOUTS = GRID_LAYOUTS[:3]
+# lltm_cuda_grid_layouts.h: lanes x values; the x64 ones on tensor cores only, TF32 in the first 4
+GRID_LAYOUTS = [(16, 8), (16, 32), (32, 16), (32, 32), (8, 64), (16, 64)]
+TF32_LAYOUTS = GRID_LAYOUTS[:4]
 HALF = (torch.float16, torch.bfloat16)
 # (dtype, the TF32 setting)
 PRECISIONS = {"float32": (torch.float32, 0), "float32_tf32": (torch.float32, 1),

@@ -75,7 +75,7 @@ def test_not_given_and_values_lltm_never_packs():
     for bad in (-2, 1 << 52, 3 << 4,  # no such cell route
                 3 << 8, 5 << 12,  # three layers at once; no such family
                 2 << 16,  # grid lanes of 2
-                6 << 16 | 5 << 20, 3 << 16 | 3 << 20,  # grid layouts 32x16, 4x4: none of ours
+                6 << 16 | 4 << 20, 3 << 16 | 3 << 20,  # grid layouts 32x8, 4x4: none of ours
                 3 << 12 | 1 << 24,  # a cap on the clusters' batch groups
                 2 << 32, 4 << 32,  # cluster blocks of 2, of 8 (16 only)
                 15 << 48):  # grid_tf32 of 15

@@ -444,7 +444,7 @@ typedef struct lltm_sequence_plan {
 /* Constraints on the choice (zero: none), for tests and measurements:
  *   family          LLTM_SEQ_ANY, or one family (LLTM_ERR_ARGUMENT when it
  *                   cannot run these sizes here)
- *   grid_lanes, grid_values   one grid layout (16x8, 16x32, 32x32, 8x64, 16x64)
+ *   grid_lanes, grid_values   one grid layout (16x8, 16x32, 32x16, 32x32, 8x64, 16x64)
  *                   instead of the cheapest
  *   grid_groups_max at most this many batch groups (the grid layouts'
  *                   groups of blocks; the block family's blocks); the
@@ -480,7 +480,8 @@ typedef struct lltm_sequence_plan_options {
  * here (within the options) is ranked by the rules
  * (lltm_sequence_plan_rank_cuda, lltm_cuda_rules.h) and the lowest rank wins (a tie: the
  * first of per-step, clusters, the grid layouts in the order 16x8, 16x32,
- * 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row ones).
+ * 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row
+ * ones).
  * The candidates: per-step kernels, always;
  *   clusters (compute capability >= 9.0 with clusters of 16 blocks, H <=
  *      128, B <= 64; 32 in float64), where both kernels fit: 16 blocks of 8
@@ -494,9 +495,9 @@ typedef struct lltm_sequence_plan_options {
  *      4-row chunk (8-row where those do not all fit at once).
  *   grid layouts that are co-resident, the chunks of B shared out over as
  *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
- *      float64), 32x32 (H <= 1024, not float64); the half types on tensor
- *      cores also 8x64 (H <= 512) and 16x64 (H <= 1024). float64 past
- *      H = 128 has the per-step kernels only.
+ *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64); the
+ *      half types on tensor cores also 8x64 (H <= 512) and 16x64 (H <=
+ *      1024). float64 past H = 512 has the per-step kernels only.
  *   the block family (H <= 64, any compute capability): one block of all
  *      the units a chunk of 1 or 4 rows, as many blocks as are resident at
  *      once (at most one a chunk); no exchange between blocks.

@@ -14,10 +14,10 @@ typedef struct lltm_grid_layout {
     int lanes, values;
 } lltm_grid_layout;
 
-#define LLTM_GRID_LAYOUT_COUNT 5
-#define LLTM_GRID_TF32_LAYOUTS 3
+#define LLTM_GRID_LAYOUT_COUNT 6
+#define LLTM_GRID_TF32_LAYOUTS 4
 static const lltm_grid_layout LLTM_GRID_LAYOUTS[LLTM_GRID_LAYOUT_COUNT] = {
-    {16, 8}, {16, 32}, {32, 32}, {8, 64}, {16, 64}};
+    {16, 8}, {16, 32}, {32, 16}, {32, 32}, {8, 64}, {16, 64}};
 
 /* The position of a layout in LLTM_GRID_LAYOUTS; -1 where it is none. */
 static inline int lltm_grid_layout_index(int lanes, int values)

@@ -87,8 +87,9 @@ static int steps_first(lltm_dtype dtype, int64_t B, int64_t H, int eager, int co
  * 16x64 above (B32/H1024 1,079 against 32x32's 1,710), 32x32 at B <= 4
  * (B1/H1024 646 against 695). On FFMA the layout whose thread does the
  * fewest multiply-adds a step wins, a tie the one of fewer blocks (float32
- * B128/H256: 16x32 1,805 against 2,353 for as many multiply-adds in twice
- * the blocks): 16x8 at H <= 128, 16x32 to H = 512, 32x32 past it. */
+ * B32/H256 32x16 1,159 against 16x32's 1,486; one layer B1/H512, 4-row
+ * chunks, 32x16 527, and 597 by 16x32 in a map run without 32x16; B128/H256
+ * tied, 16x32 in half the blocks 1,805 against 2,353). */
 static int grid_layout(int64_t B, int64_t H)
 {
     if (H <= 128)

@@ -13,8 +13,9 @@
  * a block writes its results to global memory, meets the others at
  * grid.sync() and stages the state back from L2 into shared memory; a
  * chunk whose rows have all stopped (lengths) forms no product. Layouts
- * (lanes x values): 16x8 (H <= 128), 16x32 and 32x32 (H <= 512 and 1024;
- * not float64: the registers that hold W_h), and on tensor cores only
+ * (lanes x values): 16x8 (H <= 128), 32x16 (H <= 512), 16x32 and 32x32
+ * (H <= 512 and 1024; not float64: the registers that hold W_h), and on
+ * tensor cores only
  * 8x64 and 16x64 (H <= 512 and 1024: 32 and 16 units a
  * block, half the blocks, so more batch groups fit; a forward lane then
  * takes two rows of a 16-row chunk, a backward thread two (row, unit)

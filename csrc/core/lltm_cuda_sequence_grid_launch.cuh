@@ -97,8 +97,8 @@ int run_grid(const lltm_sequence_launch &l, const lltm_seq::backward_args &a, cu
         a.lengths));
 }
 
-/* The layouts of the library (lanes x values; float64: 16x8 only, its
- * doubles of W_h in a 32-value layout would take 192 registers a thread;
+/* The layouts of the library (lanes x values; float64: not those of 32
+ * values a lane, whose doubles of W_h would take 192 registers a thread;
  * those of 64 the half types' only, on tensor cores:
  * lltm_seq::grid_mma_only), each in chunks of 16 rows and of 4, and what the
  * chooser picks them for: see lltm.h, lltm_sequence_plan_cuda. float32's in 16-row
@@ -107,6 +107,8 @@ int run_grid(const lltm_sequence_launch &l, const lltm_seq::backward_args &a, cu
 #define LLTM_SEQ_GRID_LAYOUTS(X)                                                             \
     X(16, 8, 16)                                                                             \
     X(16, 8, 4)                                                                              \
+    X(32, 16, 16)                                                                            \
+    X(32, 16, 4)                                                                             \
     if constexpr (!std::is_same<T, double>::value) {                                         \
         X(32, 32, 16)                                                                        \
         X(32, 32, 4)                                                                         \

@@ -3,8 +3,8 @@
  * (csrc/core/lltm_stack.h, lltm_cuda_sequence_stack.cuh) on a GPU: checked
  * against a float64 CPU reference of the stack (forward: every layer's
  * outputs and cells; backward: every layer's gate gradients and dL/dh0),
- * then timed against the library's grid kernels run once a layer (16 lanes
- * x 32 values in 4-row chunks, as the chooser takes them at these shapes;
+ * then timed against the library's grid kernels run once a layer (32 lanes
+ * x 16 values in 4-row chunks, as the chooser takes them at these shapes;
  * L launches, the products between layers not counted). CUDA events,
  * median of 50 launches; float32 and bfloat16 (the reference fed the
  * bfloat16-rounded inputs; the stack's layers pass bfloat16 outputs on).
@@ -291,7 +291,7 @@ int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, in
      * reading the stack's activations as input projection: the time, not
      * the values, is what is compared) */
     lltm_sequence_launch g = {};
-    g.lanes = 16, g.values = 32, g.rows = 4, g.chunk = 4, g.blocks = (H + 15) / 16;
+    g.lanes = 32, g.values = 16, g.rows = 4, g.chunk = 4, g.blocks = (H + 7) / 8;
     g.groups = std::min<int64_t>((B + 3) / 4, dev.sm_count / g.blocks);
     void *work = nullptr;
     CHECK(cudaMalloc(&work, lltm_seq::half_state_bytes(B, H) + g.groups * G * sizeof(float)));
@@ -305,8 +305,8 @@ int run(const char *name, double tolerance, int64_t T_, int64_t B, int64_t H, in
     const lltm_seq::backward_args ba = {T_, B, H, H, go_d, topb.grad_h_n, topb.grad_c_n,
                                         topb.weights, topb.cells, topb.gates, scratch_dg,
                                         scratch_db, scratch_dh0, scratch_dc0, work, nullptr};
-    const float layer_f = time_us([&] { OK((run_grid<T, 16, 32, 4, false>(g, fa, 0))); }, 50);
-    const float layer_b = time_us([&] { OK((run_grid<T, 16, 32, 4, false>(g, ba, 0))); }, 50);
+    const float layer_f = time_us([&] { OK((run_grid<T, 32, 16, 4, false>(g, fa, 0))); }, 50);
+    const float layer_b = time_us([&] { OK((run_grid<T, 32, 16, 4, false>(g, ba, 0))); }, 50);
     std::printf("  forward:  stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_f, layer_f, L,
                 L * layer_f);
     std::printf("  backward: stack %.1f us, one layer %.1f us (x%d %.1f)\n", stack_b, layer_b, L,

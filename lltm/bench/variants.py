@@ -6,8 +6,8 @@ shape (B, H, I = H/2, T, one layer) and dtype:
 
   sequence  lltm.LLTM with each plan forced through lltm.overrides: the cluster
             family (clusters of 16 blocks), the grid family in each layout
-            that holds H (16x8, 16x32, 32x32; the half types also 8x64,
-            16x64), the block family in 1- and 4-row chunks (H <= 64), the
+            that holds H (16x8, 16x32, 32x16, 32x32; the half types also
+            8x64, 16x64), the block family in 1- and 4-row chunks (H <= 64), the
             per-step kernels; the library's own choice
             ("lltm"); cuDNN's nn.LSTM; the loop of reference cells
   cell      the native cell on each matrix-product route (fused, cuBLAS) and
@@ -101,7 +101,7 @@ class Variant:
             if H > most or B > rows:
                 return f"cluster plans hold H <= {most} and B <= {rows}"
         if family == "grid" and "grid_shape" not in self.plan:  # the cheapest layout
-            most = 128 if dtype == torch.float64 else 1024
+            most = 512 if dtype == torch.float64 else 1024
             return f"grid layouts hold H <= {most}" if H > most else None
         if family == "block" and H > overrides.BLOCK_UNITS:
             return f"block plans hold H <= {overrides.BLOCK_UNITS}"
