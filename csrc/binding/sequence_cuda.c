@@ -54,15 +54,15 @@ int lltm_cuda_device_for(int device, const lltm_call_settings *s, lltm_cuda_devi
     return status;
 }
 
-/* The plan of one layer of these sizes under settings `s`, for a call on
- * `stream` of `device`: an lltm_status (LLTM_ERR_ARGUMENT: no plan of a
- * forced family fits). */
-static int plan_for(const lltm_call_settings *s, int device, void *stream, lltm_dtype dtype,
-                    int64_t T, int64_t B, int64_t I, int64_t H, lltm_cuda_device *dev,
-                    lltm_sequence_plan *plan)
+/* (sequence_cuda.h) */
+int lltm_cuda_layer_plan(const lltm_call_settings *s, int device, void *stream,
+                         lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                         lltm_cuda_device *dev, lltm_sequence_plan *plan, int *eager)
 {
     lltm_sequence_plan_options options;
     lltm_cuda_plan_options(&options, s, device, stream);
+    if (eager)
+        *eager = options.eager;
     const int status = lltm_cuda_device_for(device, s, dev);
     if (status != LLTM_OK)
         return status;
@@ -73,7 +73,8 @@ int lltm_cuda_choose_plan(const lltm_sequence_dims *d, const lltm_call_settings 
                           void *stream, lltm_sequence_plan *plan, lltm_error *err)
 {
     lltm_cuda_device dev;
-    const int status = plan_for(s, device, stream, d->dtype, d->T, d->B, d->I, d->H, &dev, plan);
+    const int status = lltm_cuda_layer_plan(s, device, stream, d->dtype, d->T, d->B, d->I, d->H, &dev,
+                                            plan, NULL);
     if (status != LLTM_OK)
         return lltm_fail(err, "no plan of the forced kernel family (lltm.overrides) fits "
                          "B=%lld, H=%lld on this device (%s)", (long long)d->B,
@@ -98,7 +99,8 @@ lltm_cuda_sequence_plan_in_force(int device, int dtype, int64_t packed, int64_t 
     lltm_cuda_device dev;
     if (!plan || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
-    return plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan);
+    return lltm_cuda_layer_plan(&s, device, NULL, (lltm_dtype)dtype, T, B, I, H, &dev, plan,
+                                NULL);
 }
 
 /* The time chunks over which lltm.LLTM overlaps stacked layers of these
@@ -111,18 +113,18 @@ lltm_cuda_wavefront_in_force(int device, int dtype, int64_t packed, int64_t T, i
 {
     lltm_call_settings s;
     lltm_sequence_plan plan;
-    lltm_sequence_plan_options options;
     lltm_cuda_device dev;
     int64_t resident[2], parts[2];
+    int eager;
     if (!chunks || !sharing || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
-    lltm_cuda_plan_options(&options, &s, device, NULL);
-    int status = plan_for(&s, device, NULL, (lltm_dtype)dtype, T, B, H, H, &dev, &plan);
+    int status =
+        lltm_cuda_layer_plan(&s, device, NULL, (lltm_dtype)dtype, T, B, H, H, &dev, &plan, &eager);
     if (status == LLTM_OK)
         status = lltm_sequence_plan_residency_cuda(&dev, &plan, resident, parts);
     if (status != LLTM_OK)
         return status;
-    lltm_wavefront_rule_cuda(&dev, &plan, resident, parts, T, options.eager, chunks, sharing);
+    lltm_wavefront_rule_cuda(&dev, &plan, resident, parts, T, eager, chunks, sharing);
     return LLTM_OK;
 }
 

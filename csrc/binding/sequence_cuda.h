@@ -19,6 +19,14 @@ int lltm_cuda_device_for(int device, const lltm_call_settings *s, lltm_cuda_devi
 void lltm_cuda_plan_options(lltm_sequence_plan_options *o, const lltm_call_settings *s,
                             int device, void *stream);
 
+/* The plan of one layer of these sizes on `device` for a call with
+ * settings `s` on `stream` (NULL: torch's current stream), with the device's
+ * properties in *dev and, unless NULL, whether the call is eager in *eager:
+ * an lltm_status (LLTM_ERR_ARGUMENT: no plan of a forced family fits). */
+int lltm_cuda_layer_plan(const lltm_call_settings *s, int device, void *stream,
+                         lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
+                         lltm_cuda_device *dev, lltm_sequence_plan *plan, int *eager);
+
 /* The plan of one layer of sizes d on `device`, for a call with settings
  * `s` on `stream`; nonzero with a message when no plan of a forced family
  * fits. */

@@ -63,21 +63,17 @@ lltm_cuda_stack_route_in_force(int device, int dtype, int64_t packed, int64_t L,
     lltm_call_settings s;
     lltm_stack_plan stack;
     lltm_sequence_plan layer;
-    lltm_sequence_plan_options options;
     lltm_cuda_device dev;
+    int eager;
     if (!stacked || lltm_call_settings_query(packed, &s) != LLTM_OK)
         return LLTM_ERR_ARGUMENT;
     *stacked = 0;
     if (stacked_plan(device, &s, (lltm_dtype)dtype, L, T, B, I, H, &stack) != LLTM_OK)
         return LLTM_OK;
-    lltm_cuda_plan_options(&options, &s, device, NULL);
-    const lltm_sequence_dims d = {.dtype = (lltm_dtype)dtype, .T = T, .B = B, .I = H, .H = H};
-    lltm_error err;
-    const int status = lltm_cuda_device_for(device, &s, &dev);
-    if (status != LLTM_OK)
-        return status;
-    const int have_layer = !lltm_cuda_choose_plan(&d, &s, device, NULL, &layer, &err);
-    *stacked = lltm_stack_rule_cuda(&dev, (lltm_dtype)dtype, (int)L, B, H, options.eager,
+    /* a layer above the first: inputs of width H */
+    const int have_layer = lltm_cuda_layer_plan(&s, device, NULL, (lltm_dtype)dtype, T, B, H,
+                                                H, &dev, &layer, &eager) == LLTM_OK;
+    *stacked = lltm_stack_rule_cuda(&dev, (lltm_dtype)dtype, (int)L, B, H, eager,
                                     have_layer ? &layer : NULL);
     return LLTM_OK;
 }
