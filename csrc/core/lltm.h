@@ -257,10 +257,11 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
 /* ------------------------------------------------------------------------ */
 
 /*
- * Every pointer is a device pointer on the CURRENT device (the caller sets it,
- * e.g. with a device guard); `stream` is a cudaStream_t of that device, passed
- * as void * so this header needs no CUDA header. Kernels are only enqueued:
- * the calls return before the work runs, and a launch failure comes back as
+ * For every CUDA call below: every pointer is a device pointer on the CURRENT
+ * device (the caller sets it, e.g. with a device guard) unless stated
+ * otherwise; `stream` is a cudaStream_t of that device, passed as void * so
+ * this header needs no CUDA header. Kernels are only enqueued: the calls
+ * return before the work runs, and a launch failure comes back as
  * LLTM_ERR_CUDA. dtype: any lltm_dtype. Arrays may be NULL where they have no
  * elements (e.g. input when I == 0).
  */
@@ -352,21 +353,15 @@ int lltm_cell_backward_pointwise_cuda(lltm_dtype dtype, int64_t B, int64_t I,
 /* ------------------------------------------------------------------------ */
 /*
  * One layer over T steps, as on the CPU (section "One layer over a whole
- * sequence"): lltm_sequence_forward_cuda / _backward_cuda (below) form
- * gates = x W_x^T for all steps and, after the backward, dW = dG^T [h_prev |
- * x] and dx = dG W_x as large products. The recurrence runs either in ONE persistent
- * kernel per direction (W_h held in registers across all steps; per step
- * the blocks of a thread-block cluster send each other the state through
- * distributed shared memory, or the blocks of a cooperative grid meet at a
- * grid barrier, or, at H <= 64, each block holds every unit and keeps its
- * rows' state to itself) or, for sizes no persistent kernel fits, as per-step
- * kernels between per-step matrix products. Which one,
- * with which layout, is a value: lltm_sequence_plan, chosen once by
- * lltm_sequence_plan_cuda and passed to both directions.
- * Device pointers, current device, `stream` a cudaStream_t; launches only.
- *
- * Bytes kept for the backward per step, as on the CPU: gates [B,G] and
- * cells [B,H] (16*B*H bytes in float32) beyond the layer's input and output.
+ * sequence", the same products and what is kept for the backward). The
+ * recurrence runs either in ONE persistent kernel per direction (W_h held in
+ * registers across all steps; per step the blocks of a thread-block cluster
+ * send each other the state through distributed shared memory, or the
+ * blocks of a cooperative grid meet at a grid barrier, or, at H <= 64, each
+ * block holds every unit and keeps its rows' state to itself) or, for sizes
+ * no persistent kernel fits, as per-step kernels between per-step matrix
+ * products. Which one, with which layout, is a value: lltm_sequence_plan,
+ * chosen once by lltm_sequence_plan_cuda and passed to both directions.
  */
 
 /* What the chooser needs to know of a device (lltm_cuda_device_query fills
@@ -481,26 +476,8 @@ typedef struct lltm_sequence_plan_options {
  * (lltm_sequence_plan_rank_cuda, lltm_cuda_rules.h) and the lowest rank wins (a tie: the
  * first of per-step, clusters, the grid layouts in the order 16x8, 16x32,
  * 32x16, 32x32, 8x64, 16x64, the block family in 1-row chunks, then 4-row
- * ones).
- * The candidates: per-step kernels, always;
- *   clusters (compute capability >= 9.0 with clusters of 16 blocks, H <=
- *      128, B <= 64; 32 in float64), where both kernels fit: 16 blocks of 8
- *      units. The forward runs 4 lanes a unit on 2 rows of each 16-row
- *      chunk (float64: 32 lanes on all 16); the backward sends each block
- *      the partial dh of its units (reduce-scatter). For B <= 16 (not
- *      float64) each kernel splits the batch into clusters of 4-row chunks
- *      (8 where that many clusters do not fit); else a cluster a 16-row
- *      chunk, all of them at once.
- *      128 < H <= 256 (not float64): 16 blocks of 16 units, a cluster a
- *      4-row chunk (8-row where those do not all fit at once).
- *   grid layouts that are co-resident, the chunks of B shared out over as
- *      many batch groups as fit: 16x8 (H <= 128), 16x32 (H <= 512, not
- *      float64), 32x16 (H <= 512), 32x32 (H <= 1024, not float64); the
- *      half types on tensor cores also 8x64 (H <= 512) and 16x64 (H <=
- *      1024). float64 past H = 512 has the per-step kernels only.
- *   the block family (H <= 64, any compute capability): one block of all
- *      the units a chunk of 1 or 4 rows, as many blocks as are resident at
- *      once (at most one a chunk); no exchange between blocks.
+ * ones). Where each family and layout can run: docs/cuda-plans.md (per-step
+ * kernels always; float64 past H = 512 only those).
  */
 int lltm_sequence_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int64_t T,
                             int64_t B, int64_t I, int64_t H,
@@ -524,16 +501,10 @@ int lltm_sequence_plan_residency_cuda(const lltm_cuda_device *dev, const lltm_se
 
 /*
  * One layer over T steps on the device, forward and backward, as
- * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (the same tensors,
- * device pointers; T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda chose for
- * these sizes and `stream` a cudaStream_t of the current device:
- *   forward   gates = x W_x^T for all steps (one product), then the
- *             recurrence: the plan's persistent kernel, or per step
- *             r = h_{t-1} W_h^T (gemm) and one pointwise kernel; h_n, c_n.
- *   backward  the recurrence in reverse (persistent, or per step: one
- *             pointwise kernel and dh = dG_t W_h (gemm)), then
- *             dW = dG^T [h_prev | x] and dx = dG W_x, one product each over
- *             all T*B rows.
+ * lltm_sequence_forward_cpu / lltm_sequence_backward_cpu (the same tensors
+ * and products; T, B, I, H >= 0), with the plan that lltm_sequence_plan_cuda
+ * chose for these sizes; the recurrence is the plan's persistent kernel, or
+ * per step a product (gemm) and one pointwise kernel.
  * Matrix products: lltm_small_mm_cuda where lltm_small_mm_fits (one launch
  * of the library's kernel, less host time than a library call) and the
  * stream is not being captured into a CUDA graph, else `gemm` (lltm_gemm,
@@ -553,19 +524,14 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
                                 int64_t H, const lltm_sequence_backward_tensors *tensors,
                                 void *workspace, lltm_gemm gemm, void *gemm_ctx, void *stream);
 
-/* The pieces the layer calls, for tests:
+/* The pieces the layer calls, for tests. The arrays are those of
+ * lltm_sequence_forward_tensors / _backward_tensors (of weights only W_h,
+ * columns 0..H-1, is read).
  * Forward recurrence in one launch (plan->family GRID, CLUSTER or BLOCK,
  * made for dtype, B and H; LLTM_ERR_ARGUMENT otherwise).
- *   h0, c0     [B,H]
- *   weights    [G,I+H]  (W_h = columns 0..H-1 are read)
- *   bias       [G]
  *   gates      [T,B,G]  in/out: in x_t W_x^T of every step, out activations
- *   output     [T,B,H]  out: h_1..h_T
- *   cells      [T,B,H]  out: c_1..c_T
  *   h_n, c_n   [B,H]    out: the layer's (NULL: not written)
  *   workspace  plan->workspace_bytes, or NULL if that is 0
- *   lengths    [B] int64 (device) or NULL: row b stops after lengths[b]
- *              steps, each in [1, T] (the layer's rule, see above)
  */
 int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                           int64_t B, int64_t I, int64_t H, const void *h0,
@@ -574,14 +540,8 @@ int lltm_sequence_forward_persistent_cuda(const lltm_sequence_plan *plan, int64_
                                           void *cells, void *h_n, void *c_n, void *workspace,
                                           const int64_t *lengths, void *stream);
 
-/*
- * Backward recurrence in one launch, T >= 1, B >= 1.
- *   grad_output [T,B,H], grad_h_n [B,H], grad_c_n [B,H]
- *   weights [G,I+H], cells [T,B,H], gates [T,B,G] (from the forward)
- *   grad_gates [T,B,G] out: dL/dg of every step
- *   grad_bias [G] out, grad_h0 [B,H] out, grad_c0 [B,H] out
- *   workspace, lengths as for the forward
- */
+/* Backward recurrence in one launch, T >= 1, B >= 1; grad_gates [T,B,G]
+ * out: dL/dg of every step; workspace as for the forward. */
 int lltm_sequence_backward_persistent_cuda(const lltm_sequence_plan *plan, int64_t T,
                                            int64_t B, int64_t I, int64_t H,
                                            const void *grad_output,

@@ -48,16 +48,6 @@ int lltm_serial_for(int64_t begin, int64_t end, int64_t grain,
     return 0;
 }
 
-/* Ranges of hidden units below this many elements (units x batch) run on one
- * thread: waking the pool costs more than the arithmetic. */
-#define LLTM_CPU_GRAIN_ELEMENTS 16384
-
-static int64_t grain_for_batch(int64_t B)
-{
-    int64_t g = LLTM_CPU_GRAIN_ELEMENTS / (B > 0 ? B : 1);
-    return g > 0 ? g : 1;
-}
-
 typedef struct forward_args {
     int64_t B, H;
     void *gates;
@@ -202,8 +192,8 @@ int lltm_cell_forward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
     }
     if (B == 0 || H == 0)
         return LLTM_OK;
-    return pfor(0, H, grain_for_batch(B), body, &args) == 0 ? LLTM_OK
-                                                             : LLTM_ERR_PARALLEL;
+    return pfor(0, H, lltm_grain_for_batch(B), body, &args) == 0 ? LLTM_OK
+                                                                  : LLTM_ERR_PARALLEL;
 }
 
 int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
@@ -229,6 +219,6 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
     if (H == 0)
         return LLTM_OK;
     /* With B == 0 the body still runs once per range to zero grad_bias. */
-    return pfor(0, H, grain_for_batch(B), body, &args) == 0 ? LLTM_OK
-                                                             : LLTM_ERR_PARALLEL;
+    return pfor(0, H, lltm_grain_for_batch(B), body, &args) == 0 ? LLTM_OK
+                                                                  : LLTM_ERR_PARALLEL;
 }

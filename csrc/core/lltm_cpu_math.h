@@ -15,6 +15,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The grain of the kernels' parallel-for over hidden units: ranges below
+ * this many elements (units x batch) run on one thread, as waking the pool
+ * would cost more than the arithmetic. */
+static inline int64_t lltm_grain_for_batch(int64_t B)
+{
+    const int64_t g = 16384 / (B > 0 ? B : 1);
+    return g > 0 ? g : 1;
+}
+
 /* exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln2 / 2, exp(r) by
  * Cephes' degree-6 polynomial. Returns +inf from x > 88.376 (true overflow is
  * at 88.72) and 0 below -87.34 (where the true value is subnormal). */

@@ -71,10 +71,7 @@ __device__ __forceinline__ void forward_unit(A gi, A go, A gz, A c_prev, int64_t
 {
     const A i = sigmoid_(gi), o = sigmoid_(go), z = elu_(gz);
     const A c = c_prev + i * z;
-    T *grow = gates + b * 3 * H;
-    grow[u] = from_acc<T>(i);
-    grow[H + u] = from_acc<T>(o);
-    grow[2 * H + u] = from_acc<T>(z);
+    store_gates<T>(gates + b * 3 * H, H, u, i, o, z);
     new_cell[b * H + u] = from_acc<T>(c);
     new_h[b * H + u] = from_acc<T>(tanh_(c) * o);
 }
@@ -94,9 +91,45 @@ __device__ __forceinline__ void backward_unit(int64_t b, int64_t u, int64_t H,
                      to_acc(new_cell[j]), to_acc(grad_h[j]), to_acc(grad_cell[j]), d, d_cell);
 }
 
+/* The fused kernels' k split: KS groups of GROUP threads each hold PER
+ * partial sums (acc, a thread's register tile in row-major order); groups
+ * 1..KS-1 leave theirs in shared memory (partial: (KS-1)*GROUP*PER) and are
+ * done (false), group 0 adds them in group order. */
+template <int KS, int GROUP, int PER, typename A>
+__device__ __forceinline__ bool add_split_sums(A *acc, A *partial, int tid, int split)
+{
+    if (split > 0) {
+        A *mine = partial + ((split - 1) * GROUP + tid % GROUP) * PER;
+#pragma unroll
+        for (int p = 0; p < PER; ++p)
+            mine[p] = acc[p];
+    }
+    __syncthreads();
+    if (split > 0)
+        return false;
+#pragma unroll
+    for (int s = 1; s < KS; ++s) {
+        const A *theirs = partial + ((s - 1) * GROUP + tid) * PER;
+#pragma unroll
+        for (int p = 0; p < PER; ++p)
+            acc[p] += theirs[p];
+    }
+    return true;
+}
 
 /* Which tiles a kernel takes: lltm_cuda_cell_tiles.h. */
 constexpr int64_t MAX_GRID_Y = LLTM_CUDA_MAX_GRID_Y;
+
+/* One launch of a fused kernel over grid_x x grid_y tiles. */
+template <typename... P, typename... Args>
+int launch_tiles(void (*kernel)(P...), int64_t grid_x, int64_t grid_y, int threads,
+                 cudaStream_t stream, Args... args)
+{
+    if (grid_y > MAX_GRID_Y)
+        return LLTM_ERR_ARGUMENT;
+    LLTM_LAUNCH(dim3((unsigned)grid_x, (unsigned)grid_y), threads, 0, stream, kernel)(args...);
+    return launch_status(cudaSuccess);
+}
 
 bool bad_sizes(int64_t B, int64_t I, int64_t H)
 {

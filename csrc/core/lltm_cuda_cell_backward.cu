@@ -52,10 +52,7 @@ backward_weights_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ g
             if (b < B && u < H) {
                 backward_unit<T, A>(b, u, H, grad_h, grad_cell, new_cell, gates, d, &dc);
                 if (first_tile) {
-                    T *drow = grad_gates + b * 3 * H;
-                    drow[u] = from_acc<T>(d[0]);
-                    drow[H + u] = from_acc<T>(d[1]);
-                    drow[2 * H + u] = from_acc<T>(d[2]);
+                    store_gates<T>(grad_gates + b * 3 * H, H, u, d[0], d[1], d[2]);
                     grad_old_cell[b * H + u] = from_acc<T>(dc);
                 }
             }
@@ -195,29 +192,8 @@ backward_inputs_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ gr
         __syncthreads();
     }
 
-    if (KS > 1) {
-        constexpr int PER = RB * RC;
-        if (split > 0) {
-            A *mine = partial + ((split - 1) * GROUP + tid % GROUP) * PER;
-#pragma unroll
-            for (int i = 0; i < RB; ++i)
-#pragma unroll
-                for (int j = 0; j < RC; ++j)
-                    mine[i * RC + j] = acc[i][j];
-        }
-        __syncthreads();
-        if (split > 0)
-            return;
-#pragma unroll
-        for (int s = 1; s < KS; ++s) {
-            const A *theirs = partial + ((s - 1) * GROUP + tid) * PER;
-#pragma unroll
-            for (int i = 0; i < RB; ++i)
-#pragma unroll
-                for (int j = 0; j < RC; ++j)
-                    acc[i][j] += theirs[i * RC + j];
-        }
-    }
+    if (KS > 1 && !add_split_sums<KS, GROUP, RB * RC>(&acc[0][0], partial, tid, split))
+        return;
 
 #pragma unroll
     for (int i = 0; i < RB; ++i) {
@@ -245,13 +221,9 @@ int launch_weights(int64_t B, int64_t I, int64_t H, const T *gh, const T *gc, co
                    const T *act, const T *x, const T *h, T *dg, T *dc, T *db, T *dW,
                    cudaStream_t stream)
 {
-    const dim3 grid(dW ? (unsigned)ceil_div(I + H, TK) : 1u, (unsigned)ceil_div(H, TU));
-    if (ceil_div(H, TU) > MAX_GRID_Y)
-        return LLTM_ERR_ARGUMENT;
-    LLTM_LAUNCH(grid, (3 * TU / RR) * (TK / RC), 0, stream,
-                backward_weights_kernel<T, TU, TK, RR, RC, BC>)(B, I, H, gh, gc, cn, act, x, h,
-                                                                dg, dc, db, dW);
-    return launch_status(cudaSuccess);
+    return launch_tiles(backward_weights_kernel<T, TU, TK, RR, RC, BC>,
+                        dW ? ceil_div(I + H, TK) : 1, ceil_div(H, TU), (3 * TU / RR) * (TK / RC),
+                        stream, B, I, H, gh, gc, cn, act, x, h, dg, dc, db, dW);
 }
 
 /* One launch of backward_inputs_kernel with these tiles. */
@@ -259,12 +231,9 @@ template <typename T, int TB, int TK, int RB, int RC, int GC, int KS>
 int launch_inputs(int64_t B, int64_t I, int64_t H, const T *dg, const T *W, T *dx, T *dh,
                   cudaStream_t stream)
 {
-    const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(I + H, TK));
-    if (ceil_div(I + H, TK) > MAX_GRID_Y)
-        return LLTM_ERR_ARGUMENT;
-    LLTM_LAUNCH(grid, (TB / RB) * (TK / RC) * KS, 0, stream,
-                backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>)(B, I, H, dg, W, dx, dh);
-    return launch_status(cudaSuccess);
+    return launch_tiles(backward_inputs_kernel<T, TB, TK, RB, RC, GC, KS>, ceil_div(B, TB),
+                        ceil_div(I + H, TK), (TB / RB) * (TK / RC) * KS, stream, B, I, H, dg, W,
+                        dx, dh);
 }
 
 template <typename T>

@@ -118,33 +118,8 @@ forward_fused_kernel(int64_t B, int64_t I, int64_t H, const T *__restrict__ inpu
         __syncthreads();
     }
 
-    if (KS > 1) {
-        constexpr int PER = RB * 3 * RU;
-        if (split > 0) {
-            A *mine = partial + ((split - 1) * GROUP + tid % GROUP) * PER;
-#pragma unroll
-            for (int i = 0; i < RB; ++i)
-#pragma unroll
-                for (int g = 0; g < 3; ++g)
-#pragma unroll
-                    for (int j = 0; j < RU; ++j)
-                        mine[(i * 3 + g) * RU + j] = acc[i][g][j];
-        }
-        __syncthreads();
-        if (split > 0)
-            return;
-#pragma unroll
-        for (int s = 1; s < KS; ++s) {
-            const A *theirs = partial + ((s - 1) * GROUP + tid) * PER;
-#pragma unroll
-            for (int i = 0; i < RB; ++i)
-#pragma unroll
-                for (int g = 0; g < 3; ++g)
-#pragma unroll
-                    for (int j = 0; j < RU; ++j)
-                        acc[i][g][j] += theirs[(i * 3 + g) * RU + j];
-        }
-    }
+    if (KS > 1 && !add_split_sums<KS, GROUP, RB * 3 * RU>(&acc[0][0][0], partial, tid, split))
+        return;
 
 #pragma unroll
     for (int j = 0; j < RU; ++j) {
@@ -168,13 +143,9 @@ template <typename T, int TB, int TU, int RB, int RU, int KC, int KS>
 int launch_forward(int64_t B, int64_t I, int64_t H, const T *x, const T *h, const T *W,
                    const T *b, const T *c, T *h_out, T *c_out, T *g_out, cudaStream_t stream)
 {
-    const dim3 grid((unsigned)ceil_div(B, TB), (unsigned)ceil_div(H, TU));
-    if (ceil_div(H, TU) > MAX_GRID_Y)
-        return LLTM_ERR_ARGUMENT;
-    LLTM_LAUNCH(grid, (TB / RB) * (TU / RU) * KS, 0, stream,
-                forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>)(B, I, H, x, h, W, b, c, h_out,
-                                                                 c_out, g_out);
-    return launch_status(cudaSuccess);
+    return launch_tiles(forward_fused_kernel<T, TB, TU, RB, RU, KC, KS>, ceil_div(B, TB),
+                        ceil_div(H, TU), (TB / RB) * (TU / RU) * KS, stream, B, I, H, x, h, W,
+                        b, c, h_out, c_out, g_out);
 }
 
 template <typename T>

@@ -93,10 +93,7 @@ backward_pointwise_kernel(int64_t B, int64_t I, int64_t H, int64_t rows,
         for (int64_t b = first + lane; b < end; b += PR) {
             A d[3], dc;
             backward_unit<T, A>(b, u, H, grad_h, grad_cell, new_cell, gates, d, &dc);
-            T *drow = grad_gates + b * 3 * H;
-            drow[u] = from_acc<T>(d[0]);
-            drow[H + u] = from_acc<T>(d[1]);
-            drow[2 * H + u] = from_acc<T>(d[2]);
+            store_gates<T>(grad_gates + b * 3 * H, H, u, d[0], d[1], d[2]);
             grad_old_cell[b * H + u] = from_acc<T>(dc);
             sum[0] += d[0];
             sum[1] += d[1];

@@ -40,6 +40,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
+/* Three values into the gate blocks of a [.,3H] row (columns u, H + u,
+ * 2H + u), each rounded to T */
+template <typename T, typename A>
+__device__ __forceinline__ void store_gates(T *row, int64_t H, int64_t u, A g0, A g1, A g2)
+{
+    row[u] = from_acc<T>(g0);
+    row[H + u] = from_acc<T>(g1);
+    row[2 * H + u] = from_acc<T>(g2);
+}
+
 __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
 /* elu without a branch on the sign (the same values): see forward_step_math */

@@ -24,19 +24,20 @@ constexpr int STACK_CHUNK = 4;      /* rows a chunk: the small batches the stack
 constexpr int STACK_MMA_CHUNK = 16; /* tensor cores: where 4-row chunks would share blocks */
 constexpr int STACK_MAX_H = 256;
 
+/* LLTM_DISPATCH_OR (lltm_cuda_math.cuh) over the stack's dtypes: no float64 */
+#define LLTM_STACK_DISPATCH_OR(dtype, CALL, otherwise)                                       \
+    switch (dtype) {                                                                         \
+    case LLTM_FLOAT32: { typedef float T; return CALL; }                                     \
+    case LLTM_FLOAT16: { typedef __half T; return CALL; }                                    \
+    case LLTM_BFLOAT16: { typedef __nv_bfloat16 T; return CALL; }                            \
+    default: return otherwise;                                                               \
+    }
+
 const void *stack_kernel_for(lltm_dtype dtype, bool forward, int lanes, int values, int chunk,
                              int layers)
 {
-    switch (dtype) {
-    case LLTM_FLOAT32:
-        return lltm_seq::stack_kernel<float>(forward, lanes, values, chunk, layers);
-    case LLTM_FLOAT16:
-        return lltm_seq::stack_kernel<__half>(forward, lanes, values, chunk, layers);
-    case LLTM_BFLOAT16:
-        return lltm_seq::stack_kernel<__nv_bfloat16>(forward, lanes, values, chunk, layers);
-    default:
-        return NULL;
-    }
+    LLTM_STACK_DISPATCH_OR(dtype, lltm_seq::stack_kernel<T>(forward, lanes, values, chunk, layers),
+                           NULL);
 }
 
 bool plan_matches(const lltm_stack_plan *plan, int64_t B, int64_t H)
@@ -76,7 +77,7 @@ int forward_call(const lltm_stack_plan &p, int64_t T_, int64_t B, int64_t I, int
             a.c_work[l] = a.h_work[l] + 2 * B * H;
         }
     }
-    return lltm_seq::stack_forward<T>(p.forward, p.layers, a, stream);
+    return lltm_seq::stack_run<T>(p.forward, p.layers, a, stream);
 }
 
 template <typename T>
@@ -112,7 +113,7 @@ int backward_call(const lltm_stack_plan &p, int64_t T_, int64_t B, int64_t I, in
             return LLTM_ERR_ARGUMENT;
         a.bias_work = (float *)((char *)workspace + p.layers * state);
     }
-    return lltm_seq::stack_backward<T>(p.backward, p.layers, a, stream);
+    return lltm_seq::stack_run<T>(p.backward, p.layers, a, stream);
 }
 
 } // namespace
@@ -169,46 +170,32 @@ int lltm_stack_plan_cuda(const lltm_cuda_device *dev, lltm_dtype dtype, int laye
     return LLTM_OK;
 }
 
-int lltm_stack_forward_persistent_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B,
+int lltm_stack_forward_persistent_cuda(const lltm_stack_plan *plan, int64_t steps, int64_t B,
                                        int64_t I, int64_t H,
                                        const lltm_stack_forward_layer *layers, void *workspace,
                                        const int64_t *lengths, void *stream)
 {
-    if (lltm_seq::bad_sizes(T, B, I, H) || T < 1 || B < 1 || !layers || !plan_matches(plan, B, H))
+    if (lltm_seq::bad_sizes(steps, B, I, H) || steps < 1 || B < 1 || !layers ||
+        !plan_matches(plan, B, H))
         return LLTM_ERR_ARGUMENT;
-    const cudaStream_t s = (cudaStream_t)stream;
-    switch (plan->dtype) {
-    case LLTM_FLOAT32:
-        return forward_call<float>(*plan, T, B, I, H, layers, workspace, lengths, s);
-    case LLTM_FLOAT16:
-        return forward_call<__half>(*plan, T, B, I, H, layers, workspace, lengths, s);
-    case LLTM_BFLOAT16:
-        return forward_call<__nv_bfloat16>(*plan, T, B, I, H, layers, workspace, lengths, s);
-    default:
-        return LLTM_ERR_DTYPE;
-    }
+    LLTM_STACK_DISPATCH_OR(plan->dtype,
+                           forward_call<T>(*plan, steps, B, I, H, layers, workspace, lengths,
+                                           (cudaStream_t)stream),
+                           LLTM_ERR_DTYPE);
 }
 
-int lltm_stack_backward_persistent_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B,
+int lltm_stack_backward_persistent_cuda(const lltm_stack_plan *plan, int64_t steps, int64_t B,
                                         int64_t I, int64_t H, const void *grad_output,
                                         const lltm_stack_backward_layer *layers,
                                         void *workspace, const int64_t *lengths, void *stream)
 {
-    if (lltm_seq::bad_sizes(T, B, I, H) || T < 1 || B < 1 || !layers || !plan_matches(plan, B, H))
+    if (lltm_seq::bad_sizes(steps, B, I, H) || steps < 1 || B < 1 || !layers ||
+        !plan_matches(plan, B, H))
         return LLTM_ERR_ARGUMENT;
-    const cudaStream_t s = (cudaStream_t)stream;
-    switch (plan->dtype) {
-    case LLTM_FLOAT32:
-        return backward_call<float>(*plan, T, B, I, H, grad_output, layers, workspace, lengths, s);
-    case LLTM_FLOAT16:
-        return backward_call<__half>(*plan, T, B, I, H, grad_output, layers, workspace, lengths,
-                                     s);
-    case LLTM_BFLOAT16:
-        return backward_call<__nv_bfloat16>(*plan, T, B, I, H, grad_output, layers, workspace,
-                                            lengths, s);
-    default:
-        return LLTM_ERR_DTYPE;
-    }
+    LLTM_STACK_DISPATCH_OR(plan->dtype,
+                           backward_call<T>(*plan, steps, B, I, H, grad_output, layers, workspace,
+                                            lengths, (cudaStream_t)stream),
+                           LLTM_ERR_DTYPE);
 }
 
 size_t lltm_stack_backward_workspace_cuda(const lltm_stack_plan *plan, int64_t T, int64_t B,

@@ -2,4 +2,4 @@
  * (lltm_cuda_sequence_stack.cuh), one translation unit a dtype. */
 #include "lltm_cuda_sequence_stack_launch.cuh"
 
-LLTM_SEQ_STACK_UNIT(__half)
+LLTM_SEQ_STACK_INSTANCES(, __half)

@@ -21,13 +21,16 @@
 
 namespace {
 
+bool persistent(const lltm_sequence_plan *plan)
+{
+    return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER ||
+           plan->family == LLTM_SEQ_BLOCK;
+}
+
 /* the plan was made for these arguments and runs a persistent family */
 bool plan_matches(const lltm_sequence_plan *plan, int64_t B, int64_t H)
 {
-    return plan &&
-           (plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER ||
-            plan->family == LLTM_SEQ_BLOCK) &&
-           plan->B == B && plan->H == H;
+    return plan && persistent(plan) && plan->B == B && plan->H == H;
 }
 
 template <typename T>
@@ -35,8 +38,8 @@ int forward_dispatch(const lltm_sequence_plan &plan, const lltm_seq::forward_arg
                      cudaStream_t stream)
 {
     return plan.family == LLTM_SEQ_CLUSTER ? lltm_seq::cluster_forward<T>(plan.forward, a, stream)
-           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_forward<T>(plan.forward, a, stream)
-                                           : lltm_seq::grid_forward<T>(plan.forward, a, stream);
+           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_run<T>(plan.forward, a, stream)
+                                           : lltm_seq::grid_run<T>(plan.forward, a, stream);
 }
 
 template <typename T>
@@ -45,8 +48,8 @@ int backward_dispatch(const lltm_sequence_plan &plan, const lltm_seq::backward_a
 {
     return plan.family == LLTM_SEQ_CLUSTER
                ? lltm_seq::cluster_backward<T>(plan.backward, a, stream)
-           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_backward<T>(plan.backward, a, stream)
-                                           : lltm_seq::grid_backward<T>(plan.backward, a, stream);
+           : plan.family == LLTM_SEQ_BLOCK ? lltm_seq::block_run<T>(plan.backward, a, stream)
+                                           : lltm_seq::grid_run<T>(plan.backward, a, stream);
 }
 
 } // namespace
@@ -99,22 +102,10 @@ namespace {
 
 using lltm_seq::round_up;
 
-bool persistent(const lltm_sequence_plan *plan)
-{
-    return plan->family == LLTM_SEQ_GRID || plan->family == LLTM_SEQ_CLUSTER ||
-           plan->family == LLTM_SEQ_BLOCK;
-}
-
 /* bytes of an element (0: unknown dtype) */
 size_t elem_size(lltm_dtype dtype)
 {
-    switch (dtype) {
-    case LLTM_FLOAT32: return 4;
-    case LLTM_FLOAT64: return 8;
-    case LLTM_FLOAT16:
-    case LLTM_BFLOAT16: return 2;
-    }
-    return 0;
+    return (unsigned)dtype <= (unsigned)LLTM_BFLOAT16 ? lltm_seq::elem_bytes(dtype) : 0;
 }
 
 void *at(const void *base, int64_t index, size_t elem)
@@ -146,6 +137,15 @@ int ready_gemm(lltm_dtype dtype, const void *a, const void *b, void *c, lltm_gem
     return LLTM_OK;
 }
 
+int call_gemm(lltm_gemm gemm, void *gemm_ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
+              const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
+              int64_t b_cs, void *c, int64_t ldc)
+{
+    return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
+               ? LLTM_OK
+               : LLTM_ERR_GEMM;
+}
+
 /* c [M,N] = a [M,K] b [K,N] on the stream: the library's one-launch product
  * where it fits (lltm_small_mm_fits: a library call costs more host time
  * than such a product's GPU time), else the caller's gemm. Not while the
@@ -164,18 +164,7 @@ int product(lltm_dtype dtype, int64_t M, int64_t N, int64_t K, const void *a, in
         }
         return lltm_small_mm_cuda(dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, stream);
     }
-    return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
-               ? LLTM_OK
-               : LLTM_ERR_GEMM;
-}
-
-int call_gemm(lltm_gemm gemm, void *gemm_ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
-              const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
-              int64_t b_cs, void *c, int64_t ldc)
-{
-    return gemm(gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0
-               ? LLTM_OK
-               : LLTM_ERR_GEMM;
+    return call_gemm(gemm, gemm_ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc);
 }
 
 /* the per-step backward's bias sums: lltm_sequence_step_bias_parts lines

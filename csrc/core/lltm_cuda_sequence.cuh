@@ -226,58 +226,24 @@ inline int64_t group_rows(int64_t B, int ch, int64_t groups)
     return ((B + ch - 1) / ch + groups - 1) / groups * ch;
 }
 
-/* The per-family, per-dtype units. kernel lookups: the kernel function for
- * the chooser's occupancy queries (NULL: not in the library). Launchers:
+/* The per-family, per-dtype units, each defined in its family's header and
+ * instantiated by its lltm_cuda_seq_<family>_<dtype>.cu. Kernel lookups:
+ * the kernel function for the chooser's occupancy queries (NULL: not in the
+ * library). Launchers (Args: forward_args or backward_args):
  * LLTM_ERR_ARGUMENT for a layout the library has no kernel of. */
 template <typename T>
 const void *grid_kernel(bool forward, int lanes, int values, int chunk, bool tf32);
-template <typename T>
-int grid_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
-template <typename T>
-int grid_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
-
+template <typename T, typename Args>
+int grid_run(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream);
 template <typename T> const void *cluster_forward_kernel(const lltm_sequence_launch &l);
 template <typename T>
 int cluster_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
 template <typename T> const void *cluster_backward_kernel(const lltm_sequence_launch &l);
 template <typename T>
 int cluster_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
-
 template <typename T> const void *block_kernel(bool forward, int chunk);
-template <typename T>
-int block_forward(const lltm_sequence_launch &l, const forward_args &a, cudaStream_t stream);
-template <typename T>
-int block_backward(const lltm_sequence_launch &l, const backward_args &a, cudaStream_t stream);
-
-#define LLTM_SEQ_DECLARE_UNITS(T)                                                            \
-    template <>                                                                              \
-    const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk, bool tf32);   \
-    template <>                                                                              \
-    int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
-                        cudaStream_t stream);                                                \
-    template <>                                                                              \
-    int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
-                         cudaStream_t stream);                                               \
-    template <> const void *cluster_forward_kernel<T>(const lltm_sequence_launch &l);        \
-    template <>                                                                              \
-    int cluster_forward<T>(const lltm_sequence_launch &l, const forward_args &a,             \
-                           cudaStream_t stream);                                             \
-    template <> const void *cluster_backward_kernel<T>(const lltm_sequence_launch &l);       \
-    template <>                                                                              \
-    int cluster_backward<T>(const lltm_sequence_launch &l, const backward_args &a,           \
-                            cudaStream_t stream);                                            \
-    template <> const void *block_kernel<T>(bool forward, int chunk);                        \
-    template <>                                                                              \
-    int block_forward<T>(const lltm_sequence_launch &l, const forward_args &a,               \
-                         cudaStream_t stream);                                               \
-    template <>                                                                              \
-    int block_backward<T>(const lltm_sequence_launch &l, const backward_args &a,             \
-                          cudaStream_t stream);
-LLTM_SEQ_DECLARE_UNITS(float)
-LLTM_SEQ_DECLARE_UNITS(double)
-LLTM_SEQ_DECLARE_UNITS(__half)
-LLTM_SEQ_DECLARE_UNITS(__nv_bfloat16)
-#undef LLTM_SEQ_DECLARE_UNITS
+template <typename T, typename Args>
+int block_run(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream);
 
 /* The layer's pieces around its recurrence (lltm_cuda_sequence.cu), shared
  * with the stacked layers (lltm_cuda_seq_stack.cu); products through the
@@ -330,6 +296,20 @@ inline bool bad_sizes(int64_t steps, int64_t B, int64_t I, int64_t H)
     return steps < 0 || B < 0 || I < 0 || H < 0 || steps > big || B > big || I > big ||
            H > ((int64_t)1 << 29) || (B > 0 && steps > big / B) ||
            (B > 0 && H > 0 && steps * B > big / (3 * H));
+}
+
+/* The kernel's dynamic shared-memory limit raised past the default 48 KB
+ * (only there: a lower limit would refuse a later launch of the same kernel
+ * with more) */
+inline int allow_smem(const void *kernel, size_t smem)
+{
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return LLTM_ERR_CUDA;
+    }
+    return LLTM_OK;
 }
 
 /* Launch attributes shared by the launchers and the chooser: the dynamic

@@ -377,16 +377,11 @@ sequence_backward_block_kernel(int64_t steps, int64_t B, int64_t H, int64_t K,
         for (int q = 0; q < 3; ++q)
             bias_sum[q] += __shfl_xor_sync(0xffffffffu, bias_sum[q], mask);
     if (s == 0 && unit_ok) {
-        if (groups == 1) {
-            grad_bias[u] = from_acc<T>(bias_sum[0]);
-            grad_bias[H + u] = from_acc<T>(bias_sum[1]);
-            grad_bias[2 * H + u] = from_acc<T>(bias_sum[2]);
-        } else {
-            A *line = bias_work + (int64_t)group * G;
-            line[u] = bias_sum[0];
-            line[H + u] = bias_sum[1];
-            line[2 * H + u] = bias_sum[2];
-        }
+        if (groups == 1)
+            store_gates<T>(grad_bias, H, u, bias_sum[0], bias_sum[1], bias_sum[2]);
+        else
+            store_gates<A>(bias_work + (int64_t)group * G, H, u, bias_sum[0], bias_sum[1],
+                           bias_sum[2]);
     }
 }
 
@@ -414,8 +409,8 @@ cudaError_t launch_blocks(void (*kernel)(P...), int64_t groups, int threads, siz
 }
 
 template <typename T, int CH>
-int run_block_forward(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                      cudaStream_t stream)
+int run_block(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
+              cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     if (l.blocks != 1 || l.groups < 1 || a.H > BLOCK_UNITS)
@@ -433,8 +428,8 @@ int run_block_forward(const lltm_sequence_launch &l, const lltm_seq::forward_arg
  * float32 state of the half types, as the other families lay it out) and are
  * added in group order. */
 template <typename T, int CH>
-int run_block_backward(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                       cudaStream_t stream)
+int run_block(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
+              cudaStream_t stream)
 {
     typedef typename acc_of<T>::type A;
     if (l.blocks != 1 || l.groups < 1 || a.H > BLOCK_UNITS)
@@ -457,7 +452,10 @@ int run_block_backward(const lltm_sequence_launch &l, const lltm_seq::backward_a
 /* The chunk rows of the library's block kernels (lltm_seq::BLOCK_CHUNKS) */
 #define LLTM_SEQ_BLOCK_CHUNKS(X) X(1) X(4)
 
-template <typename T> const void *block_kernel_of(bool forward, int chunk)
+} // namespace
+
+/* The unit's functions (lltm_cuda_sequence.cuh) */
+template <typename T> const void *lltm_seq::block_kernel(bool forward, int chunk)
 {
 #define LLTM_SEQ_CASE(CH)                                                                    \
     if (chunk == CH)                                                                         \
@@ -468,50 +466,23 @@ template <typename T> const void *block_kernel_of(bool forward, int chunk)
     return NULL;
 }
 
-template <typename T>
-int block_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                     cudaStream_t stream)
+/* run_block of the launch's chunk rows (Args: forward_args or backward_args) */
+template <typename T, typename Args>
+int lltm_seq::block_run(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream)
 {
 #define LLTM_SEQ_CASE(CH)                                                                    \
     if (l.chunk == CH)                                                                       \
-        return run_block_forward<T, CH>(l, a, stream);
+        return run_block<T, CH>(l, a, stream);
     LLTM_SEQ_BLOCK_CHUNKS(LLTM_SEQ_CASE)
 #undef LLTM_SEQ_CASE
     return LLTM_ERR_ARGUMENT;
 }
-
-template <typename T>
-int block_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                      cudaStream_t stream)
-{
-#define LLTM_SEQ_CASE(CH)                                                                    \
-    if (l.chunk == CH)                                                                       \
-        return run_block_backward<T, CH>(l, a, stream);
-    LLTM_SEQ_BLOCK_CHUNKS(LLTM_SEQ_CASE)
-#undef LLTM_SEQ_CASE
-    return LLTM_ERR_ARGUMENT;
-}
-
-} // namespace
 
 #define LLTM_SEQ_BLOCK_UNIT(T)                                                               \
-    namespace lltm_seq {                                                                     \
-    template <> const void *block_kernel<T>(bool forward, int chunk)                         \
-    {                                                                                        \
-        return block_kernel_of<T>(forward, chunk);                                           \
-    }                                                                                        \
-    template <>                                                                              \
-    int block_forward<T>(const lltm_sequence_launch &l, const forward_args &a,               \
-                         cudaStream_t stream)                                                \
-    {                                                                                        \
-        return block_forward_of<T>(l, a, stream);                                            \
-    }                                                                                        \
-    template <>                                                                              \
-    int block_backward<T>(const lltm_sequence_launch &l, const backward_args &a,             \
-                          cudaStream_t stream)                                               \
-    {                                                                                        \
-        return block_backward_of<T>(l, a, stream);                                           \
-    }                                                                                        \
-    }
+    template const void *lltm_seq::block_kernel<T>(bool, int);                               \
+    template int lltm_seq::block_run<T>(const lltm_sequence_launch &,                        \
+                                        const lltm_seq::forward_args &, cudaStream_t);       \
+    template int lltm_seq::block_run<T>(const lltm_sequence_launch &,                        \
+                                        const lltm_seq::backward_args &, cudaStream_t);
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_BLOCK_CUH */

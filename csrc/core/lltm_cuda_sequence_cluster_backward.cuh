@@ -319,7 +319,11 @@ int run_cluster_backward_rs(const lltm_sequence_launch &l, const lltm_seq::backw
         X(lltm_seq::WIDE_UNITS, 8)                                                           \
     }
 
-template <typename T> const void *cluster_backward_kernel_of(const lltm_sequence_launch &l)
+} // namespace
+
+/* The unit's functions (lltm_cuda_sequence.cuh) */
+template <typename T>
+const void *lltm_seq::cluster_backward_kernel(const lltm_sequence_launch &l)
 {
 #define LLTM_SEQ_CASE(U, CH)                                                                 \
     if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
@@ -330,8 +334,8 @@ template <typename T> const void *cluster_backward_kernel_of(const lltm_sequence
 }
 
 template <typename T>
-int cluster_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_args &a,
-                        cudaStream_t stream)
+int lltm_seq::cluster_backward(const lltm_sequence_launch &l, const backward_args &a,
+                               cudaStream_t stream)
 {
 #define LLTM_SEQ_CASE(U, CH)                                                                 \
     if (l.exchange == LLTM_SEQ_EXCHANGE_REDUCE_SCATTER && l.lanes * U == NT && l.chunk == CH) \
@@ -341,20 +345,9 @@ int cluster_backward_of(const lltm_sequence_launch &l, const lltm_seq::backward_
     return LLTM_ERR_ARGUMENT;
 }
 
-} // namespace
-
 #define LLTM_SEQ_CLUSTER_BACKWARD_UNIT(T)                                                    \
-    namespace lltm_seq {                                                                     \
-    template <> const void *cluster_backward_kernel<T>(const lltm_sequence_launch &l)        \
-    {                                                                                        \
-        return cluster_backward_kernel_of<T>(l);                                             \
-    }                                                                                        \
-    template <>                                                                              \
-    int cluster_backward<T>(const lltm_sequence_launch &l, const backward_args &a,           \
-                            cudaStream_t stream)                                             \
-    {                                                                                        \
-        return cluster_backward_of<T>(l, a, stream);                                         \
-    }                                                                                        \
-    }
+    template const void *lltm_seq::cluster_backward_kernel<T>(const lltm_sequence_launch &); \
+    template int lltm_seq::cluster_backward<T>(const lltm_sequence_launch &,                 \
+                                               const lltm_seq::backward_args &, cudaStream_t);
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_CLUSTER_BACKWARD_CUH */

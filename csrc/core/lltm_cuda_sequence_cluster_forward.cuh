@@ -265,7 +265,11 @@ int run_cluster_forward(const lltm_sequence_launch &l, const lltm_seq::forward_a
         X(16, 16, 8, 8)                                                                      \
     }
 
-template <typename T> const void *cluster_forward_kernel_of(const lltm_sequence_launch &l)
+} // namespace
+
+/* The unit's functions (lltm_cuda_sequence.cuh) */
+template <typename T>
+const void *lltm_seq::cluster_forward_kernel(const lltm_sequence_launch &l)
 {
 #define LLTM_SEQ_CASE(KS, KR, RW, CH)                                                        \
     if (l.lanes == KS && l.values == KR && l.rows == RW && l.chunk == CH)                    \
@@ -276,8 +280,8 @@ template <typename T> const void *cluster_forward_kernel_of(const lltm_sequence_
 }
 
 template <typename T>
-int cluster_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_args &a,
-                       cudaStream_t stream)
+int lltm_seq::cluster_forward(const lltm_sequence_launch &l, const forward_args &a,
+                              cudaStream_t stream)
 {
 #define LLTM_SEQ_CASE(KS, KR, RW, CH)                                                        \
     if (l.lanes == KS && l.values == KR && l.rows == RW && l.chunk == CH)                    \
@@ -287,20 +291,9 @@ int cluster_forward_of(const lltm_sequence_launch &l, const lltm_seq::forward_ar
     return LLTM_ERR_ARGUMENT;
 }
 
-} // namespace
-
 #define LLTM_SEQ_CLUSTER_FORWARD_UNIT(T)                                                     \
-    namespace lltm_seq {                                                                     \
-    template <> const void *cluster_forward_kernel<T>(const lltm_sequence_launch &l)         \
-    {                                                                                        \
-        return cluster_forward_kernel_of<T>(l);                                              \
-    }                                                                                        \
-    template <>                                                                              \
-    int cluster_forward<T>(const lltm_sequence_launch &l, const forward_args &a,             \
-                           cudaStream_t stream)                                              \
-    {                                                                                        \
-        return cluster_forward_of<T>(l, a, stream);                                          \
-    }                                                                                        \
-    }
+    template const void *lltm_seq::cluster_forward_kernel<T>(const lltm_sequence_launch &);  \
+    template int lltm_seq::cluster_forward<T>(const lltm_sequence_launch &,                  \
+                                              const lltm_seq::forward_args &, cudaStream_t);
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_CLUSTER_FORWARD_CUH */

@@ -240,10 +240,7 @@ __device__ __forceinline__ void store_forward_outputs(T *gates, T *cells, T *out
                                                       A i, A o, A z, A c, A h)
 {
     const int64_t BH = B * H;
-    T *grow = gates + (t * B + b) * (3 * H);
-    grow[u] = from_acc<T>(i);
-    grow[H + u] = from_acc<T>(o);
-    grow[2 * H + u] = from_acc<T>(z);
+    store_gates<T>(gates + (t * B + b) * (3 * H), H, u, i, o, z);
     cells[t * BH + b * H + u] = from_acc<T>(c);
     output[t * BH + b * H + u] = from_acc<T>(h);
 }
@@ -269,10 +266,7 @@ template <typename T, typename A>
 __device__ __forceinline__ void store_grad_gates(T *grad_gates, int64_t B, int64_t H,
                                                  int64_t t, int64_t b, int64_t u, const A (&d)[3])
 {
-    T *drow = grad_gates + (t * B + b) * (3 * H);
-    drow[u] = from_acc<T>(d[0]);
-    drow[H + u] = from_acc<T>(d[1]);
-    drow[2 * H + u] = from_acc<T>(d[2]);
+    store_gates<T>(grad_gates + (t * B + b) * (3 * H), H, u, d[0], d[1], d[2]);
 }
 
 /* The backward step's inputs of (t, b, u) for the cluster kernels:
@@ -331,6 +325,18 @@ __device__ __forceinline__ void send_tile(const A *tile, A *buffer, uint64_t *ba
 #endif
 }
 
+
+using lltm_seq::allow_smem;
+
+/* One cooperative launch of `blocks` blocks (co-residency: the chooser's) */
+template <typename... P, typename... Args>
+cudaError_t launch_cooperative(void (*kernel)(P...), int64_t blocks, size_t smem,
+                               cudaStream_t stream, Args... args)
+{
+    void *pointers[] = {(void *)&args...};
+    return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
+                                       stream);
+}
 
 /* One launch as `clusters` clusters of `blocks` blocks (the grid) of
  * `threads` (NT but for the reduce-scatter backward's small chunks). */

@@ -207,13 +207,8 @@ forward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K, const T *__re
                                      acc[r * 3 + 1] + p_o[r] + b_o,
                                      acc[r * 3 + 2] + p_z[r] + b_z, c_prev[r], &i, &o, &z, &c,
                                      &h);
-                T *grow = gates + (t * B + b[r]) * G;
                 const int64_t bu = b[r] * H + u;
-                grow[u] = from_acc<T>(i);
-                grow[H + u] = from_acc<T>(o);
-                grow[2 * H + u] = from_acc<T>(z);
-                cells[t * BH + bu] = from_acc<T>(c);
-                output[t * BH + bu] = from_acc<T>(h);
+                store_forward_outputs(gates, cells, output, B, H, t, b[r], u, i, o, z, c, h);
                 store_final_state(h_n, c_n, lengths, steps, H, t, b[r], u, c, h);
                 if (!SAME) {
                     c_work[bu] = c;
@@ -441,16 +436,9 @@ backward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K,
                 A d[3], dc;
                 backward_step_math<A>(live[r], i[r], o[r], z[r], c[r], dh[r] + from_above[r],
                                       dc_in[r], d, &dc);
-                T *drow = grad_gates + (t * B + b[r]) * G;
-                drow[own_u] = from_acc<T>(d[0]);
-                drow[H + own_u] = from_acc<T>(d[1]);
-                drow[2 * H + own_u] = from_acc<T>(d[2]);
-                if (!SAME && !MMA) {
-                    A *wrow = dg_work + (t & 1) * BG + b[r] * G;
-                    wrow[own_u] = d[0];
-                    wrow[H + own_u] = d[1];
-                    wrow[2 * H + own_u] = d[2];
-                }
+                store_gates<T>(grad_gates + (t * B + b[r]) * G, H, own_u, d[0], d[1], d[2]);
+                if (!SAME && !MMA)
+                    store_gates<A>(dg_work + (t & 1) * BG + b[r] * G, H, own_u, d[0], d[1], d[2]);
                 dc_state[b[r] * H + own_u] = dc;
                 bias_sum[r][0] += d[0];
                 bias_sum[r][1] += d[1];
@@ -508,9 +496,7 @@ backward_recurrence(int64_t steps, int64_t B, int64_t H, int64_t K,
         }
     }
     if (unit_writer) {
-        grad_bias[u] = from_acc<T>(unit_sum[0]);
-        grad_bias[H + u] = from_acc<T>(unit_sum[1]);
-        grad_bias[2 * H + u] = from_acc<T>(unit_sum[2]);
+        store_gates<T>(grad_bias, H, u, unit_sum[0], unit_sum[1], unit_sum[2]);
     }
 }
 

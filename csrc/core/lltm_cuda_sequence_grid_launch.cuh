@@ -12,28 +12,6 @@
 
 namespace {
 
-/* One cooperative launch of `blocks` blocks (co-residency: the chooser's) */
-template <typename... P, typename... Args>
-cudaError_t launch_cooperative(void (*kernel)(P...), int64_t blocks, size_t smem,
-                               cudaStream_t stream, Args... args)
-{
-    void *pointers[] = {(void *)&args...};
-    return cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(NT), pointers, smem,
-                                       stream);
-}
-
-/* the kernel's dynamic shared-memory limit raised past the default 48 KB */
-inline int allow_smem(const void *kernel, size_t smem)
-{
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
-    }
-    return LLTM_OK;
-}
-
 /* bytes of a value the kernel stages for tensor cores (grid_mma_bytes) */
 template <typename T, bool TF32> constexpr size_t mma_bytes()
 {
@@ -131,8 +109,11 @@ int run_grid(const lltm_sequence_launch &l, const lltm_seq::backward_args &a, cu
     }                                                                                        \
     return CALL(KS, KR, CH, false);
 
+} // namespace
+
+/* The unit's functions (lltm_cuda_sequence.cuh) */
 template <typename T>
-const void *grid_kernel_of(bool forward, int lanes, int values, int chunk, bool tf32)
+const void *lltm_seq::grid_kernel(bool forward, int lanes, int values, int chunk, bool tf32)
 {
 #define LLTM_SEQ_GRID_KERNEL(KS, KR, CH, TF)                                                 \
     forward ? (const void *)sequence_forward_kernel<T, KS, KR, CH, TF>                       \
@@ -147,10 +128,10 @@ const void *grid_kernel_of(bool forward, int lanes, int values, int chunk, bool 
     return NULL;
 }
 
-/* run_grid of the launch's layout and build (Args: lltm_seq::forward_args
- * or backward_args) */
+/* run_grid of the launch's layout and build (Args: forward_args or
+ * backward_args) */
 template <typename T, typename Args>
-int grid_run_of(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream)
+int lltm_seq::grid_run(const lltm_sequence_launch &l, const Args &a, cudaStream_t stream)
 {
 #define LLTM_SEQ_GRID_RUN(KS, KR, CH, TF) run_grid<T, KS, KR, CH, TF>(l, a, stream)
 #define LLTM_SEQ_GRID_CASE(KS, KR, CH)                                                       \
@@ -165,28 +146,11 @@ int grid_run_of(const lltm_sequence_launch &l, const Args &a, cudaStream_t strea
 
 #undef LLTM_SEQ_GRID_BUILDS
 
-} // namespace
-
-/* The exported functions of one dtype's unit (lltm_cuda_sequence.cuh) */
 #define LLTM_SEQ_GRID_UNIT(T)                                                                \
-    namespace lltm_seq {                                                                     \
-    template <>                                                                              \
-    const void *grid_kernel<T>(bool forward, int lanes, int values, int chunk, bool tf32)    \
-    {                                                                                        \
-        return grid_kernel_of<T>(forward, lanes, values, chunk, tf32);                       \
-    }                                                                                        \
-    template <>                                                                              \
-    int grid_forward<T>(const lltm_sequence_launch &l, const forward_args &a,                \
-                        cudaStream_t stream)                                                 \
-    {                                                                                        \
-        return grid_run_of<T>(l, a, stream);                                                 \
-    }                                                                                        \
-    template <>                                                                              \
-    int grid_backward<T>(const lltm_sequence_launch &l, const backward_args &a,              \
-                         cudaStream_t stream)                                                \
-    {                                                                                        \
-        return grid_run_of<T>(l, a, stream);                                                 \
-    }                                                                                        \
-    }
+    template const void *lltm_seq::grid_kernel<T>(bool, int, int, int, bool);                \
+    template int lltm_seq::grid_run<T>(const lltm_sequence_launch &,                         \
+                                       const lltm_seq::forward_args &, cudaStream_t);        \
+    template int lltm_seq::grid_run<T>(const lltm_sequence_launch &,                         \
+                                       const lltm_seq::backward_args &, cudaStream_t);
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_GRID_LAUNCH_CUH */

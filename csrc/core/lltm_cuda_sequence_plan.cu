@@ -24,17 +24,9 @@ namespace lltm_seq {
 int64_t max_resident_blocks(const void *kernel, size_t smem, const lltm_cuda_device &dev,
                             bool cooperative, int threads)
 {
-    if (!kernel || (cooperative && !dev.cooperative_launch) || smem > (size_t)dev.smem_optin)
+    if (!kernel || (cooperative && !dev.cooperative_launch) || smem > (size_t)dev.smem_optin ||
+        allow_smem(kernel, smem) != LLTM_OK)
         return 0;
-    /* past the default limit only: a lower limit would refuse a later
-     * launch of the same kernel with more (the block family's smem grows
-     * with its rows) */
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
         cudaSuccess) {

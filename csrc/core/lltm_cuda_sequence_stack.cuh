@@ -287,18 +287,14 @@ __device__ __forceinline__ void stack_forward_steps(const lltm_seq::stack_forwar
                 const int64_t t = step - l;
                 if (t < 0 || t >= steps || !row_ok)
                     continue;
-                T *grow = a.gates[l] + (t * B + b) * G;
                 const bool bottom = l == 0; /* its gates hold x_t W_x^T */
                 A i, o, z, c, h;
                 forward_step_math<A>(t < row_end, acc[l * 3] + (bottom ? p_i : A(0)) + bi[l],
                                      acc[l * 3 + 1] + (bottom ? p_o : A(0)) + bo[l],
                                      acc[l * 3 + 2] + (bottom ? p_z : A(0)) + bz[l], c_prev[l],
                                      &i, &o, &z, &c, &h);
-                grow[u] = from_acc<T>(i);
-                grow[H + u] = from_acc<T>(o);
-                grow[2 * H + u] = from_acc<T>(z);
-                a.cells[l][t * BH + b * H + u] = from_acc<T>(c);
-                a.output[l][t * BH + b * H + u] = from_acc<T>(h);
+                store_forward_outputs(a.gates[l], a.cells[l], a.output[l], B, H, t, b, u, i, o, z, c,
+                                      h);
                 store_final_state(a.h_n[l], a.c_n[l], a.lengths, steps, H, t, b, u, c, h);
                 if (!SAME) {
                     a.c_work[l][b * H + u] = c;
@@ -536,16 +532,10 @@ __device__ __forceinline__ void stack_backward_steps(const lltm_seq::stack_backw
                 A d[3], dc;
                 backward_step_math<A>(t < row_end, i_[l], o_[l], z_[l], c_[l], tot[l] + dh_[l],
                                       dc_in[l], d, &dc);
-                T *drow = a.grad_gates[l] + (t * B + b) * G;
-                drow[own_u] = from_acc<T>(d[0]);
-                drow[H + own_u] = from_acc<T>(d[1]);
-                drow[2 * H + own_u] = from_acc<T>(d[2]);
-                if (!SAME && !MMA) {
-                    A *wrow = a.dg_work[l] + (t & 1) * BG + b * G;
-                    wrow[own_u] = d[0];
-                    wrow[H + own_u] = d[1];
-                    wrow[2 * H + own_u] = d[2];
-                }
+                store_gates<T>(a.grad_gates[l] + (t * B + b) * G, H, own_u, d[0], d[1], d[2]);
+                if (!SAME && !MMA)
+                    store_gates<A>(a.dg_work[l] + (t & 1) * BG + b * G, H, own_u, d[0], d[1],
+                                   d[2]);
                 dc_state[b * H + own_u] = dc;
                 bias_sum[l][0] += d[0];
                 bias_sum[l][1] += d[1];

@@ -2,7 +2,7 @@
  * lltm_cuda_sequence_stack_launch.cuh - the launchers of the stacked
  * layers' kernels (lltm_cuda_sequence_stack.cuh): their layouts, shared
  * memory and cooperative launches, for one dtype; each
- * lltm_cuda_seq_stack_<dtype>.cu instantiates them (LLTM_SEQ_STACK_UNIT).
+ * lltm_cuda_seq_stack_<dtype>.cu instantiates them (LLTM_SEQ_STACK_INSTANCES).
  */
 #ifndef LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH
 #define LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH
@@ -65,8 +65,47 @@ template <typename T> constexpr bool stack_layout_of(int ks, int kr, int ch)
     return !(std::is_same<T, float>::value && lltm_seq::stack_mma_only(ks, kr, ch));
 }
 
+/* one cooperative launch of `kernel` for `l` (its blocks x groups resident
+ * at once: the plan's) */
+template <typename Args>
+int stack_launch(void (*kernel)(Args), const lltm_sequence_launch &l, const Args &a,
+                 cudaStream_t stream)
+{
+    const int status = allow_smem((const void *)kernel, l.smem);
+    return status != LLTM_OK
+               ? status
+               : launch_status(launch_cooperative(kernel, l.blocks * l.groups, l.smem, stream, a));
+}
+
+} // namespace
+
+/* The exported functions of one dtype's unit: the kernel lookup (for the
+ * chooser's occupancy queries; NULL: no such layout) and the launch of the
+ * forward (Args: stack_forward_args<T>) or backward kernel of l's layout for
+ * `layers` layers (LLTM_ERR_ARGUMENT for a layout the library has no kernel
+ * of). Each lltm_cuda_seq_stack_<dtype>.cu instantiates them
+ * (LLTM_SEQ_STACK_INSTANCES(, T)); the others see them extern. */
+namespace lltm_seq {
 template <typename T>
-const void *stack_kernel_of(bool forward, int lanes, int values, int chunk, int layers)
+const void *stack_kernel(bool forward, int lanes, int values, int chunk, int layers);
+template <typename T, typename Args>
+int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStream_t stream);
+} // namespace lltm_seq
+
+#define LLTM_SEQ_STACK_INSTANCES(EXTERN, T)                                                  \
+    EXTERN template const void *lltm_seq::stack_kernel<T>(bool, int, int, int, int);         \
+    EXTERN template int lltm_seq::stack_run<T>(const lltm_sequence_launch &, int,            \
+                                               const lltm_seq::stack_forward_args<T> &,      \
+                                               cudaStream_t);                                \
+    EXTERN template int lltm_seq::stack_run<T>(const lltm_sequence_launch &, int,            \
+                                               const lltm_seq::stack_backward_args<T> &,     \
+                                               cudaStream_t);
+LLTM_SEQ_STACK_INSTANCES(extern, float)
+LLTM_SEQ_STACK_INSTANCES(extern, __half)
+LLTM_SEQ_STACK_INSTANCES(extern, __nv_bfloat16)
+
+template <typename T>
+const void *lltm_seq::stack_kernel(bool forward, int lanes, int values, int chunk, int layers)
 {
 #define LLTM_SEQ_STACK_CASE(KS, KR, CH, LL)                                                  \
     if constexpr (stack_layout_of<T>(KS, KR, CH))                                            \
@@ -78,27 +117,9 @@ const void *stack_kernel_of(bool forward, int lanes, int values, int chunk, int 
     return NULL;
 }
 
-/* one cooperative launch of `kernel` for `l` (its blocks x groups resident
- * at once: the plan's) */
-template <typename Args>
-int stack_launch(void (*kernel)(Args), const lltm_sequence_launch &l, const Args &a,
-                 cudaStream_t stream)
-{
-    if (l.smem > 48 * 1024 &&
-        cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)l.smem) != cudaSuccess) {
-        cudaGetLastError();
-        return LLTM_ERR_CUDA;
-    }
-    void *args[] = {(void *)&a};
-    return launch_status(cudaLaunchCooperativeKernel(kernel, dim3((unsigned)(l.blocks * l.groups)),
-                                                     dim3(NT), args, l.smem, stream));
-}
-
-/* the launch of the forward (Args: stack_forward_args) or backward kernel
- * of l's layout for `layers` layers */
 template <typename T, typename Args>
-int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStream_t stream)
+int lltm_seq::stack_run(const lltm_sequence_launch &l, int layers, const Args &a,
+                        cudaStream_t stream)
 {
     constexpr bool forward = std::is_same<Args, lltm_seq::stack_forward_args<T>>::value;
     if (l.groups < 1 || l.blocks < 1)
@@ -115,55 +136,5 @@ int stack_run(const lltm_sequence_launch &l, int layers, const Args &a, cudaStre
 #undef LLTM_SEQ_STACK_CASE
     return LLTM_ERR_ARGUMENT;
 }
-
-} // namespace
-
-/* The exported functions of one dtype's unit: the kernel lookup (for the
- * chooser's occupancy queries; NULL: no such layout) and the launchers
- * (LLTM_ERR_ARGUMENT for a layout the library has no kernel of). */
-namespace lltm_seq {
-template <typename T>
-const void *stack_kernel(bool forward, int lanes, int values, int chunk, int layers);
-template <typename T>
-int stack_forward(const lltm_sequence_launch &l, int layers, const stack_forward_args<T> &a,
-                  cudaStream_t stream);
-template <typename T>
-int stack_backward(const lltm_sequence_launch &l, int layers, const stack_backward_args<T> &a,
-                   cudaStream_t stream);
-#define LLTM_SEQ_STACK_DECLARE(T)                                                            \
-    template <>                                                                              \
-    const void *stack_kernel<T>(bool forward, int lanes, int values, int chunk, int layers); \
-    template <>                                                                              \
-    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
-                         const stack_forward_args<T> &a, cudaStream_t stream);               \
-    template <>                                                                              \
-    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
-                          const stack_backward_args<T> &a, cudaStream_t stream);
-LLTM_SEQ_STACK_DECLARE(float)
-LLTM_SEQ_STACK_DECLARE(__half)
-LLTM_SEQ_STACK_DECLARE(__nv_bfloat16)
-#undef LLTM_SEQ_STACK_DECLARE
-} // namespace lltm_seq
-
-#define LLTM_SEQ_STACK_UNIT(T)                                                               \
-    namespace lltm_seq {                                                                     \
-    template <>                                                                              \
-    const void *stack_kernel<T>(bool forward, int lanes, int values, int chunk, int layers)  \
-    {                                                                                        \
-        return stack_kernel_of<T>(forward, lanes, values, chunk, layers);                    \
-    }                                                                                        \
-    template <>                                                                              \
-    int stack_forward<T>(const lltm_sequence_launch &l, int layers,                          \
-                         const stack_forward_args<T> &a, cudaStream_t stream)                \
-    {                                                                                        \
-        return stack_run<T>(l, layers, a, stream);                                          \
-    }                                                                                        \
-    template <>                                                                              \
-    int stack_backward<T>(const lltm_sequence_launch &l, int layers,                         \
-                          const stack_backward_args<T> &a, cudaStream_t stream)              \
-    {                                                                                        \
-        return stack_run<T>(l, layers, a, stream);                                          \
-    }                                                                                        \
-    }
 
 #endif /* LLTM_CORE_CUDA_SEQUENCE_STACK_LAUNCH_CUH */

@@ -62,9 +62,7 @@ forward_step_kernel(int64_t B, int64_t H, int64_t t, const int64_t *__restrict__
                              to_acc(g[H + u]) + to_acc(r[H + u]) + bias_o,
                              to_acc(g[2 * H + u]) + to_acc(r[2 * H + u]) + bias_z,
                              to_acc(old_cell[e]), &i, &o, &z, &c, &h);
-        g[u] = from_acc<T>(i);
-        g[H + u] = from_acc<T>(o);
-        g[2 * H + u] = from_acc<T>(z);
+        store_gates<T>(g, H, u, i, o, z);
         new_cell[e] = from_acc<T>(c);
         new_h[e] = from_acc<T>(h);
     }
@@ -129,10 +127,7 @@ backward_step_kernel(int64_t B, int64_t H, int64_t t, int64_t T_, int64_t rows,
                                   to_acc(a[2 * H + u]), to_acc(cell[j]),
                                   to_acc(grad_output[j]) + to_acc(dh[j]),
                                   to_acc(grad_c_next[j]), d, &dc);
-            T *dg = grad_gates + b * G;
-            dg[u] = from_acc<T>(d[0]);
-            dg[H + u] = from_acc<T>(d[1]);
-            dg[2 * H + u] = from_acc<T>(d[2]);
+            store_gates<T>(grad_gates + b * G, H, u, d[0], d[1], d[2]);
             grad_cell[j] = from_acc<T>(dc);
             sum[0] += d[0];
             sum[1] += d[1];

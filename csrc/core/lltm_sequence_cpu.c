@@ -33,16 +33,6 @@
 #define LLTM_SEQUENCE_CLONES
 #endif
 
-/* Same grain as the cell: below this many elements (units x batch) one
- * thread does the step, waking the pool would cost more. */
-#define LLTM_SEQUENCE_GRAIN_ELEMENTS 16384
-
-static int64_t sequence_grain(int64_t B)
-{
-    int64_t g = LLTM_SEQUENCE_GRAIN_ELEMENTS / (B > 0 ? B : 1);
-    return g > 0 ? g : 1;
-}
-
 /* Rows past their length at step t (t >= lengths[b]; lengths NULL: none)
  * keep their state: gates 0, c unchanged, h_t 0; the recurrent product is
  * not read for them. */
@@ -216,24 +206,16 @@ typedef struct sequence_kernels {
 
 static int kernels_for(lltm_dtype dtype, sequence_kernels *k)
 {
+#define LLTM_SEQUENCE_KERNELS(ELEM, ACC, SUFFIX)                                       \
+    (sequence_kernels){ELEM, ACC, seq_forward_body_##SUFFIX, seq_backward_body_##SUFFIX, \
+                       seq_load_##SUFFIX, seq_store_##SUFFIX}
     switch (dtype) {
-    case LLTM_FLOAT32:
-        *k = (sequence_kernels){4, 4, seq_forward_body_f32, seq_backward_body_f32,
-                                seq_load_f32, seq_store_f32};
-        return LLTM_OK;
-    case LLTM_FLOAT64:
-        *k = (sequence_kernels){8, 8, seq_forward_body_f64, seq_backward_body_f64,
-                                seq_load_f64, seq_store_f64};
-        return LLTM_OK;
-    case LLTM_FLOAT16:
-        *k = (sequence_kernels){2, 4, seq_forward_body_f16, seq_backward_body_f16,
-                                seq_load_f16, seq_store_f16};
-        return LLTM_OK;
-    case LLTM_BFLOAT16:
-        *k = (sequence_kernels){2, 4, seq_forward_body_bf16, seq_backward_body_bf16,
-                                seq_load_bf16, seq_store_bf16};
-        return LLTM_OK;
+    case LLTM_FLOAT32: *k = LLTM_SEQUENCE_KERNELS(4, 4, f32); return LLTM_OK;
+    case LLTM_FLOAT64: *k = LLTM_SEQUENCE_KERNELS(8, 8, f64); return LLTM_OK;
+    case LLTM_FLOAT16: *k = LLTM_SEQUENCE_KERNELS(2, 4, f16); return LLTM_OK;
+    case LLTM_BFLOAT16: *k = LLTM_SEQUENCE_KERNELS(2, 4, bf16); return LLTM_OK;
     }
+#undef LLTM_SEQUENCE_KERNELS
     return LLTM_ERR_DTYPE;
 }
 
@@ -280,19 +262,25 @@ static void *take(char **cursor, size_t bytes)
     return p;
 }
 
+/* Whether the product c [M,N] (row stride ldc) = a [M,K] b [K,N] is empty:
+ * nothing to do, or zeros where K == 0 (0.0 in every dtype) */
+static bool empty_product(int64_t M, int64_t N, int64_t K, void *c, int64_t ldc, size_t elem)
+{
+    if (M == 0 || N == 0)
+        return true;
+    for (int64_t m = 0; K == 0 && m < M; ++m)
+        memset(at(c, m * ldc, elem), 0, (size_t)N * elem);
+    return K == 0;
+}
+
 /* c [M,N] (row stride ldc) = a [M,K] b [K,N] through the caller's callback;
- * no call where the product is empty, zeros where K == 0. */
+ * no call where the product is empty. */
 static int product(lltm_gemm gemm, void *ctx, lltm_dtype dtype, size_t elem, int64_t M,
                    int64_t N, int64_t K, const void *a, int64_t a_rs, int64_t a_cs,
                    const void *b, int64_t b_rs, int64_t b_cs, void *c, int64_t ldc)
 {
-    if (M == 0 || N == 0)
+    if (empty_product(M, N, K, c, ldc, elem))
         return LLTM_OK;
-    if (K == 0) {
-        for (int64_t m = 0; m < M; ++m)
-            memset(at(c, m * ldc, elem), 0, (size_t)N * elem); /* 0.0 in every dtype */
-        return LLTM_OK;
-    }
     return gemm(ctx, dtype, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc) == 0 ? LLTM_OK
                                                                                 : LLTM_ERR_GEMM;
 }
@@ -302,13 +290,8 @@ static int product(lltm_gemm gemm, void *ctx, lltm_dtype dtype, size_t elem, int
 static int packed_product(lltm_parallel_for pfor, int64_t M, int64_t N, int64_t K,
                           const void *a, int64_t lda, const float *packed, void *c, int64_t ldc)
 {
-    if (M == 0 || N == 0)
+    if (empty_product(M, N, K, c, ldc, sizeof(float)))
         return LLTM_OK;
-    if (K == 0) {
-        for (int64_t m = 0; m < M; ++m)
-            memset((float *)c + m * ldc, 0, (size_t)N * sizeof(float));
-        return LLTM_OK;
-    }
     return lltm_packed_mm_f32(M, N, K, (const float *)a, lda, packed, (float *)c, ldc, pfor);
 }
 
@@ -316,7 +299,7 @@ static int run(lltm_parallel_for pfor, int64_t B, int64_t H, lltm_range_body bod
 {
     if (B == 0 || H == 0)
         return LLTM_OK;
-    return pfor(0, H, sequence_grain(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+    return pfor(0, H, lltm_grain_for_batch(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }
 
 /* float32's forward step in one pass per range of units: the three gate
@@ -348,7 +331,7 @@ static int run_fused(lltm_parallel_for pfor, fused_step *f)
      * pointwise pass (fewer would not pay for waking a thread) */
     const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
     const int64_t by_mm = (1 << 18) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
-    const int64_t by_pointwise = sequence_grain(f->step->B) / LLTM_PANEL + 1;
+    const int64_t by_pointwise = lltm_grain_for_batch(f->step->B) / LLTM_PANEL + 1;
     const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
     return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }
