@@ -208,20 +208,16 @@ static int final_state(lltm_dtype dtype, int64_t T, int64_t B, int64_t H,
                        void *stream)
 {
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
-    int status = LLTM_OK;
-    if (T > 0 && B * H > 0) {
-        status = lengths ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n,
-                                                         stream)
-                         : lltm_cuda_copy(h_n, at(output, (T - 1) * B * H, elem), state_bytes,
-                                          stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy(c_n, at(cells, (T - 1) * B * H, elem), state_bytes, stream);
-    } else if (B * H > 0) {
-        status = lltm_cuda_copy(h_n, h0, state_bytes, stream);
-        if (status == LLTM_OK)
-            status = lltm_cuda_copy(c_n, c0, state_bytes, stream);
-    }
-    return status;
+    if (B * H == 0)
+        return LLTM_OK;
+    const int status =
+        T > 0 && lengths
+            ? lltm_sequence_last_state_cuda(dtype, T, B, H, lengths, output, h_n, stream)
+            : lltm_cuda_copy(h_n, T > 0 ? at(output, (T - 1) * B * H, elem) : h0, state_bytes,
+                             stream);
+    return status != LLTM_OK ? status
+                             : lltm_cuda_copy(c_n, T > 0 ? at(cells, (T - 1) * B * H, elem) : c0,
+                                              state_bytes, stream);
 }
 
 int weight_grads(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H, const void *dG,
@@ -346,8 +342,7 @@ int lltm_sequence_backward_cuda(const lltm_sequence_plan *plan, int64_t T, int64
     const lltm_dtype dtype = plan->dtype;
     const int64_t G = 3 * H, K = I + H, TB = T * B;
     const size_t elem = elem_size(dtype), state_bytes = (size_t)(B * H) * elem;
-    int status;
-    status = LLTM_OK;
+    int status = LLTM_OK;
     if (TB == 0 || H == 0) { /* nothing ran: the state's gradients pass through */
         if (grad_h0)
             status = lltm_cuda_copy(grad_h0, grad_h_n, state_bytes, stream);
