@@ -293,8 +293,8 @@ __device__ __forceinline__ void stack_forward_steps(const lltm_seq::stack_forwar
                                      acc[l * 3 + 1] + (bottom ? p_o : A(0)) + bo[l],
                                      acc[l * 3 + 2] + (bottom ? p_z : A(0)) + bz[l], c_prev[l],
                                      &i, &o, &z, &c, &h);
-                store_forward_outputs(a.gates[l], a.cells[l], a.output[l], B, H, t, b, u, i, o, z, c,
-                                      h);
+                store_forward_outputs(a.gates[l], a.cells[l], a.output[l], B, H, t, b, u, i, o,
+                                      z, c, h);
                 store_final_state(a.h_n[l], a.c_n[l], a.lengths, steps, H, t, b, u, c, h);
                 if (!SAME) {
                     a.c_work[l][b * H + u] = c;
