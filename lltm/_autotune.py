@@ -33,11 +33,6 @@ _FORWARD = torch.ops.lltm._sequence_forward.default
 _BACKWARD = torch.ops.lltm._sequence_backward.default
 
 
-def with_plan(settings: int, fields: int) -> int:
-    """``settings`` with its plan fields replaced by ``fields``."""
-    return (settings & ~PLAN_FIELDS) | fields
-
-
 def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -> int:
     """A Function's forward settings ``given`` with the measured plan, kept in
     ``ctx`` for its backward (backward_settings)."""
@@ -51,7 +46,7 @@ def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -
 def backward_settings(ctx, settings: int) -> int:
     """A backward's ``settings`` with its forward's measured plan, if any."""
     tuned = getattr(ctx, "tuned_plan", None)
-    return settings if tuned is None else with_plan(settings, tuned)
+    return settings if tuned is None else (settings & ~PLAN_FIELDS) | tuned
 
 
 def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:

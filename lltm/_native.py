@@ -113,13 +113,6 @@ def load_from(paths: dict[str, Path]) -> ctypes.CDLL:
     return _loaded["cpu"]
 
 
-def _installed_paths(directory: Path) -> dict[str, Path]:
-    paths = {"cpu": directory / build.CPU_LIBRARY}
-    if (directory / build.CUDA_LIBRARY).exists():
-        paths["cuda"] = directory / build.CUDA_LIBRARY
-    return paths
-
-
 def _built_with_cuda() -> bool | None:
     """The package folder's libraries keep their CPU / CUDA choice when rebuilt
     (LLTM_BUILD_CUDA overrides; None: the build's default)."""
@@ -129,21 +122,18 @@ def _built_with_cuda() -> bool | None:
     return "cuda" in info.get("libraries", {})
 
 
-def _in_source_checkout() -> bool:
-    return build.CSRC.is_dir() and PACKAGE_DIR.parent == build.REPO_ROOT
-
-
 def ensure_loaded() -> ctypes.CDLL:
     if "cpu" in _loaded:
         return _loaded["cpu"]
     installed = PACKAGE_DIR / build.CPU_LIBRARY
     try:
-        if _in_source_checkout():
+        if build.CSRC.is_dir() and PACKAGE_DIR.parent == build.REPO_ROOT:  # a source checkout
             if installed.exists():  # editable install or --inplace: keep it current
                 return load_from(build.build_libraries(PACKAGE_DIR, cuda=_built_with_cuda()))
             return build.load()
         if installed.exists():
-            return load_from(_installed_paths(PACKAGE_DIR))
+            cuda = PACKAGE_DIR / build.CUDA_LIBRARY
+            return load_from({"cpu": installed, **({"cuda": cuda} if cuda.exists() else {})})
     except build.BuildError as exc:
         raise NativeLibraryError(
             f"lltm: building the native library failed: {exc}. A C compiler (cc) is "

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import _autotune, _directions, _native, _settings, _sharing, overrides
+from . import _autotune, _directions, _native, _settings, _sharing, _wavefront, overrides
 from .backends import cuda as _backend
 
 CHOICES_CACHED = 256  # choices kept per rule (shapes, devices, capture or not, settings)
@@ -158,9 +158,7 @@ MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS
 def groups(L: int) -> list[int]:
     """L layers in groups of at most MAX_GROUP, as even as they come, the
     larger first: 4 -> [2, 2], 5 -> [3, 2], 7 -> [3, 2, 2]."""
-    count = -(-L // MAX_GROUP)
-    base, extra = divmod(L, count)
-    return [base + (k < extra) for k in range(count)]
+    return _wavefront._split(L, -(-L // MAX_GROUP))
 
 
 def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:

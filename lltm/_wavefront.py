@@ -29,7 +29,7 @@ from . import _directions, _layer_grads, _sharing
 
 
 def _split(T: int, chunks: int) -> list[int]:
-    """T steps in ``chunks`` (<= T) near-equal chunks, the longer ones first."""
+    """T steps (or layers) in ``chunks`` (<= T) near-equal parts, the longer first."""
     base, extra = divmod(T, chunks)
     return [base + (k < extra) for k in range(chunks)]
 
