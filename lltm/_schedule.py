@@ -78,9 +78,7 @@ def explain(module, input: torch.Tensor) -> str:
     """What ``module`` (an lltm.LLTM) would run for ``input`` (as its forward
     takes it) here and now, and why: the schedule and, on CUDA, each layer's
     kernel plan. For users and bug reports; runs nothing."""
-    x = input if input.dim() == 3 else input.unsqueeze(1)
-    if module.batch_first and input.dim() == 3:
-        x = x.transpose(0, 1)
+    x = module._time_major(input)
     T, B, I = x.shape
     s = for_call(module, x)
     H, L, dtype = module.hidden_size, module.num_layers, x.dtype

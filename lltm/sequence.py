@@ -217,6 +217,12 @@ class LLTM(torch.nn.Module):
         return (self._check_state("h0", state[0], B, batched),
                 self._check_state("c0", state[1], B, batched))
 
+    def _time_major(self, input: torch.Tensor) -> torch.Tensor:
+        """Tensor input as forward takes it, as [T, B, I]."""
+        if input.dim() == 2:
+            return input.unsqueeze(1)
+        return input.transpose(0, 1) if self.batch_first else input
+
     def _check_features(self, I: int) -> None:
         if I != self.input_size:
             raise ValueError(f"LLTM: input has {I} features in its last dimension, expected "
@@ -241,12 +247,7 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: input must be {layout} or unbatched [T, I], got {got} "
                              "(a PackedSequence is accepted too)")
         batched = input.dim() == 3
-        if not batched:
-            x = input.unsqueeze(1)
-        elif self.batch_first:
-            x = input.transpose(0, 1)
-        else:
-            x = input
+        x = self._time_major(input)
         T, B, I = x.shape
         self._check_features(I)
         if _settings.onnx_exporting():
