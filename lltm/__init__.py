@@ -6,9 +6,9 @@
     rnn = lltm.LLTM(32, 128, num_layers=2)         # whole sequences, like nn.LSTM
     output, (h_n, c_n) = rnn(torch.randn(100, 16, 32))
 
-Operators: ``torch.ops.lltm.cell_forward`` / ``cell_backward`` and
-``sequence_forward`` / ``sequence_backward`` (one layer, whole sequence; see
-``csrc/core/lltm.h`` for the math and the shapes).
+Operators: ``torch.ops.lltm.cell_forward``, ``sequence_forward`` (one layer),
+``stack_forward`` (stacked layers) and their backward operators
+(``csrc/core/lltm.h``: the math and the shapes).
 """
 from . import _native
 from ._native import build_info  # noqa: F401  (how the native libraries were built)

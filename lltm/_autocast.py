@@ -1,15 +1,10 @@
-"""torch.autocast for the LLTM operators, the way PyTorch treats linear and
-lstm_cell: under ``torch.autocast(device, dtype)`` the forward operators run
-in the context's dtype (``torch.get_autocast_dtype``), whatever dtype their
-inputs have. Inputs are cast with differentiable ``Tensor.to`` calls, so
-gradients reach float32 parameters in float32; the kernels accumulate in
-float32 whatever the storage dtype. float64 tensors and tensors on another
-device are left alone, as autocast does.
-
-Two routes: kernels registered at the AutocastCPU / AutocastCUDA dispatch
-keys (direct ``torch.ops.lltm`` calls, torch.compile, export), and
-:func:`eager_call` for lltm.functional's eager fast path, which casts before
-its autograd.Function so that the casts are recorded by autograd.
+"""torch.autocast for the LLTM operators, as PyTorch treats linear and
+lstm_cell: the forward operators run in the context's dtype, inputs cast by
+differentiable ``Tensor.to`` (gradients reach float32 parameters in
+float32); float64 tensors and other devices' are left alone. Kernels at the
+AutocastCPU / AutocastCUDA keys serve direct operator calls, torch.compile
+and export; :func:`eager_call` casts before lltm.functional's eager
+autograd.Function, so that autograd records the casts.
 """
 from __future__ import annotations
 
@@ -50,9 +45,8 @@ for _name in FORWARD_OPS:
 
 
 def eager_call(call, args):
-    """``call(args)`` with ``args`` cast for every autocast context that is on
-    (checked by the caller: ``torch._C._is_any_autocast_enabled()``), and the
-    Autocast keys skipped below: the casts are done, and recorded by autograd."""
+    """``call(args)`` with ``args`` cast for every autocast context on, the
+    Autocast keys skipped below (the casts are done, recorded by autograd)."""
     for device_type in _DEVICE_KEYS:
         if torch.is_autocast_enabled(device_type):
             args = cast(args, device_type)

@@ -1,12 +1,10 @@
 """CUDA sequence plans chosen by measurement: ``lltm.backends.cuda.benchmark``
-(docs/design.md, "Measured plans"). Where it is on, a CUDA sequence call with
-no plan forced by lltm.overrides runs the candidate measured fastest for its
-key, as plan fields of its settings argument (lltm.overrides.SequencePlan
-.packed(); csrc/binding/call_settings.h); its backward runs with its
-forward's fields (``ctx.tuned_plan``). Measured at the first eager call of a
-key, for eager and captured calls at once; under CUDA-graph capture,
-torch.compile and torch.func transforms only looked up (a miss: the
-library's own choice). Ties go to the earlier candidate, the library's first.
+(docs/design.md, "Measured plans"). Where it is on, a CUDA sequence call
+with no plan forced runs the candidate measured fastest for its key, as plan
+fields of its settings; its backward runs with its forward's fields
+(``ctx.tuned_plan``). Measured at a key's first eager call for eager and
+captured calls at once; under capture, torch.compile and torch.func only
+looked up (a miss: the library's own choice). Ties go to the library.
 """
 from __future__ import annotations
 
@@ -35,15 +33,9 @@ _FORWARD = torch.ops.lltm._sequence_forward.default
 _BACKWARD = torch.ops.lltm._sequence_backward.default
 
 
-def with_plan(settings: int, fields: int) -> int:
-    """``settings`` with its plan fields replaced by ``fields``."""
-    return (settings & ~PLAN_FIELDS) | fields
-
-
 def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -> int:
-    """A Function's forward call's settings ``given``, with the measured plan
-    where lltm.backends.cuda.benchmark is on; kept in ``ctx`` for its
-    backward (backward_settings)."""
+    """A Function's forward settings ``given`` with the measured plan, kept in
+    ``ctx`` for its backward (backward_settings)."""
     if not _backend.benchmark:
         return given
     tuned = settings(given, x, H, training)
@@ -54,15 +46,13 @@ def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -
 def backward_settings(ctx, settings: int) -> int:
     """A backward's ``settings`` with its forward's measured plan, if any."""
     tuned = getattr(ctx, "tuned_plan", None)
-    return settings if tuned is None else with_plan(settings, tuned)
+    return settings if tuned is None else (settings & ~PLAN_FIELDS) | tuned
 
 
 def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:
-    """The settings of a sequence call over x [T, B, I] with state size H:
-    ``settings`` with the fields of the plan measured fastest for its key,
-    measured now where it may be. Unchanged where a plan is forced or none
-    is given (an exported program), off CUDA, and on a key not cached where
-    nothing may be measured."""
+    """``settings`` of a sequence call over x [T, B, I] with the plan measured
+    fastest for its key (measured now where it may be). Unchanged where a
+    plan is forced or none given, off CUDA, and where nothing may be measured."""
     if settings == _settings.NOT_GIVEN or settings & PLAN_FIELDS:
         return settings
     index = _cuda_index(x)
@@ -111,16 +101,14 @@ def _capturing(index: int) -> bool:
 
 
 def _may_measure(x: torch.Tensor) -> bool:
-    """Not while torch.compile traces (nor on its fake tensors), nor under
-    torch.func transforms."""
+    """Not while torch.compile traces, nor under torch.func transforms."""
     return (type(x) in (torch.Tensor, torch.nn.Parameter) and not torch.compiler.is_compiling()
             and not torch._C._are_functorch_transforms_active())
 
 
 def candidates(dtype, settings: int) -> list[int]:
-    """The plan fields to measure: the library's own choice (0), then each
-    family forced; float32's grid as its TF32 and FFMA builds where TF32 is
-    allowed."""
+    """The plan fields to measure: the library's choice (0), then each family
+    forced (float32's grid as TF32 and FFMA builds where TF32 is allowed)."""
     plans = [overrides.SequencePlan(family=f) for f in FAMILIES]
     if dtype == torch.float32 and settings & _settings.TF32:
         plans[1:2] = [overrides.SequencePlan(family="grid", grid_tf32=t) for t in (True, False)]
@@ -134,7 +122,7 @@ def _fits(dtype, T, B, I, H, index, settings) -> bool:  # noqa: E741
 
 def tune(key: tuple, index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
          settings: int) -> None:
-    """Measures the candidates that fit for ``key`` (an eager call's) and keeps
+    """Measures the candidates that fit for ``key`` (an eager call's), keeping
     the fastest for it and for the same call captured."""
     fields = [f for f in candidates(dtype, settings)
               if f == 0 or _fits(dtype, T, B, I, H, index, settings | f)]
@@ -176,8 +164,7 @@ def _measure(fields: list[int], dtype, T: int, B: int, I: int, H: int,  # noqa: 
 
 
 def _timed(run) -> float:
-    """Median microseconds of REPS runs after WARMUP, each between CUDA events
-    from an idle device."""
+    """Median microseconds of REPS runs after WARMUP, each from an idle device."""
     try:
         for _ in range(WARMUP):
             run()
@@ -215,8 +202,8 @@ def clear() -> None:
 
 
 def _read_file() -> None:
-    """Reads the cache file once (again when it is another), keeping the
-    plans measured here over its."""
+    """Reads the cache file once (again when it changes), keeping the plans
+    measured here over its."""
     global _read
     path = _backend.cache_file
     if path is None or os.fspath(path) == _read:

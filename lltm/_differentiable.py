@@ -1,16 +1,10 @@
-"""The LLTM's derivatives written in differentiable PyTorch operations, from
-the operators' inputs only.
-
-The native backward kernels are not themselves differentiable, and the
-tensors they read (gates, the new cell state) are forward outputs that
-autograd treats as constants. When a backward runs with its graph recorded
-(``create_graph=True``, ``torch.func.grad``, Hessians), ``lltm/_ops.py``
-computes the gradients here instead, so second derivatives are exact.
-``cell_jvp`` / ``sequence_jvp`` are the forward-mode (tangent) formulas.
-
-Gate order and layout follow ``csrc/core/lltm.h``: g = [h, x] W^T + b,
-g = [g_i | g_o | g_z], i = sigmoid(g_i), o = sigmoid(g_o), z = elu(g_z),
-c' = c + i z, h' = tanh(c') o.
+"""The LLTM's derivatives in differentiable PyTorch operations, from the
+operators' inputs only. The native backward kernels are not differentiable
+and read forward outputs autograd treats as constants: where a backward
+records its graph (``create_graph=True``, torch.func, Hessians), lltm/_ops.py
+computes the gradients here, so second derivatives are exact. ``*_jvp``:
+the forward-mode formulas. Gates as in ``csrc/core/lltm.h``: g = [h, x] W^T
++ b = [g_i | g_o | g_z], c' = c + sigmoid(g_i) elu(g_z), h' = tanh(c') sigmoid(g_o).
 """
 from __future__ import annotations
 
@@ -82,11 +76,9 @@ def sequence_forward(input, weights, bias, h0, c0, lengths=None):
 
 def sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, bias, h0, c0,
                       lengths=None):
-    """(d_input, d_weights, d_bias [3H], d_h0, d_c0) of one layer over a
-    sequence: the states are recomputed step by step from the inputs, then
-    the gradient runs back through time with :func:`cell_backward`. With
-    ``lengths``, steps past a row's length pass the state's gradient through
-    and contribute nothing else."""
+    """(d_input, d_weights, d_bias [3H], d_h0, d_c0) of one layer: the states
+    recomputed from the inputs, then :func:`cell_backward` back through time
+    (steps past a row's length pass the state's gradient through)."""
     bias = bias.reshape(-1)
     states = [(h0, c0)]
     for t, x in enumerate(input.unbind(0)[:-1] if input.shape[0] else ()):
@@ -124,9 +116,8 @@ def _or_zeros(t, like):
 def cell_jvp(input, weights, bias, old_h, old_cell,
              t_input, t_weights, t_bias, t_old_h, t_old_cell):
     """(new_h, new_cell, t_new_h, t_new_cell): one step and its tangents from
-    the tangents of its inputs (None: zero). The activations are recomputed
-    from the inputs, so the tangents are themselves differentiable (nested
-    jvp, jacfwd of jacfwd)."""
+    its inputs' (None: zero), recomputed from the inputs so that they are
+    differentiable again (nested jvp)."""
     X = torch.cat([old_h, input], dim=1)
     t_X = torch.cat([_or_zeros(t_old_h, old_h), _or_zeros(t_input, input)], dim=1)
     t_g = t_X.mm(weights.t())
@@ -147,9 +138,7 @@ def cell_jvp(input, weights, bias, old_h, old_cell,
 
 def sequence_jvp(input, weights, bias, h0, c0, t_input, t_weights, t_bias, t_h0, t_c0,
                  lengths=None):
-    """Tangents (output, h_n, c_n) of one layer over a sequence, the states
-    recomputed step by step with :func:`cell_jvp` (rows stopping after
-    ``lengths``[b] steps, if given)."""
+    """Tangents (output, h_n, c_n) of one layer, step by step with :func:`cell_jvp`."""
     h, c = h0, c0
     t_h, t_c = _or_zeros(t_h0, h0), _or_zeros(t_c0, c0)
     t_out = []
@@ -176,8 +165,7 @@ def _stack_layer(weights0, weights, l: int):
 
 
 def stack_forward(input, weights0, weights, biases, h0, c0, lengths=None):
-    """(output, h_n, c_n, outputs, cells, gates) as lltm::stack_forward
-    returns them: :func:`sequence_forward` layer after layer."""
+    """lltm::stack_forward's results: :func:`sequence_forward` layer after layer."""
     x, results = input, []
     for l in range(h0.shape[0]):
         results.append(sequence_forward(x, _stack_layer(weights0, weights, l), biases[l],
@@ -193,9 +181,8 @@ def stack_forward(input, weights0, weights, biases, h0, c0, lengths=None):
 def stack_backward(grad_output, grad_h_n, grad_c_n, input, weights0, weights, biases, h0, c0,
                    lengths=None):
     """(d_input, d_weights0, d_weights, d_biases, d_h0, d_c0) of
-    lltm::stack_forward: the layers' inputs recomputed (they depend on the
-    layers below), then :func:`sequence_backward` from the top layer down,
-    each layer's d_input the grad_output of the layer below."""
+    lltm::stack_forward: the layers' inputs recomputed, then
+    :func:`sequence_backward` from the top layer down."""
     L = h0.shape[0]
     inputs = [input]
     for l in range(L - 1):
@@ -215,9 +202,8 @@ def stack_backward(grad_output, grad_h_n, grad_c_n, input, weights0, weights, bi
 
 def stack_jvp(input, weights0, weights, biases, h0, c0, t_input, t_weights0, t_weights,
               t_biases, t_h0, t_c0, lengths=None):
-    """Tangents (output, h_n [L,B,H], c_n [L,B,H]) of lltm::stack_forward:
-    :func:`sequence_jvp` layer after layer, each layer's output tangent the
-    input tangent of the layer above."""
+    """Tangents (output, h_n, c_n) of lltm::stack_forward: :func:`sequence_jvp`
+    layer after layer."""
     def part(t, l):
         return None if t is None else t[l]
 

@@ -1,13 +1,9 @@
 """Both directions of one bidirectional layer (lltm.LLTM): the reverse
-direction's time order, the CUDA side stream it runs on, and, for eager
-calls, both directions as one autograd node (:class:`BothDirections`).
-
-One node instead of the seven a layer otherwise records (two operators, two
-time reversals, the concatenation, the streams' hand-overs between them) is
-host time saved per step forward and backward, which is what an eager
-bidirectional step at small sizes is made of. torch.compile and torch.func
-transforms keep the per-operator form (lltm.sequence), whose registered
-formulas they trace."""
+direction's time order, its CUDA side stream, and for eager calls both
+directions as one autograd node (:class:`BothDirections`): one node instead
+of seven saves the host time an eager bidirectional step at small sizes is
+made of. torch.compile and torch.func keep the per-operator form.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +40,7 @@ _SIDE_STREAMS: dict = {}
 
 
 def side_streams(device: torch.device, count: int = 1) -> list:
-    """``count`` side streams of CUDA ``device``, made once and reused: the
-    reverse direction's (the first), the wavefront's layers above the first."""
+    """``count`` side streams of CUDA ``device``, made once and reused."""
     index = _native.cuda_index(device)
     pool = _SIDE_STREAMS.setdefault(index, [])
     while len(pool) < count:
@@ -54,24 +49,19 @@ def side_streams(device: torch.device, count: int = 1) -> list:
 
 
 def concurrent(x: torch.Tensor) -> bool:
-    """Whether work on ``x`` may fork onto side streams (the reverse
-    direction here, the wavefront's layers in lltm/_wavefront.py): on CUDA,
-    eagerly or while a CUDA graph is captured (a side stream forks from the
-    capturing one and joins it again, so the graph holds every branch); not
-    while compiling (torch.compile traces one stream) or under torch.func
-    transforms."""
+    """Whether work on ``x`` may fork onto side streams: on CUDA, eagerly or
+    under capture (the graph holds every branch); not under torch.compile
+    (which traces one stream) or torch.func."""
     return (x.is_cuda and not torch.compiler.is_compiling()
             and not torch._C._are_functorch_transforms_active())
 
 
 class _Fork:
-    """The reverse direction's work on the side stream (``cuda``: by default
-    where :func:`concurrent`) or in line: ``with fork.side(): ...`` runs
-    there; ``join`` makes the current stream wait for it and tells the
-    caching allocator that ``tensors`` made there are used on the current
-    stream too. ``settings()``: those of both directions' calls, planned for
-    SIDE_BY_SIDE layers at once where they run side by side (``sharing()``:
-    the same for the calls made inside it)."""
+    """The reverse direction's work on the side stream (where ``cuda``,
+    default :func:`concurrent`) or in line: ``with fork.side()`` runs there;
+    ``join`` makes the current stream wait for it and records ``tensors``
+    made there on the current one. ``settings()`` / ``sharing()``: calls
+    planned for SIDE_BY_SIDE layers at once where they run side by side."""
 
     SIDE_BY_SIDE = 2
 
@@ -101,9 +91,8 @@ class _Fork:
 
 
 def fused(x: torch.Tensor) -> bool:
-    """Whether an eager bidirectional layer can run as one BothDirections
-    node: not under torch.compile or torch.func transforms, forward-mode AD
-    (dual tensors) or autocast, which the per-operator form handles."""
+    """Whether a bidirectional layer can run as one BothDirections node: not
+    under torch.compile, torch.func, forward-mode AD or autocast."""
     return not (torch.compiler.is_compiling()
                 or torch._C._are_functorch_transforms_active()
                 or _forward_ad._current_level >= 0
@@ -111,13 +100,10 @@ def fused(x: torch.Tensor) -> bool:
 
 
 class BothDirections(torch.autograd.Function):
-    """One bidirectional layer: (x [T,B,I], the forward direction's weights
-    and bias, the reverse direction's, h0 and c0 [2,B,H] (forward, reverse),
-    lengths [B] or None, reverse index [T,B] or None) -> (output [T,B,2H],
-    h_n, c_n [2,B,H]). The reverse direction (its input and output reversed
-    in time) runs on the side stream on CUDA, forward and backward; each
-    operator call is the autograd-free twin of the one
-    lltm.functional.lltm_sequence makes."""
+    """One bidirectional layer: (x [T,B,I], w_f, b_f, w_r, b_r, h0 and c0
+    [2,B,H], lengths [B] or None, reverse index [T,B] or None) -> (output
+    [T,B,2H], h_n, c_n [2,B,H]), the reverse direction on the side stream on
+    CUDA, forward and backward, through the operators' twins."""
 
     @staticmethod
     def forward(ctx, x, w_f, b_f, w_r, b_r, h0, c0, lengths, index):
@@ -152,9 +138,8 @@ class BothDirections(torch.autograd.Function):
             g_out = out_f.new_zeros(*out_f.shape[:2], 2 * H)
         g_h, g_c = _ops.incoming_grads((g_h, g_c), (h0, c0))
         if torch.is_grad_enabled():
-            # The backward's graph is recorded (create_graph=True): the
-            # differentiable formulas, from the saved inputs (the reverse
-            # input again from x, so that its gradient reaches x).
+            # create_graph: the differentiable formulas (the reverse input
+            # again from x, so that its gradient reaches x)
             d_f = _differentiable.sequence_backward(g_out[..., :H], g_h[0], g_c[0], x, w_f, b_f,
                                                     h0[0], c0[0], *tail)
             d_r = _differentiable.sequence_backward(

@@ -1,25 +1,17 @@
 """A layer's weight and bias gradients formed once from all its time chunks.
 
-The wavefront (lltm/_wavefront.py) runs a layer as C calls over time chunks.
-Through lltm_sequence each call's backward would form that chunk's dW = dG^T
-[h_prev | x] (two row joins and a product) and autograd would add the C
-results; all of it on the layer's stream, between one chunk's recurrence and
-the previous chunk's, which waits for it. Here each chunk's backward runs
-the recurrence and dx only (lltm::sequence_backward_gates hands out dG, the
-gates' gradients, instead of dW), and the layer's parameters reach its chunk
-calls through :class:`LayerParameters`, whose backward runs once every chunk
-has run: it forms dW from the chunks' dG and [h_prev | x], and the bias
-gradient as the sum of the chunks'. On CUDA it runs on the layer's stream
-after the layer's last chunk, while the layers below still run theirs. Its
-products: joined rows and one product while they fit in the GPU's L2
-cache, else products on views.
+Through lltm_sequence each of the wavefront's chunk calls (lltm/_wavefront.py)
+would form its own dW = dG^T [h_prev | x] in its backward, on the layer's
+stream, between one chunk's recurrence and the previous chunk's, which waits
+for it. Here each chunk's backward runs the recurrence and dx only
+(lltm::sequence_backward_gates hands out dG), and the parameters reach the
+chunk calls through :class:`LayerParameters`, whose backward forms dW and the
+bias gradient once every chunk has run, while the layers below still run.
 
-Used by the wavefront where gradients are recorded eagerly (or under CUDA
-graph capture): not while torch.compile traces, under torch.func transforms
-or forward-mode AD, nor where a layer's parameters need no gradient. A
-backward that records its own graph (create_graph=True) runs each chunk's
-backward in differentiable operations and passes dW through autograd as
-lltm_sequence does.
+Used where gradients are recorded eagerly or under CUDA graph capture; not
+under torch.compile, torch.func or forward-mode AD, nor for parameters
+without gradients. Under create_graph=True each chunk's backward runs in
+differentiable operations and dW passes through autograd.
 """
 from __future__ import annotations
 
@@ -41,9 +33,8 @@ def wanted() -> bool:
 
 
 class Sink:
-    """What a layer's chunk backwards leave for :class:`LayerParameters`, per
-    backward pass (autograd's graph task): per chunk, (dG, the bias
-    gradient, h0, output, input) of the call."""
+    """Per backward pass (autograd's graph task) and chunk, what the chunk's
+    backward leaves for :class:`LayerParameters`: (dG, d_bias, h0, output, input)."""
 
     def __init__(self):
         self.passes: dict[int, dict[int, tuple]] = {}
@@ -52,8 +43,8 @@ class Sink:
         self.passes.setdefault(torch._C._current_graph_task_id(), {})[chunk] = entry
 
     def take(self) -> list:
-        """This pass's entries in time order; entries of passes that never
-        reached the parameters (a gradient of the input alone) dropped."""
+        """This pass's entries in time order; other passes' (which never
+        reached the parameters) dropped."""
         mine = self.passes.pop(torch._C._current_graph_task_id(), {})
         self.passes.clear()
         return [mine[k] for k in sorted(mine)]
@@ -86,12 +77,9 @@ class LayerParameters(torch.autograd.Function):
 
 
 def _weight_grads(entries) -> torch.Tensor:
-    """dW [G, H+I] = dG^T [h_prev | x] over the chunks' (dG, _, h0, output,
-    input), h_prev the chunk's h0 at its first step and its output after:
-    where the joined rows fit in join_limit bytes, the chunks' dG and
-    [h_prev | x] joined and one product (fewest launches); past it products
-    on the chunks' views, summed, no rows copied (at B1024/H256 in bfloat16
-    the joins' copies cost 8% of the step)."""
+    """dW [G, H+I] = dG^T [h_prev | x] over the chunks: rows joined and one
+    product where they fit in join_limit bytes, else products on views (at
+    B1024/H256 in bfloat16 the joins' copies cost 8% of the step)."""
     dG0 = entries[0][0]
     G, K = dG0.shape[2], entries[0][2].shape[1] + entries[0][4].shape[2]
     rows = sum(e[0].shape[0] * e[0].shape[1] for e in entries)
@@ -112,8 +100,7 @@ def _join(tensors):
 
 def add_products(d_weights: torch.Tensor, entry: tuple, first: bool) -> None:
     """One chunk's dG^T [h_prev | x] into d_weights [G, H+I] (written where
-    ``first``, else added), as products on views, no rows copied: dW_h from
-    dG_0^T h0 and dG_{1..}^T output[:-1], dW_x from dG^T x."""
+    ``first``, else added), as products on views."""
     dG, _, h0, out, x = entry
     T, B, G = dG.shape
     H = h0.shape[1]
@@ -133,9 +120,8 @@ def _product_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bo
 
 
 def join_limit(device: torch.device) -> int:
-    """Bytes of joined rows (dG and [h_prev | x]) up to which a layer's dW
-    joins its chunks' rows: the GPU's L2 cache, where the copies stay; on
-    the CPU none (the products on views cost no more there)."""
+    """Bytes of joined rows up to which dW joins its chunks' rows: the GPU's
+    L2 cache, where the copies stay; none on the CPU."""
     if device.type != "cuda":
         return 0
     return torch.cuda.get_device_properties(device).L2_cache_size
@@ -146,9 +132,8 @@ def _add(a, b):
 
 
 class ChunkCall(torch.autograd.Function):
-    """One chunk's lltm_sequence call (the forward operator as it is) whose
-    backward leaves dG and the bias gradient in ``sink`` instead of returning
-    gradients for weights and bias."""
+    """One chunk's lltm_sequence call whose backward leaves dG and the bias
+    gradient in ``sink`` instead of returning them."""
 
     @staticmethod
     def forward(ctx, input, weights, bias, h0, c0, sink, chunk, lengths):

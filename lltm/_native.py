@@ -1,14 +1,10 @@
-"""Finding, building if needed, and loading the native libraries.
-
-Order: the libraries installed beside this file (a wheel, ``pip install .``;
-in a source checkout they are rebuilt in place unless their recorded build key
-is the one the sources, flags and compilers give now), else the just-in-time
-build into a cache folder per build key (``lltm.build.load``), else a clear
-error. torch is imported first: the libraries have no link-time dependency on
-torch's; right after loading one, ``lltm_resolve_torch`` finds the functions of
-torch's stable C ABI it calls in the torch libraries this process loaded
-(libtorch_cpu.so, libtorch_cuda.so), before any operator is registered. A torch
-that lacks one gives a NativeLibraryError naming it and the torch version.
+"""Finding, building if needed, and loading the native libraries: those
+beside this file (a wheel, ``pip install .``; in a source checkout rebuilt in
+place when their build key is stale), else the just-in-time build
+(``lltm.build.load``), else a clear error. Right after loading a library,
+``lltm_resolve_torch`` finds the stable-ABI functions it calls in the torch
+libraries already loaded (import torch first); a torch lacking one gives a
+NativeLibraryError naming it.
 """
 from __future__ import annotations
 
@@ -61,11 +57,9 @@ def _register(lib: ctypes.CDLL, symbol: str) -> None:
 
 
 def _register_cuda_kernels(lib: ctypes.CDLL, archs: list[str] | None) -> None:
-    """Registers the CUDA kernels once CUDA is initialised (at once when it
-    already is), after checking that the library has code for the visible
-    GPUs: where it has code for none, each lltm operator on a CUDA tensor
-    raises the error naming the GPU, the architectures built and how to
-    rebuild; where it lacks code for some, they get a warning."""
+    """Registers the CUDA kernels once CUDA is initialised, if the library has
+    code for a visible GPU (else each operator on a CUDA tensor raises the
+    error naming the GPU and how to rebuild); GPUs it lacks code for warn."""
     def register():
         problems = {}
         if archs is not None:
@@ -119,24 +113,13 @@ def load_from(paths: dict[str, Path]) -> ctypes.CDLL:
     return _loaded["cpu"]
 
 
-def _installed_paths(directory: Path) -> dict[str, Path]:
-    paths = {"cpu": directory / build.CPU_LIBRARY}
-    if (directory / build.CUDA_LIBRARY).exists():
-        paths["cuda"] = directory / build.CUDA_LIBRARY
-    return paths
-
-
 def _built_with_cuda() -> bool | None:
-    """Rebuilding the libraries in the package folder keeps their CPU / CUDA
-    choice (LLTM_BUILD_CUDA overrides; None: the build's default)."""
+    """The package folder's libraries keep their CPU / CUDA choice when rebuilt
+    (LLTM_BUILD_CUDA overrides; None: the build's default)."""
     info = build.read_build_info(PACKAGE_DIR)
     if info is None or "LLTM_BUILD_CUDA" in os.environ:
         return None
     return "cuda" in info.get("libraries", {})
-
-
-def _in_source_checkout() -> bool:
-    return build.CSRC.is_dir() and PACKAGE_DIR.parent == build.REPO_ROOT
 
 
 def ensure_loaded() -> ctypes.CDLL:
@@ -144,12 +127,13 @@ def ensure_loaded() -> ctypes.CDLL:
         return _loaded["cpu"]
     installed = PACKAGE_DIR / build.CPU_LIBRARY
     try:
-        if _in_source_checkout():
+        if build.CSRC.is_dir() and PACKAGE_DIR.parent == build.REPO_ROOT:  # a source checkout
             if installed.exists():  # editable install or --inplace: keep it current
                 return load_from(build.build_libraries(PACKAGE_DIR, cuda=_built_with_cuda()))
             return build.load()
         if installed.exists():
-            return load_from(_installed_paths(PACKAGE_DIR))
+            cuda = PACKAGE_DIR / build.CUDA_LIBRARY
+            return load_from({"cpu": installed, **({"cuda": cuda} if cuda.exists() else {})})
     except build.BuildError as exc:
         raise NativeLibraryError(
             f"lltm: building the native library failed: {exc}. A C compiler (cc) is "
@@ -166,10 +150,9 @@ CPU_ISAS = ("baseline", "avx2", "avx512")  # lltm.h's LLTM_ISA_* 1, 2, 3
 
 
 def cpu_isa(force: str | None = None) -> str:
-    """The instruction set the CPU kernels' own float32 products run on;
-    ``force`` ("baseline", "avx2", "avx512", or "auto": the best this CPU has)
-    sets it first, for tests and measurements. ValueError where the CPU lacks
-    it."""
+    """The instruction set of the CPU kernels' float32 products; ``force``
+    (one of CPU_ISAS, or "auto": the best this CPU has) sets it first, for
+    tests and measurements."""
     hook = ensure_loaded().lltm_cpu_isa_hook
     hook.restype, hook.argtypes = ctypes.c_int, [ctypes.c_int]
     code = -1 if force is None else 0 if force == "auto" else \
@@ -192,9 +175,7 @@ def cuda_index(device: torch.device) -> int:
 
 
 def stream_capturing(index: int) -> bool:
-    """Whether the current stream of CUDA device ``index`` (the one a call on
-    that device's tensors runs on) is being captured into a CUDA graph: the
-    state the CUDA library's plans answer for."""
+    """Whether the current stream of CUDA device ``index`` is being captured."""
     if index == torch.cuda.current_device():
         return torch.cuda.is_current_stream_capturing()
     with torch.cuda.device(index):
@@ -202,9 +183,8 @@ def stream_capturing(index: int) -> bool:
 
 
 def build_info() -> dict:
-    """How the loaded native libraries were built: the torch versions they load
-    on, CPU / CUDA, the GPU architectures, compilers and flags, the build key,
-    and where they were loaded from."""
+    """How the loaded native libraries were built (torch versions, CPU / CUDA,
+    GPU architectures, compilers, flags, build key) and where they came from."""
     ensure_loaded()
     info = dict(build.read_build_info(_loaded_from["cpu"].parent) or {})
     info["cpu"] = True

@@ -1,19 +1,11 @@
-"""lltm's operators in torch.onnx.export (dynamo=True): their ONNX
-translations (lltm/_onnx_translations.py) join the registry torch's exporter
-builds its own ATen translations from, so an export call needs no
-``custom_translation_table``.
-
-That registry lives in modules of torch's exporter which import onnxscript,
-an optional dependency that is slow to import: importing lltm must not load
-it. :func:`install` therefore watches for their import (a finder on
-``sys.meta_path``, removed once it served) and registers the translations
-right after they ran; if torch already imported them, at once. Until then
-(and without onnxscript) nothing is imported.
-
-The route is torch's private one (the registry torch's own translations are
-registered in, through ``onnx_impl``). Where a torch release moves those
-modules, torch.onnx.export names the lltm operator it finds no translation
-for; where it changes them, registering warns.
+"""lltm's operators in torch.onnx.export (dynamo=True): their translations
+(lltm/_onnx_translations.py) join the registry torch's exporter builds its
+own from (torch's private route, ``onnx_impl``), so an export needs no
+``custom_translation_table``. That registry imports onnxscript, slow and
+optional, which importing lltm must not load: :func:`install` watches for
+the registry's import (a finder on ``sys.meta_path``, removed once it served)
+and registers right after it. Where a torch release moves those modules,
+export names the operator it finds no translation for; registering warns.
 """
 from __future__ import annotations
 
@@ -21,9 +13,7 @@ import importlib.abc
 import sys
 import warnings
 
-# the registry and the module of the entries it holds, which import each other
-# (either may be imported first): both must have run before a translation
-# can be registered
+# the registry and its entries' module import each other: both must have run
 REGISTRY_MODULE = "torch.onnx._internal.exporter._torchlib._torchlib_registry"
 ENTRY_MODULE = "torch.onnx._internal.exporter._registration"
 _WATCHED = {REGISTRY_MODULE: "onnx_impl", ENTRY_MODULE: "OnnxDecompMeta"}
@@ -36,8 +26,7 @@ def _ready() -> bool:
 
 
 def register() -> None:
-    """Adds the translations to torch's exporter registry once both of its
-    modules have run (imports onnxscript)."""
+    """Adds the translations to the registry once both modules ran."""
     global _registered
     if _registered or not _ready():
         return

@@ -1,37 +1,20 @@
 """ONNX translations of lltm's forward operators for torch.onnx.export
-(dynamo=True), registered into its registry by lltm/_onnx.py. Imported only
-then: it needs onnxscript.
+(dynamo=True), registered by lltm/_onnx.py (imported only then: it needs
+onnxscript). A layer (``sequence_forward``) is ONNX's LSTM where the dtype
+allows, else a Scan over the cell's operations; the cell is its operations;
+the stack is a layer after another. T and B stay symbolic.
 
-One layer over a sequence (``lltm::sequence_forward``) is ONNX's LSTM where
-the dtype allows, else a Scan over the cell's operations; the cell
-(``lltm::cell_forward``) is its operations; the stack (``stack_forward``)
-is a layer after another. Dimensions come from the weights' static shapes;
-T and B stay symbolic.
+ONNX's LSTM (gates i, o, f, c) is the LLTM step with g = Elu, h = Tanh, the
+i, o and z rows of lltm's weights (input columns to W, state columns to R)
+and a forget gate held at f = 1 (weights zero, bias FORGET_BIAS: sigmoid(40)
+is exactly 1.0 in float32 in ONNX Runtime's CPU LSTM from opset 18, measured
+with 1.32), so c' = c + i * z as in lltm. sequence_lens is lltm's lengths.
+ONNX Runtime's LSTM runs no float64: float64 layers take the Scan. The half
+types run in float32, rounded at the end, as lltm's kernels accumulate.
 
-LLTM as an LSTM. ONNX's LSTM computes, gates in the order i, o, f, c,
-
-    i = sigmoid(x W_i^T + h R_i^T + b_i)   (likewise o, f)
-    z = g(x W_c^T + h R_c^T + b_c)
-    c' = f * c + i * z,   h' = o * h(c')
-
-which is the LLTM step (README) with g = Elu (alpha 1), h = Tanh, the i, o
-and z rows of lltm's weights (columns split: input to W, state to R) and a
-forget gate held at f = 1: its weights zero, its bias FORGET_BIAS. sigmoid of
-that is 1.0 in float32 (1 / (1 + e^-40) rounds to 1; ONNX Runtime 1.32's CPU
-LSTM gives exactly 1.0 from 18 up, measured, and not at 17), so f * c = c
-exactly and c' = c + i * z as in lltm, bit for bit in that term.
-sequence_lens is lltm's lengths with the same meaning: a row stops after its
-length, its output zero beyond, Y_h and Y_c its state after its last step.
-
-ONNX Runtime's LSTM runs float32 and float16 (on the CPU), not float64:
-float64 layers take the Scan (every operation there runs float64). float16
-and bfloat16 run in float32 and are rounded at the end, as lltm's kernels
-accumulate the half types in float32.
-
-The operators' other outputs (each step's cells and gate activations, kept
-for the backward) are recomputed from the LSTM's outputs in a few whole-
-sequence operations; inference never reads them, and torch.onnx.export's
-optimizer drops them then.
+The operators' other outputs (cells and gates, kept for the backward) are
+recomputed from the LSTM's outputs in a few whole-sequence operations; the
+exporter's optimizer drops them for inference.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""What torch needs besides the C kernels: fake (meta) implementations for
-tracing and torch.compile, and autograd formulas tying forward to backward.
-Both are registered in Python because the stable C ABI has no autograd API.
+"""What torch needs besides the C kernels, registered in Python (the stable C
+ABI has no autograd API): fake kernels for tracing, and the autograd formulas.
 
 Every operator exists twice (csrc/binding/ops.h): the public one
-(``lltm::cell_forward``), whose autograd kernel is registered here, and the
-same C kernels under the name with a leading underscore
-(``lltm::_cell_forward``), with no autograd kernel. The autograd formulas
-call the underscored ones: the graphs torch.compile builds from them hold
-those, and running such a graph reaches the kernels without entering Python
-(the public operators' autograd kernel is a Python function, entered on
-every call whether gradients are needed or not)."""
+(``lltm::cell_forward``), whose autograd kernel is registered here, and its
+autograd-free twin (``lltm::_cell_forward``), which the formulas call: graphs
+torch.compile builds from them then reach the kernels without entering Python."""
 from __future__ import annotations
 
 import inspect
@@ -47,10 +42,9 @@ def _register_fake(name: str, fake) -> None:  # (the autograd-free twin's too)
 
 
 def _fake(name: str):
-    """Registers the decorated function as the fake kernel of lltm::name
-    (_register_fake) behind the check every operator makes first: its
-    tensors (the parameters before output_mask and settings) of one floating
-    dtype, on one device."""
+    """Registers the decorated function as the fake kernel of lltm::name and
+    its twin, behind the check every operator makes first: its tensors of one
+    floating dtype, on one device."""
     def register(fake):
         tensors = [p for p in inspect.signature(fake).parameters
                    if p not in ("output_mask", "settings")]
@@ -70,10 +64,9 @@ def _expect(op: str, shape: tuple, **tensors: torch.Tensor) -> None:
 
 
 def _dims(op: str, input, input_dims: str, state_name: str, state, state_dims: str) -> tuple:
-    """The sizes of ``input`` (named by the letters of ``input_dims``: "BI",
-    "TBI"), then the state size H, the last of ``state``'s ("BH", "LBH").
-    One rule for zero sizes in every op: B = 0 and I = 0 are allowed (empty
-    results), H = 0 is not, nor L = 0 layers."""
+    """The sizes of ``input`` (dims named by ``input_dims``: "BI", "TBI"), then
+    the state size H. B = 0 and I = 0 are allowed (empty results); H = 0 and
+    L = 0 layers are not."""
     for name, t, dims in (("input", input, input_dims), (state_name, state, state_dims)):
         if t.dim() != len(dims):
             raise RuntimeError(f"{op}: {name} must be {len(dims)}-dimensional "
@@ -86,8 +79,8 @@ def _dims(op: str, input, input_dims: str, state_name: str, state, state_dims: s
 
 
 def _layer_dims(op: str, input_dims: str, input, weights, bias, **state) -> tuple:
-    """The shape checks of a one-layer forward (the cell's, the sequence's;
-    ``state``: its initial h and c by name): input's sizes, then H."""
+    """The shape checks of a one-layer forward (``state``: h and c by name):
+    input's sizes, then H."""
     h_name = next(iter(state))
     *sizes, I, H = _dims(op, input, input_dims, h_name, state[h_name], "BH")
     _expect(op, (sizes[-1], H), **state)
@@ -98,9 +91,8 @@ def _layer_dims(op: str, input_dims: str, input, weights, bias, **state) -> tupl
 
 
 def _masked(op: str, results: tuple, output_mask) -> tuple:
-    """``results`` with None where ``output_mask`` (the backward operators'
-    last argument: which gradients to compute; default all) is False, as the
-    kernels return them."""
+    """``results`` with None where ``output_mask`` (which gradients a backward
+    computes; default all) is False, as the kernels return them."""
     if output_mask is None:
         return results
     if len(output_mask) != len(results):
@@ -195,10 +187,9 @@ def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weigh
 
 
 def _lengths_fake(name: str, fake, lengths_at: int):
-    """The fake of lltm::name.lengths: the base operator's ``fake`` on the
-    arguments but the lengths [B] (argument ``lengths_at``, after the base's
-    tensors), which must be int64 on the input's device (a forward's first
-    argument, a backward's fourth)."""
+    """The fake of lltm::name.lengths: the base operator's ``fake`` without the
+    lengths (argument ``lengths_at``), which must be int64 [B] on the input's
+    device."""
     def lengths_fake(*args):
         results = fake(*args[:lengths_at], *args[lengths_at + 1:])
         lengths, input = args[lengths_at], args[0 if name.endswith("forward") else 3]
@@ -225,13 +216,11 @@ for _name, _base, _lengths_at in (("sequence_forward", _sequence_forward_fake, 5
 # --- the autograd formulas -----------------------------------------------------------
 
 def _save(ctx, inputs, saved, non_differentiable) -> None:
-    """What every forward's setup_context does: ``saved`` kept for the
-    backward, the inputs for forward-mode AD where dual tensors are live (the
-    Function's jvp reads them), the outputs ``non_differentiable`` marked.
-    Gradients are not materialized: autograd would allocate and zero-fill
-    one for every output that got none (the gates' are never used) every
-    backward, kernel launches and ~50 us of host time a sequence on a CUDA
-    host; the backward fills what it needs (incoming_grads)."""
+    """Every forward's setup_context: ``saved`` kept for the backward, the
+    inputs for the jvp where dual tensors are live, ``non_differentiable``
+    marked. Gradients are not materialized (zero-filling the never-used
+    gates' gradients cost ~50 us of host time a CUDA sequence); the backward
+    fills what it needs (incoming_grads)."""
     ctx.save_for_backward(*saved)
     if _forward_ad._current_level >= 0:
         ctx.save_for_forward(*inputs)
@@ -240,9 +229,7 @@ def _save(ctx, inputs, saved, non_differentiable) -> None:
 
 
 def incoming_grads(grads: tuple, likes: tuple) -> tuple:
-    """The gradients arriving through a forward's differentiable outputs,
-    which may come in any combination: zeros like ``likes`` for those that
-    did not."""
+    """A forward's incoming gradients, zeros like ``likes`` for those absent."""
     return tuple(torch.zeros_like(like) if g is None else g for g, like in zip(grads, likes))
 
 
@@ -252,8 +239,7 @@ def lengths_tail(lengths) -> tuple:
 
 
 def overload(packet, tail: tuple):
-    """The overload of operator ``packet`` for a call with lengths (``tail``,
-    from lengths_tail) or without."""
+    """Operator ``packet``'s overload for a call with lengths (``tail``) or without."""
     return packet.lengths if tail else packet.default
 
 
@@ -274,17 +260,14 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
     input, weights, bias, old_h, old_cell, new_cell, gates = ctx.saved_tensors
     grad_h, grad_cell = incoming_grads((grad_h, grad_cell), (new_cell, new_cell))
     if torch.is_grad_enabled():
-        # The graph of this backward is recorded (create_graph=True, torch.func):
-        # the native kernel's result would be a constant, its second
-        # derivatives silently zero. Differentiable operations instead.
+        # This backward's graph is recorded (create_graph=True, torch.func):
+        # the kernel's result would be a constant, its second derivatives
+        # silently zero. Differentiable operations instead.
         d_input, d_weights, d_bias, d_old_h, d_old_cell = _differentiable.cell_backward(
             grad_h, grad_cell, input, weights, bias, old_h, old_cell)
     else:
-        # Only the gradients autograd asks for (the products of the others
-        # are not run; they come back None). Gradient mode is off and the
-        # twin has no autograd kernel: no guard below autograd needed (each
-        # _AutoDispatchBelowAutograd costs ~3.5 us of host time on a 2-core
-        # CPU host).
+        # Only the gradients autograd asks for. The twin has no autograd
+        # kernel: no guard below autograd needed (~3.5 us of host time each).
         d_input, d_weights, d_bias, d_old_h, d_old_cell = _cell_backward_kernel(
             grad_h, grad_cell, new_cell, gates, input, old_h, weights,
             ctx.needs_input_grad[:5], _settings.current())
@@ -294,27 +277,20 @@ def _cell_backward(ctx, grad_h, grad_cell, _grad_gates):
 
 
 def _sequence_setup_context(ctx, inputs, output):
-    # inputs: sequence_forward's, and the lengths [B] of its lengths overload.
-    # New memory kept per step: cells and gates (4*B*H); out is the layer's
-    # result (h_{t-1} is read from it), the inputs are alive anyway (bias and
-    # c0 serve the differentiable backward).
+    # inputs: sequence_forward's, then the lengths overload's [B]. New memory
+    # kept: cells and gates (h_{t-1} is read from out).
     out, _h_n, _c_n, cells, gates = output
     _save(ctx, inputs, (*inputs[:5], out, cells, gates, *inputs[5:]), (cells, gates))
-    # A layer run beside another (lltm.sequence's two directions) plans its
-    # backward for the shared device too.
+    # a layer run beside another plans its backward for the shared device too
     ctx.concurrent_layers = _sharing.concurrent_layers()
 
 
 def layer_grads(ctx, grad_output, grad_h_n, grad_c_n, kernel, mask):
-    """One layer's backward from what _sequence_setup_context saves in
-    ``ctx``: ((d_input, d_weights, d_bias, d_h0, d_c0), saved tensors).
-    Where the backward's graph is recorded (create_graph), in differentiable
-    operations (see _cell_backward); else through ``kernel``
-    (sequence_backward, or sequence_backward_gates, whose second result is
-    then dG), its lengths overload where the forward had lengths, with
-    output_mask ``mask`` (only the gradients asked for, as in
-    _cell_backward), with the settings in force, planned for the layers that
-    ran beside this one."""
+    """One layer's backward from what _sequence_setup_context saved:
+    ((d_input, d_weights, d_bias, d_h0, d_c0), saved tensors). As in
+    _cell_backward: differentiable operations where create_graph, else
+    ``kernel`` (sequence_backward, or sequence_backward_gates, whose second
+    result is dG) with output_mask ``mask``."""
     saved = ctx.saved_tensors
     input, weights, bias, h0, c0, out, cells, gates, *lengths = saved
     grads = incoming_grads((grad_output, grad_h_n, grad_c_n), (out, h0, h0))
@@ -359,34 +335,24 @@ def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
     return tuple(d) + (None,) * len(lengths)
 
 # --- the Functions -------------------------------------------------------------------
-# One autograd.Function per forward operator, whose forward runs the
-# operator's autograd-free twin: eager_call enters it directly (the
-# operator's Python autograd kernel, entered through the dispatcher, costs
-# more host time than a whole small step), and the autograd kernel
-# registered below for direct torch.ops calls, torch.compile, export and
-# opcheck enters the same Function (the cell's plainest eager call takes
-# CellStep, below). The Functions are in the setup_context style, so
-# torch.func transforms work: vmap runs forward through the ops' batching
-# rules (lltm/_vmap.py), grad and vjp through the backward above (its
-# differentiable branch: torch.func records the backward's graph),
-# forward-mode AD (dual tensors) through jvp.
-# Under torch.func's forward-mode transforms (jvp, jacfwd, hessian) the step
-# runs in plain PyTorch operations instead: functorch would not differentiate
-# the Function's jvp again.
+# One autograd.Function per forward operator, its forward the operator's
+# twin: eager_call enters it directly (entering the operator's Python autograd
+# kernel through the dispatcher costs more host time than a small step), and
+# the autograd kernel registered below enters the same Function. In the
+# setup_context style, so torch.func works: vmap through the batching rules
+# (lltm/_vmap.py), grad and vjp through the backward's differentiable branch,
+# forward-mode AD through jvp (under functorch's jvp transforms the step runs
+# in plain operations instead: functorch would not differentiate the jvp again).
 
 def _op_function(name: str, op, setup_context, backward, tangents):
-    """The autograd.Function of a forward operator: forward runs ``op`` (an
-    autograd-free twin) on the operator's arguments, the settings last;
-    ``setup_context`` and ``backward`` see the others only, and
-    ``tangents(*inputs, *input_tangents, *lengths)`` gives the tangents of
-    the differentiable outputs (the rest get None); a lengths overload's
-    lengths come last, without a tangent."""
+    """The autograd.Function of a forward operator: forward runs ``op`` (a
+    twin) on the operator's arguments, the settings last, which
+    ``setup_context`` and ``backward`` do not see; ``tangents(*inputs,
+    *input_tangents, *lengths)`` gives the first outputs' tangents."""
     n_outputs = len(op._schema.returns)
     with_lengths = op._overloadname == "lengths"
 
-    def forward(*args):
-        # A Function's forward runs with gradient mode off, and op has no
-        # autograd kernel: it goes straight to its device kernel.
+    def forward(*args):  # (gradient mode is off here: op goes straight to its kernel)
         return op(*args)
 
     def setup(ctx, inputs, output):
@@ -410,10 +376,8 @@ def _op_function(name: str, op, setup_context, backward, tangents):
                          __module__=__name__, __doc__=f"torch.ops.lltm.{op.__name__[1:]} "
                                                       "with autograd.")
     function = types.new_class(name, (torch.autograd.Function,), exec_body=body)
-    # Function.apply's Python wrapper exists for functorch transforms (and
-    # default arguments, which forward has none of); outside transforms
-    # eager_call goes straight to the C apply it ends in: ~2 us less host
-    # time per call, a tenth of a small CUDA step's forward.
+    # Function.apply's Python wrapper serves functorch transforms; outside
+    # them the C apply it ends in saves ~2 us of host time a call.
     function.c_apply = super(torch.autograd.Function, function).apply
     function.kernel = op
     return function
@@ -445,18 +409,14 @@ _current_settings = _settings.current
 
 
 def eager_call(function, op, *args):
-    """``op(*args, settings)`` with autograd, the settings those in force
-    (lltm/_settings.py), through ``function`` (CellForward or
-    SequenceForward, whose forward is op's autograd-free twin) when eager and
-    some input needs a gradient or a tangent; under torch.autocast in the
-    autocast dtype."""
+    """``op(*args, settings)`` with autograd and the settings in force, through
+    ``function`` (whose forward is op's twin) when eager and some input needs
+    a gradient or a tangent; under torch.autocast in the autocast dtype."""
     if _is_compiling():  # (dynamo reads no attributes of a Function: op is passed)
         return op(*args, _settings.traced())
     if _transforms_active():
         if _under_functorch_jvp():
-            # The Function's jvp is exact once, but functorch does not track a
-            # second derivative through it (jvp of jvp, jacfwd of jacrev):
-            # under forward-mode transforms the step runs in plain operations.
+            # (functorch tracks no second derivative through the Function's jvp)
             return _FORWARD_MATH[function](*args)
         if _backend.benchmark and function in _TUNED:
             return function.apply(*_tuned((*args, _current_settings())))
@@ -468,11 +428,9 @@ def eager_call(function, op, *args):
 
 
 class CellStep(torch.autograd.Function):
-    """The cell's eager step where it is plainest and most frequent (gradients
-    needed, no transform, no tangent, no autocast, not compiling): CellForward
-    with two outputs, the gate activations saved as an intermediate. Fewer
-    outputs to wrap and mark: ~5 us less host time a step than CellForward
-    on the 2-core CPU host."""
+    """The cell's plainest, most frequent eager step (gradients needed; no
+    transform, tangent, autocast or compiling): CellForward with two outputs,
+    ~5 us less host time a step on a 2-core CPU host."""
 
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell, settings):
@@ -515,8 +473,7 @@ _TUNED = (SequenceForward, SequenceLengthsForward)  # lltm.backends.cuda.benchma
 
 
 def _tuned(args: tuple) -> tuple:
-    """A sequence forward's ``args`` (the settings last) with the plan
-    measured for it (lltm/_autotune.py)."""
+    """A sequence forward's ``args`` (the settings last) with its measured plan."""
     training = _grad_enabled() and _any_requires_grad(*args)
     return (*args[:-1], _autotune.settings(args[-1], args[0], args[3].shape[-1], training))
 
@@ -529,9 +486,7 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
 
 
 def _eager(function, args):
-    """eager_call outside transforms and autocast (``args``: the operator's,
-    the settings last): through the Function's C apply where a gradient or a
-    tangent is needed, else its operator alone."""
+    """eager_call outside transforms and autocast (``args``: the settings last)."""
     if _backend.benchmark and function in _TUNED:
         args = _tuned(args)
     if (_grad_enabled() and _any_requires_grad(*args)) or _forward_ad._current_level >= 0:
@@ -543,12 +498,9 @@ def _eager(function, args):
 
 # --- the operators' autograd kernels --------------------------------------------------
 # Direct torch.ops.lltm calls, torch.compile, export and opcheck: the same
-# Functions as eager_call (forward and forward mode). Without a gradient or a
-# tangent to track, the underscored operator below autograd. torch.func's
-# derivative transforms reach this kernel one level at a time, where a
-# Function cannot be told apart from its transforms: they get a clear error
-# (lltm.functional supports them); vmap alone is handled before autograd
-# (lltm/_vmap.py).
+# Functions as eager_call. torch.func's derivative transforms reach this
+# kernel one level at a time, where a Function cannot be told apart from its
+# transforms: they get a clear error (vmap is handled before autograd).
 
 def _has_tangent(args) -> bool:
     return _forward_ad._current_level >= 0 and any(
@@ -570,29 +522,23 @@ _is_exporting = _settings.exporting
 
 
 def _in_force(args: tuple, defaults: tuple) -> tuple:
-    """A call's ``args`` whole (the trailing ones left out take their
-    ``defaults``, the schema's), with the settings in force where it gave
-    none (an exported program keeps NOT_GIVEN: lltm/_settings.py)."""
+    """A call's ``args`` completed by the schema's ``defaults``, with the
+    settings in force where it gave none (an exported program keeps NOT_GIVEN)."""
     args = args + defaults[len(args):]
     if args[-1] == _settings.NOT_GIVEN and not _is_exporting():
         return (*args[:-1], _current_settings())
     return args
 
 
-def _defaults(op) -> tuple:
-    return tuple(a.default_value if a.has_default_value() else None
-                 for a in op._schema.arguments)
-
-
 def _register_autograd(name: str, overload: str, function=None) -> None:
-    """The autograd kernel of lltm::name (``overload``): the call's arguments
-    completed (_in_force); where a gradient or a tangent is to be tracked, a
-    forward operator's ``function``. A backward operator (no ``function``)
-    has no derivative of its own: where a gradient is to be tracked, a
-    Function whose backward raises a clear error instead of autograd's
-    silent zeros. Else the autograd-free twin, below autograd."""
+    """The autograd kernel of lltm::name (``overload``): a forward operator's
+    ``function`` where a gradient or a tangent is to be tracked; for a
+    backward operator (no ``function``), a Function whose backward raises a
+    clear error instead of autograd's silent zeros; else the twin below
+    autograd."""
     kernel = getattr(getattr(torch.ops.lltm, "_" + name), overload)
-    defaults = _defaults(kernel)
+    defaults = tuple(a.default_value if a.has_default_value() else None
+                     for a in kernel._schema.arguments)
     tuned = function in _TUNED
     qualname = name if overload == "default" else f"{name}.{overload}"
     if function is None:

@@ -1,17 +1,10 @@
-"""Moving rows between a PackedSequence's layout and the kernels' padded one,
-by gathers in both passes.
-
-``index_select``'s gradient fills a zero tensor and scatter-adds into it (with
-atomics on CUDA). Every move here is a one-to-one map of rows, or one with
-padding rows that take no row, so its gradient is the gather by the inverse
-map: one kernel a pass, no atomics, deterministic, and differentiable again
-(the backward is itself a move).
-
-A move into the padded layout and the state's rows into the packed order are
-one autograd node, as are the way back out: at the sizes where a packed step
-is host-bound, each node's Python costs about as much as its kernels. The
-node works under torch.func transforms (setup_context, a generated vmap
-rule) and is entered through the C apply outside them (_move).
+"""Moving rows between a PackedSequence's layout and the kernels' padded one
+by gathers in both passes: each move is a one-to-one map of rows (padding
+rows take none), so its gradient is the gather by the inverse map, with no
+zero fill and scatter-add (index_select's: atomics on CUDA), deterministic
+and differentiable again. The rows and the state's batch order move in one
+autograd node each way: at host-bound sizes each node's Python costs about
+as much as its kernels.
 """
 from __future__ import annotations
 
@@ -28,11 +21,10 @@ def _permute(state: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 
 class Move(torch.autograd.Function):
     """(rows [M, F], *states [L, B, H]) -> (rows.index_select(0, index),
-    *states with their batch rows taken in ``order``). With ``pad``, rows
-    get one zero row at their end first, which is where ``index`` points for
-    the rows that take none. The gradient is the same move back: ``back``
-    (the inverse of index; ``back_pad`` says whether that gather pads) and
-    ``inverse`` (of order). Entered through :func:`_move`."""
+    *states with their batch rows in ``order``); with ``pad``, rows get a zero
+    row at their end first (where ``index`` points for rows taking none). The
+    gradient is the move back by ``back`` (padding where ``back_pad``) and
+    ``inverse``. Entered through :func:`_move`."""
 
     generate_vmap_rule = True
 
@@ -56,10 +48,8 @@ class Move(torch.autograd.Function):
         return (grads[0], None, None, None, None, None, None, *grads[1:])
 
 
-# Function.apply's Python wrapper binds the arguments to forward's signature
-# (inspect.signature) on every call, for functorch transforms: more host
-# time than the move itself at small sizes. Outside transforms the C apply it
-# ends in is entered directly, as lltm/_ops.py does for the operators.
+# Function.apply's Python wrapper (for functorch) costs more host time than a
+# small move: outside transforms the C apply is entered, as in lltm/_ops.py.
 _c_apply = super(torch.autograd.Function, Move).apply
 _transforms_active = torch._C._are_functorch_transforms_active
 
@@ -70,11 +60,10 @@ def _move(*args):
 
 def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor, T: int,
               B: int, states: tuple = (), order=None, inverse=None) -> tuple:
-    """[N, F] packed rows -> [T, B, F], zero where no row runs; and each of
-    ``states`` [L, B, H] with its rows taken in ``order`` (inverse:
-    ``inverse``), if given. positions [N]: the padded position (t*B + b) of
-    each packed row; sources [T*B]: the packed row at each padded position,
-    N where there is none. Returns (padded, *states)."""
+    """(padded [T, B, F] from packed rows [N, F], zero where no row runs,
+    *``states`` [L, B, H] with their rows in ``order`` if given). positions
+    [N]: each packed row's padded position t*B + b; sources [T*B]: the packed
+    row at each padded position, N where none."""
     if order is None:
         states = ()
     moved = _move(data, sources, positions, True, False, order, inverse, *states)
@@ -83,8 +72,7 @@ def to_padded(data: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor
 
 def to_packed(padded: torch.Tensor, positions: torch.Tensor, sources: torch.Tensor,
               states: tuple = (), order=None, inverse=None) -> tuple:
-    """[T, B, F] -> [N, F], the rows at positions (the inverse of to_padded);
-    and ``states`` reordered as there. Returns (data, *states)."""
+    """(data [N, F], *states): the inverse of to_padded."""
     if order is None:
         states = ()
     return _move(padded.reshape(-1, padded.shape[-1]), positions, sources, False, True, order,
@@ -93,8 +81,7 @@ def to_packed(padded: torch.Tensor, positions: torch.Tensor, sources: torch.Tens
 
 def layout(batch_sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(positions [N], sources [T*B], lengths [B]) on the CPU for a
-    PackedSequence's batch_sizes (see to_padded): step t holds its first
-    batch_sizes[t] rows, so element k of the data sits at t*B + b."""
+    PackedSequence's batch_sizes (see to_padded)."""
     T = len(batch_sizes)
     B = int(batch_sizes[0]) if T else 0
     live = torch.arange(B).unsqueeze(0) < batch_sizes.unsqueeze(1)  # [T, B]

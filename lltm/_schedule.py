@@ -1,18 +1,13 @@
 """What :class:`lltm.LLTM` runs for a call, decided in one place.
 
 :func:`for_call` takes the module, the input and the state the call runs in
-(device, dtype, sizes, eager or captured or compiled, the torch settings in
-force, the overrides) and returns a :class:`Schedule`: how the layers run
-(one operator call a layer; groups of stacked layers in one call each,
-lltm/_stack.py; or stacked layers overlapped in time chunks, a wavefront,
+(device, dtype, sizes, eager, captured or compiled, torch's settings, the
+overrides) and returns a :class:`Schedule`: how the layers run (a call a
+layer; groups of stacked layers, lltm/_stack.py; or a wavefront,
 lltm/_wavefront.py), how a bidirectional layer's directions run, and why.
-lltm.LLTM executes it and nothing else decides; each layer's kernel plan is
-the CUDA library's (``lltm.overrides.sequence_plan_in_force``), which
-:func:`explain` shows beside it. Where it is faster to stack layers in one
-launch or to overlap them in time chunks, the rules of
-csrc/core/lltm_cuda_rules.c say (asked through the CUDA library once per
-size and settings), beside the rules of each layer's plan; each rule there
-says which measurement it comes from.
+Whether stacking or chunking is faster, the measured rules of
+csrc/core/lltm_cuda_rules.c say; each layer's kernel plan is the CUDA
+library's, which :func:`explain` shows beside it.
 """
 from __future__ import annotations
 
@@ -21,22 +16,20 @@ from typing import NamedTuple
 
 import torch
 
-from . import _autotune, _directions, _native, _settings, _sharing, overrides
+from . import _autotune, _directions, _native, _settings, _sharing, _wavefront, overrides
 from .backends import cuda as _backend
 
 CHOICES_CACHED = 256  # choices kept per rule (shapes, devices, capture or not, settings)
 
 
 class Schedule(NamedTuple):
-    """How lltm.LLTM runs one call. ``route``: "layers" (one operator call
-    a layer, or a loop of reference cells for impl="reference"),
-    "stacked" (``groups``: the layer groups' sizes, bottom up, one call of
-    lltm::stack_forward each) or "wavefront" (``chunks`` time chunks, each
-    chunk call planned for ``sharing`` layers at once on the device).
-    ``directions`` (bidirectional layers): "one node" (both directions in one
-    autograd node, the reverse one on a side stream on CUDA), "side stream"
-    (an operator call each, the reverse one on a side stream) or "in line".
-    ``why``: the rule that decided the route."""
+    """How lltm.LLTM runs one call. ``route``: "layers" (a call a layer),
+    "stacked" (``groups``: the layer groups' sizes, bottom up, a
+    lltm::stack_forward call each) or "wavefront" (``chunks`` time chunks,
+    each call planned for ``sharing`` layers at once). ``directions``
+    (bidirectional): "one node" (both in one autograd node), "side stream"
+    (a call each, the reverse one on a side stream) or "in line". ``why``:
+    the rule that decided the route."""
     route: str = "layers"
     groups: tuple = ()
     chunks: int = 1
@@ -83,12 +76,9 @@ def _directions_of(module, x) -> str:
 
 def explain(module, input: torch.Tensor) -> str:
     """What ``module`` (an lltm.LLTM) would run for ``input`` (as its forward
-    takes it: [T, B, I], [B, T, I] with batch_first, or unbatched [T, I]),
-    in the state this is called in, and why: the schedule and, on CUDA,
-    each layer's kernel plan. For users and bug reports; runs nothing."""
-    x = input if input.dim() == 3 else input.unsqueeze(1)
-    if module.batch_first and input.dim() == 3:
-        x = x.transpose(0, 1)
+    takes it) here and now, and why: the schedule and, on CUDA, each layer's
+    kernel plan. For users and bug reports; runs nothing."""
+    x = module._time_major(input)
     T, B, I = x.shape
     s = for_call(module, x)
     H, L, dtype = module.hidden_size, module.num_layers, x.dtype
@@ -157,25 +147,16 @@ def _plan_text(plan) -> str:
 
 
 # --- groups of stacked layers in one launch (lltm/_stack.py) ----------------------------
-#
-# lltm.LLTM takes the stacked route (stack_groups) on CUDA where the
-# operator's stacked launch runs every group of these sizes, no layer has
-# dropout (in training) before the next, and the rules of
-# csrc/core/lltm_cuda_rules.c find it faster (lltm_stack_rule_cuda, with the
-# measurements behind it). Not under torch.compile or torch.func transforms
-# (one call of the sequence operator a layer there), unless
-# ``lltm.overrides.stacked_layers`` forces it ("on": on any device, wherever
-# the module allows it, the operator then calling layer after layer where no
-# stacked launch fits; "off": never).
+# On CUDA, eagerly or captured, where the stacked launch runs every group, no
+# dropout (in training) is between layers, and lltm_stack_rule_cuda finds it
+# faster; anywhere with lltm.overrides.stacked_layers("on").
 MAX_GROUP = 3  # the most layers one stacked launch holds (LLTM_STACK_MAX_LAYERS)
 
 
 def groups(L: int) -> list[int]:
-    """L layers in groups of at most MAX_GROUP, as even as they come (the
-    larger first): 4 -> [2, 2], 5 -> [3, 2], 7 -> [3, 2, 2]."""
-    count = -(-L // MAX_GROUP)
-    base, extra = divmod(L, count)
-    return [base + (k < extra) for k in range(count)]
+    """L layers in groups of at most MAX_GROUP, as even as they come, the
+    larger first: 4 -> [2, 2], 5 -> [3, 2], 7 -> [3, 2, 2]."""
+    return _wavefront._split(L, -(-L // MAX_GROUP))
 
 
 def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
@@ -191,16 +172,14 @@ def _automatic(x: torch.Tensor, H: int, sizes: list[int]) -> bool:
 @functools.lru_cache(maxsize=CHOICES_CACHED)
 def _choice(index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
             sizes: tuple, capturing: bool, _settings_in_force: int) -> bool:
-    """_automatic's answer, kept per key (the settings a call would run
-    with, which the query follows: lltm._settings)."""
+    """_automatic's answer, kept per key."""
     return all(overrides.stack_route_in_force(dtype, L, T, B, I if k == 0 else H, H, device=index)
                for k, L in enumerate(sizes))
 
 
 def stack_groups(module, x: torch.Tensor) -> list[int] | None:
-    """The layer groups (their sizes, bottom up) in which ``module`` (an
-    lltm.LLTM of one direction and native layers) runs x [T, B, I] through
-    lltm::stack_forward, or None: a call of the sequence operator a layer."""
+    """The layer groups' sizes (bottom up) in which ``module`` (one direction,
+    native layers) runs x through lltm::stack_forward, or None."""
     L = module.num_layers
     mode = overrides.current_stacked_layers()
     if L < 2 or mode == "off" or (module.dropout > 0 and module.training):
@@ -214,19 +193,13 @@ def stack_groups(module, x: torch.Tensor) -> list[int] | None:
 
 
 # --- stacked layers in time chunks (lltm/_wavefront.py) ---------------------------------
-#
-# Under CUDA-graph capture, by the rules of csrc/core/lltm_cuda_rules.c
-# (lltm_wavefront_rule_cuda, with the measurements behind it) from the plan a
-# layer runs alone and how many layers' launches the device holds at once;
-# eager calls run one call a layer.
+# Under CUDA-graph capture, by lltm_wavefront_rule_cuda; eagerly a call a layer.
 
 def automatic_schedule(T: int, B: int, I: int, H: int, L: int,  # noqa: E741
                        dtype: torch.dtype, device: torch.device) -> tuple[int, int]:
     """(chunks, sharing): how the wavefront runs L layers of these sizes on
-    ``device``, for a call on the device's current stream as it is (captured
-    into a CUDA graph or eager): each chunk call planned for the whole device
-    (sharing 1) or for two layers at once on it (sharing 2:
-    _sharing.sharing_device). CUDA only; (1, 1) elsewhere."""
+    ``device`` for a call on its current stream as it is, each chunk call
+    planned for ``sharing`` layers at once. (1, 1) off CUDA and eagerly."""
     if device.type != "cuda" or L < 2 or B == 0:
         return 1, 1
     index = _native.cuda_index(device)
@@ -242,10 +215,8 @@ def _chunks(index: int, dtype, T: int, B: int, H: int, settings: int) -> tuple[i
 
 
 def wavefront_chunks(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
-    """(chunks, sharing) for L stacked layers over x [T, B, I]: the chunk
-    count forced by ``lltm.overrides.wavefront`` (at most T; the calls planned
-    for the whole device), else :func:`automatic_schedule` ((1, 1) under
-    torch.compile and torch.func)."""
+    """(chunks, sharing) for L stacked layers over x [T, B, I]: those forced
+    by ``lltm.overrides.wavefront`` (at most T), else :func:`automatic_schedule`."""
     T, B, I = x.shape
     if T < 2 or L < 2:
         return 1, 1

@@ -1,26 +1,17 @@
 """The settings an lltm operator call runs with: every operator's last
-argument, ``settings``, one packed integer (csrc/binding/call_settings.h
-documents the fields).
+argument, ``settings``, one packed integer (csrc/binding/call_settings.h):
+torch's settings that the CUDA library follows (TF32, deterministic
+algorithms), how many layers share the device (lltm._sharing), and what
+lltm.overrides forces. The stable C ABI reads none of torch's settings and
+the libraries keep no copy: they are read with each call.
 
-What it carries: torch's own settings that the CUDA library follows (TF32
-for float32 products, deterministic algorithms), how many layers run at once
-on the device (lltm._sharing), and what lltm.overrides forces, for tests and
-measurements. The stable C ABI reads none of torch's settings and the
-libraries keep no copy of them: they are read here with each call, so no
-result depends on what ran before it.
-
-- Eager calls (and calls captured into a CUDA graph) read them when made.
-- Under torch.compile the traced code reads them (:func:`traced`): the graph
-  holds the values of its trace, and torch traces anew when they change (it
-  guards its graphs on TF32 and deterministic mode, as for its own products,
-  and on lltm.overrides' state, which the trace reads).
-- An exported program (torch.export) holds :data:`NOT_GIVEN`: it may run
-  under other settings than it was exported under, so its products go
-  through aten::mm, which reads torch's settings itself when it runs, and
-  lltm's own kernels keep float32 in float32.
-- A direct call of a public operator without the argument gets the settings
-  in force from its autograd kernel (lltm._ops); where no autograd kernel
-  runs (torch.inference_mode) it runs as NOT_GIVEN.
+- Eager and captured calls read them when made.
+- torch.compile's graphs hold the values of their trace (:func:`traced`);
+  torch guards on TF32, deterministic mode and lltm.overrides' state.
+- An exported program holds :data:`NOT_GIVEN`: its products go through
+  aten::mm, which reads torch's settings when it runs.
+- A public operator called without the argument gets the settings in force
+  from its autograd kernel (lltm._ops); without one (inference_mode) NOT_GIVEN.
 """
 from __future__ import annotations
 
@@ -40,9 +31,8 @@ _fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)  # (boun
 
 
 def float32_tf32() -> bool:
-    """Whether torch lets float32 matrix products (aten::mm) run on TF32:
-    torch.backends.cuda.matmul.fp32_precision (which also reflects the older
-    allow_tf32 and set_float32_matmul_precision), read the cheap way."""
+    """Whether torch lets float32 matrix products run on TF32
+    (torch.backends.cuda.matmul.fp32_precision, read the cheap way)."""
     try:
         return _fp32_precision("cuda", "matmul") == "tf32"
     except (TypeError, RuntimeError):  # (TypeError: a torch without the getter)
@@ -57,9 +47,8 @@ _deterministic = torch.are_deterministic_algorithms_enabled  # warn-only counts 
 
 @torch.compiler.assume_constant_result
 def torch_flags() -> int:
-    """TF32 | DETERMINISTIC as torch's settings are now. torch.compile takes
-    the value of the trace as a constant: its graphs are guarded on both
-    settings, so a change traces anew."""
+    """TF32 | DETERMINISTIC as torch's settings are now (a constant to
+    torch.compile, whose graphs are guarded on both)."""
     return (TF32 if float32_tf32() else 0) | (DETERMINISTIC if _deterministic() else 0)
 
 
@@ -75,24 +64,20 @@ def current(concurrent: int | None = None) -> int:
 
 @torch.compiler.assume_constant_result
 def exporting() -> bool:
-    """torch.compiler.is_exporting(), as torch.export's flag is, also where
-    torch.compile traces the caller (torch 2.11's torch.compile takes the
-    call for True while it traces)."""
+    """torch.compiler.is_exporting(), also where torch.compile traces the
+    caller (torch 2.11's torch.compile takes the call for True)."""
     return torch.compiler.is_exporting()
 
 
 @torch.compiler.assume_constant_result
 def onnx_exporting() -> bool:
-    """torch.onnx.is_in_onnx_export(): torch.onnx.export is running, its
-    capture by torch.export included (never true unless torch.onnx is loaded).
-    Called, not traced, by torch.export's strict mode (dynamo takes
-    is_in_onnx_export for False while it traces)."""
+    """torch.onnx.is_in_onnx_export(), its capture by torch.export included
+    (called, not traced: dynamo takes it for False)."""
     onnx = sys.modules.get("torch.onnx")
     return onnx is not None and onnx.is_in_onnx_export()
 
 
 def traced() -> int:
     """The settings a graph traced now holds: :func:`current` for one layer
-    at a time (torch.compile traces one stream), NOT_GIVEN in an exported
-    program."""
+    at a time (one stream), NOT_GIVEN in an exported program."""
     return NOT_GIVEN if exporting() else current(1)

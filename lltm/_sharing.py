@@ -1,10 +1,9 @@
-"""Layers that run at once on one CUDA device: the two directions of a
-bidirectional layer, each on its own stream. Inside :func:`sharing_device`
-the calling thread's CUDA sequence calls plan for that many layers at once
-(lltm_sequence_plan_options.concurrent in csrc/core/lltm.h: launches that
-are resident together, so neither direction waits for the other to end);
-outside, a layer plans for the whole device. The count travels with each
-call, in its settings argument (lltm/_settings.py)."""
+"""Layers that run at once on one CUDA device (a bidirectional layer's
+directions, each on its own stream): inside :func:`sharing_device` the
+thread's CUDA sequence calls plan for that many at once, launches resident
+together (lltm_sequence_plan_options.concurrent, csrc/core/lltm.h); the count
+travels in each call's settings (lltm/_settings.py).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +24,7 @@ def concurrent_layers() -> int:
 
 @contextlib.contextmanager
 def sharing_device(layers: int):
-    """This thread's CUDA sequence calls inside plan for ``layers`` (1 or 2)
-    layers running at once on the device."""
+    """This thread's CUDA sequence calls inside plan for ``layers`` (1 or 2) at once."""
     if layers not in (1, 2):
         raise ValueError(f"concurrent layers must be 1 or 2, got {layers!r}")
     before = concurrent_layers()

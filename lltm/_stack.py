@@ -1,15 +1,10 @@
 """Stacked unidirectional layers of :class:`lltm.LLTM` through
-``lltm::stack_forward``: groups of 2 - 3 layers in one operator call each,
-which on CUDA runs a group's recurrences in one launch a direction
-(csrc/core/lltm_stack.h): layer l takes its step t at global step t + l, so
-the layers share each step's grid barrier, and the layers above the first
-form their input products inside the launch.
-
-Where a layer's grid kernel spends its step waiting on the grid barrier
-(small B x H), a group of L layers costs about two layers' time instead of
-L; in eager mode one operator call a group also spares the host the calls
-of every layer. lltm.LLTM takes this route where lltm/_schedule.py (``stack_groups``)
-says so, by the rule of csrc/core/lltm_cuda_rules.c and the measurements behind it.
+``lltm::stack_forward``: groups of 2 - 3 layers in one call each, which on
+CUDA runs a group's recurrences in one launch a direction (layer l takes its
+step t at global step t + l, sharing each step's grid barrier;
+csrc/core/lltm_stack.h). Where a layer's step mostly waits on the barrier
+(small B x H), a group costs about two layers' time; eagerly it also spares
+the host a call a layer. lltm/_schedule.py decides where.
 """
 from __future__ import annotations
 
@@ -20,9 +15,7 @@ from . import _ops
 
 def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, sizes: list[int],
         lengths: torch.Tensor | None = None):
-    """``module``'s layers over x [T, B, I] in groups of ``sizes`` layers, one
-    operator call a group; h0, c0 [L, B, H]; lengths as for LLTM._run.
-    Returns (output [T, B, H], (h_n, c_n)) as LLTM._run does."""
+    """LLTM._run for ``module`` in groups of ``sizes`` layers, a call a group."""
     h_n, c_n, first = [], [], 0
     for size in sizes:
         params = [module.layer_parameters(k) for k in range(first, first + size)]

@@ -1,11 +1,8 @@
-"""Batching rules for torch.vmap over the LLTM operators.
-
-The forward operators fold a vmapped dimension of input and state into the
-batch dimension B when weights and bias are shared (not vmapped): one call
-of the native kernel for the whole vmapped batch. Otherwise, for the
-backward operators (whose weight gradients are sums over B, so instances
-cannot share a call) and for the stacked layers' operators, one call per
-vmapped instance.
+"""Batching rules for torch.vmap over the LLTM operators: the forward
+operators fold a vmapped dimension of input and state into B when weights
+and bias are shared (one kernel call); otherwise, and for the backward
+operators (whose weight gradients sum over B) and the stacked layers, one
+call per vmapped instance.
 """
 from __future__ import annotations
 

@@ -1,34 +1,22 @@
 """Stacked unidirectional layers of :class:`lltm.LLTM` pipelined over time
-chunks (a wavefront): the layers overlap instead of running one after the
-other.
+chunks (a wavefront): the layers overlap instead of running in turn.
 
-T steps are split into C chunks. Layer l's chunk k is one call of the
-sequence operator (``lltm.functional.lltm_sequence``) whose initial state is
-the state at the end of its chunk k-1 and whose input is layer l-1's output
-of chunk k. On CUDA each layer has its own stream (layer 0 the current one,
-layers above side streams): chunk (l, k) waits for (l-1, k) through an event,
-and for (l, k-1) by stream order, so up to min(L, C) chunks run at once, the
-calls issued diagonal by diagonal. The current stream joins the side streams
-at the end. Autograd runs each call's backward on the stream its forward ran
-on, with the engine's cross-stream synchronisation, so the backward overlaps
-the same way (in reverse). One layer of T steps costing t, L layers cost
-about (C + L - 1) / C * t plus C - 1 more calls a layer (each pays its
-launches and its input projection's set-up) instead of L * t.
+T steps are split into C chunks; layer l's chunk k is one sequence call whose
+initial state is its chunk k-1's final one and whose input is layer l-1's
+chunk k output. On CUDA each layer has its own stream: chunk (l, k) waits for
+(l-1, k) and, by stream order, (l, k-1), so up to min(L, C) chunks run at
+once; autograd runs each backward on its forward's stream, so the backward
+overlaps the same way. L layers then cost about (C + L - 1) / C layers' time
+plus C - 1 more calls a layer, instead of L.
 
-The same chunked calls run without streams on the CPU, under torch.compile
-and under torch.func transforms (one after the other: correct, no overlap);
-there C = 1 (one call a layer, the plain path) unless
-``lltm.overrides.wavefront(chunks=...)`` forces a count, which the tests use
-to compare the chunked path with the plain one everywhere.
-
-Rows of variable lengths are chunked too: in chunk (t0, Tc) row b runs
-clamp(length - t0, 0, Tc) steps; a row that finished before the chunk starts
-runs one step there (the operator takes lengths >= 1) whose output and state
-are replaced by 0 and the state it came in with (the gradients of that step
-are then zero). Not chunked: a single layer, and bidirectional layers (the
-reverse direction needs the whole of the layer below).
-lltm/_schedule.py chooses C by the rule of csrc/core/lltm_cuda_rules.c (docs/design.md,
-"Stacked layers").
+Without streams (CPU, torch.compile, torch.func) the chunks run in turn and
+C = 1 unless ``lltm.overrides.wavefront(chunks=...)`` forces a count (the
+tests compare the chunked path with the plain one so). Rows of variable
+lengths run clamp(length - t0, 0, Tc) steps of chunk (t0, Tc); a row that
+finished before the chunk runs one step there (the operator takes lengths
+>= 1) whose output and state are replaced by 0 and its state. Not chunked:
+one layer, and bidirectional layers (the reverse direction needs the whole
+layer below). lltm/_schedule.py chooses C.
 """
 from __future__ import annotations
 
@@ -41,16 +29,15 @@ from . import _directions, _layer_grads, _sharing
 
 
 def _split(T: int, chunks: int) -> list[int]:
-    """T steps in ``chunks`` (<= T) near-equal chunks, the longer ones first."""
+    """T steps (or layers) in ``chunks`` (<= T) near-equal parts, the longer first."""
     base, extra = divmod(T, chunks)
     return [base + (k < extra) for k in range(chunks)]
 
 
 def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
     """Per chunk (t0, Tc): the rows' lengths within it, clamp(length - t0, 1,
-    Tc), and [B, 1] True where a row finished before the chunk starts (None
-    for the first chunk, where none has). A finished row runs one step there
-    (the operator takes lengths >= 1) whose results the caller discards."""
+    Tc), and [B, 1] True where a row finished before the chunk (None for the
+    first chunk)."""
     per_chunk, finished, t0 = [], [], 0
     for size in sizes:
         per_chunk.append((lengths - t0).clamp(1, size))
@@ -61,12 +48,9 @@ def _chunk_lengths(lengths: torch.Tensor, sizes: list[int]):
 
 def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int,
         lengths: torch.Tensor | None = None, sharing: int = 1):
-    """All of ``module``'s (an lltm.LLTM, one direction, native layers)
-    layers over x [T, B, I] in ``chunks`` time chunks; h0, c0 [L, B, H];
-    row b stops after lengths[b] steps (an int64 [B] tensor on x's device,
-    each in [1, T]; None: all T); each call (and its backward) planned for
-    ``sharing`` layers at once on the device. Returns (output [T, B, H],
-    (h_n, c_n)) as LLTM._run does."""
+    """LLTM._run for ``module`` (one direction, native layers) in ``chunks``
+    time chunks, each call (and its backward) planned for ``sharing`` layers
+    at once on the device."""
     from .functional import lltm_sequence
 
     L = module.num_layers
@@ -90,8 +74,7 @@ def run(module, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, chunks: int
                     t.record_stream(side)
 
     # Each layer's weight and bias gradients formed once from all its chunks
-    # (lltm/_layer_grads.py), where they are wanted; the parameters pass
-    # through on the layer's stream, where that backward then runs.
+    # (lltm/_layer_grads.py), on the layer's stream.
     sinks = [None] * L
     if chunks > 1 and _layer_grads.wanted():
         for layer, (weights, bias) in enumerate(params):

@@ -1,29 +1,20 @@
 """Building the native libraries: the one build description of the project.
 
-``pip install .`` (through setup.py), the just-in-time route ``lltm.build.load()``
-and ``python lltm/build.py`` all call :func:`build_libraries`. It compiles the C
-core and the C binding into ``liblltm.so`` (CPU), and, where wanted (torch has
-CUDA, or no torch is importable, and ``nvcc`` is found), the CUDA kernels and
-their C binding into ``liblltm_cuda.so``.
+``pip install .`` (setup.py), the just-in-time route ``lltm.build.load()`` and
+``python lltm/build.py`` all call :func:`build_libraries`: the C core and its
+C binding into ``liblltm.so``, and where wanted (torch has CUDA, or no torch
+is importable, and ``nvcc`` is found) the CUDA kernels and their binding into
+``liblltm_cuda.so``. No torch file is used: the libraries call torch's stable
+C ABI through pointers filled at load time (csrc/binding/torch_abi_loader.c).
 
-No torch file is used, and the libraries have no link-time dependency on
-torch's: they call PyTorch's stable C ABI (our declarations,
-csrc/binding/torch_stable_abi.h) through pointers filled, when Python loads
-them, from the torch libraries already loaded in the process (import torch
-first).
+Everything is addressed by content: an object's name carries a hash of its
+source, the csrc/ headers it includes, the compiler's identity and the flags;
+a library's build key hashes its objects' keys and the link. The cache keeps
+a folder per build key; a folder built into (the package folder, ``--out``)
+records its key in ``lltm_build.json`` and is rebuilt when the key differs.
 
-Everything is addressed by content. An object's name carries a hash of its
-source, the headers of csrc/ it includes, the compiler's identity and version,
-and the flags (nvcc: its version and the GPU architectures); a library's build
-key hashes its objects' keys and the link. The just-in-time cache puts each build
-key in its own folder, so checkouts and edits sharing one cache never load each
-other's binaries; a library built into a given folder (the package folder,
-``--out``) records its key in ``lltm_build.json`` beside it and is rebuilt when
-the wanted key differs. Unchanged objects are reused: a second build hashes a
-few hundred kilobytes and runs ``cc --version``, milliseconds.
-
-This module must import without torch and without the package (setup.py loads
-it by path, possibly in an isolated build environment with no torch).
+This module imports without torch and without the package (setup.py loads it
+by path, possibly in an isolated build environment).
 """
 from __future__ import annotations
 
@@ -157,8 +148,7 @@ def _cc() -> str:
 
 
 def tool_identity(tool: str) -> str:
-    """What names a compiler's output: its version line (``cc --version``, the
-    last line of ``nvcc --version``), remembered per binary (path, size, time)."""
+    """A compiler's version line, remembered per binary (path, size, time)."""
     path = shutil.which(tool) or tool
     try:
         st = os.stat(path)
@@ -185,9 +175,8 @@ def _host_cxx() -> str:
 # ---------------------------------------------------------------- GPU architectures
 
 def cuda_archs(nvcc: str | None) -> tuple[list[str], str]:
-    """The GPU architectures to compile for, like PyTorch's extensions:
-    TORCH_CUDA_ARCH_LIST, else the GPUs visible now, else the fat default.
-    Returns (archs, where they came from)."""
+    """(archs, where they came from): TORCH_CUDA_ARCH_LIST, else the GPUs
+    visible now, else the fat default, as PyTorch's extensions do."""
     try:
         env = os.environ.get(_archs.ENVIRONMENT)
         if env:
@@ -246,9 +235,8 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*(\S)([^">]*)', re.M)
 
 
 def _local_headers(src: Path) -> list[Path] | None:
-    """The headers of csrc/ that ``src`` includes with quotes, transitively
-    (every one written, whatever #if surrounds it: a superset). None when an
-    include is not a plain name (a macro): then every header counts."""
+    """The csrc/ headers ``src`` includes with quotes, transitively, whatever
+    #if surrounds them; None where an include is a macro (every header counts)."""
     found, todo = set(), [src]
     while todo:
         path = todo.pop()
@@ -276,9 +264,8 @@ def _source_digest(rel: str) -> str:
 
 
 def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
-    """A hash of all that makes the object: the source and the headers it includes, the
-    compiler (nvcc: also its host compiler) with its version, the flags.
-    Warnings-as-errors is left out (it changes no code)."""
+    """A hash of the source with its headers, the compilers' versions (nvcc's
+    host compiler too) and the flags but -Werror (which changes no code)."""
     if rel.endswith(".cu"):
         tools = (tool_identity(nvcc), tool_identity(_host_cxx()))
         flags = nvcc_flags(archs, werror=False)
@@ -289,9 +276,9 @@ def object_key(rel: str, kind: str, archs: list[str], nvcc: str | None) -> str:
 
 
 def portable_cuda_key(rel: str, nvcc: str, archs: list[str]) -> str:
-    """The key of scripts/prebuild_cuda.py's objects: nvcc's version, flags,
-    source and headers, but not the host compiler (the machine that compiled
-    them may have another gcc; using them is the user's explicit choice)."""
+    """The key of scripts/prebuild_cuda.py's objects: object_key without the
+    host compiler (that machine may have another gcc; using them is the
+    user's explicit choice)."""
     return _digest("prebuilt", tool_identity(nvcc), nvcc_flags(archs, werror=False),
                    _source_digest(rel))
 
@@ -312,9 +299,8 @@ def _run(cmd: list[str], verbose: bool) -> str:
 
 @contextlib.contextmanager
 def _writing(target: Path):
-    """A private temporary name beside ``target``, renamed into place when the
-    block ends without error: each output is written so, and concurrent
-    builds (two test processes, say) never see or link a half-written file."""
+    """A temporary name beside ``target``, renamed into place when the block
+    ends without error: concurrent builds never see a half-written file."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         yield tmp
@@ -358,9 +344,8 @@ def compile_object(src: Path, obj: Path, nvcc: str | None = None, archs: list[st
 
 def _objects(sources: list[str], obj_dir: Path, kind: str, nvcc: str | None,
              archs: list[str], verbose: bool) -> tuple[list[Path], list[str]]:
-    """The objects of ``sources``, compiled (in parallel, a compiler process
-    each: $MAX_JOBS at a time, default a CPU each) where no object of the
-    same key exists. Returns (objects, keys)."""
+    """(objects, keys) of ``sources``, compiled where no object of the same
+    key exists ($MAX_JOBS at a time, default a CPU each)."""
     objs, keys, todo = [], [], []
     for rel in sources:
         key = object_key(rel, kind, archs, nvcc)
@@ -395,10 +380,9 @@ def object_path(obj_dir: Path, rel: str, kind: str, key: str) -> Path:
 
 
 def _prebuilt_cuda_object(nvcc: str, rel: str, archs: list[str]) -> Path | None:
-    """An object of ``rel`` compiled elsewhere (scripts/prebuild_cuda.py) in
-    $LLTM_PREBUILT_CUDA, used when its portable key matches this build's: the
-    GPU machine then links objects compiled beforehand on a machine without a
-    GPU instead of spending minutes of its time in nvcc."""
+    """An object of ``rel`` in $LLTM_PREBUILT_CUDA (scripts/prebuild_cuda.py)
+    whose portable key matches this build's: a GPU machine then links objects
+    compiled beforehand instead of spending minutes in nvcc."""
     folder = os.environ.get("LLTM_PREBUILT_CUDA")
     if not folder:
         return None
@@ -412,13 +396,10 @@ def prebuilt_name(rel: str, key: str) -> str:
 
 # ---------------------------------------------------------------- linking
 
-# No torch library on the link lines: torch's functions are found at load time
-# (csrc/binding/torch_abi_loader.c, with dlopen / dlsym: -ldl before glibc 2.34).
-# The CUDA runtime is linked statically (nvcc's libcudart_static): nothing to
-# find at load time beside torch's own libraries, and kernels still run in the
-# context torch made current (the runtime adopts the current driver context)
-# on torch's streams. No device link (no relocatable device code): it would
-# record its command line, with build-machine paths, in the library.
+# No torch library on the link lines (its functions are found at load time:
+# -ldl before glibc 2.34). The CUDA runtime is linked statically: it adopts
+# the driver context torch made current. No device link: it would record its
+# command line, with build-machine paths, in the library.
 def _link(kind: str, nvcc: str | None, objs: list[Path], lib: Path, verbose: bool) -> None:
     tool = ([_cc(), "-shared"] if kind == "cpu" else
             [nvcc, "-shared", "-nodlink", "-cudart", "static", "-Xcompiler", "-fPIC"])
@@ -432,8 +413,7 @@ LINK_RECIPE = ("cc -shared -lm -ldl", "nvcc -shared -nodlink -cudart static -lm 
 
 def _torch_has_cuda() -> bool | None:
     """Has the torch this build is for CUDA? None: no torch found. In pip's
-    isolated build torch is hidden from this process: then the interpreter
-    itself is asked without the isolation (PYTHONPATH, PYTHONNOUSERSITE), which
+    isolated build the interpreter is asked without the isolation, which
     finds the torch of the environment being installed into."""
     torch = _torch()
     if torch is not None:
@@ -450,9 +430,8 @@ def _torch_has_cuda() -> bool | None:
 
 
 def cuda_wanted() -> bool:
-    """Build the CUDA library? LLTM_BUILD_CUDA=0/1 overrides the default: nvcc
-    is found and the torch installed has CUDA (or no torch is found, as for a
-    wheel built for any torch)."""
+    """Build the CUDA library? LLTM_BUILD_CUDA=0/1, else: nvcc is found and
+    the torch installed has CUDA (or no torch is found)."""
     flag = os.environ.get("LLTM_BUILD_CUDA")
     if flag is not None:
         return flag not in ("0", "", "false", "no")
@@ -471,9 +450,8 @@ class Plan:
             raise BuildError("the CUDA library was asked for but nvcc was not found: "
                              "set CUDA_HOME or put nvcc on PATH")
         self.archs, self.arch_source = [], ""
-        # Rebuilding a folder whose archs came from the GPUs visible then: the
-        # same archs, without asking torch.cuda again (which would initialise
-        # CUDA in every process that imports lltm).
+        # A folder whose archs came from the GPUs visible then keeps them
+        # (asking torch.cuda would initialise CUDA in every importing process).
         info = (read_build_info(reuse_archs_of) if reuse_archs_of is not None else None) or {}
         if (self.cuda and not os.environ.get(_archs.ENVIRONMENT) and info.get("cuda_archs")
                 and info.get("cuda_archs_from") == _archs.VISIBLE_GPUS):
@@ -515,16 +493,13 @@ def read_build_info(folder: str | os.PathLike) -> dict | None:
         return None
 
 
-
-
 def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
                     cuda: bool | None = None, obj_dir: str | os.PathLike | None = None,
                     plan: Plan | None = None) -> dict[str, Path]:
     """Build the native libraries into ``out_dir`` unless the ones there carry
     the wanted build key; objects go to ``obj_dir`` (default: ``out_dir/obj``,
-    or ``build/obj`` of the checkout when building into the package folder).
-
-    Returns {"cpu": path, "cuda": path (only when built)}."""
+    the checkout's ``build/obj`` for the package folder). Returns
+    {"cpu": path, "cuda": path (only when built)}."""
     out = Path(out_dir)
     plan = plan or Plan(cuda, reuse_archs_of=out)
     paths = {kind: out / LIBRARIES[kind] for kind in plan.libraries}
@@ -564,9 +539,8 @@ def build_libraries(out_dir: str | os.PathLike, verbose: bool = False,
 
 def cache_build(cache_dir: str | os.PathLike | None = None, verbose: bool = False,
                 cuda: bool | None = None) -> dict[str, Path]:
-    """Build into ``cache_dir/<build key>/``, objects shared in
-    ``cache_dir/obj``. The just-in-time cache: $LLTM_BUILD_DIR, else
-    ~/.cache/lltm."""
+    """Build into ``cache_dir/<build key>/`` (default $LLTM_BUILD_DIR, else
+    ~/.cache/lltm), objects shared in ``cache_dir/obj``."""
     cache = Path(cache_dir or os.environ.get("LLTM_BUILD_DIR")
                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lltm")
     plan = Plan(cuda)
@@ -575,9 +549,8 @@ def cache_build(cache_dir: str | os.PathLike | None = None, verbose: bool = Fals
 
 
 def load(verbose: bool = False, build_dir: str | os.PathLike | None = None):
-    """Just-in-time route, like torch.utils.cpp_extension.load: compile the
-    sources into the cache on first use (reusing unchanged objects afterwards)
-    and load the result. Returns the package's native-library handle."""
+    """The just-in-time route, like torch.utils.cpp_extension.load: build into
+    the cache and load the result (the native-library handle)."""
     from . import _native
 
     return _native.load_from(cache_build(build_dir, verbose=verbose))

@@ -38,8 +38,7 @@ def lltm_cell(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
 
 def _host_lengths(lengths, input: torch.Tensor) -> torch.Tensor:
     """lengths as an int64 CPU tensor, its values checked against input's T
-    (before they move to another device, where the operator cannot check them
-    without a synchronization)."""
+    (on another device the operator could not check them without a sync)."""
     host = torch.as_tensor(lengths, dtype=torch.int64, device="cpu")
     if host.dim() == 1 and input.dim() == 3 and host.numel() > 0:
         T = input.shape[0]
@@ -55,20 +54,16 @@ def _host_lengths(lengths, input: torch.Tensor) -> torch.Tensor:
 def lltm_sequence(input: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor | None,
                   h0: torch.Tensor, c0: torch.Tensor, lengths=None
                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """One LLTM layer over a whole sequence through the native kernels: the
-    time loop runs in C (CPU) or on the GPU, not in Python.
+    """One LLTM layer over a whole sequence, the time loop in the native kernels.
 
-    Shapes: input [T, B, I], weights [3H, I+H], bias [3H] (or [1, 3H], or None
-    for no bias), h0 [B, H], c0 [B, H]. Returns (output [T, B, H], (h_n, c_n)),
-    h_n and c_n [B, H] (h0 and c0 when T == 0). Differentiable in every
-    argument, through output, h_n and c_n.
+    Shapes: input [T, B, I], weights [3H, I+H], bias [3H] (or [1, 3H], or None),
+    h0 [B, H], c0 [B, H]. Returns (output [T, B, H], (h_n, c_n)), h_n and c_n
+    [B, H] (h0 and c0 when T == 0). Differentiable in every argument.
 
-    lengths: None (every row runs T steps), or B lengths, each in [1, T] (an
-    int64 tensor, best on input's device; or a list of ints): row b stops
-    after its first lengths[b] steps, inside the kernels: its output is 0
-    beyond them and its h_n, c_n are its state after them. Checked on the
-    CPU; on CUDA the values of a tensor already there are not read back (that
-    would synchronize): out of range, they give undefined results.
+    lengths: None, or B lengths in [1, T] (an int64 tensor, best on input's
+    device, or a list of ints): row b stops after lengths[b] steps, its output
+    0 beyond them. Checked on the CPU; a CUDA tensor's values are not read
+    back (that would synchronize): out of range, the results are undefined.
     """
     try:
         if bias is None:

@@ -44,6 +44,14 @@ def refuse_torchscript(owner: str):
         "use torch.compile, or torch.export and AOTInductor for deployment.")
 
 
+def uniform_parameters(module: torch.nn.Module, H: int) -> None:
+    """Every parameter uniform in +-1/sqrt(H), as the tutorial and nn.LSTM."""
+    stdv = 1.0 / math.sqrt(H)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-stdv, stdv)
+
+
 def _pair(state):
     if not isinstance(state, (tuple, list)) or len(state) != 2:
         raise TypeError("LLTMCell: state must be a tuple (h, c) of Tensors, got "
@@ -87,10 +95,7 @@ class LLTMCell(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        stdv = 1.0 / math.sqrt(self.state_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-stdv, stdv)
+        uniform_parameters(self, self.state_size)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # The tutorial's C++ variant keeps bias as [1, 3H]: accept it.

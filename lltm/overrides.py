@@ -1,25 +1,17 @@
-"""Measurement overrides of what the CUDA library would choose by itself.
-
-The library picks its own routes by its rules (csrc/core/lltm_cuda_rules.c):
-the cell's matrix-product route (its fused kernels or cuBLAS) and the
-sequence's plan (per-step kernels, a cooperative grid, thread-block
-clusters, or one block a batch chunk, with their shapes; measured instead
-with lltm.backends.cuda.benchmark). Tests and
-timing tools force one through this module, never through the C core (which
-reads no environment): from environment variables read once, when ``lltm`` is
-imported, or with the context managers below; what is forced travels with
-each operator call, in its ``settings`` argument (lltm/_settings.py).
-``docs/cuda-plans.md`` lists the variables and what each forces::
+"""Measurement overrides of what lltm would choose by itself, for tests and
+timing tools: the CUDA cell's matrix-product route, the CUDA sequence plan
+(csrc/core/lltm_cuda_rules.c picks both otherwise), and lltm.LLTM's own
+choices for stacked layers (``wavefront(chunks=...)``, lltm/_wavefront.py;
+``stacked_layers(mode)``, lltm/_stack.py). Set from environment variables
+read once at import, or with the context managers below; what is forced
+travels with each operator call in its ``settings`` argument
+(lltm/_settings.py): the C core reads no environment. ``docs/cuda-plans.md``
+lists the variables::
 
     with lltm.overrides.sequence_plan(family="grid", grid_shape="16x32"):
         output, _ = lltm.LLTM(32, 128).cuda()(x)
 
-Without the CUDA library (a CPU-only install) the overrides are accepted and
-have nothing to act on. ``wavefront(chunks=...)`` (``LLTM_WAVEFRONT_CHUNKS``)
-forces lltm.LLTM's own choice, on any device: the time chunks over which it
-overlaps stacked layers (lltm/_wavefront.py); ``stacked_layers(mode)``
-(``LLTM_STACKED_LAYERS``) whether it runs groups of stacked layers through
-one call of lltm::stack_forward (lltm/_stack.py).
+Without the CUDA library the CUDA overrides have nothing to act on.
 """
 from __future__ import annotations
 
@@ -44,6 +36,7 @@ MAX_GRID_GROUPS = 255  # the settings argument's 8 bits
 FAMILY_FIELD, GRID_TF32_FIELD = 3, 12
 PLAN_FIELDS = sum(0xF << (4 * field) for field in range(FAMILY_FIELD, GRID_TF32_FIELD + 1))
 GRID_TF32_CODES = {None: 0, True: 1, False: 2}
+STACKED_LAYERS = ("auto", "on", "off")
 
 
 def plan_field(packed: int, field: int) -> int:
@@ -58,11 +51,18 @@ class _Launch(ctypes.Structure):
                 ("blocks", ctypes.c_int64), ("groups", ctypes.c_int64), ("smem", ctypes.c_size_t)]
 
 
+_PLAN_TAIL = [("B", ctypes.c_int64), ("H", ctypes.c_int64), ("forward", _Launch),
+              ("backward", _Launch), ("workspace_bytes", ctypes.c_size_t)]
+
+
 class _Plan(ctypes.Structure):
     """lltm_sequence_plan of csrc/core/lltm.h."""
-    _fields_ = [("family", ctypes.c_int), ("dtype", ctypes.c_int), ("B", ctypes.c_int64),
-                ("H", ctypes.c_int64), ("forward", _Launch), ("backward", _Launch),
-                ("workspace_bytes", ctypes.c_size_t)]
+    _fields_ = [("family", ctypes.c_int), ("dtype", ctypes.c_int), *_PLAN_TAIL]
+
+
+class _StackPlan(ctypes.Structure):
+    """lltm_stack_plan of csrc/core/lltm_stack.h."""
+    _fields_ = [("dtype", ctypes.c_int), ("layers", ctypes.c_int), *_PLAN_TAIL]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def _check(name, value, allowed):
 
 _matmul = "auto"
 _plan = SequencePlan()
-_packed = 0  # both as fields of the settings argument, kept in step by _apply
+_wavefront_chunks: int | None = None  # None: lltm.LLTM chooses (1 on the CPU)
+_stacked_layers = "auto"
+_packed = 0  # _matmul and _plan as fields of the settings argument, kept in step by _apply
 
 
 def _cuda_library():
@@ -150,28 +152,26 @@ def _dtype_code(dtype) -> int:
     return _DTYPE_CODES[name]
 
 
-def _launch_dict(l: _Launch) -> dict:
-    return {"lanes": l.lanes, "values": l.values, "rows": l.rows, "chunk": l.chunk,
-            "exchange": _EXCHANGES.get(l.exchange, l.exchange), "blocks": l.blocks,
-            "groups": l.groups, "smem": l.smem, "tf32": bool(l.tf32)}
-
-
 def _plan_dict(plan, **head) -> dict:
     """A plan struct (_Plan, _StackPlan) as a dict: ``head`` (its family
     first), the workspace, and per direction the launch (the per-step
     family has none)."""
     out = {**head, "workspace_bytes": plan.workspace_bytes}
     if head["family"] != "steps":
-        out.update(forward=_launch_dict(plan.forward), backward=_launch_dict(plan.backward))
+        for direction in ("forward", "backward"):
+            launch = getattr(plan, direction)
+            out[direction] = {name: getattr(launch, name) for name, _ in _Launch._fields_}
+            out[direction].update(exchange=_EXCHANGES.get(launch.exchange, launch.exchange),
+                                  tf32=bool(launch.tf32))
     return out
 
 
 def _ask_in_force(name: str, argtypes: list, dtype, device: int | None, *args,
                   settings: int | None = None) -> int | None:
-    """The CUDA library's ``lltm_cuda_<name>_in_force(device, dtype,
-    settings, *args)`` for a call made now with ``settings`` (default those
-    in force: lltm._settings.current(); ``device``: an ordinal, default the
-    current device): its return value, or None without the library."""
+    """``lltm_cuda_<name>_in_force(device, dtype, settings, *args)`` of the
+    CUDA library for a call made now with ``settings`` (default: those in
+    force) on ``device`` (an ordinal, default the current device); None
+    without the library."""
     lib = _cuda_library()
     if lib is None:
         return None
@@ -193,14 +193,11 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
                            device: int | None = None, settings: int | None = None
                            ) -> dict | None:
     """The plan the CUDA sequence operators would run now for one layer of
-    these sizes (the constraints in force applied; a call on the current
-    stream as it is, captured into a CUDA graph or eager: docs/cuda-plans.md,
-    "Eager calls: the host's time counts"), as a dict: family, and
-    per direction the launch (lanes, values, rows, chunk, exchange, blocks,
-    groups, smem, tf32: float32's grid on TF32 tensor cores); None where a
-    forced family does not fit, or without the CUDA library. ``device``: an
-    ordinal (default: the current device); ``settings``: those of a call
-    (lltm/_settings.py) to ask for instead of those in force."""
+    these sizes, eager or captured as the current stream is
+    (docs/cuda-plans.md), as a dict: family, and per direction the launch
+    (lanes, values, rows, chunk, exchange, blocks, groups, smem, tf32). None
+    where a forced family does not fit, or without the CUDA library.
+    ``settings``: those of a call (lltm/_settings.py) instead of those in force."""
     plan = _Plan()
     status = _ask_in_force("sequence_plan", _SIZES + [ctypes.c_void_p], dtype, device,
                            T, B, I, H, ctypes.byref(plan), settings=settings)
@@ -212,9 +209,9 @@ def sequence_plan_in_force(dtype, T: int, B: int, I: int, H: int,  # noqa: E741
 def wavefront_in_force(dtype, T: int, B: int, H: int, device: int | None = None,
                        settings: int | None = None) -> tuple[int, int] | None:
     """(chunks, sharing): the time chunks over which lltm.LLTM overlaps
-    stacked layers of these sizes in a call made now (the rules of
-    csrc/core/lltm_cuda_rules.c), each chunk call planned for ``sharing``
-    layers at once; None where no plan fits, or without the CUDA library."""
+    stacked layers of these sizes in a call made now, each chunk call planned
+    for ``sharing`` layers at once; None where no plan fits, or without the
+    CUDA library."""
     chunks, sharing = ctypes.c_int(), ctypes.c_int()
     status = _ask_in_force("wavefront", [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 2, dtype,
                            device, T, B, H, ctypes.byref(chunks), ctypes.byref(sharing),
@@ -224,30 +221,20 @@ def wavefront_in_force(dtype, T: int, B: int, H: int, device: int | None = None,
 
 def grid_tensor_cores(dtype, device: int | None = None) -> bool:
     """Whether the grid family's kernels of ``dtype`` form their products on
-    tensor cores on ``device`` (float16 and bfloat16 on compute capability
-    8.0+, where the library's code for it is too, and float32 there while
-    torch's float32 matmul setting allows TF32: its TF32 build); False
-    without the CUDA library."""
+    tensor cores on ``device`` (the half types from compute capability 8.0,
+    float32 there while torch allows TF32); False without the CUDA library."""
     found = ctypes.c_int()
     status = _ask_in_force("grid_tensor_cores", [ctypes.c_void_p], dtype, device,
                            ctypes.byref(found))
     return status == 0 and bool(found.value)
 
 
-class _StackPlan(ctypes.Structure):
-    """lltm_stack_plan of csrc/core/lltm_stack.h."""
-    _fields_ = [("dtype", ctypes.c_int), ("layers", ctypes.c_int), ("B", ctypes.c_int64),
-                ("H", ctypes.c_int64), ("forward", _Launch), ("backward", _Launch),
-                ("workspace_bytes", ctypes.c_size_t)]
-
-
 def stack_plan_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: E741
                         device: int | None = None) -> dict | None:
     """The stacked launch lltm::stack_forward would run now for L layers of
-    these sizes on CUDA (csrc/core/lltm_stack.h), as a dict like
-    :func:`sequence_plan_in_force`'s (family "stack", layers); None where
-    none runs them (sizes, dtype, a forced plan of one layer: the operator
-    then calls the layers one by one), or without the CUDA library."""
+    these sizes on CUDA, as a dict like :func:`sequence_plan_in_force`'s
+    (family "stack", layers); None where none runs them (the operator then
+    calls the layers one by one), or without the CUDA library."""
     plan = _StackPlan()
     status = _ask_in_force("stack_plan", [ctypes.c_int64] + _SIZES + [ctypes.c_void_p], dtype,
                            device, L, T, B, I, H, ctypes.byref(plan))
@@ -257,9 +244,8 @@ def stack_plan_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: 
 def stack_route_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa: E741
                          device: int | None = None) -> bool:
     """Whether lltm.LLTM runs L stacked layers of these sizes through one
-    stacked launch in a call made now: one fits (:func:`stack_plan_in_force`)
-    and the rules of csrc/core/lltm_cuda_rules.c find it the faster route;
-    False without the CUDA library."""
+    stacked launch in a call made now (one fits and the rules find it the
+    faster route); False without the CUDA library."""
     stacked = ctypes.c_int()
     status = _ask_in_force("stack_route", [ctypes.c_int64] + _SIZES + [ctypes.c_void_p], dtype,
                            device, L, T, B, I, H, ctypes.byref(stacked))
@@ -269,8 +255,7 @@ def stack_route_in_force(dtype, L: int, T: int, B: int, I: int, H: int,  # noqa:
 def cell_route_in_force(dtype, B: int, I: int, H: int,  # noqa: E741
                         device: int | None = None) -> str | None:
     """The matrix-product route ("fused" or "cublas") the CUDA cell operators
-    would take now for a step of these sizes; None without the CUDA library.
-    ``device``: an ordinal (default: the current device)."""
+    would take now for a step of these sizes; None without the CUDA library."""
     route = _ask_in_force("cell_route", [ctypes.c_int64] * 3, dtype, device, B, I, H)
     return {v: k for k, v in MATMUL_POLICIES.items()}.get(route)
 
@@ -291,71 +276,34 @@ def set_matmul(policy: str) -> None:
 
 
 @contextlib.contextmanager
-def _forced(setter, value, before):
-    """``setter(value)`` inside the block, then ``setter(before)``."""
-    setter(value)
+def _forced(name: str, value):
+    """This module's ``name`` set to ``value`` (checked by the caller) inside
+    the block, then restored."""
+    before = globals()[name]
+    globals()[name] = value
+    _apply()
     try:
         yield value
     finally:
-        setter(before)
+        globals()[name] = before
+        _apply()
 
 
 def sequence_plan(**constraints):
     """Force the CUDA sequence plan inside the block (SequencePlan's fields;
-    unnamed ones keep their current values), then restore it."""
+    unnamed ones keep their current values)."""
     names = {f.name for f in fields(SequencePlan)}
     unknown = set(constraints) - names
     if unknown:
         raise TypeError(f"unknown sequence plan constraints {sorted(unknown)}; "
                         f"expected some of {sorted(names)}")
-    return _forced(set_sequence_plan, replace(_plan, **constraints), _plan)
+    return _forced("_plan", replace(_plan, **constraints))
 
 
 def matmul(policy: str):
     """Force the cell's matrix-product route ("fused", "cublas" or "auto")."""
-    return _forced(set_matmul, policy, _matmul)
-
-
-def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
-    def text(name):
-        value = environ.get(name, "").strip()
-        return value or None
-
-    def integer(name):
-        value = text(name)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {value!r}") from None
-
-    try:
-        policy = text("LLTM_CUDA_MATMUL") or "auto"
-        _check("LLTM_CUDA_MATMUL", policy, MATMUL_POLICIES)
-        plan = SequencePlan(family=text("LLTM_CUDA_SEQUENCE") or "auto",
-                            cluster_blocks=integer("LLTM_CUDA_CLUSTER_BLOCKS"),
-                            cluster_chunk=integer("LLTM_CUDA_CLUSTER_CHUNK"),
-                            grid_shape=text("LLTM_CUDA_GRID_SHAPE"),
-                            grid_groups=integer("LLTM_CUDA_GRID_GROUPS"),
-                            grid_chunk=integer("LLTM_CUDA_GRID_CHUNK"),
-                            block_chunk=integer("LLTM_CUDA_BLOCK_CHUNK"))
-    except ValueError as exc:
-        raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
-                         "(see lltm/overrides.py)") from None
-    return policy, plan
-
-
-# --- stacked layers: the wavefront's time chunks (lltm/_wavefront.py) ---------------
-# Not a choice of the CUDA library: lltm.LLTM's own, in Python. None: chosen
-# by itself (1 on the CPU, under torch.compile and torch.func); n >= 1: n
-# chunks (at most T) wherever the stack can be chunked, on any device.
-
-_wavefront_chunks: int | None = None
-
-
-STACKED_LAYERS = ("auto", "on", "off")
-_stacked_layers = "auto"
+    _check("matmul policy", policy, MATMUL_POLICIES)
+    return _forced("_matmul", policy)
 
 
 def current_stacked_layers() -> str:
@@ -365,17 +313,16 @@ def current_stacked_layers() -> str:
     return _stacked_layers
 
 
-def set_stacked_layers(mode: str) -> None:
-    global _stacked_layers
+def _check_stacked(name: str, mode) -> None:
     if mode not in STACKED_LAYERS:
-        raise ValueError(f"stacked layers must be one of {list(STACKED_LAYERS)}, got {mode!r}")
-    _stacked_layers = mode
+        raise ValueError(f"{name} must be one of {list(STACKED_LAYERS)}, got {mode!r}")
 
 
 def stacked_layers(mode: str):
     """Force how lltm.LLTM runs its stacked layers inside the block
-    (:func:`current_stacked_layers`), then restore it."""
-    return _forced(set_stacked_layers, mode, _stacked_layers)
+    (:func:`current_stacked_layers`)."""
+    _check_stacked("stacked layers", mode)
+    return _forced("_stacked_layers", mode)
 
 
 def _check_chunks(name: str, chunks) -> None:
@@ -389,36 +336,53 @@ def current_wavefront_chunks() -> int | None:
     return _wavefront_chunks
 
 
-def set_wavefront_chunks(chunks: int | None) -> None:
-    global _wavefront_chunks
-    _check_chunks("chunks", chunks)
-    _wavefront_chunks = chunks
-
-
 def wavefront(chunks: int | None):
     """Force the number of time chunks over which lltm.LLTM pipelines its
     stacked unidirectional layers inside the block (1: the layers one after
-    the other, one call each; None: its own choice), then restore it."""
-    return _forced(set_wavefront_chunks, chunks, _wavefront_chunks)
+    the other; None: its own choice), on any device."""
+    _check_chunks("chunks", chunks)
+    return _forced("_wavefront_chunks", chunks)
+
+
+def _from_environment(environ=os.environ) -> tuple[str, SequencePlan]:
+    def text(name):
+        return environ.get(name, "").strip() or None
+
+    def integer(name):
+        value = text(name)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+    policy = text("LLTM_CUDA_MATMUL") or "auto"
+    _check("LLTM_CUDA_MATMUL", policy, MATMUL_POLICIES)
+    return policy, SequencePlan(family=text("LLTM_CUDA_SEQUENCE") or "auto",
+                                cluster_blocks=integer("LLTM_CUDA_CLUSTER_BLOCKS"),
+                                cluster_chunk=integer("LLTM_CUDA_CLUSTER_CHUNK"),
+                                grid_shape=text("LLTM_CUDA_GRID_SHAPE"),
+                                grid_groups=integer("LLTM_CUDA_GRID_GROUPS"),
+                                grid_chunk=integer("LLTM_CUDA_GRID_CHUNK"),
+                                block_chunk=integer("LLTM_CUDA_BLOCK_CHUNK"))
 
 
 def apply_environment(environ=os.environ) -> None:
-    """Read the variables above (once, at import) and set the overrides."""
+    """Read the variables (once, at import) and set the overrides."""
     global _matmul, _plan, _wavefront_chunks, _stacked_layers
-    _matmul, _plan = _from_environment(environ)
     chunks = environ.get("LLTM_WAVEFRONT_CHUNKS", "").strip()
     stacked = environ.get("LLTM_STACKED_LAYERS", "").strip() or "auto"
     try:
+        matmul_policy, plan = _from_environment(environ)
         if chunks in ("", "auto"):
             chunks = None
         with contextlib.suppress(ValueError, TypeError):  # (not an integer: refused below)
             chunks = int(chunks)
         _check_chunks("LLTM_WAVEFRONT_CHUNKS", chunks)
-        if stacked not in STACKED_LAYERS:
-            raise ValueError(f"LLTM_STACKED_LAYERS must be one of {list(STACKED_LAYERS)}, got "
-                             f"{stacked!r}")
+        _check_stacked("LLTM_STACKED_LAYERS", stacked)
     except ValueError as exc:
         raise ValueError(f"lltm: a measurement override in the environment is invalid: {exc} "
                          "(see lltm/overrides.py)") from None
-    _wavefront_chunks, _stacked_layers = chunks, stacked
+    _matmul, _plan, _wavefront_chunks, _stacked_layers = matmul_policy, plan, chunks, stacked
     _apply()

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 
-def lltm_cell(input, weights, bias, old_h, old_cell):
-    """One step, plain PyTorch: X = [h, x]; g = X W^T + b; ... -> (new_h, new_cell)."""
-    X = torch.cat([old_h, input], dim=1)
+def _step(X, weights, bias, old_cell):
+    """(gate_weights, input_gate, output_gate, candidate_cell, new_h, new_cell)
+    of a step with X = [h, x]."""
     gate_weights = F.linear(X, weights, bias)
     gates = gate_weights.chunk(3, dim=1)
     input_gate = torch.sigmoid(gates[0])
@@ -23,7 +23,12 @@ def lltm_cell(input, weights, bias, old_h, old_cell):
     candidate_cell = F.elu(gates[2])
     new_cell = old_cell + candidate_cell * input_gate
     new_h = torch.tanh(new_cell) * output_gate
-    return new_h, new_cell
+    return gate_weights, input_gate, output_gate, candidate_cell, new_h, new_cell
+
+
+def lltm_cell(input, weights, bias, old_h, old_cell):
+    """One step, plain PyTorch: X = [h, x]; g = X W^T + b; ... -> (new_h, new_cell)."""
+    return _step(torch.cat([old_h, input], dim=1), weights, bias, old_cell)[4:]
 
 
 def d_sigmoid(z):
@@ -48,13 +53,8 @@ class LLTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
         X = torch.cat([old_h, input], dim=1)
-        gate_weights = F.linear(X, weights, bias.reshape(-1))
-        gates = gate_weights.chunk(3, dim=1)
-        input_gate = torch.sigmoid(gates[0])
-        output_gate = torch.sigmoid(gates[1])
-        candidate_cell = F.elu(gates[2])
-        new_cell = old_cell + candidate_cell * input_gate
-        new_h = torch.tanh(new_cell) * output_gate
+        gate_weights, input_gate, output_gate, candidate_cell, new_h, new_cell = _step(
+            X, weights, bias.reshape(-1), old_cell)
         ctx.save_for_backward(X, weights, input_gate, output_gate, new_cell,
                               candidate_cell, gate_weights)
         ctx.bias_shape = bias.shape

@@ -3,7 +3,6 @@ shaped like :class:`torch.nn.LSTM`."""
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 import operator
 import warnings
@@ -13,12 +12,12 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence
 
 from . import _directions, _packed, _schedule, _settings, _stack, _wavefront, functional, reference
-from .modules import check_bool, check_int, refuse_torchscript, resolve_state
+from .modules import check_bool, check_int, refuse_torchscript, resolve_state, uniform_parameters
 
 
 def _loop_of_cells(cell, input, weights, bias, h0, c0, lengths=None):
-    """One layer as a Python loop of cells, one call per step (the baselines);
-    rows stop after lengths[b] steps (a [B] tensor on input's device, or None)."""
+    """One layer as a Python loop of cells (the baselines); rows stop after
+    lengths[b] steps (a [B] tensor, or None)."""
     if bias is None:
         bias = weights.new_zeros(weights.shape[0])
     h, c = h0, c0
@@ -51,10 +50,9 @@ _INDEX_CACHE_SIZE = 32
 
 
 def _on_device(key: tuple, device: torch.device, build):
-    """The tensors build() makes on the CPU, on ``device``: made once per key
-    and device, then reused (no rebuild per call, and on CUDA no host-to-device
-    copy per call, which a CUDA graph capture would refuse; the latest keys
-    are kept). Callers only read them."""
+    """The tensors build() makes on the CPU, moved to ``device`` once per key
+    and reused (no host-to-device copy per call, which CUDA graph capture
+    would refuse). Callers only read them."""
     if torch.compiler.is_compiling():
         return tuple(t.to(device) for t in build())
     key = (key, device)
@@ -101,63 +99,33 @@ def _check_lengths(lengths, T: int, B: int) -> list[int]:
 
 
 class LLTM(torch.nn.Module):
-    """A multi-layer LLTM run over whole sequences, with the interface of
-    :class:`torch.nn.LSTM`.
-
-    Args:
-        input_size: I, features of each input step.
-        hidden_size: H, size of the hidden and cell state.
-        num_layers: stacked layers; layer k > 0 reads layer k-1's output.
-        bias: if False, the layers have no bias.
-        batch_first: input and output are [B, T, .] instead of [T, B, .]
-            (the state keeps the layout [D*num_layers, B, H]).
-        dropout: dropout probability on each layer's output except the last,
-            applied in training mode only.
-        bidirectional: if True, every layer also runs over the reversed
-            sequence (D = 2 directions, else D = 1), as in nn.LSTM.
-        proj_size: accepted for nn.LSTM's signature; only 0 (LLTM has no
-            projection).
-        impl: ``"native"`` (default: one operator call per layer, the time
-            loop in C or on the GPU) or ``"reference"`` (a Python loop of the
-            plain PyTorch reference cell), for comparisons.
+    """A multi-layer LLTM over whole sequences with the interface of
+    :class:`torch.nn.LSTM` (the same arguments, but ``proj_size`` must be 0:
+    the LLTM cell has no projection). ``impl``: ``"native"`` (default: one
+    operator call per layer, the time loop in C or on the GPU) or
+    ``"reference"`` (a Python loop of the plain PyTorch reference cell).
 
     Parameters of layer k: ``weights_l{k}`` [3H, I_k+H] (gate rows i, o, z;
     columns state then input; I_0 = input_size, I_k = D*H after) and
-    ``bias_l{k}`` [3H], laid out like :class:`lltm.LLTMCell`'s ``weights`` and
-    ``bias``, so a trained cell's parameters move in and out of any layer;
-    with bidirectional=True also ``weights_l{k}_reverse`` and
-    ``bias_l{k}_reverse`` for the reverse direction. Initialised uniform in
-    +-1/sqrt(H), like the cell and nn.LSTM.
+    ``bias_l{k}`` [3H], laid out like :class:`lltm.LLTMCell`'s; with
+    bidirectional=True also ``weights_l{k}_reverse`` and ``bias_l{k}_reverse``.
 
     ``forward(input, hx=None, *, lengths=None) -> (output, (h_n, c_n))``
-    (``state=`` is accepted as a keyword alias of ``hx``):
-        input [T, B, I] ([B, T, I] with batch_first), [T, I] unbatched, or a
-        :class:`~torch.nn.utils.rnn.PackedSequence`; hx (h0, c0), each
-        [D*num_layers, B, H] ([D*num_layers, H] unbatched), zeros when
-        omitted; output [T, B, D*H] ([B, T, D*H] with batch_first, [T, D*H]
-        unbatched, a PackedSequence laid out like the input's for one), the
-        last layer's h at every step, forward direction then reverse; h_n,
-        c_n [D*num_layers, B, H], every layer's final state ordered like
-        nn.LSTM's (layer 0 forward, layer 0 reverse, layer 1 forward, ...).
+    (``state=``: an alias of ``hx``) takes and returns what nn.LSTM's does:
+    [T, B, I] ([B, T, I] with batch_first), unbatched [T, I], or a
+    PackedSequence; h_n and c_n [D*num_layers, B, H] ordered layer 0 forward,
+    layer 0 reverse, layer 1 forward, ...
 
-    Variable lengths: a PackedSequence (sorted, or packed with
-    enforce_sorted=False: h0 and h_n are in the original batch order, as in
-    nn.LSTM), or padded input with ``lengths`` (B ints, 1 <= length <= T, in
-    any order). Row b then runs its first lengths[b] steps: output is zero
-    beyond them, h_n and c_n are the state after the last of them, and the
-    reverse direction starts at that last step (each row reversed within its
-    own length, by an index gather on the input and the output). Each row
-    stops at its own length inside the kernels: one operator call per layer
-    and direction over the longest row's steps, whatever the lengths.
-    The lengths are read on the host: a list of ints compiles
-    (torch.compile(fullgraph=True)) into one graph per set of lengths; a
-    lengths tensor or a PackedSequence's batch_sizes make torch.compile break
-    the graph there (fullgraph=True refuses them).
+    Variable lengths: a PackedSequence (sorted or not, as in nn.LSTM), or
+    padded input with ``lengths`` (B ints in [1, T], any order). Row b runs
+    its first lengths[b] steps inside the kernels: output zero beyond them,
+    h_n and c_n the state after the last, the reverse direction starting
+    there. A list of lengths compiles into one graph per set of lengths; a
+    lengths tensor or a PackedSequence breaks torch.compile's graph (their
+    values are read on the host).
 
-    On CUDA, the two directions of a layer run concurrently (the reverse one
-    on a side stream), forward and backward, eagerly and in CUDA graphs
-    captured from eager code; under torch.compile or torch.func transforms
-    they run one after the other.
+    On CUDA the two directions of a layer run concurrently (the reverse one
+    on a side stream), eagerly and in captured CUDA graphs.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
@@ -215,10 +183,7 @@ class LLTM(torch.nn.Module):
         return 2 if self.bidirectional else 1
 
     def reset_parameters(self) -> None:
-        stdv = 1.0 / math.sqrt(self.hidden_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-stdv, stdv)
+        uniform_parameters(self, self.hidden_size)
 
     def layer_parameters(self, k: int, reverse: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -252,6 +217,12 @@ class LLTM(torch.nn.Module):
         return (self._check_state("h0", state[0], B, batched),
                 self._check_state("c0", state[1], B, batched))
 
+    def _time_major(self, input: torch.Tensor) -> torch.Tensor:
+        """Tensor input as forward takes it, as [T, B, I]."""
+        if input.dim() == 2:
+            return input.unsqueeze(1)
+        return input.transpose(0, 1) if self.batch_first else input
+
     def _check_features(self, I: int) -> None:
         if I != self.input_size:
             raise ValueError(f"LLTM: input has {I} features in its last dimension, expected "
@@ -276,12 +247,7 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: input must be {layout} or unbatched [T, I], got {got} "
                              "(a PackedSequence is accepted too)")
         batched = input.dim() == 3
-        if not batched:
-            x = input.unsqueeze(1)
-        elif self.batch_first:
-            x = input.transpose(0, 1)
-        else:
-            x = input
+        x = self._time_major(input)
         T, B, I = x.shape
         self._check_features(I)
         if _settings.onnx_exporting():
@@ -304,9 +270,8 @@ class LLTM(torch.nn.Module):
         return x, (h_n, c_n)
 
     def _run_lengths(self, x, h0, c0, lens):
-        """_run on rows of the given lengths (a list of B ints, any order):
-        over the longest row's steps only, each row stopping at its own
-        length inside the kernels; output zero-padded back to T steps."""
+        """_run on rows of the given lengths (B ints) over the longest row's
+        steps only; output zero-padded back to T steps."""
         T, B = x.shape[0], x.shape[1]
         if B == 0 or all(length == T for length in lens):
             return self._run(x, h0, c0, None)
@@ -319,12 +284,10 @@ class LLTM(torch.nn.Module):
         return out, state
 
     def _check_export(self, lengths) -> None:
-        """Under torch.onnx.export: refuses, by name, what would fix T or B
-        to the example's values in the ONNX model, which is meant to run at
-        any size. (Whether they are dynamic cannot be told here: the
-        exporter's retry in torch.export's strict mode traces symbolic sizes
-        as ints.) torch.export alone keeps them, specialized as torch
-        specializes a Python loop."""
+        """Under torch.onnx.export: refuses, by name, what would fix T or B to
+        the example's values in the ONNX model. (Whether they are dynamic
+        cannot be told here: the exporter's strict-mode retry traces sizes as
+        ints.)"""
         if self.impl != "native":
             raise ValueError(f"LLTM(impl={self.impl!r}) cannot be exported to ONNX: it loops over the "
                              "steps in Python, which export unrolls for the example's T. "
@@ -336,9 +299,8 @@ class LLTM(torch.nn.Module):
                              "program")
 
     def _run_exported_lengths(self, x, h0, c0, lengths: torch.Tensor):
-        """_run_lengths in an exported program, where lengths is an input
-        whose values are not known: over all T steps (each row still stops
-        at its own length inside the operator), the values unchecked."""
+        """_run_lengths in an exported program, where lengths' values are not
+        known: over all T steps, the values unchecked."""
         _check_lengths_tensor(lengths, "a 1-D integer tensor")
         torch._check(lengths.shape[0] == x.shape[1],
                      lambda: "LLTM: lengths needs one entry per batch row")
@@ -350,8 +312,7 @@ class LLTM(torch.nn.Module):
             raise ValueError(f"LLTM: a PackedSequence's data must be [N, I], got "
                              f"{list(data.shape)}")
         self._check_features(data.shape[1])
-        # Padded [T, B, I] in the packed (sorted) order, moved both ways by
-        # gathers (_packed), the index tensors made on the host once per layout.
+        # padded [T, B, I] in the packed (sorted) order, by gathers (_packed)
         T, B = len(batch_sizes), int(batch_sizes[0]) if len(batch_sizes) else 0
         positions, sources, lengths = _on_device(("packed", tuple(batch_sizes.tolist())),
                                                  data.device,
@@ -409,9 +370,8 @@ class LLTM(torch.nn.Module):
         return out, h, c
 
     def _layer(self, run_layer, k, x, h0, c0, lengths, reverse_index, directions=""):
-        """(output [T,B,D*H], h_n [D,B,H], c_n [D,B,H]) of layer k; a
-        bidirectional layer's directions as ``directions`` says
-        (_schedule.Schedule)."""
+        """(output [T,B,D*H], h_n [D,B,H], c_n [D,B,H]) of layer k, its
+        directions run as ``directions`` says (_schedule.Schedule)."""
         i = self.num_directions * k
         forward = (run_layer, k, False, x, h0[i], c0[i], lengths, reverse_index)
         if not self.bidirectional:
@@ -426,10 +386,8 @@ class LLTM(torch.nn.Module):
             return _directions.BothDirections.apply(x, w_f, b_f, w_r, b_r, h0[i:i + 2],
                                                     c0[i:i + 2], lengths, reverse_index)
         # "side stream": the reverse direction on the side stream, both
-        # directions' kernels (and their backward calls: _ops.layer_grads)
-        # planned for half the device, launches that are resident together
-        # (else the second waits for the first to end). "in line": one after
-        # the other.
+        # directions' calls planned for half the device each (resident
+        # together, or the second waits for the first). "in line": in turn.
         fork = _directions._Fork(x, cuda=directions == "side stream")
         with fork.sharing():
             with fork.side():
