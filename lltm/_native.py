@@ -88,11 +88,21 @@ def _register_refusing_cuda_kernels(message: str) -> None:
         raise RuntimeError(message)
 
     _refusing_library = torch.library.Library("lltm", "IMPL")  # noqa: TOR901
-    for prefix in ("", "_"):  # the operators and their autograd-free twins (lltm/_ops.py)
-        for op in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward",
-                   "sequence_forward.lengths", "sequence_backward.lengths",
-                   "sequence_backward_gates", "sequence_backward_gates.lengths"):
-            _refusing_library.impl(prefix + op, refuse, "CUDA")
+    for name in operator_names():
+        _refusing_library.impl(name, refuse, "CUDA")
+
+
+def operator_names() -> list[str]:
+    """Every lltm operator with its overload ("stack_forward.lengths"): the
+    public ones and their autograd-free twins (lltm/_ops.py)."""
+    names = []
+    for base in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward",
+                 "sequence_backward_gates", "stack_forward", "stack_backward"):
+        for prefix in ("", "_"):
+            packet = getattr(torch.ops.lltm, prefix + base, None)
+            for overload in packet.overloads() if packet is not None else ():
+                names.append(prefix + base + ("" if overload == "default" else "." + overload))
+    return names
 
 
 def load_from(paths: dict[str, Path]) -> ctypes.CDLL:

@@ -508,13 +508,13 @@ def _has_tangent(args) -> bool:
 
 
 def _transform_error(name: str) -> RuntimeError:
-    functional = {"cell_forward": "lltm_cell", "sequence_forward": "lltm_sequence",
-                  "stack_forward": "lltm_stack"}[name]
+    instead = {"cell_forward": "lltm.functional.lltm_cell (or lltm.LLTMCell)",
+               "sequence_forward": "lltm.functional.lltm_sequence (or lltm.LLTM)",
+               "stack_forward": "lltm.LLTM"}[name]
     return RuntimeError(
         f"torch.ops.lltm.{name}: torch.func's grad, vjp, jacrev, jvp, jacfwd and hessian "
-        f"are not supported on the operator called directly; call "
-        f"lltm.functional.{functional} (or the modules) instead, which supports them. "
-        "torch.vmap alone works on the operator.")
+        f"are not supported on the operator called directly; call {instead} instead, "
+        "which supports them. torch.vmap alone works on the operator.")
 
 
 _after_autograd = torch._C._after_autograd_keyset
