@@ -8,7 +8,7 @@
 #ifndef LLTM_BINDING_OPS_H
 #define LLTM_BINDING_OPS_H
 
-#include "call_settings.h"
+#include "tensor_args.h"
 
 #define LLTM_NAMESPACE "lltm"
 
@@ -148,38 +148,11 @@
 typedef void (*lltm_boxed_kernel)(StableIValue *stack, uint64_t num_args,
                                   uint64_t num_outputs);
 
-void lltm_cell_forward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-void lltm_cell_backward_cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-/* (the core's lltm_sequence_forward_cpu / _backward_cpu run the algorithm;
- * these are the operators' boxed kernels around them) */
-void lltm_sequence_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                     uint64_t num_outputs);
-void lltm_sequence_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                      uint64_t num_outputs);
-void lltm_sequence_backward_gates_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                            uint64_t num_outputs);
-
-/* (csrc/binding/stack_cpu.c) */
-void lltm_stack_forward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                  uint64_t num_outputs);
-void lltm_stack_backward_cpu_boxed(StableIValue *stack, uint64_t num_args,
-                                   uint64_t num_outputs);
-
-/* CUDA kernels (liblltm_cuda.so, csrc/binding/cell_cuda.c). */
-void lltm_cell_forward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-void lltm_cell_backward_cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
-/* (csrc/binding/sequence_cuda.c) */
-void lltm_sequence_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                      uint64_t num_outputs);
-void lltm_sequence_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                       uint64_t num_outputs);
-void lltm_sequence_backward_gates_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                             uint64_t num_outputs);
-
-/* (csrc/binding/stack_cuda.c) */
-void lltm_stack_forward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                   uint64_t num_outputs);
-void lltm_stack_backward_cuda_boxed(StableIValue *stack, uint64_t num_args,
-                                    uint64_t num_outputs);
+/* The boxed kernels: CPU ones in liblltm.so, CUDA ones in liblltm_cuda.so. */
+#define LLTM_DECLARE_KERNELS(name, signature, cpu, cuda)                              \
+    void cpu(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);         \
+    void cuda(StableIValue *stack, uint64_t num_args, uint64_t num_outputs);
+LLTM_OPERATORS_ONCE(LLTM_DECLARE_KERNELS, "")
+#undef LLTM_DECLARE_KERNELS
 
 #endif /* LLTM_BINDING_OPS_H */
