@@ -2,7 +2,7 @@
 tracing and torch.compile, and autograd formulas tying forward to backward.
 Both are registered in Python because the stable C ABI has no autograd API.
 
-Every operator exists twice (csrc/binding/ops.h): the public one
+Every operator exists twice (csrc/binding/register.c): the public one
 (``lltm::cell_forward``), whose autograd kernel is registered here, and the
 same C kernels under the name with a leading underscore
 (``lltm::_cell_forward``), with no autograd kernel. The autograd formulas

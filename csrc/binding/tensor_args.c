@@ -497,11 +497,11 @@ int lltm_open(lltm_call *c, const lltm_op *op, StableIValue *stack, uint64_t num
     for (int k = 0; k < op->n_results; ++k) {
         int symbols[LLTM_MAX_DIM];
         int64_t sizes[LLTM_MAX_DIM];
-        const int rank = parse_shape(op->results[k], symbols);
+        const int rank = parse_shape(op->results[k][1], symbols);
         for (int j = 0; j < rank; ++j)
             sizes[j] = value[symbols[j]];
         if ((c->mask[k] || (op->always >> k & 1)) &&
-            (rank < 0 ? lltm_fail(&c->err, "internal error: shape %s", op->results[k])
+            (rank < 0 ? lltm_fail(&c->err, "internal error: shape %s", op->results[k][1])
                       : lltm_empty(rank, sizes, &a[0], &c->owned, &c->results[k], &c->data[k],
                                    &c->err)))
             return -1;

@@ -54,11 +54,11 @@ typedef struct lltm_dims {
 } lltm_dims;
 
 /*
- * An operator's contract (ops.h has its schema): each tensor argument's name
- * and shape, each result's shape, in the symbols T, B, I, H, L, 1, 2H, 3H,
- * I+H, H+I, L-1 (e.g. "[T, B, 3H]"); a shape may name another accepted form,
- * "[3H] (or [1, 3H])". Argument `input` gives T, B and I, argument `state`
- * H and L; every argument is then checked against them.
+ * An operator's contract (ops.c): the name and shape of each tensor argument
+ * and result, in the symbols T, B, I, H, L, 1, 2H, 3H, I+H, H+I, L-1 (e.g.
+ * "[T, B, 3H]"); a shape may name another accepted form, "[3H] (or [1, 3H])".
+ * Argument `input` gives T, B and I, argument `state` H and L; every
+ * argument is then checked against them.
  */
 typedef struct lltm_op {
     const char *name; /* "lltm::cell_forward", for messages */
@@ -67,7 +67,7 @@ typedef struct lltm_op {
     bool lengths;  /* an overload takes lengths [B] after the tensors */
     unsigned always; /* bits of the results made where output_mask leaves them out */
     const char *args[LLTM_MAX_ARGS][2]; /* name, shape */
-    const char *results[LLTM_MAX_RESULTS];
+    const char *results[LLTM_MAX_RESULTS][2];
 } lltm_op;
 
 extern const lltm_op lltm_cell_forward_op, lltm_cell_backward_op, lltm_sequence_forward_op,
