@@ -14,7 +14,9 @@ int lltm_fail(lltm_error *err, const char *fmt, ...)
     return -1;
 }
 
-int lltm_shim_failed(lltm_error *err, const char *call)
+/* A shim call failed: name it, with torch's message where this torch can tell
+ * it (2.13+; before that it only went to stderr). */
+static int shim_failed(lltm_error *err, const char *call)
 {
     const char *why = NULL;
     if (torch_exception_get_what_without_backtrace != NULL)
@@ -51,16 +53,16 @@ static int read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t
     /* An undefined tensor fails every other getter (with a C++ backtrace on
      * stderr before torch 2.13): ask first. */
     if (handle != NULL && aoti_torch_is_defined(handle, &defined) != 0)
-        return lltm_shim_failed(err, "aoti_torch_is_defined");
+        return shim_failed(err, "aoti_torch_is_defined");
     if (!defined)
         return lltm_fail(err, "%s is an undefined tensor (None); expected a tensor", name);
     if (aoti_torch_get_dim(handle, &t->dim) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_dim");
+        return shim_failed(err, "aoti_torch_get_dim");
     if (t->dim > LLTM_MAX_DIM)
         return lltm_fail(err, "%s must have at most %d dimensions, got %lld",
                          name, LLTM_MAX_DIM, (long long)t->dim);
     if (aoti_torch_get_sizes(handle, &sizes) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_sizes");
+        return shim_failed(err, "aoti_torch_get_sizes");
     for (int64_t d = 0; d < t->dim; ++d)
         t->sizes[d] = sizes[d];
     if (aoti_torch_get_dtype(handle, &t->dtype) != 0 ||
@@ -68,7 +70,7 @@ static int read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t
         aoti_torch_get_device_index(handle, &t->device_index) != 0 ||
         aoti_torch_is_contiguous(handle, &t->contiguous) != 0 ||
         aoti_torch_get_data_ptr(handle, &t->data) != 0)
-        return lltm_shim_failed(err, "reading tensor metadata");
+        return shim_failed(err, "reading tensor metadata");
     return 0;
 }
 
@@ -288,11 +290,11 @@ int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like, lltm
     }
     if (aoti_torch_empty_strided(ndim, sizes, strides, like->dtype, like->device_type,
                                  like->device_index, out) != 0)
-        return lltm_shim_failed(err, "aoti_torch_empty_strided");
+        return shim_failed(err, "aoti_torch_empty_strided");
     if (own(owned, *out, err))
         return -1;
     if (data != NULL && aoti_torch_get_data_ptr(*out, data) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_data_ptr");
+        return shim_failed(err, "aoti_torch_get_data_ptr");
     return 0;
 }
 
@@ -314,7 +316,7 @@ static int make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
     if (lltm_empty(t->dim, t->sizes, t, owned, &copy, &t->data, err))
         return -1;
     if (aoti_torch_copy_(copy, t->handle, 0) != 0)
-        return lltm_shim_failed(err, "copying to a contiguous tensor");
+        return shim_failed(err, "copying to a contiguous tensor");
     t->handle = copy;
     t->contiguous = true;
     return 0;
@@ -325,7 +327,7 @@ int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes, const i
 {
     /* The offset is relative to self's own storage offset. */
     if (aoti_torch__reinterpret_tensor(self, ndim, sizes, strides, offset, out) != 0)
-        return lltm_shim_failed(err, "aoti_torch__reinterpret_tensor");
+        return shim_failed(err, "aoti_torch__reinterpret_tensor");
     return own(owned, *out, err);
 }
 
@@ -336,16 +338,16 @@ int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
      * dispatcher route below costs a schema lookup and boxing per call. */
     int32_t device_type;
     if (aoti_torch_get_device_type(out, &device_type) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_device_type");
+        return shim_failed(err, "aoti_torch_get_device_type");
     if (device_type == aoti_torch_device_type_cpu() && aoti_torch_cpu_mm_out) {
         if (aoti_torch_cpu_mm_out(out, a, b) != 0)
-            return lltm_shim_failed(err, "aoti_torch_cpu_mm_out");
+            return shim_failed(err, "aoti_torch_cpu_mm_out");
         return 0;
     }
 #ifdef LLTM_WITH_CUDA
     if (device_type == aoti_torch_device_type_cuda() && aoti_torch_cuda_mm_out) {
         if (aoti_torch_cuda_mm_out(out, a, b) != 0)
-            return lltm_shim_failed(err, "aoti_torch_cuda_mm_out");
+            return shim_failed(err, "aoti_torch_cuda_mm_out");
         return 0;
     }
 #endif
@@ -357,12 +359,12 @@ int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
         if (aoti_torch_new_tensor_handle(args[k], &copy) != 0) {
             for (int j = 0; j < k; ++j)
                 aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[j]);
-            return lltm_shim_failed(err, "aoti_torch_new_tensor_handle");
+            return shim_failed(err, "aoti_torch_new_tensor_handle");
         }
         stack[k] = (StableIValue)(uintptr_t)copy;
     }
     if (torch_call_dispatcher("aten::mm", "out", stack, LLTM_TORCH_TARGET_VERSION) != 0)
-        return lltm_shim_failed(err, "aten::mm.out");
+        return shim_failed(err, "aten::mm.out");
     /* mm.out returns its `out` argument as a new handle. */
     aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
     return 0;
@@ -383,7 +385,7 @@ int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t 
                                                torch_dtype(dtype), ctx->device_type,
                                                ctx->device_index, &t[k]) != 0) {
             t[k] = NULL;
-            failed = lltm_shim_failed(ctx->err, "aoti_torch_create_tensor_from_blob");
+            failed = shim_failed(ctx->err, "aoti_torch_create_tensor_from_blob");
         }
     if (!failed)
         failed = lltm_mm_out(t[0], t[1], t[2], ctx->err);
@@ -401,19 +403,19 @@ static int read_output_mask(StableIValue item, int n, bool *mask, lltm_error *er
     size_t size = 0;
     int failed = 0;
     if (torch_list_size(list, &size) != 0)
-        failed = lltm_shim_failed(err, "torch_list_size");
+        failed = shim_failed(err, "torch_list_size");
     else if (size != (size_t)n)
         failed = lltm_fail(err, "output_mask has %zu entries, expected %d (one per gradient)",
                            size, n);
     for (size_t k = 0; !failed && k < size; ++k) {
         StableIValue value;
         if (torch_list_get_item(list, k, &value) != 0)
-            failed = lltm_shim_failed(err, "torch_list_get_item");
+            failed = shim_failed(err, "torch_list_get_item");
         else
             mask[k] = value != 0;
     }
     if (torch_delete_list(list) != 0 && !failed)
-        failed = lltm_shim_failed(err, "torch_delete_list");
+        failed = shim_failed(err, "torch_delete_list");
     return failed;
 }
 
@@ -531,7 +533,7 @@ int lltm_close(lltm_call *c, StableIValue *stack)
         if (c->mask[k])
             continue;
         if (aoti_torch_new_uninitialized_tensor(&c->results[k]) != 0)
-            return lltm_shim_failed(&c->err, "aoti_torch_new_uninitialized_tensor");
+            return shim_failed(&c->err, "aoti_torch_new_uninitialized_tensor");
         if (own(&c->owned, c->results[k], &c->err))
             return -1;
     }

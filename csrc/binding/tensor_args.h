@@ -130,9 +130,6 @@ int lltm_close(lltm_call *c, StableIValue *stack);
 void lltm_call_raise(lltm_call *c);
 
 int lltm_fail(lltm_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A shim call failed: name it, with torch's message where this torch can tell
- * it (2.13+; before that it only went to stderr). */
-int lltm_shim_failed(lltm_error *err, const char *call);
 
 /* New uninitialised contiguous tensor like `like` (dtype, device), owned. */
 int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like, lltm_owned *owned,
