@@ -1,7 +1,7 @@
 /*
  * cell_cuda.c - the CUDA kernels of the lltm::cell_forward and
- * lltm::cell_backward operators: validate, guard the tensors' device, take
- * torch's current stream, allocate, launch (csrc/core/lltm_cuda_cell.cu).
+ * lltm::cell_backward operators: on the device and stream lltm_open makes
+ * current, choose the route and launch (csrc/core/lltm_cuda_cell_*.cu).
  *
  * Two routes, one result (see lltm.h, section "CUDA, cell"):
  * - fused: the core's own matrix products; forward 1 launch, backward 2.
