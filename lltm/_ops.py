@@ -1,7 +1,7 @@
 """What torch needs besides the C kernels, registered in Python (the stable C
 ABI has no autograd API): fake kernels for tracing, and the autograd formulas.
 
-Every operator exists twice (csrc/binding/ops.h): the public one
+Every operator exists twice (csrc/binding/register.c): the public one
 (``lltm::cell_forward``), whose autograd kernel is registered here, and its
 autograd-free twin (``lltm::_cell_forward``), which the formulas call: graphs
 torch.compile builds from them then reach the kernels without entering Python."""

@@ -49,23 +49,22 @@ CPU_SOURCES = [
     "core/lltm_cpu.c",
     "core/lltm_cpu_gemm.c",
     "binding/tensor_args.c",
+    "binding/ops.c",
     "binding/call_settings.c",
     "binding/cell_cpu.c",
     "core/lltm_sequence_cpu.c",
-    "binding/sequence_args.c",
+    "binding/layers.c",
     "binding/sequence_cpu.c",
-    "binding/stack_args.c",
-    "binding/stack_cpu.c",
-    "binding/register_cpu.c",
+    "binding/register.c",
 ]
 # The CUDA library: kernels (.cu, C launchers) plus its own C binding.
 CUDA_SOURCES = [
     "binding/torch_abi_loader.c",  # its own pointers: CPU and CUDA functions
     "core/lltm_cpu.c",  # lltm_status_string, lltm_dtype_size
     "binding/tensor_args.c",
+    "binding/ops.c",
     "binding/call_settings.c",
-    "binding/sequence_args.c",
-    "binding/stack_args.c",
+    "binding/layers.c",
 ]
 CUDA_ONLY_SOURCES = [
     "core/lltm_cuda_cell_forward.cu",
@@ -84,8 +83,7 @@ CUDA_ONLY_SOURCES = [
     *(f"core/lltm_cuda_seq_stack_{dtype}.cu" for dtype in ("f32", "f16", "bf16")),
     "core/lltm_cuda_util.cu",
     "binding/sequence_cuda.c",
-    "binding/stack_cuda.c",
-    "binding/register_cuda.c",
+    "binding/register.c",
 ]
 
 # Our declarations of torch's stable C ABI (part of the libraries' build key).

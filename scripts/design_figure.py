@@ -25,10 +25,10 @@ LAYERS = [
      "CPU or CUDA kernel"),
     # C binding
     ((2, 29.5, 62, 10), "#fde9d4", "csrc/binding/  (C on PyTorch's stable C ABI)",
-     "register_cpu.c, register_cuda.c  define the schemas, register the kernels\n"
+     "register.c  defines the schemas, registers the kernels\n"
      "cell_*.c, sequence_*.c  validate (name the argument), allocate, pick a route,\n"
      "    run large matrix products through torch, call the core\n"
-     "tensor_args.*, sequence_args.*  checks shared by all   torch_stable_abi.h  ABI declarations"),
+     "tensor_args.*, ops.c  checks shared by all   torch_stable_abi.h  ABI declarations"),
     # C core
     ((2, 13, 30, 14), "#e3f1dc", "csrc/core/  CPU (C11)",
      "lltm.h  the documented C API:\n    every argument's shape, one notation\n"

@@ -1,5 +1,5 @@
 /* call_settings.c - see call_settings.h. */
-#include "call_settings.h"
+#include "tensor_args.h"
 #include "../core/lltm_cuda_grid_layouts.h"
 
 #include <string.h>
@@ -58,14 +58,19 @@ int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_erro
     return 0;
 }
 
+int lltm_call_settings_query(int64_t packed, lltm_call_settings *out)
+{
+    lltm_error err;
+    return lltm_call_settings_decode(packed, out, &err) ? LLTM_ERR_ARGUMENT : LLTM_OK;
+}
+
 /* For tests: the fields of `packed` as lltm.overrides names them, in the
  * order of lltm_sequence_plan_options then given, float32_tf32,
  * deterministic, cell_matmul; nonzero for a value decode refuses. */
 __attribute__((visibility("default"))) int lltm_settings_fields(int64_t packed, int *fields)
 {
     lltm_call_settings s;
-    lltm_error err;
-    if (lltm_call_settings_decode(packed, &s, &err))
+    if (lltm_call_settings_query(packed, &s) != LLTM_OK)
         return -1;
     const lltm_sequence_plan_options *o = &s.plan;
     const int all[] = {o->family,      o->grid_lanes,   o->grid_values, o->grid_groups_max,

@@ -32,7 +32,11 @@
 #ifndef LLTM_BINDING_CALL_SETTINGS_H
 #define LLTM_BINDING_CALL_SETTINGS_H
 
-#include "tensor_args.h"
+#include "../core/lltm.h"
+
+#include <stdbool.h>
+
+typedef struct lltm_error lltm_error; /* (tensor_args.h) */
 
 #define LLTM_SETTINGS_NOT_GIVEN (-1)
 #define LLTM_SCHEMA_SETTINGS "int settings=-1"
@@ -53,30 +57,6 @@ int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_erro
 
 /* The same for the *_in_force queries (ctypes, no message to give):
  * LLTM_OK, or LLTM_ERR_ARGUMENT for a value no field allows. */
-static inline int lltm_call_settings_query(int64_t packed, lltm_call_settings *out)
-{
-    lltm_error err;
-    return lltm_call_settings_decode(packed, out, &err) ? LLTM_ERR_ARGUMENT : LLTM_OK;
-}
-
-/* The settings argument, last on a boxed kernel's stack: its value, and
- * *num_args one less (a plain integer: nothing to own or free). */
-static inline int64_t lltm_take_settings(const StableIValue *stack, uint64_t *num_args)
-{
-    if (*num_args == 0)
-        return LLTM_SETTINGS_NOT_GIVEN;
-    *num_args -= 1;
-    return (int64_t)stack[*num_args];
-}
-
-/* The products of a call whose settings are `s`: straight to cuBLAS where
- * nothing asks for aten::mm's guarantees, on TF32 where allowed. */
-static inline lltm_torch_gemm_ctx lltm_gemm_context(const lltm_tensor *like,
-                                                    const lltm_call_settings *s,
-                                                    lltm_error *err)
-{
-    return (lltm_torch_gemm_ctx){like->device_type, like->device_index, err,
-                                 s->given && !s->deterministic, s->float32_tf32};
-}
+int lltm_call_settings_query(int64_t packed, lltm_call_settings *out);
 
 #endif /* LLTM_BINDING_CALL_SETTINGS_H */

@@ -1,57 +1,68 @@
 /*
- * sequence_cpu.c - the CPU kernels of lltm::sequence_forward and
- * lltm::sequence_backward: validate and allocate (lltm_sequence_open), add
- * the core's workspace, and run one LLTM layer over the whole sequence in the
- * core (lltm_sequence_forward_cpu / lltm_sequence_backward_cpu, csrc/core/
- * lltm_sequence_cpu.c), which calls back for the matrix products (aten::mm
- * through lltm_torch_gemm, MKL / OpenBLAS underneath) and the thread pool.
- * lltm.h documents the algorithm and what is kept for the backward.
+ * sequence_cpu.c - the CPU kernels of the sequence and stack operators: one
+ * LLTM layer over the whole sequence in the core (lltm_sequence_forward_cpu /
+ * _backward_cpu, csrc/core/lltm_sequence_cpu.c), once or a layer at a time
+ * (layers.h), which calls back for the matrix products (aten::mm through
+ * lltm_torch_gemm, MKL / OpenBLAS underneath) and the thread pool. lltm.h
+ * documents the algorithm and what is kept for the backward.
  */
-#include "ops.h"
-#include "sequence_args.h"
+#include "layers.h"
 
-/* Either operator: sequence_forward(input, weights, bias, h0, c0)
- *   -> (output [T,B,H], h_n [B,H], c_n [B,H], cells [T,B,H], gates [T,B,3H]);
- * sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0,
- *                   output, cells, gates)
- *   -> (grad_input [T,B,I], grad_weights [3H,I+H], grad_bias [3H],
- *       grad_h0 [B,H], grad_c0 [B,H]) */
-static void sequence_cpu(lltm_sequence_op op, StableIValue *stack, uint64_t num_args,
-                         uint64_t num_outputs)
-{
-    lltm_sequence_call c;
+typedef struct cpu_layers {
+    lltm_call *call;
     void *workspace;
-    const bool backward = op != LLTM_SEQ_FORWARD;
-    if (lltm_sequence_open(&c, op, stack, num_args, num_outputs,
-                           aoti_torch_device_type_cpu()))
+} cpu_layers;
+
+static int layer(void *vctx, int64_t l, const lltm_sequence_forward_tensors *f,
+                 const lltm_sequence_backward_tensors *b)
+{
+    const cpu_layers *ctx = (const cpu_layers *)vctx;
+    const lltm_dims *d = &ctx->call->d;
+    const int64_t I = l == 0 ? d->I : d->H;
+    if (b != NULL)
+        return lltm_sequence_backward_cpu(d->dtype, d->T, d->B, I, d->H, b, ctx->workspace,
+                                          lltm_torch_gemm, &ctx->call->gemm,
+                                          lltm_torch_parallel_for);
+    return lltm_sequence_forward_cpu(d->dtype, d->T, d->B, I, d->H, f, ctx->workspace,
+                                     lltm_torch_gemm, &ctx->call->gemm, lltm_torch_parallel_for);
+}
+
+/* Any of the operators (ops.h has their signatures). */
+static void layers_cpu(const lltm_op *op, StableIValue *stack, uint64_t num_args,
+                       uint64_t num_outputs)
+{
+    lltm_call c;
+    cpu_layers ctx = {&c, NULL};
+    void *scratch = NULL;
+    if (lltm_open(&c, op, stack, num_args, num_outputs))
         goto fail;
-    const lltm_sequence_dims *d = &c.d;
-    const size_t bytes = backward
-                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, d->I,
-                                                                    d->H)
-                             : lltm_sequence_forward_workspace_cpu(d->dtype, d->I, d->B, d->H);
-    if (lltm_workspace(bytes, &c.args[0], &c.owned, &workspace, &c.err))
-        goto fail;
-    const int status =
-        backward ? lltm_sequence_backward_cpu(d->dtype, d->T, d->B, d->I, d->H,
-                                              &c.backward_tensors, workspace, lltm_torch_gemm,
-                                              &c.gemm, lltm_torch_parallel_for)
-                 : lltm_sequence_forward_cpu(d->dtype, d->T, d->B, d->I, d->H,
-                                             &c.forward_tensors, workspace, lltm_torch_gemm,
-                                             &c.gemm, lltm_torch_parallel_for);
-    if (lltm_sequence_close(&c, status,
-                            backward ? "lltm_sequence_backward_cpu" : "lltm_sequence_forward_cpu",
-                            stack))
+    const lltm_dims *d = &c.d;
+    /* one layer's workspace, for the widest input, serves each in turn */
+    const int64_t I = d->L > 1 && d->H > d->I ? d->H : d->I;
+    const size_t bytes = op->backward
+                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, I, d->H)
+                             : lltm_sequence_forward_workspace_cpu(d->dtype, I, d->B, d->H);
+    const size_t scratch_bytes = lltm_stack_scratch_bytes(&c);
+    if (lltm_workspace(&c, bytes, &ctx.workspace) ||
+        (scratch_bytes > 0 && lltm_workspace(&c, scratch_bytes, &scratch)) ||
+        lltm_core_status(&c, lltm_run_layers(&c, scratch, layer, &ctx),
+                         op->backward ? "lltm_sequence_backward_cpu"
+                                      : "lltm_sequence_forward_cpu") ||
+        lltm_close(&c, stack))
         goto fail;
     return;
 fail:
-    lltm_raise(lltm_sequence_op_name(&c), &c.owned, &c.err);
+    lltm_call_raise(&c);
 }
 
 /* the operators' boxed kernels (ops.h) */
 void lltm_sequence_forward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cpu(LLTM_SEQ_FORWARD, s, n_args, n_out); }
+{ layers_cpu(&lltm_sequence_forward_op, s, n_args, n_out); }
 void lltm_sequence_backward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cpu(LLTM_SEQ_BACKWARD, s, n_args, n_out); }
+{ layers_cpu(&lltm_sequence_backward_op, s, n_args, n_out); }
 void lltm_sequence_backward_gates_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
-{ sequence_cpu(LLTM_SEQ_BACKWARD_GATES, s, n_args, n_out); }
+{ layers_cpu(&lltm_sequence_backward_gates_op, s, n_args, n_out); }
+void lltm_stack_forward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ layers_cpu(&lltm_stack_forward_op, s, n_args, n_out); }
+void lltm_stack_backward_cpu_boxed(StableIValue *s, uint64_t n_args, uint64_t n_out)
+{ layers_cpu(&lltm_stack_backward_op, s, n_args, n_out); }

@@ -14,9 +14,9 @@ int lltm_fail(lltm_error *err, const char *fmt, ...)
     return -1;
 }
 
-/* A shim call failed: say which, with torch's own message where this torch
- * can tell it (2.13+; before that it only went to stderr). */
-int lltm_shim_failed(lltm_error *err, const char *call)
+/* A shim call failed: name it, with torch's message where this torch can tell
+ * it (2.13+; before that it only went to stderr). */
+static int shim_failed(lltm_error *err, const char *call)
 {
     const char *why = NULL;
     if (torch_exception_get_what_without_backtrace != NULL)
@@ -24,7 +24,8 @@ int lltm_shim_failed(lltm_error *err, const char *call)
     return lltm_fail(err, "%s failed%s%s", call, why ? ": " : "", why ? why : "");
 }
 
-int lltm_own(lltm_owned *owned, AtenTensorHandle handle, lltm_error *err)
+/* Take ownership of `handle`; fails (after deleting it) when full. */
+static int own(lltm_owned *owned, AtenTensorHandle handle, lltm_error *err)
 {
     if (owned->count == LLTM_MAX_OWNED) {
         aoti_torch_delete_tensor_object(handle);
@@ -34,23 +35,15 @@ int lltm_own(lltm_owned *owned, AtenTensorHandle handle, lltm_error *err)
     return 0;
 }
 
-void lltm_free_owned(lltm_owned *owned)
+static void free_owned(lltm_owned *owned)
 {
     for (int i = 0; i < owned->count; ++i)
         aoti_torch_delete_tensor_object(owned->handles[i]);
     owned->count = 0;
 }
 
-void lltm_raise(const char *op, lltm_owned *owned, const lltm_error *err)
-{
-    char msg[sizeof err->msg + 64];
-    snprintf(msg, sizeof msg, "%s: %s", op, err->msg);
-    lltm_free_owned(owned);
-    aoti_torch_check(false, op, __FILE__, __LINE__, msg);
-}
-
-int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
-                     lltm_error *err)
+static int read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
+                       lltm_error *err)
 {
     int64_t *sizes = NULL;
     bool defined = false;
@@ -60,16 +53,16 @@ int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
     /* An undefined tensor fails every other getter (with a C++ backtrace on
      * stderr before torch 2.13): ask first. */
     if (handle != NULL && aoti_torch_is_defined(handle, &defined) != 0)
-        return lltm_shim_failed(err, "aoti_torch_is_defined");
+        return shim_failed(err, "aoti_torch_is_defined");
     if (!defined)
         return lltm_fail(err, "%s is an undefined tensor (None); expected a tensor", name);
     if (aoti_torch_get_dim(handle, &t->dim) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_dim");
+        return shim_failed(err, "aoti_torch_get_dim");
     if (t->dim > LLTM_MAX_DIM)
         return lltm_fail(err, "%s must have at most %d dimensions, got %lld",
                          name, LLTM_MAX_DIM, (long long)t->dim);
     if (aoti_torch_get_sizes(handle, &sizes) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_sizes");
+        return shim_failed(err, "aoti_torch_get_sizes");
     for (int64_t d = 0; d < t->dim; ++d)
         t->sizes[d] = sizes[d];
     if (aoti_torch_get_dtype(handle, &t->dtype) != 0 ||
@@ -77,7 +70,7 @@ int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
         aoti_torch_get_device_index(handle, &t->device_index) != 0 ||
         aoti_torch_is_contiguous(handle, &t->contiguous) != 0 ||
         aoti_torch_get_data_ptr(handle, &t->data) != 0)
-        return lltm_shim_failed(err, "reading tensor metadata");
+        return shim_failed(err, "reading tensor metadata");
     return 0;
 }
 
@@ -93,35 +86,20 @@ static const char *format_shape(const lltm_tensor *t, char *buf, size_t n)
     return buf;
 }
 
-int lltm_check_dim(const lltm_tensor *t, int64_t dim, const char *shape_doc,
-                   lltm_error *err)
+/* torch's code of each lltm_dtype (0 - 3: float32, float64, float16, bfloat16) */
+static int32_t torch_dtype(int dtype)
 {
-    char shape[96];
-    if (t->dim != dim)
-        return lltm_fail(err, "%s must be %lld-dimensional %s, got shape %s",
-                         t->name, (long long)dim, shape_doc,
-                         format_shape(t, shape, sizeof shape));
-    return 0;
-}
-
-int lltm_check_size(const lltm_tensor *t, int64_t d, int64_t expected,
-                    const char *what, lltm_error *err)
-{
-    char shape[96];
-    if (t->sizes[d] != expected)
-        return lltm_fail(err, "%s has size %lld in dimension %lld, expected %lld (%s); shape %s",
-                         t->name, (long long)t->sizes[d], (long long)d,
-                         (long long)expected, what,
-                         format_shape(t, shape, sizeof shape));
-    return 0;
+    const int32_t codes[] = {aoti_torch_dtype_float32(), aoti_torch_dtype_float64(),
+                             aoti_torch_dtype_float16(), aoti_torch_dtype_bfloat16()};
+    return codes[dtype];
 }
 
 static const char *dtype_name(int32_t code)
 {
-    if (code == aoti_torch_dtype_float32()) return "float32";
-    if (code == aoti_torch_dtype_float64()) return "float64";
-    if (code == aoti_torch_dtype_float16()) return "float16";
-    if (code == aoti_torch_dtype_bfloat16()) return "bfloat16";
+    static const char *const names[] = {"float32", "float64", "float16", "bfloat16"};
+    for (int k = 0; k < 4; ++k)
+        if (code == torch_dtype(k))
+            return names[k];
     return "a non-floating or unsupported dtype";
 }
 
@@ -132,25 +110,20 @@ static const char *device_name(int32_t type)
     return "another device";
 }
 
-int lltm_core_dtype(const lltm_tensor *t, bool half_types_ok, lltm_dtype *out,
-                    lltm_error *err)
+/* The first argument's dtype as the core's; then every argument of that
+ * dtype on one device of `device_type`. */
+static int check_dtype_device(const lltm_tensor *ts, int n, int32_t device_type,
+                              lltm_dtype *dtype, lltm_error *err)
 {
-    if (t->dtype == aoti_torch_dtype_float32()) { *out = LLTM_FLOAT32; return 0; }
-    if (t->dtype == aoti_torch_dtype_float64()) { *out = LLTM_FLOAT64; return 0; }
-    if (half_types_ok && t->dtype == aoti_torch_dtype_float16()) { *out = LLTM_FLOAT16; return 0; }
-    if (half_types_ok && t->dtype == aoti_torch_dtype_bfloat16()) { *out = LLTM_BFLOAT16; return 0; }
-    return lltm_fail(err, "%s has dtype %s; expected %s", t->name,
-                     dtype_name(t->dtype),
-                     half_types_ok ? "float32, float64, float16 or bfloat16"
-                                   : "float32 or float64 on this device");
-}
-
-int lltm_check_same_dtype_device(const lltm_tensor *ts, int n,
-                                 int32_t device_type, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k) {
-        if (ts[k].device_type != device_type ||
-            ts[k].device_index != ts[0].device_index)
+    int k = 0;
+    while (k < 4 && ts[0].dtype != torch_dtype(k))
+        ++k;
+    if (k == 4)
+        return lltm_fail(err, "%s has dtype %s; expected float32, float64, float16 or bfloat16",
+                         ts[0].name, dtype_name(ts[0].dtype));
+    *dtype = (lltm_dtype)k;
+    for (k = 0; k < n; ++k) {
+        if (ts[k].device_type != device_type || ts[k].device_index != ts[0].device_index)
             return lltm_fail(err, "all tensors must be on one device: %s is on %s:%d, %s on %s:%d",
                              ts[0].name, device_name(ts[0].device_type), ts[0].device_index,
                              ts[k].name, device_name(ts[k].device_type), ts[k].device_index);
@@ -162,103 +135,152 @@ int lltm_check_same_dtype_device(const lltm_tensor *ts, int n,
     return 0;
 }
 
-int lltm_check_state_size(const lltm_tensor *state, int64_t H, lltm_error *err)
+/* The symbols of the operators' shapes (lltm_op), with what each size is
+ * for messages (%s: the state argument's name). The first five are the
+ * sizes the arguments input and state give. */
+static const struct {
+    const char *symbol, *what;
+} SIZES[] = {
+    {"T", "sequence length T of input"},
+    {"B", "batch size B of input"},
+    {"I", "input features I of input"},
+    {"H", "state size H of %s"},
+    {"L", "layers L of %s"},
+    {"1", "1, a single row"},
+    {"2H", "2H, state then input of a layer above the first"},
+    {"3H", "3H, three gates of state size H of %s"},
+    {"I+H", "I+H, input features I of input plus state size H of %s"},
+    {"H+I", "H+I, state size H of %s plus input features I of input"},
+    {"L-1", "L-1, one less than the layers L of %s"},
+};
+enum { N_LETTERS = 5, N_SIZES = sizeof SIZES / sizeof SIZES[0] };
+
+/* The value of each of SIZES for the sizes d. */
+static void size_values(const lltm_dims *d, int64_t value[N_SIZES])
 {
-    if (H == 0)
-        return lltm_fail(err, "%s has state size H = 0; expected H > 0", state->name);
-    return 0;
+    const int64_t v[N_SIZES] = {d->T,     d->B,     d->I,        d->H,        d->L,    1,
+                                2 * d->H, 3 * d->H, d->I + d->H, d->H + d->I, d->L - 1};
+    memcpy(value, v, sizeof v);
 }
 
-/* input [B,I], weights [3H,I+H], bias [3H] or [1,3H], old_h [B,H], old_cell [B,H] */
-int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
-                            bool half_types_ok, lltm_cell_dims *dims,
-                            lltm_error *err)
+/* The symbols of the first shape at or after `shape` ("[T, B, 3H]") as
+ * indices of SIZES; its rank, or -1 for a symbol SIZES lacks. */
+static int parse_shape(const char *shape, int symbols[LLTM_MAX_DIM])
 {
-    const lltm_tensor *input = &in[0], *weights = &in[1], *bias = &in[2],
-                      *old_h = &in[3], *old_cell = &in[4];
-    if (lltm_core_dtype(input, half_types_ok, &dims->dtype, err) ||
-        lltm_check_same_dtype_device(in, 5, device_type, err) ||
-        lltm_check_dim(input, 2, "[B, I]", err) ||
-        lltm_check_dim(old_h, 2, "[B, H]", err) ||
-        lltm_check_dim(weights, 2, "[3H, I+H]", err))
-        return -1;
-    dims->B = input->sizes[0];
-    dims->I = input->sizes[1];
-    dims->H = old_h->sizes[1];
-    if (lltm_check_state_size(old_h, dims->H, err))
-        return -1;
-    const int64_t G = 3 * dims->H;
-    if (lltm_check_size(old_h, 0, dims->B, "batch size B of input", err) ||
-        lltm_check_dim(old_cell, 2, "[B, H]", err) ||
-        lltm_check_size(old_cell, 0, dims->B, "batch size B of input", err) ||
-        lltm_check_size(old_cell, 1, dims->H, "state size H of old_h", err) ||
-        lltm_check_size(weights, 0, G, "3H, three gates of state size H of old_h", err) ||
-        lltm_check_size(weights, 1, dims->I + dims->H,
-                        "I+H, input features I of input plus state size H of old_h", err))
-        return -1;
-    return lltm_check_bias(bias, dims->H, err);
-}
-
-int lltm_check_bias(const lltm_tensor *bias, int64_t H, lltm_error *err)
-{
-    if (bias->dim == 2) {
-        if (lltm_check_size(bias, 0, 1, "bias is [3H] or [1, 3H]", err))
+    int rank = 0;
+    for (const char *p = strchr(shape, '['); p != NULL && (*p == '[' || *p == ','); ++rank) {
+        p += 1 + strspn(p + 1, " ");
+        const size_t len = strcspn(p, ",]");
+        int s = 0;
+        while (s < N_SIZES && (strlen(SIZES[s].symbol) != len || strncmp(SIZES[s].symbol, p, len)))
+            ++s;
+        if (s == N_SIZES || rank == LLTM_MAX_DIM)
             return -1;
-    } else if (lltm_check_dim(bias, 1, "[3H] (or [1, 3H])", err)) {
-        return -1;
+        symbols[rank] = s;
+        p += len;
     }
-    return lltm_check_size(bias, bias->dim - 1, 3 * H, "3H, three gates of state size H", err);
+    return rank;
 }
 
-int lltm_read_tensors(AtenTensorHandle *handles, const char *const *names, int n,
-                      lltm_tensor *args, lltm_error *err)
+/* The symbols of t's shape: the form of `shape` of t's rank, else the
+ * message of a wrong rank. */
+static int shape_of(const lltm_tensor *t, const char *shape, int symbols[LLTM_MAX_DIM],
+                    lltm_error *err)
 {
-    for (int k = 0; k < n; ++k)
-        if (lltm_read_tensor(handles[k], names[k], &args[k], err))
+    const char *other = strstr(shape, "(or ");
+    const int rank = parse_shape(shape, symbols);
+    char got[96];
+    if (rank < 0)
+        return lltm_fail(err, "internal error: shape %s of %s", shape, t->name);
+    if (rank == t->dim || (other != NULL && parse_shape(other, symbols) == t->dim))
+        return 0;
+    return lltm_fail(err, "%s must be %lld-dimensional %s, got shape %s",
+                     t->name, (long long)rank, shape, format_shape(t, got, sizeof got));
+}
+
+/* The arguments against the operator's table: sizes from input and state
+ * (H >= 1, L >= 1: the one zero-size rule of every op on every device; B, I
+ * and T may be 0), then every argument's shape. */
+static int check_args(lltm_call *c, int32_t device_type)
+{
+    const lltm_op *op = c->op;
+    const lltm_tensor *a = c->args;
+    const char *state = op->args[op->state][0];
+    lltm_dims *d = &c->d;
+    int64_t *letters[N_LETTERS] = {&d->T, &d->B, &d->I, &d->H, &d->L};
+    bool bound[N_LETTERS] = {false};
+    const int sources[2] = {op->input, op->state};
+    int symbols[LLTM_MAX_DIM];
+    if (check_dtype_device(a, op->n_args, device_type, &d->dtype, &c->err))
+        return -1;
+    d->T = d->L = 1;
+    for (int i = 0; i < 2; ++i) {
+        const int k = sources[i];
+        if (shape_of(&a[k], op->args[k][1], symbols, &c->err))
             return -1;
+        for (int j = 0; j < a[k].dim; ++j)
+            if (symbols[j] < N_LETTERS && !bound[symbols[j]]) {
+                *letters[symbols[j]] = a[k].sizes[j];
+                bound[symbols[j]] = true;
+            }
+    }
+    if (d->L < 1)
+        return lltm_fail(&c->err, "%s holds L = 0 layers; expected at least one", state);
+    if (d->H == 0)
+        return lltm_fail(&c->err, "%s has state size H = 0; expected H > 0", state);
+    int64_t value[N_SIZES];
+    size_values(d, value);
+    for (int i = -1; i < op->n_args; ++i) { /* the state's batch size first */
+        const int k = i < 0 ? op->state : i;
+        if (shape_of(&a[k], op->args[k][1], symbols, &c->err))
+            return -1;
+        for (int j = 0; j < a[k].dim; ++j) {
+            char what[160], got[96];
+            if (a[k].sizes[j] == value[symbols[j]])
+                continue;
+            snprintf(what, sizeof what, SIZES[symbols[j]].what, state);
+            return lltm_fail(&c->err,
+                             "%s has size %lld in dimension %d, expected %lld (%s); shape %s",
+                             a[k].name, (long long)a[k].sizes[j], j,
+                             (long long)value[symbols[j]], what,
+                             format_shape(&a[k], got, sizeof got));
+        }
+    }
     return 0;
 }
 
-int lltm_core_failed(lltm_error *err, const char *what, int status)
+/* lengths: int64 [B] on the first argument's device; with check_values
+ * (host memory) each in [1, T]. */
+static int check_lengths(const lltm_tensor *lengths, const lltm_tensor *like,
+                         const lltm_dims *d, bool check_values, lltm_error *err)
 {
-    return lltm_fail(err, "%s failed: %s", what, lltm_status_string(status));
+    if (lengths->dtype != aoti_torch_dtype_int64() || lengths->dim != 1 ||
+        lengths->sizes[0] != d->B)
+        return lltm_fail(err,
+                         "lengths must be an int64 tensor of shape [%lld] (one length per "
+                         "batch row B of input), got %s of %lld dimensions, first size %lld",
+                         (long long)d->B,
+                         lengths->dtype == aoti_torch_dtype_int64() ? "int64"
+                                                                    : "another dtype",
+                         (long long)lengths->dim,
+                         (long long)(lengths->dim > 0 ? lengths->sizes[0] : 0));
+    if (lengths->device_type != like->device_type ||
+        lengths->device_index != like->device_index)
+        return lltm_fail(err, "lengths must be on the device of %s", like->name);
+    if (!check_values)
+        return 0;
+    const int64_t *values = (const int64_t *)lengths->data;
+    for (int64_t b = 0; b < d->B; ++b)
+        if (values[b] < 1 || values[b] > d->T)
+            return lltm_fail(err,
+                             "lengths[%lld] = %lld; every length must be in [1, T] with T = "
+                             "%lld steps in input",
+                             (long long)b, (long long)values[b], (long long)d->T);
+    return 0;
 }
 
-/* grad_h [B,H], grad_cell [B,H], new_cell [B,H], gates [B,3H], input [B,I],
- * old_h [B,H], weights [3H,I+H] */
-int lltm_check_cell_backward(const lltm_tensor in[7], int32_t device_type,
-                             bool half_types_ok, lltm_cell_dims *dims,
-                             lltm_error *err)
-{
-    const lltm_tensor *gates = &in[3], *input = &in[4], *old_h = &in[5],
-                      *weights = &in[6];
-    if (lltm_core_dtype(&in[0], half_types_ok, &dims->dtype, err) ||
-        lltm_check_same_dtype_device(in, 7, device_type, err) ||
-        lltm_check_dim(input, 2, "[B, I]", err) ||
-        lltm_check_dim(old_h, 2, "[B, H]", err))
-        return -1;
-    dims->B = input->sizes[0];
-    dims->I = input->sizes[1];
-    dims->H = old_h->sizes[1];
-    if (lltm_check_state_size(old_h, dims->H, err))
-        return -1;
-    for (int k = 0; k < 3; ++k)
-        if (lltm_check_dim(&in[k], 2, "[B, H]", err) ||
-            lltm_check_size(&in[k], 0, dims->B, "batch size B of input", err) ||
-            lltm_check_size(&in[k], 1, dims->H, "state size H of old_h", err))
-            return -1;
-    return lltm_check_size(old_h, 0, dims->B, "batch size B of input", err) ||
-           lltm_check_dim(gates, 2, "[B, 3H]", err) ||
-           lltm_check_size(gates, 0, dims->B, "batch size B of input", err) ||
-           lltm_check_size(gates, 1, 3 * dims->H, "3H", err) ||
-           lltm_check_dim(weights, 2, "[3H, I+H]", err) ||
-           lltm_check_size(weights, 0, 3 * dims->H, "3H", err) ||
-           lltm_check_size(weights, 1, dims->I + dims->H, "I+H", err);
-}
-
-int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
-               lltm_owned *owned, AtenTensorHandle *out, void **data,
-               lltm_error *err)
+int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like, lltm_owned *owned,
+               AtenTensorHandle *out, void **data, lltm_error *err)
 {
     int64_t strides[LLTM_MAX_DIM];
     int64_t step = 1;
@@ -268,25 +290,25 @@ int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
     }
     if (aoti_torch_empty_strided(ndim, sizes, strides, like->dtype, like->device_type,
                                  like->device_index, out) != 0)
-        return lltm_shim_failed(err, "aoti_torch_empty_strided");
-    if (lltm_own(owned, *out, err))
+        return shim_failed(err, "aoti_torch_empty_strided");
+    if (own(owned, *out, err))
         return -1;
     if (data != NULL && aoti_torch_get_data_ptr(*out, data) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_data_ptr");
+        return shim_failed(err, "aoti_torch_get_data_ptr");
     return 0;
 }
 
-int lltm_workspace(size_t bytes, const lltm_tensor *like, lltm_owned *owned, void **data,
-                   lltm_error *err)
+int lltm_workspace(lltm_call *c, size_t bytes, void **data)
 {
-    lltm_tensor bytes_like = *like;
+    lltm_tensor bytes_like = c->args[0];
     AtenTensorHandle handle;
     const int64_t sizes[1] = {bytes > 0 ? (int64_t)bytes : 1};
     bytes_like.dtype = aoti_torch_dtype_uint8();
-    return lltm_empty(1, sizes, &bytes_like, owned, &handle, data, err);
+    return lltm_empty(1, sizes, &bytes_like, &c->owned, &handle, data, &c->err);
 }
 
-int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
+/* Replace t by a contiguous copy (owned) if it is not contiguous. */
+static int make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
 {
     AtenTensorHandle copy;
     if (t->contiguous)
@@ -294,35 +316,19 @@ int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err)
     if (lltm_empty(t->dim, t->sizes, t, owned, &copy, &t->data, err))
         return -1;
     if (aoti_torch_copy_(copy, t->handle, 0) != 0)
-        return lltm_shim_failed(err, "copying to a contiguous tensor");
+        return shim_failed(err, "copying to a contiguous tensor");
     t->handle = copy;
     t->contiguous = true;
     return 0;
 }
 
-int lltm_make_all_contiguous(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err)
-{
-    for (int k = 0; k < n; ++k)
-        if (lltm_make_contiguous(&args[k], owned, err))
-            return -1;
-    return 0;
-}
-
-int lltm_view_at(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
-                 const int64_t *strides, int64_t offset, lltm_owned *owned,
-                 AtenTensorHandle *out, lltm_error *err)
+int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes, const int64_t *strides,
+              int64_t offset, lltm_owned *owned, AtenTensorHandle *out, lltm_error *err)
 {
     /* The offset is relative to self's own storage offset. */
     if (aoti_torch__reinterpret_tensor(self, ndim, sizes, strides, offset, out) != 0)
-        return lltm_shim_failed(err, "aoti_torch__reinterpret_tensor");
-    return lltm_own(owned, *out, err);
-}
-
-int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
-              const int64_t *strides, lltm_owned *owned, AtenTensorHandle *out,
-              lltm_error *err)
-{
-    return lltm_view_at(self, ndim, sizes, strides, 0, owned, out, err);
+        return shim_failed(err, "aoti_torch__reinterpret_tensor");
+    return own(owned, *out, err);
 }
 
 int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
@@ -332,16 +338,16 @@ int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
      * dispatcher route below costs a schema lookup and boxing per call. */
     int32_t device_type;
     if (aoti_torch_get_device_type(out, &device_type) != 0)
-        return lltm_shim_failed(err, "aoti_torch_get_device_type");
+        return shim_failed(err, "aoti_torch_get_device_type");
     if (device_type == aoti_torch_device_type_cpu() && aoti_torch_cpu_mm_out) {
         if (aoti_torch_cpu_mm_out(out, a, b) != 0)
-            return lltm_shim_failed(err, "aoti_torch_cpu_mm_out");
+            return shim_failed(err, "aoti_torch_cpu_mm_out");
         return 0;
     }
 #ifdef LLTM_WITH_CUDA
     if (device_type == aoti_torch_device_type_cuda() && aoti_torch_cuda_mm_out) {
         if (aoti_torch_cuda_mm_out(out, a, b) != 0)
-            return lltm_shim_failed(err, "aoti_torch_cuda_mm_out");
+            return shim_failed(err, "aoti_torch_cuda_mm_out");
         return 0;
     }
 #endif
@@ -353,57 +359,15 @@ int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
         if (aoti_torch_new_tensor_handle(args[k], &copy) != 0) {
             for (int j = 0; j < k; ++j)
                 aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[j]);
-            return lltm_shim_failed(err, "aoti_torch_new_tensor_handle");
+            return shim_failed(err, "aoti_torch_new_tensor_handle");
         }
         stack[k] = (StableIValue)(uintptr_t)copy;
     }
     if (torch_call_dispatcher("aten::mm", "out", stack, LLTM_TORCH_TARGET_VERSION) != 0)
-        return lltm_shim_failed(err, "aten::mm.out");
+        return shim_failed(err, "aten::mm.out");
     /* mm.out returns its `out` argument as a new handle. */
     aoti_torch_delete_tensor_object((AtenTensorHandle)(uintptr_t)stack[0]);
     return 0;
-}
-
-void lltm_return(lltm_owned *owned, AtenTensorHandle handle, StableIValue *slot)
-{
-    for (int i = 0; i < owned->count; ++i) {
-        if (owned->handles[i] == handle) {
-            owned->handles[i] = owned->handles[--owned->count];
-            break;
-        }
-    }
-    *slot = (StableIValue)(uintptr_t)handle;
-}
-
-int lltm_take_inputs(StableIValue *stack, uint64_t num_args,
-                     uint64_t num_outputs, uint64_t want_args,
-                     uint64_t want_outputs, lltm_owned *owned,
-                     AtenTensorHandle *handles, lltm_error *err)
-{
-    /* Own every handle first, so even a miscounted call frees its inputs. */
-    for (uint64_t k = 0; k < num_args; ++k) {
-        AtenTensorHandle h = (AtenTensorHandle)(uintptr_t)stack[k];
-        if (lltm_own(owned, h, err))
-            return -1;
-        if (k < want_args)
-            handles[k] = h;
-    }
-    if (num_args != want_args || num_outputs != want_outputs)
-        return lltm_fail(err, "internal error: called with %llu arguments and %llu outputs, expected %llu and %llu",
-                         (unsigned long long)num_args, (unsigned long long)num_outputs,
-                         (unsigned long long)want_args, (unsigned long long)want_outputs);
-    return 0;
-}
-
-static int32_t torch_dtype(lltm_dtype dtype)
-{
-    switch (dtype) {
-    case LLTM_FLOAT32: return aoti_torch_dtype_float32();
-    case LLTM_FLOAT64: return aoti_torch_dtype_float64();
-    case LLTM_FLOAT16: return aoti_torch_dtype_float16();
-    case LLTM_BFLOAT16: return aoti_torch_dtype_bfloat16();
-    }
-    return -1;
 }
 
 int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
@@ -421,7 +385,7 @@ int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t 
                                                torch_dtype(dtype), ctx->device_type,
                                                ctx->device_index, &t[k]) != 0) {
             t[k] = NULL;
-            failed = lltm_shim_failed(ctx->err, "aoti_torch_create_tensor_from_blob");
+            failed = shim_failed(ctx->err, "aoti_torch_create_tensor_from_blob");
         }
     if (!failed)
         failed = lltm_mm_out(t[0], t[1], t[2], ctx->err);
@@ -429,21 +393,6 @@ int lltm_torch_gemm(void *vctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t 
         if (t[k] != NULL)
             aoti_torch_delete_tensor_object(t[k]);
     return failed;
-}
-
-int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
-                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
-                 lltm_error *err)
-{
-    AtenTensorHandle handles[LLTM_MAX_OWNED];
-    if (n_in < 0 || n_in > LLTM_MAX_OWNED || n_out < 0)
-        return lltm_fail(err, "internal error: %d inputs, %d outputs", n_in, n_out);
-    if (lltm_take_inputs(stack, num_args, num_outputs, (uint64_t)n_in, (uint64_t)n_out, owned,
-                         handles, err) ||
-        lltm_read_tensors(handles, names, n_in, args, err) ||
-        lltm_make_all_contiguous(args, n_in, owned, err))
-        return -1;
-    return 0;
 }
 
 /* The list of a `bool[n] output_mask` argument into mask[0..n); the kernel
@@ -454,56 +403,165 @@ static int read_output_mask(StableIValue item, int n, bool *mask, lltm_error *er
     size_t size = 0;
     int failed = 0;
     if (torch_list_size(list, &size) != 0)
-        failed = lltm_shim_failed(err, "torch_list_size");
+        failed = shim_failed(err, "torch_list_size");
     else if (size != (size_t)n)
         failed = lltm_fail(err, "output_mask has %zu entries, expected %d (one per gradient)",
                            size, n);
     for (size_t k = 0; !failed && k < size; ++k) {
         StableIValue value;
         if (torch_list_get_item(list, k, &value) != 0)
-            failed = lltm_shim_failed(err, "torch_list_get_item");
+            failed = shim_failed(err, "torch_list_get_item");
         else
             mask[k] = value != 0;
     }
     if (torch_delete_list(list) != 0 && !failed)
-        failed = lltm_shim_failed(err, "torch_delete_list");
+        failed = shim_failed(err, "torch_delete_list");
     return failed;
 }
 
-int lltm_open_backward_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs,
-                          int n_in, int n_out, const char *const *names, lltm_tensor *args,
-                          bool *mask, lltm_owned *owned, lltm_error *err)
+#ifdef LLTM_WITH_CUDA
+static void leave_device(lltm_call *c)
 {
+    if (c->guard != NULL)
+        aoti_torch_delete_cuda_guard(c->guard);
+    c->guard = NULL;
+}
+#endif
+
+int lltm_open(lltm_call *c, const lltm_op *op, StableIValue *stack, uint64_t num_args,
+              uint64_t num_outputs)
+{
+    lltm_tensor *a = c->args;
     lltm_error mask_err;
-    const int bad_mask = num_args == 0
-                             ? lltm_fail(&mask_err, "internal error: no output_mask")
-                             : read_output_mask(stack[num_args - 1], n_out, mask, &mask_err);
-    if (lltm_open_op(stack, num_args == 0 ? 0 : num_args - 1, num_outputs, n_in, n_out, names,
-                     args, owned, err))
-        return -1;
+    int bad_mask = 0;
+    c->op = op;
+    c->owned.count = 0;
+    c->err.msg[0] = c->gemm_err.msg[0] = '\0';
+    c->lengths = NULL;
+    for (int k = 0; k < LLTM_MAX_RESULTS; ++k) {
+        c->mask[k] = true;
+        c->results[k] = NULL;
+        c->data[k] = NULL;
+    }
+#ifdef LLTM_WITH_CUDA
+    const int32_t device_type = aoti_torch_device_type_cuda();
+    c->guard = NULL;
+    c->stream = NULL;
+#else
+    const int32_t device_type = aoti_torch_device_type_cpu();
+#endif
+    /* The settings, last, are a plain integer: nothing to own or free. The
+     * backward's output_mask comes before them. */
+    const int64_t packed = num_args > 0 ? (int64_t)stack[--num_args] : LLTM_SETTINGS_NOT_GIVEN;
+    if (op->backward)
+        bad_mask = num_args == 0
+                       ? lltm_fail(&mask_err, "internal error: no output_mask")
+                       : read_output_mask(stack[--num_args], op->n_results, c->mask, &mask_err);
+    const bool with_lengths = op->lengths && num_args == (uint64_t)op->n_args + 1;
+    const int n = op->n_args + with_lengths;
+    /* Own every handle first, so even a miscounted call frees its inputs. */
+    for (uint64_t k = 0; k < num_args; ++k)
+        if (own(&c->owned, (AtenTensorHandle)(uintptr_t)stack[k], &c->err))
+            return -1;
+    if (num_args != (uint64_t)n || num_outputs != (uint64_t)op->n_results)
+        return lltm_fail(&c->err, "internal error: called with %llu arguments and %llu outputs, expected %d and %d",
+                         (unsigned long long)num_args, (unsigned long long)num_outputs, n,
+                         op->n_results);
+    for (int k = 0; k < n; ++k)
+        if (read_tensor((AtenTensorHandle)(uintptr_t)stack[k],
+                        k < op->n_args ? op->args[k][0] : "lengths", &a[k], &c->err) ||
+            make_contiguous(&a[k], &c->owned, &c->err))
+            return -1;
     if (bad_mask) {
-        *err = mask_err;
+        c->err = mask_err;
         return -1;
     }
+    if (check_args(c, device_type) ||
+        lltm_call_settings_decode(packed, &c->settings, &c->err))
+        return -1;
+    if (with_lengths) {
+        if (check_lengths(&a[n - 1], &a[0], &c->d, device_type == aoti_torch_device_type_cpu(),
+                          &c->err))
+            return -1;
+        c->lengths = (const int64_t *)a[n - 1].data;
+    }
+#ifdef LLTM_WITH_CUDA
+    if (aoti_torch_create_cuda_guard(a[0].device_index, &c->guard) != 0) {
+        c->guard = NULL;
+        return lltm_fail(&c->err, "could not make cuda:%d the current device", a[0].device_index);
+    }
+    if (aoti_torch_get_current_cuda_stream(a[0].device_index, &c->stream) != 0)
+        return lltm_fail(&c->err, "could not get the current CUDA stream of cuda:%d",
+                         a[0].device_index);
+#endif
+    int64_t value[N_SIZES];
+    size_values(&c->d, value);
+    for (int k = 0; k < op->n_results; ++k) {
+        int symbols[LLTM_MAX_DIM];
+        int64_t sizes[LLTM_MAX_DIM];
+        const int rank = parse_shape(op->results[k][1], symbols);
+        for (int j = 0; j < rank; ++j)
+            sizes[j] = value[symbols[j]];
+        if ((c->mask[k] || (op->always >> k & 1)) &&
+            (rank < 0 ? lltm_fail(&c->err, "internal error: shape %s", op->results[k][1])
+                      : lltm_empty(rank, sizes, &a[0], &c->owned, &c->results[k], &c->data[k],
+                                   &c->err)))
+            return -1;
+    }
+    /* The products go straight to cuBLAS where nothing asks for aten::mm's
+     * guarantees (cublas_gemm.h), on TF32 where allowed. */
+    c->gemm = (lltm_torch_gemm_ctx){a[0].device_type, a[0].device_index, &c->gemm_err,
+                                    c->settings.given && !c->settings.deterministic,
+                                    c->settings.float32_tf32};
     return 0;
 }
 
-int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool *mask, int n,
-                       StableIValue *stack, lltm_error *err)
+int lltm_core_status(lltm_call *c, int status, const char *fn)
 {
+    if (status == LLTM_OK)
+        return 0;
+    if (status == LLTM_ERR_GEMM && c->gemm_err.msg[0] != '\0')
+        return lltm_fail(&c->err, "%s: %s", fn, c->gemm_err.msg);
+    return lltm_fail(&c->err, "%s failed: %s", fn, lltm_status_string(status));
+}
+
+int lltm_close(lltm_call *c, StableIValue *stack)
+{
+    const int n = c->op->n_results;
     /* Every undefined tensor first: a failure then hands nothing out. */
     for (int k = 0; k < n; ++k) {
-        if (mask[k])
+        if (c->mask[k])
             continue;
-        if (aoti_torch_new_uninitialized_tensor(&results[k]) != 0)
-            return lltm_shim_failed(err, "aoti_torch_new_uninitialized_tensor");
-        if (lltm_own(owned, results[k], err))
+        if (aoti_torch_new_uninitialized_tensor(&c->results[k]) != 0)
+            return shim_failed(&c->err, "aoti_torch_new_uninitialized_tensor");
+        if (own(&c->owned, c->results[k], &c->err))
             return -1;
     }
-    for (int k = 0; k < n; ++k)
-        lltm_return(owned, results[k], &stack[k]);
-    lltm_free_owned(owned);
+    /* libtorch takes the results over: out of `owned`, onto the stack */
+    for (int k = 0; k < n; ++k) {
+        for (int i = 0; i < c->owned.count; ++i)
+            if (c->owned.handles[i] == c->results[k]) {
+                c->owned.handles[i] = c->owned.handles[--c->owned.count];
+                break;
+            }
+        stack[k] = (StableIValue)(uintptr_t)c->results[k];
+    }
+    free_owned(&c->owned);
+#ifdef LLTM_WITH_CUDA
+    leave_device(c);
+#endif
     return 0;
+}
+
+void lltm_call_raise(lltm_call *c)
+{
+    char msg[sizeof c->err.msg + 64];
+#ifdef LLTM_WITH_CUDA
+    leave_device(c);
+#endif
+    snprintf(msg, sizeof msg, "%s: %s", c->op->name, c->err.msg);
+    free_owned(&c->owned);
+    aoti_torch_check(false, c->op->name, __FILE__, __LINE__, msg);
 }
 
 int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
@@ -511,23 +569,3 @@ int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
 {
     return torch_parallel_for(begin, end, grain, body, ctx);
 }
-
-#ifdef LLTM_WITH_CUDA
-int lltm_cuda_enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
-                           lltm_error *err)
-{
-    if (aoti_torch_create_cuda_guard(device_index, guard) != 0) {
-        *guard = NULL;
-        return lltm_fail(err, "could not make cuda:%d the current device", device_index);
-    }
-    if (aoti_torch_get_current_cuda_stream(device_index, stream) != 0)
-        return lltm_fail(err, "could not get the current CUDA stream of cuda:%d", device_index);
-    return 0;
-}
-
-void lltm_cuda_leave_device(CUDAGuardHandle guard)
-{
-    if (guard != NULL)
-        aoti_torch_delete_cuda_guard(guard);
-}
-#endif

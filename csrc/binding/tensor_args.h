@@ -1,10 +1,11 @@
 /*
- * tensor_args.h - helpers the op implementations share: owning tensor
- * handles, reading tensor metadata, argument checks with clear messages,
- * contiguous copies, views and aten::mm through the dispatcher.
+ * tensor_args.h - what every operator's boxed kernel shares: the opening
+ * (own the inputs, read and check them against the operator's table of
+ * shapes, allocate the results), the close (hand the results out) and the
+ * raise, plus allocation, views and aten::mm through the stable ABI.
  *
  * Error convention: helpers return 0 on success, or nonzero after writing a
- * message into the caller's lltm_error. An op collects every handle it owns
+ * message into the call's lltm_error. A call collects every handle it owns
  * in one lltm_owned, and on failure frees them all before raising (raising
  * unwinds through C frames, so nothing after it runs).
  */
@@ -19,12 +20,14 @@
 
 #define LLTM_MAX_DIM 4
 #define LLTM_MAX_OWNED 48
+#define LLTM_MAX_ARGS 12 /* tensor arguments of an operator, lengths included */
+#define LLTM_MAX_RESULTS 6
 
 typedef struct lltm_error {
     char msg[512];
 } lltm_error;
 
-/* Handles an op owns; freed together. */
+/* Handles a call owns; freed together. */
 typedef struct lltm_owned {
     AtenTensorHandle handles[LLTM_MAX_OWNED];
     int count;
@@ -43,141 +46,33 @@ typedef struct lltm_tensor {
     void *data;
 } lltm_tensor;
 
-/* Sizes of one cell step, derived from the arguments. */
-typedef struct lltm_cell_dims {
-    int64_t B, I, H;
+/* The sizes of a call (lltm.h's notation), read from its arguments: T steps
+ * (1 for the cell), B rows, I inputs, H units, L layers (1 but for the stack). */
+typedef struct lltm_dims {
+    int64_t T, B, I, H, L;
     lltm_dtype dtype;
-} lltm_cell_dims;
+} lltm_dims;
 
-int lltm_fail(lltm_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* A shim call failed: name it, with torch's message where this torch can tell
- * it (2.13+; before that it only went to stderr). */
-int lltm_shim_failed(lltm_error *err, const char *call);
+/*
+ * An operator's contract (ops.c): the name and shape of each tensor argument
+ * and result, in the symbols T, B, I, H, L, 1, 2H, 3H, I+H, H+I, L-1 (e.g.
+ * "[T, B, 3H]"); a shape may name another accepted form, "[3H] (or [1, 3H])".
+ * Argument `input` gives T, B and I, argument `state` H and L; every
+ * argument is then checked against them.
+ */
+typedef struct lltm_op {
+    const char *name; /* "lltm::cell_forward", for messages */
+    int n_args, n_results, input, state;
+    bool backward; /* `bool[n_results] output_mask` after the tensors */
+    bool lengths;  /* an overload takes lengths [B] after the tensors */
+    unsigned always; /* bits of the results made where output_mask leaves them out */
+    const char *args[LLTM_MAX_ARGS][2]; /* name, shape */
+    const char *results[LLTM_MAX_RESULTS][2];
+} lltm_op;
 
-/* Take ownership of `handle`; fails (after deleting it) when full. */
-int lltm_own(lltm_owned *owned, AtenTensorHandle handle, lltm_error *err);
-void lltm_free_owned(lltm_owned *owned);
-
-/* Free what the op owns, then raise RuntimeError("<op>: <msg>"). */
-void lltm_raise(const char *op, lltm_owned *owned, const lltm_error *err);
-
-/* Read metadata of `handle` (rank <= LLTM_MAX_DIM) into *t; an undefined
- * tensor (None) is an error naming the argument. */
-int lltm_read_tensor(AtenTensorHandle handle, const char *name, lltm_tensor *t,
-                     lltm_error *err);
-
-/* Checks with messages that name the argument and what was expected. */
-int lltm_check_dim(const lltm_tensor *t, int64_t dim, const char *shape_doc,
-                   lltm_error *err);
-int lltm_check_size(const lltm_tensor *t, int64_t d, int64_t expected,
-                    const char *what, lltm_error *err);
-/* All tensors: one floating dtype, one device of type `device_type`. */
-int lltm_check_same_dtype_device(const lltm_tensor *ts, int n,
-                                 int32_t device_type, lltm_error *err);
-/* Map torch's dtype code to the core's; fails for dtypes the device lacks. */
-int lltm_core_dtype(const lltm_tensor *t, bool half_types_ok, lltm_dtype *out,
-                    lltm_error *err);
-
-/* Validate the five forward arguments (input, weights, bias, old_h, old_cell)
- * and derive B, I, H. Bias may be [3H] or [1,3H]. */
-int lltm_check_cell_forward(const lltm_tensor in[5], int32_t device_type,
-                            bool half_types_ok, lltm_cell_dims *dims,
-                            lltm_error *err);
-/* Validate the seven backward arguments (grad_h, grad_cell, new_cell, gates,
- * input, old_h, weights). */
-int lltm_check_cell_backward(const lltm_tensor in[7], int32_t device_type,
-                             bool half_types_ok, lltm_cell_dims *dims,
-                             lltm_error *err);
-
-/* The state size H read from `state` ([B, H]) is at least 1: the one
- * zero-size rule of every op on every device (B, I and T may be 0). */
-int lltm_check_state_size(const lltm_tensor *state, int64_t H, lltm_error *err);
-
-/* Bias of three gates of state size H: [3H], or the tutorial's [1, 3H]. */
-int lltm_check_bias(const lltm_tensor *bias, int64_t H, lltm_error *err);
-
-/* Read the metadata of n argument handles, named for messages. */
-int lltm_read_tensors(AtenTensorHandle *handles, const char *const *names, int n,
-                      lltm_tensor *args, lltm_error *err);
-
-/* Replace t by a contiguous copy (owned) if it is not contiguous. */
-int lltm_make_contiguous(lltm_tensor *t, lltm_owned *owned, lltm_error *err);
-/* The same for n tensors. */
-int lltm_make_all_contiguous(lltm_tensor *args, int n, lltm_owned *owned, lltm_error *err);
-
-/* A core function returned `status` (not LLTM_OK): say which and why. */
-int lltm_core_failed(lltm_error *err, const char *what, int status);
-
-#ifdef LLTM_WITH_CUDA
-/* Make cuda:device_index current (until lltm_cuda_leave_device) and fetch
- * torch's current stream there: every kernel, copy and mm of an op runs on
- * it, so side streams and CUDA-graph capture see the op in order. */
-int lltm_cuda_enter_device(int32_t device_index, CUDAGuardHandle *guard, void **stream,
-                           lltm_error *err);
-void lltm_cuda_leave_device(CUDAGuardHandle guard);
-#endif
-
-/* New uninitialised byte tensor of `bytes` (at least 1) on the device of
- * `like`, owned: workspace of a core function. */
-int lltm_workspace(size_t bytes, const lltm_tensor *like, lltm_owned *owned, void **data,
-                   lltm_error *err);
-
-/* New uninitialised contiguous tensor like `like` (dtype, device), owned. */
-int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like,
-               lltm_owned *owned, AtenTensorHandle *out, void **data,
-               lltm_error *err);
-
-/* A view of `self` with the given sizes and strides, starting `offset`
- * elements after self's first element, owned. */
-int lltm_view_at(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
-                 const int64_t *strides, int64_t offset, lltm_owned *owned,
-                 AtenTensorHandle *out, lltm_error *err);
-/* The same, at offset 0. */
-int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes,
-              const int64_t *strides, lltm_owned *owned, AtenTensorHandle *out,
-              lltm_error *err);
-
-/* out = a @ b through aten::mm.out (MKL / cuBLAS underneath). */
-int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out,
-                lltm_error *err);
-
-/* Hand `handle` out as an op result: removes it from `owned` and stores it on
- * the stack (libtorch takes it over). */
-void lltm_return(lltm_owned *owned, AtenTensorHandle handle, StableIValue *slot);
-
-/* Inputs of a boxed kernel: check the counts, then own every input handle so
- * each is freed on every path. */
-int lltm_take_inputs(StableIValue *stack, uint64_t num_args,
-                     uint64_t num_outputs, uint64_t want_args,
-                     uint64_t want_outputs, lltm_owned *owned,
-                     AtenTensorHandle *handles, lltm_error *err);
-
-/* The opening of every op's boxed kernel, in one call: check the argument
- * and output counts and own every input handle (lltm_take_inputs), read the
- * metadata of the n_in inputs into args[0..n_in), named by names[] for
- * messages (lltm_read_tensors), and replace the non-contiguous ones by
- * contiguous copies (lltm_make_all_contiguous; owned). The op's own checks
- * of shapes, dtype and device follow (e.g. lltm_check_cell_forward). On
- * failure: nonzero, message in err, every handle in `owned`. */
-int lltm_open_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs, int n_in,
-                 int n_out, const char *const *names, lltm_tensor *args, lltm_owned *owned,
-                 lltm_error *err);
-
-/* The opening of a backward operator's kernel: lltm_open_op for its n_in
- * tensors, then its last argument, `bool[n_out] output_mask` (ATen's
- * convention, as in aten::convolution_backward: which results to compute),
- * into mask[0..n_out). */
-int lltm_open_backward_op(StableIValue *stack, uint64_t num_args, uint64_t num_outputs,
-                          int n_in, int n_out, const char *const *names, lltm_tensor *args,
-                          bool *mask, lltm_owned *owned, lltm_error *err);
-
-/* The close of a backward operator's kernel: results[k] where mask[k], an
- * undefined tensor (None in Python) elsewhere (results[k] is not read), out
- * as the op's n outputs, then free what the op owns. Nonzero (nothing handed
- * out) if an undefined tensor could not be made. */
-int lltm_return_masked(lltm_owned *owned, AtenTensorHandle *results, const bool *mask, int n,
-                       StableIValue *stack, lltm_error *err);
+extern const lltm_op lltm_cell_forward_op, lltm_cell_backward_op, lltm_sequence_forward_op,
+    lltm_sequence_backward_op, lltm_sequence_backward_gates_op, lltm_stack_forward_op,
+    lltm_stack_backward_op;
 
 /* The core's matrix product (lltm_gemm) as aten::mm.out on tensors made
  * over the core's pointers, on the device of the context (the pointers are
@@ -189,6 +84,68 @@ typedef struct lltm_torch_gemm_ctx {
     lltm_error *err;
     bool cublas_direct, float32_tf32;
 } lltm_torch_gemm_ctx;
+
+#include "call_settings.h"
+
+/* What a boxed kernel holds from its opening to its return. Lives on the
+ * kernel's stack (the product callback's context points into it). */
+typedef struct lltm_call {
+    const lltm_op *op;
+    lltm_owned owned;
+    lltm_error err, gemm_err;
+    lltm_tensor args[LLTM_MAX_ARGS]; /* lengths last in the lengths overloads */
+    const int64_t *lengths;          /* [B] or NULL */
+    lltm_dims d;
+    lltm_call_settings settings; /* the call's last argument */
+    bool mask[LLTM_MAX_RESULTS]; /* the results wanted: output_mask (forward: all) */
+    AtenTensorHandle results[LLTM_MAX_RESULTS];
+    void *data[LLTM_MAX_RESULTS]; /* NULL for a result not made */
+    lltm_torch_gemm_ctx gemm;
+#ifdef LLTM_WITH_CUDA
+    CUDAGuardHandle guard;
+    void *stream; /* torch's current stream of the arguments' device */
+#endif
+} lltm_call;
+
+/* The opening of a kernel of `op` (or its lengths overload, told apart by
+ * num_args): own every input, take the settings and the output_mask, read
+ * the tensors (non-contiguous ones replaced by contiguous copies), check
+ * them against op's table (one floating dtype, on this library's device
+ * type; lengths: int64 [B], their values where they are in host memory),
+ * allocate the results. The CUDA library then makes the arguments' device
+ * current and takes torch's stream there (until lltm_close or
+ * lltm_call_raise): every kernel, copy and product of the call runs on it. */
+int lltm_open(lltm_call *c, const lltm_op *op, StableIValue *stack, uint64_t num_args,
+              uint64_t num_outputs);
+
+/* 0 where the core function `fn` returned LLTM_OK, else nonzero with the
+ * failure in c->err (the product callback's own message where that failed). */
+int lltm_core_status(lltm_call *c, int status, const char *fn);
+
+/* Hand the results out as the op's outputs (undefined tensors, None in
+ * Python, where output_mask leaves them out) and free what the call owns. */
+int lltm_close(lltm_call *c, StableIValue *stack);
+
+/* Free what the call owns, then raise RuntimeError("<op>: <c->err>"). */
+void lltm_call_raise(lltm_call *c);
+
+int lltm_fail(lltm_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* New uninitialised contiguous tensor like `like` (dtype, device), owned. */
+int lltm_empty(int64_t ndim, const int64_t *sizes, const lltm_tensor *like, lltm_owned *owned,
+               AtenTensorHandle *out, void **data, lltm_error *err);
+/* New uninitialised byte tensor of `bytes` (at least 1) on the device of
+ * the call's first argument, owned: workspace of a core function. */
+int lltm_workspace(lltm_call *c, size_t bytes, void **data);
+
+/* A view of `self` with the given sizes and strides, starting `offset`
+ * elements after self's first element, owned. */
+int lltm_view(AtenTensorHandle self, int64_t ndim, const int64_t *sizes, const int64_t *strides,
+              int64_t offset, lltm_owned *owned, AtenTensorHandle *out, lltm_error *err);
+
+/* out = a @ b through aten::mm.out (MKL / cuBLAS underneath). */
+int lltm_mm_out(AtenTensorHandle a, AtenTensorHandle b, AtenTensorHandle out, lltm_error *err);
+
 int lltm_torch_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K,
                     const void *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t b_rs,
                     int64_t b_cs, void *c, int64_t ldc);
@@ -196,5 +153,12 @@ int lltm_torch_gemm(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int64_t K
 /* The core's parallel-for, run on torch's intra-op thread pool. */
 int lltm_torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
                             lltm_range_body body, void *ctx);
+
+#ifdef LLTM_WITH_CUDA
+/* The properties of `device` (asked once per device: what the device is)
+ * and what settings `s` allow of them (dev->tf32, with each call);
+ * sequence_cuda.c. */
+int lltm_cuda_device_for(int device, const lltm_call_settings *s, lltm_cuda_device *dev);
+#endif
 
 #endif /* LLTM_BINDING_TENSOR_ARGS_H */

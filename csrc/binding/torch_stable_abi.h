@@ -65,12 +65,8 @@ typedef struct StableListOpaque *StableListHandle;
       (AtenTensorHandle tensor, void **ret_data_ptr))                                              \
     X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_dim,                                           \
       (AtenTensorHandle tensor, int64_t *ret_dim))                                                 \
-    X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_numel,                                         \
-      (AtenTensorHandle tensor, int64_t *ret_numel))                                               \
     X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_sizes,                                         \
       (AtenTensorHandle tensor, int64_t **ret_sizes))                                              \
-    X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_strides,                                       \
-      (AtenTensorHandle tensor, int64_t **ret_strides))                                            \
     X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_dtype,                                         \
       (AtenTensorHandle tensor, int32_t *ret_dtype))                                               \
     X(CPU, REQUIRED, AOTITorchError, aoti_torch_get_device_type,                                   \
@@ -111,7 +107,6 @@ typedef struct StableListOpaque *StableListHandle;
        TorchLibraryHandle *ret_new_torch_lib))                                                     \
     X(CPU, REQUIRED, AOTITorchError, aoti_torch_library_def,                                       \
       (TorchLibraryHandle self, const char *schema))                                               \
-    X(CPU, REQUIRED, AOTITorchError, aoti_torch_delete_library_object, (TorchLibraryHandle tlh))   \
     X(CPU, REQUIRED, AOTITorchError, torch_library_impl,                                           \
       (TorchLibraryHandle self, const char *name,                                                  \
        void (*fn)(StableIValue *, uint64_t, uint64_t), uint64_t extension_build_version))          \
