@@ -16,11 +16,15 @@
  */
 #include "tensor_args.h"
 
+/* each operator's parsed shapes (lltm_op_parse): a static object of its own */
+#define PARSED .parsed = &(lltm_op_shapes){.args = {{0}}}
+
 const lltm_op lltm_cell_forward_op = {
     .name = "lltm::cell_forward", .n_args = 5, .n_results = 3, .input = 0, .state = 3,
     .args = {{"input", "[B, I]"}, {"weights", "[3H, I+H]"}, {"bias", "[3H] (or [1, 3H])"},
              {"old_h", "[B, H]"}, {"old_cell", "[B, H]"}},
     .results = {{"new_h", "[B, H]"}, {"new_cell", "[B, H]"}, {"gates", "[B, 3H]"}},
+    PARSED,
 };
 
 /* The bias and old_cell gradients are made whatever output_mask says: the
@@ -33,6 +37,7 @@ const lltm_op lltm_cell_backward_op = {
              {"weights", "[3H, I+H]"}},
     .results = {{"grad_input", "[B, I]"}, {"grad_weights", "[3H, I+H]"},
                 {"grad_bias", "[3H]"}, {"grad_old_h", "[B, H]"}, {"grad_old_cell", "[B, H]"}},
+    PARSED,
 };
 
 /* One layer over a whole sequence: output = h_1..h_T, h_n/c_n = the last
@@ -45,6 +50,7 @@ const lltm_op lltm_sequence_forward_op = {
              {"h0", "[B, H]"}, {"c0", "[B, H]"}},
     .results = {{"output", "[T, B, H]"}, {"h_n", "[B, H]"}, {"c_n", "[B, H]"},
                 {"cells", "[T, B, H]"}, {"gates", "[T, B, 3H]"}},
+    PARSED,
 };
 
 #define SEQUENCE_BACKWARD_ARGS                                                              \
@@ -57,6 +63,7 @@ const lltm_op lltm_sequence_backward_op = {
     .name = "lltm::sequence_backward", SEQUENCE_BACKWARD_ARGS,
     .results = {{"grad_input", "[T, B, I]"}, {"grad_weights", "[3H, I+H]"},
                 {"grad_bias", "[3H]"}, {"grad_h0", "[B, H]"}, {"grad_c0", "[B, H]"}},
+    PARSED,
 };
 
 /* sequence_backward with the gates' gradients dG out in place of
@@ -67,6 +74,7 @@ const lltm_op lltm_sequence_backward_gates_op = {
     .name = "lltm::sequence_backward_gates", SEQUENCE_BACKWARD_ARGS,
     .results = {{"grad_input", "[T, B, I]"}, {"grad_gates", "[T, B, 3H]"},
                 {"grad_bias", "[3H]"}, {"grad_h0", "[B, H]"}, {"grad_c0", "[B, H]"}},
+    PARSED,
 };
 
 /* L stacked layers over a whole sequence, the layer below's output the
@@ -84,6 +92,7 @@ const lltm_op lltm_stack_forward_op = {
     .results = {{"output", "[T, B, H]"}, {"h_n", "[L, B, H]"}, {"c_n", "[L, B, H]"},
                 {"outputs", "[L-1, T, B, H]"}, {"cells", "[L, T, B, H]"},
                 {"gates", "[L, T, B, 3H]"}},
+    PARSED,
 };
 
 const lltm_op lltm_stack_backward_op = {
@@ -97,4 +106,5 @@ const lltm_op lltm_stack_backward_op = {
     .results = {{"grad_input", "[T, B, I]"}, {"grad_weights0", "[3H, H+I]"},
                 {"grad_weights", "[L-1, 3H, 2H]"}, {"grad_biases", "[L, 3H]"},
                 {"grad_h0", "[L, B, H]"}, {"grad_c0", "[L, B, H]"}},
+    PARSED,
 };

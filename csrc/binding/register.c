@@ -104,6 +104,8 @@ static int register_kernels(char *err, size_t err_len)
         const lltm_op *op = kernels[k / 4].op;
         const bool lengths = k % 2 == 1;
         char name[64];
+        if (k % 4 == 0 && lltm_op_parse(op, err, err_len) != 0)
+            return -1;
         if (lengths && !op->lengths)
             continue;
         snprintf(name, sizeof name, "%s%s%s", k % 4 < 2 ? "" : "_",

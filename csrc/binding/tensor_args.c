@@ -165,7 +165,7 @@ static void size_values(const lltm_dims *d, int64_t value[N_SIZES])
 
 /* The symbols of the first shape at or after `shape` ("[T, B, 3H]") as
  * indices of SIZES; its rank, or -1 for a symbol SIZES lacks. */
-static int parse_shape(const char *shape, int symbols[LLTM_MAX_DIM])
+static int parse_shape(const char *shape, int8_t symbols[LLTM_MAX_DIM])
 {
     int rank = 0;
     for (const char *p = strchr(shape, '['); p != NULL && (*p == '[' || *p == ','); ++rank) {
@@ -176,26 +176,49 @@ static int parse_shape(const char *shape, int symbols[LLTM_MAX_DIM])
             ++s;
         if (s == N_SIZES || rank == LLTM_MAX_DIM)
             return -1;
-        symbols[rank] = s;
+        symbols[rank] = (int8_t)s;
         p += len;
     }
     return rank;
 }
 
-/* The symbols of t's shape: the form of `shape` of t's rank, else the
- * message of a wrong rank. */
-static int shape_of(const lltm_tensor *t, const char *shape, int symbols[LLTM_MAX_DIM],
-                    lltm_error *err)
+/* `text` parsed, with its other form ("(or [1, 3H])"); nonzero for a
+ * symbol SIZES lacks. */
+static int parse_forms(const char *text, lltm_shape *shape)
 {
-    const char *other = strstr(shape, "(or ");
-    const int rank = parse_shape(shape, symbols);
+    const char *other = strstr(text, "(or ");
+    shape->rank = (int8_t)parse_shape(text, shape->symbols);
+    shape->other_rank = other ? (int8_t)parse_shape(other, shape->other) : -1;
+    return shape->rank < 0 || (other && shape->other_rank < 0);
+}
+
+int lltm_op_parse(const lltm_op *op, char *err, size_t err_len)
+{
+    for (int k = 0; k < op->n_args + op->n_results; ++k) {
+        const bool arg = k < op->n_args;
+        const char *text = arg ? op->args[k][1] : op->results[k - op->n_args][1];
+        if (parse_forms(text, arg ? &op->parsed->args[k]
+                                  : &op->parsed->results[k - op->n_args])) {
+            snprintf(err, err_len, "%s: a shape of unknown symbols, %s", op->name, text);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The symbols of t's shape: the form of argument k's shape of t's rank,
+ * else NULL with the message of a wrong rank. */
+static const int8_t *shape_of(const lltm_op *op, int k, const lltm_tensor *t, lltm_error *err)
+{
+    const lltm_shape *shape = &op->parsed->args[k];
     char got[96];
-    if (rank < 0)
-        return lltm_fail(err, "internal error: shape %s of %s", shape, t->name);
-    if (rank == t->dim || (other != NULL && parse_shape(other, symbols) == t->dim))
-        return 0;
-    return lltm_fail(err, "%s must be %lld-dimensional %s, got shape %s",
-                     t->name, (long long)rank, shape, format_shape(t, got, sizeof got));
+    if (shape->rank == t->dim)
+        return shape->symbols;
+    if (shape->other_rank == t->dim)
+        return shape->other;
+    lltm_fail(err, "%s must be %lld-dimensional %s, got shape %s", t->name,
+              (long long)shape->rank, op->args[k][1], format_shape(t, got, sizeof got));
+    return NULL;
 }
 
 /* The arguments against the operator's table: sizes from input and state
@@ -210,13 +233,13 @@ static int check_args(lltm_call *c, int32_t device_type)
     int64_t *letters[N_LETTERS] = {&d->T, &d->B, &d->I, &d->H, &d->L};
     bool bound[N_LETTERS] = {false};
     const int sources[2] = {op->input, op->state};
-    int symbols[LLTM_MAX_DIM];
+    const int8_t *symbols;
     if (check_dtype_device(a, op->n_args, device_type, &d->dtype, &c->err))
         return -1;
     d->T = d->L = 1;
     for (int i = 0; i < 2; ++i) {
         const int k = sources[i];
-        if (shape_of(&a[k], op->args[k][1], symbols, &c->err))
+        if (!(symbols = shape_of(op, k, &a[k], &c->err)))
             return -1;
         for (int j = 0; j < a[k].dim; ++j)
             if (symbols[j] < N_LETTERS && !bound[symbols[j]]) {
@@ -232,7 +255,7 @@ static int check_args(lltm_call *c, int32_t device_type)
     size_values(d, value);
     for (int i = -1; i < op->n_args; ++i) { /* the state's batch size first */
         const int k = i < 0 ? op->state : i;
-        if (shape_of(&a[k], op->args[k][1], symbols, &c->err))
+        if (!(symbols = shape_of(op, k, &a[k], &c->err)))
             return -1;
         for (int j = 0; j < a[k].dim; ++j) {
             char what[160], got[96];
@@ -497,15 +520,13 @@ int lltm_open(lltm_call *c, const lltm_op *op, StableIValue *stack, uint64_t num
     int64_t value[N_SIZES];
     size_values(&c->d, value);
     for (int k = 0; k < op->n_results; ++k) {
-        int symbols[LLTM_MAX_DIM];
+        const lltm_shape *shape = &op->parsed->results[k];
         int64_t sizes[LLTM_MAX_DIM];
-        const int rank = parse_shape(op->results[k][1], symbols);
-        for (int j = 0; j < rank; ++j)
-            sizes[j] = value[symbols[j]];
+        for (int j = 0; j < shape->rank; ++j)
+            sizes[j] = value[shape->symbols[j]];
         if ((c->mask[k] || (op->always >> k & 1)) &&
-            (rank < 0 ? lltm_fail(&c->err, "internal error: shape %s", op->results[k][1])
-                      : lltm_empty(rank, sizes, &a[0], &c->owned, &c->results[k], &c->data[k],
-                                   &c->err)))
+            lltm_empty(shape->rank, sizes, &a[0], &c->owned, &c->results[k], &c->data[k],
+                       &c->err))
             return -1;
     }
     /* The products go straight to cuBLAS where nothing asks for aten::mm's

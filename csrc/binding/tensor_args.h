@@ -60,6 +60,17 @@ typedef struct lltm_dims {
  * Argument `input` gives T, B and I, argument `state` H and L; every
  * argument is then checked against them.
  */
+/* A shape of an lltm_op as indices of its symbols (tensor_args.c), and its
+ * other accepted form's (other_rank -1: none). */
+typedef struct lltm_shape {
+    int8_t rank, other_rank;
+    int8_t symbols[LLTM_MAX_DIM], other[LLTM_MAX_DIM];
+} lltm_shape;
+
+typedef struct lltm_op_shapes {
+    lltm_shape args[LLTM_MAX_ARGS], results[LLTM_MAX_RESULTS];
+} lltm_op_shapes;
+
 typedef struct lltm_op {
     const char *name; /* "lltm::cell_forward", for messages */
     int n_args, n_results, input, state;
@@ -68,7 +79,13 @@ typedef struct lltm_op {
     unsigned always; /* bits of the results made where output_mask leaves them out */
     const char *args[LLTM_MAX_ARGS][2]; /* name, shape */
     const char *results[LLTM_MAX_RESULTS][2];
+    lltm_op_shapes *parsed; /* the shapes above, parsed once (lltm_op_parse) */
 } lltm_op;
+
+/* Parse op's shapes into op->parsed, once, before its kernels are
+ * registered (no call reads them before): nonzero with a message in err
+ * for a shape of a symbol the checks do not know. */
+int lltm_op_parse(const lltm_op *op, char *err, size_t err_len);
 
 extern const lltm_op lltm_cell_forward_op, lltm_cell_backward_op, lltm_sequence_forward_op,
     lltm_sequence_backward_op, lltm_sequence_backward_gates_op, lltm_stack_forward_op,
