@@ -1,10 +1,12 @@
 """CUDA sequence plans chosen by measurement: ``lltm.backends.cuda.benchmark``
 (docs/design.md, "Measured plans"). Where it is on, a CUDA sequence call
 with no plan forced runs the candidate measured fastest for its key, as plan
-fields of its settings; its backward runs with its forward's fields
-(``ctx.tuned_plan``). Measured at a key's first eager call for eager and
-captured calls at once; under capture, torch.compile and torch.func only
-looked up (a miss: the library's own choice). Ties go to the library.
+fields of its settings; its backward runs the candidate measured fastest for
+the backward (``ctx.tuned_plan``). Measured at a key's first eager call for
+eager and captured calls at once; under capture, torch.compile and
+torch.func only looked up (a miss: the library's own choice). A candidate
+replaces the library's choice only where every sample of it is faster than
+every sample of the library's.
 """
 from __future__ import annotations
 
@@ -21,12 +23,12 @@ from .backends import cuda as _backend
 
 PLAN_FIELDS = overrides.PLAN_FIELDS
 FLAGS = _settings.TF32 | _settings.DETERMINISTIC
-MAX_STEPS = 64
-WARMUP, REPS = 2, 5
+MAX_STEPS = 128  # the longest sequence measured (T's bucket, at most this)
+WARMUP, REPS = 2, 7
 FAMILIES = ("steps", "grid", "cluster", "block")
 
-_cache: dict = {}  # key -> plan fields
-_times: dict = {}  # key -> {plan fields: us}, of the keys measured here
+_cache: dict = {}  # key -> (forward's plan fields, backward's)
+_times: dict = {}  # key -> {direction: {plan fields: us}}, of the keys measured here
 _read: str | None = None  # the cache file read
 
 _FORWARD = torch.ops.lltm._sequence_forward.default
@@ -34,17 +36,17 @@ _BACKWARD = torch.ops.lltm._sequence_backward.default
 
 
 def forward_settings(ctx, given: int, x: torch.Tensor, H: int, training: bool) -> int:
-    """A Function's forward settings ``given`` with the measured plan, kept in
-    ``ctx`` for its backward (backward_settings)."""
+    """A Function's forward settings ``given`` with the measured plan, and
+    its backward's measured plan in ``ctx`` (backward_settings)."""
     if not _backend.benchmark:
         return given
     tuned = settings(given, x, H, training)
-    ctx.tuned_plan = tuned & PLAN_FIELDS
+    ctx.tuned_plan = backward_plan(tuned, x, H)
     return tuned
 
 
 def backward_settings(ctx, settings: int) -> int:
-    """A backward's ``settings`` with its forward's measured plan, if any."""
+    """A backward's ``settings`` with the plan measured for it, if any."""
     tuned = getattr(ctx, "tuned_plan", None)
     return settings if tuned is None else (settings & ~PLAN_FIELDS) | tuned
 
@@ -55,29 +57,48 @@ def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:
     plan is forced or none given, off CUDA, and where nothing may be measured."""
     if settings == _settings.NOT_GIVEN or settings & PLAN_FIELDS:
         return settings
-    index = _cuda_index(x)
-    T, B, I = x.shape  # noqa: E741
-    if index is None or not type(T) is type(B) is type(I) is type(H) is int or not T * B * I:
-        return settings  # (symbolic sizes: torch.compile's dynamic shapes)
-    captured = _capturing(index)
-    key = _key(index, x.dtype, T, B, I, H, training, captured, settings)
-    fields = _cache.get(key)
-    if fields is None:
+    found = _call_key(settings, x, H, training)
+    if found is None:
+        return settings
+    index, key = found
+    plans = _cache.get(key)
+    if plans is None:
         _read_file()
-        fields = _cache.get(key)
-    if fields is None:
-        if captured or not _may_measure(x):
+        plans = _cache.get(key)
+    if plans is None:
+        if key[8] or not _may_measure(x):  # (8: captured)
             return settings
-        tune(key, index, x.dtype, min(key[3], MAX_STEPS), B, I, H, settings)  # (T's bucket)
-        fields = _cache[key]
-    return settings | fields
+        tune(key, index, x.dtype, settings)
+        plans = _cache[key]
+    return settings | plans[0]
+
+
+def backward_plan(forward: int, x: torch.Tensor, H: int) -> int | None:
+    """The plan fields measured for the backward of a training forward that
+    ran with settings ``forward`` (from :func:`settings`); None where its
+    plan was not measured (forced, none given, or nothing cached)."""
+    if forward == _settings.NOT_GIVEN or _settings.current() & PLAN_FIELDS:
+        return None
+    found = _call_key(forward, x, H, True)
+    plans = None if found is None else _cache.get(found[1])
+    return plans[1] if plans is not None and plans[0] == forward & PLAN_FIELDS else None
 
 
 def lookup(index: int, dtype, T: int, B: int, I: int, H: int, training: bool,  # noqa: E741
-           captured: bool, settings: int) -> int | None:
-    """The plan fields cached for a call, or None (lltm.explain)."""
+           captured: bool, settings: int) -> tuple[int, int] | None:
+    """(the forward's plan fields, the backward's) cached for a call, or None."""
     _read_file()
     return _cache.get(_key(index, dtype, T, B, I, H, training, captured, settings))
+
+
+def _call_key(settings: int, x: torch.Tensor, H: int, training: bool) -> tuple | None:
+    """(device index, key) of a call; None off CUDA and for symbolic sizes
+    (torch.compile's dynamic shapes)."""
+    index = _cuda_index(x)
+    T, B, I = x.shape  # noqa: E741
+    if index is None or not type(T) is type(B) is type(I) is type(H) is int or not T * B * I:
+        return None
+    return index, _key(index, x.dtype, T, B, I, H, training, _capturing(index), settings)
 
 
 def _key(index, dtype, T, B, I, H, training, captured, settings) -> tuple:  # noqa: E741
@@ -120,26 +141,45 @@ def _fits(dtype, T, B, I, H, index, settings) -> bool:  # noqa: E741
                                             settings=settings) is not None
 
 
-def tune(key: tuple, index: int, dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-         settings: int) -> None:
-    """Measures the candidates that fit for ``key`` (an eager call's), keeping
-    the fastest for it and for the same call captured."""
+def tune(key: tuple, index: int, dtype, settings: int) -> None:
+    """Measures the candidates that fit for ``key`` (an eager call's) at T's
+    bucket (at most MAX_STEPS), keeping for it and for the same call
+    captured the clear winner of each direction (:func:`clear_winner`)."""
+    bucket, B, I, H, training = key[3:8]  # noqa: E741
+    T = min(bucket, MAX_STEPS)
     fields = [f for f in candidates(dtype, settings)
               if f == 0 or _fits(dtype, T, B, I, H, index, settings | f)]
     try:
-        times = _measure(fields, dtype, T, B, I, H, index, settings, key[7])  # (7: training)
+        samples = _measure(fields, dtype, T, B, I, H, index, settings, training)
     except RuntimeError:  # (no room for the scratch tensors: the library's own choice)
-        times = {mode: [math.inf] * len(fields) for mode in (False, True)}
-    for captured, us in times.items():
+        samples = {}
+    for captured in (False, True):
         at = key[:8] + (captured,) + key[9:]  # (8: captured)
-        _cache[at] = fields[min(range(len(fields)), key=us.__getitem__)]
-        _times[at] = dict(zip(fields, us))
+        plans, times = [], {}
+        for direction in ("forward", "backward"):
+            runs = samples.get((captured, direction))
+            plans.append(0 if runs is None else fields[clear_winner(runs)])
+            if runs is not None:
+                times[direction] = {f: statistics.median(r) for f, r in zip(fields, runs)}
+        _cache[at] = tuple(plans)
+        _times[at] = times
     _write_file()
 
 
+def clear_winner(runs: list[list[float]]) -> int:
+    """Of each candidate's samples (the library's first), the index of the
+    fastest by median among those whose every sample beats every sample of
+    the library's; 0 (the library) where none does."""
+    library = min(runs[0])
+    winners = [i for i, r in enumerate(runs) if i and max(r) < library]
+    return min(winners, key=lambda i: statistics.median(runs[i]), default=0)
+
+
 def _measure(fields: list[int], dtype, T: int, B: int, I: int, H: int,  # noqa: E741
-             index: int, settings: int, training: bool) -> dict[bool, list[float]]:
-    """{captured: microseconds of each candidate's call}, inf where one fails."""
+             index: int, settings: int, training: bool) -> dict[tuple, list[list[float]]]:
+    """{(captured, "forward" | "backward"): each candidate's samples in
+    microseconds}, the backward's where training (on the forward outputs of
+    the library's plan); inf where a candidate fails."""
     device = torch.device("cuda", index)
     generator = torch.Generator(device).manual_seed(0)  # (the caller's random state untouched)
 
@@ -148,23 +188,25 @@ def _measure(fields: list[int], dtype, T: int, B: int, I: int, H: int,  # noqa: 
     x, h0, c0 = randn(T, B, I), randn(B, H, scale=0.5), randn(B, H, scale=0.5)
     w, b = randn(3 * H, I + H, scale=(I + H) ** -0.5), randn(3 * H, scale=0.1)
     grads = randn(T, B, H), randn(B, H), randn(B, H)
-
-    def call(s):
-        out, _, _, cells, gates = _FORWARD(x, w, b, h0, c0, s)
-        if training:
-            _BACKWARD(*grads, x, w, h0, out, cells, gates, [True] * 5, s)
-
-    times: dict[bool, list[float]] = {False: [], True: []}
+    runs: dict[tuple, list[list[float]]] = {}
     with torch.cuda.device(index), torch.no_grad(), torch.autocast("cuda", enabled=False):
-        for f in fields:
-            run = functools.partial(call, settings | f)
-            times[False].append(_timed(run))
-            times[True].append(_timed_graph(run) if times[False][-1] < math.inf else math.inf)
-    return times
+        out, _, _, cells, gates = _FORWARD(x, w, b, h0, c0, settings)
+        calls = {"forward": lambda s: _FORWARD(x, w, b, h0, c0, s)}
+        if training:
+            calls["backward"] = lambda s: _BACKWARD(*grads, x, w, h0, out, cells, gates,
+                                                    [True] * 5, s)
+        for direction, call in calls.items():
+            for f in fields:
+                run = functools.partial(call, settings | f)
+                eager = _timed(run)
+                runs.setdefault((False, direction), []).append(eager)
+                runs.setdefault((True, direction), []).append(
+                    _timed_graph(run) if math.inf not in eager else eager)
+    return runs
 
 
-def _timed(run) -> float:
-    """Median microseconds of REPS runs after WARMUP, each from an idle device."""
+def _timed(run) -> list[float]:
+    """Microseconds of REPS runs after WARMUP, each from an idle device."""
     try:
         for _ in range(WARMUP):
             run()
@@ -177,18 +219,18 @@ def _timed(run) -> float:
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(samples)
+        return samples
     except RuntimeError:
-        return math.inf
+        return [math.inf]
 
 
-def _timed_graph(run) -> float:
+def _timed_graph(run) -> list[float]:
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
             run()
     except RuntimeError:
-        return math.inf
+        return [math.inf]
     return _timed(graph.replay)
 
 
@@ -214,7 +256,8 @@ def _read_file() -> None:
             for device, entries in json.load(f).items():
                 for rest, entry in entries.items():
                     sms, dtype, *sizes = json.loads(rest)
-                    _cache.setdefault((device, sms, getattr(torch, dtype), *sizes), entry["fields"])
+                    _cache.setdefault((device, sms, getattr(torch, dtype), *sizes),
+                                      (entry["forward"], entry["backward"]))
 
 
 def _write_file() -> None:
@@ -223,11 +266,12 @@ def _write_file() -> None:
         return
     _read_file()
     out: dict = {}
-    for key, fields in sorted(_cache.items(), key=repr):
-        entry = {"fields": fields, "plan": describe(fields)}
-        if key in _times:
-            entry["us"] = {describe(f): round(t, 1) for f, t in _times[key].items()
-                           if t < math.inf}
+    for key, plans in sorted(_cache.items(), key=repr):
+        entry = {"forward": plans[0], "backward": plans[1],
+                 "plans": [describe(plans[0]), describe(plans[1])]}
+        for direction, times in _times.get(key, {}).items():
+            entry[f"{direction} us"] = {describe(f): round(t, 1) for f, t in times.items()
+                                        if t < math.inf}
         rest = [key[1], str(key[2]).replace("torch.", ""), *key[3:]]
         out.setdefault(key[0], {})[json.dumps(rest)] = entry
     temporary = f"{os.fspath(path)}.{os.getpid()}.tmp"

@@ -344,11 +344,12 @@ def _stack_backward(ctx, grad_output, grad_h_n, grad_c_n, *_unused):
 # forward-mode AD through jvp (under functorch's jvp transforms the step runs
 # in plain operations instead: functorch would not differentiate the jvp again).
 
-def _op_function(name: str, op, setup_context, backward, tangents):
+def _op_function(name: str, op, setup_context, backward, tangents, tuned=False):
     """The autograd.Function of a forward operator: forward runs ``op`` (a
     twin) on the operator's arguments, the settings last, which
     ``setup_context`` and ``backward`` do not see; ``tangents(*inputs,
-    *input_tangents, *lengths)`` gives the first outputs' tangents."""
+    *input_tangents, *lengths)`` gives the first outputs' tangents; ``tuned``:
+    a sequence forward, whose plans lltm.backends.cuda.benchmark measures."""
     n_outputs = len(op._schema.returns)
     with_lengths = op._overloadname == "lengths"
 
@@ -357,8 +358,8 @@ def _op_function(name: str, op, setup_context, backward, tangents):
 
     def setup(ctx, inputs, output):
         setup_context(ctx, inputs[:-1], output)
-        if _backend.benchmark and inputs[-1] != _settings.NOT_GIVEN:
-            ctx.tuned_plan = inputs[-1] & _autotune.PLAN_FIELDS  # the backward's too
+        if tuned and _backend.benchmark:  # the backward's measured plan
+            ctx.tuned_plan = _autotune.backward_plan(inputs[-1], inputs[0], inputs[3].shape[-1])
 
     def differentiate(ctx, *grads):
         return (*backward(ctx, *grads), None)  # (the settings have none)
@@ -388,10 +389,10 @@ CellForward = _op_function("CellForward", _twin._cell_forward.default, _cell_set
                            _cell_backward, lambda *a: _differentiable.cell_jvp(*a)[2:])
 SequenceForward = _op_function("SequenceForward", _twin._sequence_forward.default,
                                _sequence_setup_context, _sequence_backward,
-                               _differentiable.sequence_jvp)
+                               _differentiable.sequence_jvp, tuned=True)
 SequenceLengthsForward = _op_function("SequenceLengthsForward", _twin._sequence_forward.lengths,
                                       _sequence_setup_context, _sequence_backward,
-                                      _differentiable.sequence_jvp)
+                                      _differentiable.sequence_jvp, tuned=True)
 StackForward = _op_function("StackForward", _twin._stack_forward.default, _stack_setup_context,
                             _stack_backward, _differentiable.stack_jvp)
 StackLengthsForward = _op_function("StackLengthsForward", _twin._stack_forward.lengths,

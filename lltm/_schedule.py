@@ -130,12 +130,15 @@ def _tuned_text(module, index, dtype, T, B, I, H, captured) -> str:  # noqa: E74
     """The plan lltm.backends.cuda.benchmark chose for a layer, where cached."""
     settings = _settings.current()
     training = torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters())
-    fields = _autotune.lookup(index, dtype, T, B, I, H, training, captured, settings)
-    if fields is None:
+    plans = _autotune.lookup(index, dtype, T, B, I, H, training, captured, settings)
+    if plans is None:
         return "not yet (measured at the first eager call; until then the plan above)"
-    plan = overrides.sequence_plan_in_force(dtype, T, B, I, H, device=index,
-                                            settings=settings | fields)
-    return f"{_autotune.describe(fields)}: {_plan_text(plan)}"
+    texts = []
+    for direction, fields in zip(("forward", "backward")[:1 + training], plans):
+        plan = overrides.sequence_plan_in_force(dtype, T, B, I, H, device=index,
+                                                settings=settings | fields)
+        texts.append(f"{direction} {_autotune.describe(fields)}: {_plan_text(plan)}")
+    return "; ".join(texts)
 
 
 def _plan_text(plan) -> str:

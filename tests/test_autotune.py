@@ -21,20 +21,24 @@ STEPS, GRID, CLUSTER, BLOCK = (overrides.SequencePlan(family=f).packed()
                                for f in ("steps", "grid", "cluster", "block"))
 EAGER_US = {0: 10.0, STEPS: 12.0, GRID: 5.0, CLUSTER: 1.0, BLOCK: 11.0}
 CAPTURED_US = {0: 10.0, STEPS: 4.0, GRID: 5.0, CLUSTER: 1.0, BLOCK: 11.0}
+BACKWARD_US = {0: 10.0, STEPS: 9.9, GRID: 20.0, CLUSTER: 1.0, BLOCK: 6.0}  # STEPS: no clear win
 
 
 @pytest.fixture
 def fake(monkeypatch):
     """The tuner on the CPU: every tensor on a fake GPU, every family but the
-    cluster fitting, a fake timer (eager: the grid fastest; captured: the
-    per-step family); ``fake.calls`` the measurements, ``fake.capturing``
-    the capture flag."""
+    cluster fitting, a fake timer of samples 3% apart (forward, eager: the
+    grid fastest; captured: the per-step family; backward: the block);
+    ``fake.calls`` the measurements, ``fake.capturing`` the capture flag."""
     state = types.SimpleNamespace(calls=[], capturing=False)
 
     def measure(fields, dtype, T, B, I, H, index, settings, training):  # noqa: E741
         state.calls.append(dict(fields=fields, T=T, B=B, training=training, settings=settings))
-        return {False: [EAGER_US.get(f, 20.0) for f in fields],
-                True: [CAPTURED_US.get(f, 20.0) for f in fields]}
+        times = {(False, "forward"): EAGER_US, (True, "forward"): CAPTURED_US}
+        if training:
+            times.update({(False, "backward"): BACKWARD_US, (True, "backward"): BACKWARD_US})
+        return {at: [[us.get(f, 20.0) * k for k in (0.97, 1.0, 1.03)] for f in fields]
+                for at, us in times.items()}
     monkeypatch.setattr(_autotune, "_measure", measure)
     monkeypatch.setattr(_autotune, "_fits", lambda dtype, T, B, I, H, index, s:  # noqa: E741
                         s & _autotune.PLAN_FIELDS != CLUSTER)
@@ -60,12 +64,27 @@ def test_picks_the_fastest_that_fits(fake):
     [call] = fake.calls
     assert call["fields"] == [0, STEPS, GRID, BLOCK]  # the cluster does not fit
     assert call["T"] == _autotune.MAX_STEPS and call["B"] == 3 and call["training"]
+    for captured, forward in ((False, GRID), (True, STEPS)):
+        assert _autotune.lookup(0, x.dtype, 100, 3, 5, 7, True, captured, base()) == (forward,
+                                                                                     BLOCK)
+
+
+def test_only_a_clear_win_replaces_the_library():
+    assert _autotune.clear_winner([[10, 11], [9, 9.5], [5, 12], [8, 9.9]]) == 3
+    assert _autotune.clear_winner([[10, 11], [10, 12], [5, 10.5]]) == 0
+    assert _autotune.clear_winner([[10], [10]]) == 0
+
+
+def test_the_inference_forward_alone(fake):
+    x = torch.randn(20, 3, 5)
+    assert _autotune.settings(base(), x, 7, False) == base() | GRID
+    assert _autotune.lookup(0, x.dtype, 20, 3, 5, 7, False, False, base()) == (GRID, 0)
 
 
 def test_one_measurement_a_key(fake):
-    for T, B in ((20, 3), (20, 3), (30, 3), (32, 3), (20, 4)):  # T 20 - 32: one bucket
+    for T, B in ((20, 3), (20, 3), (30, 3), (32, 3), (20, 4), (300, 4)):  # T 20 - 32: a bucket
         _autotune.settings(base(), torch.randn(T, B, 5), 7, True)
-    assert [(c["T"], c["B"]) for c in fake.calls] == [(32, 3), (32, 4)]  # measured at the bucket
+    assert [(c["T"], c["B"]) for c in fake.calls] == [(32, 3), (32, 4), (_autotune.MAX_STEPS, 4)]
 
 
 def test_keys_separate_flags_modes_and_sharing(fake):
@@ -80,7 +99,7 @@ def test_keys_separate_flags_modes_and_sharing(fake):
     assert fake.calls[1]["fields"] == [0, STEPS, *tf32_grid, BLOCK]  # float32 on TF32
     eager = _autotune.lookup(0, x.dtype, 20, 3, 5, 7, True, False, base())
     captured = _autotune.lookup(0, x.dtype, 20, 3, 5, 7, True, True, base())
-    assert (eager, captured) == (GRID, STEPS)
+    assert (eager, captured) == ((GRID, BLOCK), (STEPS, BLOCK))
 
 
 def test_never_measures_under_capture(fake):
@@ -127,12 +146,13 @@ def test_cache_file_round_trip(fake, tmp_path, monkeypatch):
     assert _autotune.settings(base(), x, 7, True) == base() | GRID
     data = json.loads(path.read_text())
     entries = data["Fake GPU"]
-    assert sorted(e["plan"] for e in entries.values()) == ["grid", "steps"]
+    assert sorted(tuple(e["plans"]) for e in entries.values()) == [("grid", "block"),
+                                                                   ("steps", "block")]
     lltm.backends.cuda.clear_cache()
     monkeypatch.setattr(_autotune, "_measure", lambda *a: pytest.fail("measured again"))
     assert _autotune.settings(base(), x, 7, True) == base() | GRID  # read back
     for entry in entries.values():  # the choice is the file's
-        entry["fields"] = BLOCK
+        entry["forward"] = BLOCK
     path.write_text(json.dumps(data))
     lltm.backends.cuda.clear_cache()
     for _ in range(2):
@@ -151,7 +171,7 @@ class Spy:
 
 
 @pytest.mark.parametrize("how", ["functional", "bidirectional", "chunks"])
-def test_backward_runs_with_its_forwards_plan(fake, monkeypatch, how):
+def test_forward_and_backward_run_their_measured_plans(fake, monkeypatch, how):
     forwards, backwards = [], []
     tune = _autotune.settings
     monkeypatch.setattr(_autotune, "settings", lambda *a: forwards.append(tune(*a)) or forwards[-1])
@@ -167,8 +187,16 @@ def test_backward_runs_with_its_forwards_plan(fake, monkeypatch, how):
         with overrides.wavefront(2 if how == "chunks" else None):
             out = m(x)[0]
     out.sum().backward()
-    plans = {s & _autotune.PLAN_FIELDS for s in forwards + backwards}
-    assert forwards and backwards and plans == {GRID}
+    assert forwards and {s & _autotune.PLAN_FIELDS for s in forwards} == {GRID}
+    assert backwards and {s & _autotune.PLAN_FIELDS for s in backwards} == {BLOCK}
+
+
+def test_a_forced_forward_leaves_the_backward_unmeasured(fake):
+    x = torch.randn(20, 3, 5)
+    _autotune.settings(base(), x, 7, True)  # measured: GRID forward, BLOCK backward
+    with overrides.sequence_plan(family="grid"):
+        assert _autotune.backward_plan(_settings.current(), x, 7) is None
+    assert _autotune.backward_plan(base() | GRID, x, 7) == BLOCK
 
 
 @pytest.mark.parametrize("L, bidirectional", [(1, False), (3, False), (2, True)])
@@ -248,10 +276,11 @@ def test_gpu_tuned_plan_fits_and_is_measured_once(tuning_on):
     index = torch.cuda.current_device()
     settings = _settings.current()
     for captured in (False, True):
-        fields = _autotune.lookup(index, x.dtype, 20, 3, 16, 64, True, captured, settings)
-        assert fields is not None
-        assert overrides.sequence_plan_in_force(x.dtype, 20, 3, 16, 64,
-                                                settings=settings | fields) is not None
+        plans = _autotune.lookup(index, x.dtype, 20, 3, 16, 64, True, captured, settings)
+        assert plans is not None
+        for fields in plans:
+            assert overrides.sequence_plan_in_force(x.dtype, 20, 3, 16, 64,
+                                                    settings=settings | fields) is not None
 
 
 @gpu
@@ -275,4 +304,4 @@ def test_gpu_captured_call_takes_the_cached_plan(tuning_on, monkeypatch):
     want = _autotune.lookup(torch.cuda.current_device(), x.dtype, 20, 3, 16, 64, True, True,
                             _settings.current())
     assert len(tuning_on) == 1 and want is not None
-    assert chosen[-1] & _autotune.PLAN_FIELDS == want
+    assert chosen[-1] & _autotune.PLAN_FIELDS == want[0]

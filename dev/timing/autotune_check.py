@@ -121,8 +121,8 @@ def main() -> None:
                 finally:
                     lltm.backends.cuda.benchmark = False
                 key = (torch.cuda.current_device(), dtype, T, B, H, H, True)
-                eager = _autotune.lookup(*key, False, settings)
-                captured = _autotune.lookup(*key, True, settings)
+                eager = _autotune.lookup(*key, False, settings) or (0, 0)
+                captured = _autotune.lookup(*key, True, settings) or (0, 0)
                 m64 = lltm.LLTM(H, H, device="cuda", dtype=torch.float64)
                 m64.load_state_dict(m.state_dict())
                 x64 = x.detach().double().requires_grad_()
@@ -131,18 +131,21 @@ def main() -> None:
                 for mode, k in ((False, "eager"), (True, "graph")):
                     ratios[mode].append(times[f"{k} tuned"] / times[f"{k} lib"])
                 print(f"{str(dtype)[6:]:9} {B:5} {H:5}  {library:26} "
-                      f"{_autotune.describe(eager or 0):14} {times['eager lib']:10.0f} "
+                      f"{'/'.join(map(_autotune.describe, eager)):14} {times['eager lib']:10.0f} "
                       f"{times['eager tuned']:10.0f} {times['graph lib']:10.0f} "
                       f"{times['graph tuned']:10.0f}  {'ok' if err <= limit else 'WRONG'} "
                       f"{err:.1e}")
-                print(f"    tuned plan (eager): {plan_text(dtype, B, H, settings | (eager or 0))}"
-                      f"; captured: {_autotune.describe(captured or 0)}; first call (measuring) "
-                      f"{first_s:.2f} s")
+                forward = plan_text(dtype, B, H, settings | eager[0])
+                print(f"    tuned plan (eager, forward): {forward}"
+                      f"; captured: {'/'.join(map(_autotune.describe, captured))}; first call "
+                      f"(measuring) {first_s:.2f} s")
+                steps = min(1 << (T - 1).bit_length(), _autotune.MAX_STEPS)
                 for mode in (False, True):
                     measured = _autotune._times.get(_autotune._key(*key, mode, settings), {})
-                    print(f"    measured {'captured' if mode else 'eager'} (T="
-                          f"{min(T, _autotune.MAX_STEPS)}): " + ", ".join(
-                              f"{_autotune.describe(f)} {t:.0f}" for f, t in measured.items()))
+                    for direction, us in measured.items():
+                        print(f"    measured {'captured' if mode else 'eager'} {direction} "
+                              f"(T={steps}): " + ", ".join(
+                                  f"{_autotune.describe(f)} {t:.0f}" for f, t in us.items()))
                 del m, x, step, want, got
                 torch.cuda.empty_cache()
     for mode, name in ((False, "eager"), (True, "graph")):
