@@ -61,10 +61,7 @@ def settings(settings: int, x: torch.Tensor, H: int, training: bool) -> int:
     if found is None:
         return settings
     index, key = found
-    plans = _cache.get(key)
-    if plans is None:
-        _read_file()
-        plans = _cache.get(key)
+    plans = cached(key)
     if plans is None:
         if key[8] or not _may_measure(x):  # (8: captured)
             return settings
@@ -82,6 +79,21 @@ def backward_plan(forward: int, x: torch.Tensor, H: int) -> int | None:
     found = _call_key(forward, x, H, True)
     plans = None if found is None else _cache.get(found[1])
     return plans[1] if plans is not None and plans[0] == forward & PLAN_FIELDS else None
+
+
+def cached(key: tuple):
+    """What is kept for ``key`` (measured here or read from the cache file), or None."""
+    found = _cache.get(key)
+    if found is None:
+        _read_file()
+        found = _cache.get(key)
+    return found
+
+
+def keep(key: tuple, value) -> None:
+    """Keeps ``value`` for ``key``, in the cache file too where one is set."""
+    _cache[key] = value
+    _write_file()
 
 
 def lookup(index: int, dtype, T: int, B: int, I: int, H: int, training: bool,  # noqa: E741
@@ -256,8 +268,9 @@ def _read_file() -> None:
             for device, entries in json.load(f).items():
                 for rest, entry in entries.items():
                     sms, dtype, *sizes = json.loads(rest)
-                    _cache.setdefault((device, sms, getattr(torch, dtype), *sizes),
-                                      (entry["forward"], entry["backward"]))
+                    value = (tuple(entry["schedule"]) if "schedule" in entry
+                             else (entry["forward"], entry["backward"]))
+                    _cache.setdefault((device, sms, getattr(torch, dtype), *sizes), value)
 
 
 def _write_file() -> None:
@@ -267,8 +280,11 @@ def _write_file() -> None:
     _read_file()
     out: dict = {}
     for key, plans in sorted(_cache.items(), key=repr):
-        entry = {"forward": plans[0], "backward": plans[1],
-                 "plans": [describe(plans[0]), describe(plans[1])]}
+        if "schedule" in key:  # (lltm.LLTM's stacked layers: lltm/_schedule.py)
+            entry = {"schedule": plans}
+        else:
+            entry = {"forward": plans[0], "backward": plans[1],
+                     "plans": [describe(plans[0]), describe(plans[1])]}
         for direction, times in _times.get(key, {}).items():
             entry[f"{direction} us"] = {describe(f): round(t, 1) for f, t in times.items()
                                         if t < math.inf}

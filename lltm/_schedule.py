@@ -12,6 +12,8 @@ library's, which :func:`explain` shows beside it.
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from typing import NamedTuple
 
 import torch
@@ -44,9 +46,18 @@ def for_call(module, x: torch.Tensor) -> Schedule:
         return Schedule(directions=_directions_of(module, x), why="bidirectional: a call a layer")
     if module.impl != "native":
         return Schedule(why=f"impl={module.impl!r}: a loop of cell calls a layer")
+    measuring = getattr(_measuring, "schedule", None)
+    if measuring is not None:  # (a candidate of _measure_schedules)
+        return _by_rules(module, x) if measuring is _RULES else measuring
+    rules = _by_rules(module, x)
+    return _tuned_schedule(module, x, rules) if _backend.benchmark else rules
+
+
+def _by_rules(module, x: torch.Tensor) -> Schedule:
     groups = stack_groups(module, x)
     if groups is not None:
-        return Schedule("stacked", groups=tuple(groups), why=_STACK_WHY[overrides.current_stacked_layers()])
+        return Schedule("stacked", groups=tuple(groups),
+                        why=_STACK_WHY[overrides.current_stacked_layers()])
     chunks, sharing = wavefront_chunks(x, module.hidden_size, module.num_layers)
     if chunks > 1:
         forced = overrides.current_wavefront_chunks() is not None
@@ -233,3 +244,117 @@ def wavefront_chunks(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
     if not _directions.concurrent(x):
         return 1, 1
     return automatic_schedule(T, B, I, H, L, x.dtype, x.device)
+
+
+# --- lltm.backends.cuda.benchmark: the schedule measured ---------------------------------
+# Stacked layers of one direction, nothing forced, no dropout in training: at
+# the first eager call of a key (lltm/_autotune.py's, with the layers) the
+# rules' schedule, a call a layer, the stacked launch where its plans fit and
+# (captured) 2 and 4 time chunks planned for one and two layers at once, run
+# on scratch tensors of the call's sizes, eager and captured; a candidate
+# replaces the rules' only where it clearly wins (_autotune.clear_winner).
+
+_measuring = threading.local()  # .schedule: for_call's answer while a candidate runs
+_RULES = Schedule(why="the rules (measured: none clearly faster)")  # the candidate "rules"
+
+
+def _tuned_schedule(module, x: torch.Tensor, rules: Schedule) -> Schedule:
+    L = module.num_layers
+    if (L < 2 or (module.dropout > 0 and module.training)
+            or overrides.current_stacked_layers() != "auto"
+            or overrides.current_wavefront_chunks() is not None):
+        return rules
+    settings = _settings.current(1)
+    if settings & _autotune.PLAN_FIELDS:
+        return rules
+    training = torch.is_grad_enabled() and (
+        x.requires_grad or any(p.requires_grad for p in module.parameters()))
+    found = _autotune._call_key(settings, x, module.hidden_size, training)
+    if found is None:
+        return rules
+    index, key = found
+    key = (*key, "schedule", L)
+    chosen = _autotune.cached(key)
+    if chosen is None:
+        if key[8] or not _autotune._may_measure(x):  # (8: captured)
+            return rules
+        _measure_schedules(module, x, index, key)
+        chosen = _autotune.cached(key)
+    route, groups, chunks, sharing = chosen
+    if route == "rules":
+        return rules
+    return Schedule(route, tuple(groups), chunks, sharing,
+                    why="measured fastest (lltm.backends.cuda.benchmark)")
+
+
+def _candidates(module, x, T: int, index: int, captured: bool) -> list[Schedule]:
+    """The rules' schedule, a call a layer, the stacked launch where it
+    fits, and (captured) time chunks (the rules' may be one of the others)."""
+    B, I, H = x.shape[1], x.shape[2], module.hidden_size  # noqa: E741
+    out = [_RULES, Schedule("layers")]
+    sizes, first = groups(module.num_layers), 0
+    fits = []
+    for size in sizes:
+        fits.append(overrides.stack_plan_in_force(x.dtype, size, T, B, I if not first else H, H,
+                                                  device=index) is not None)
+        first += size
+    if all(fits):
+        out.append(Schedule("stacked", groups=tuple(sizes)))
+    if captured:
+        out += [Schedule("wavefront", chunks=c, sharing=s) for c in (2, 4) for s in (1, 2)
+                if T // c >= 8]
+    return out
+
+
+def _measure_schedules(module, x: torch.Tensor, index: int, key: tuple) -> None:
+    """Times every candidate of ``key`` (training: the forward and the
+    gradients of the input and the parameters; else the forward), eager
+    and captured, and keeps the clear winner of each for ``key``."""
+    training = key[7]
+    T, (_, B, I) = min(key[3], _autotune.MAX_STEPS), x.shape  # noqa: E741
+    H, L = module.hidden_size, module.num_layers
+    generator = torch.Generator(x.device).manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype)
+    xs = randn(T, B, I).requires_grad_(training)
+    h0, c0, grad = randn(L, B, H).mul_(0.5), randn(L, B, H).mul_(0.5), randn(T, B, H)
+    leaves = [xs, *(p for p in module.parameters() if p.requires_grad)]
+
+    def run(schedule):
+        _measuring.schedule = schedule
+        try:
+            with torch.set_grad_enabled(training):
+                out, _ = module._run(xs, h0, c0, None)
+                if training:
+                    torch.autograd.grad(out, leaves, grad)
+        finally:
+            _measuring.schedule = None
+    chosen = {}
+    with torch.cuda.device(index), torch.autocast("cuda", enabled=False):
+        for captured in (False, True):
+            candidates = _candidates(module, xs, T, index, captured)
+            runs = [_autotune._timed(functools.partial(run, c)) if not captured
+                    else _timed_captured(functools.partial(run, c)) for c in candidates]
+            best = candidates[_autotune.clear_winner(runs)]
+            chosen[captured] = ("rules" if best is _RULES else best.route, list(best.groups),
+                                best.chunks, best.sharing)
+    for captured, value in chosen.items():
+        _autotune.keep(key[:8] + (captured,) + key[9:], value)
+
+
+def _timed_captured(run) -> list[float]:
+    """_autotune._timed of ``run`` captured into a CUDA graph (warmed up on
+    a side stream first, as torch.cuda.graph asks)."""
+    stream = torch.cuda.Stream()
+    try:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+    except RuntimeError:
+        return [math.inf]
+    return _autotune._timed(graph.replay)

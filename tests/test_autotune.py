@@ -305,3 +305,100 @@ def test_gpu_captured_call_takes_the_cached_plan(tuning_on, monkeypatch):
                             _settings.current())
     assert len(tuning_on) == 1 and want is not None
     assert chosen[-1] & _autotune.PLAN_FIELDS == want[0]
+
+
+# --- lltm.LLTM's schedule (lltm/_schedule.py) ------------------------------------------
+
+def schedule_us(run):
+    """A fake timer of the schedule candidates (``run``: a partial of the
+    candidate): runs it once, then eager the stacked launch clearly fastest,
+    captured four chunks planned for two layers."""
+    run()
+    s = run.args[0]
+    us = {"stacked": 5.0, "wavefront": 9.0 if (s.chunks, s.sharing) != (4, 2) else 2.0}
+    return [us.get(s.route, 10.0) * k for k in (0.99, 1.0, 1.01)]
+
+
+@pytest.fixture
+def fake_schedules(fake, monkeypatch):
+    """``fake`` with the stacked launch fitting, the schedule timers faked
+    and ``for_call`` and ``by_rules`` of lltm/_schedule.py."""
+    import contextlib
+    from lltm import _schedule
+    monkeypatch.setattr(overrides, "stack_plan_in_force", lambda *a, **k: {"family": "stack"})
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(_autotune, "_timed", schedule_us)
+    monkeypatch.setattr(_schedule, "_timed_captured", schedule_us)
+    fake.for_call, fake.by_rules = _schedule.for_call, _schedule._by_rules
+    return fake
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_schedule_measured(fake_schedules, training):
+    m = lltm.LLTM(5, 7, num_layers=3).double().requires_grad_(training)
+    x = torch.randn(40, 3, 5, dtype=F64)
+    got = fake_schedules.for_call(m, x)
+    assert (got.route, got.groups) == ("stacked", (3,)) and "measured" in got.why
+    fake_schedules.capturing = True
+    got = fake_schedules.for_call(m, x)
+    assert (got.route, got.chunks, got.sharing) == ("wavefront", 4, 2)
+    key = (*_autotune._key(0, F64, 40, 3, 5, 7, training, True, _settings.current(1)),
+           "schedule", 3)
+    assert _autotune.cached(key) == ("wavefront", [], 4, 2)
+    fake_schedules.capturing = False
+    torch.testing.assert_close(m(x)[0], reference_lltm(m, x)[0])  # the stacked launch
+
+
+def test_the_rules_schedule_unless_one_clearly_wins(fake_schedules, monkeypatch):
+    monkeypatch.setattr(_autotune, "_timed", lambda run: run() or [10.0, 10.5])
+    m = lltm.LLTM(5, 7, num_layers=2).double()
+    x = torch.randn(40, 3, 5, dtype=F64)
+    rules = fake_schedules.by_rules(m, x)
+    assert fake_schedules.for_call(m, x) == rules
+
+
+@pytest.mark.parametrize("force", ["stacked", "wavefront", "dropout"])
+def test_a_forced_schedule_is_not_measured(fake_schedules, monkeypatch, force):
+    monkeypatch.setattr(_autotune, "_timed", lambda run: pytest.fail("measured"))
+    m = lltm.LLTM(5, 7, num_layers=2, dropout=0.5 if force == "dropout" else 0.0).double()
+    x = torch.randn(40, 3, 5, dtype=F64)
+    with overrides.stacked_layers("off" if force == "stacked" else "auto"), \
+            overrides.wavefront(2 if force == "wavefront" else None):
+        assert "measured" not in fake_schedules.for_call(m, x).why
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_measured_schedule_matches_the_reference(tuning_on, dtype):
+    T, B, I, H = 40, 5, 11, 37
+    cpu = lltm.LLTM(I, H, num_layers=3, dtype=F64)
+    cuda = lltm.LLTM(I, H, num_layers=3, dtype=dtype, device="cuda")
+    cuda.load_state_dict(cpu.state_dict())
+    x = torch.randn(T, B, I, dtype=F64)
+    hx = tuple(torch.randn(3, B, H, dtype=F64) for _ in range(2))
+    got = run_and_grads(cuda, x.cuda().to(dtype), tuple(t.cuda().to(dtype) for t in hx))
+    assert [k for k in _autotune._cache if "schedule" in k]  # measured, eager and captured
+    text = lltm.explain(cuda, x.cuda().to(dtype))
+    lltm.backends.cuda.benchmark = False
+    library, want = (run_and_grads(cuda, x.cuda().to(dtype), tuple(t.cuda().to(dtype) for t in hx)),
+                     run_and_grads(cpu, x, hx))
+
+    def error(results):
+        return max(((r.double().cpu() - w).norm() / w.norm()).item() for r, w in zip(results, want))
+    assert error(got) <= max({torch.float32: 1e-4, torch.bfloat16: 4e-2}[dtype], 2 * error(library))
+    assert "why: " in text
+    # captured: the schedule measured for captured calls, replayed
+    lltm.backends.cuda.benchmark = True
+    xc = x.cuda().to(dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        cuda(xc)  # eager inference: measured for captured calls too
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        out = cuda(xc)[0]
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        torch.testing.assert_close(out, cuda(xc)[0], rtol=2e-2, atol=2e-2)

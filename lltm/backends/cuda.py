@@ -2,15 +2,17 @@
 
 benchmark = False
 """A bool that, if True, causes lltm to benchmark the CUDA sequence plans
-(kernel families) of each new layer shape and select the fastest, instead of
-the one its rules pick (lltm/_autotune.py; docs/design.md,
-"Measured plans")."""
+(kernel families) of each new layer shape, and lltm.LLTM's schedule of its
+stacked layers (one call a layer, one stacked launch, time chunks), and to
+select the fastest where it clearly beats the one its rules pick
+(lltm/_autotune.py; docs/design.md, "Measured plans")."""
 
 cache_file = None
 """None, or a path: a JSON file of the plans :data:`benchmark` chose, keyed
 by device name, then by [SM count, dtype, T rounded up to a power of two, B,
-I, H, training, captured, torch's flags, layers at once]; read on first use,
-written after each new measurement."""
+I, H, training, captured, torch's flags, layers at once] (a schedule's key
+ends in "schedule" and its layers); read on first use, written after each
+new measurement."""
 
 
 def clear_cache() -> None:
