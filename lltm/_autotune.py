@@ -268,8 +268,12 @@ def _read_file() -> None:
             for device, entries in json.load(f).items():
                 for rest, entry in entries.items():
                     sms, dtype, *sizes = json.loads(rest)
-                    value = (tuple(entry["schedule"]) if "schedule" in entry
-                             else (entry["forward"], entry["backward"]))
+                    if "schedule" in entry:
+                        value = tuple(entry["schedule"])
+                    elif "forward" in entry:
+                        value = (entry["forward"], entry["backward"])
+                    else:  # (an entry of an older lltm: measured again)
+                        continue
                     _cache.setdefault((device, sms, getattr(torch, dtype), *sizes), value)
 
 

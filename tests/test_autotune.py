@@ -157,6 +157,12 @@ def test_cache_file_round_trip(fake, tmp_path, monkeypatch):
     lltm.backends.cuda.clear_cache()
     for _ in range(2):
         assert _autotune.settings(base(), x, 7, True) == base() | BLOCK
+    for entry in entries.values():  # an entry of an older lltm: measured again
+        entry["fields"] = entry.pop("forward")
+    path.write_text(json.dumps(data))
+    lltm.backends.cuda.clear_cache()
+    with pytest.raises(pytest.fail.Exception, match="measured again"):
+        _autotune.settings(base(), x, 7, True)
 
 
 class Spy:
