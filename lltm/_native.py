@@ -9,9 +9,11 @@ NativeLibraryError naming it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -92,17 +94,64 @@ def _register_refusing_cuda_kernels(message: str) -> None:
         _refusing_library.impl(name, refuse, "CUDA")
 
 
+class Operator(NamedTuple):
+    """An operator's table (csrc/binding/ops.c): its tensor arguments' and
+    results' (name, shape) in lltm.h's notation ("[T, B, 3H]", "[3H] (or
+    [1, 3H])"), the arguments that give the sizes (``input``: T, B, I;
+    ``state``: H, L), whether it is a backward (an output_mask after the
+    tensors) and whether it has a lengths overload."""
+    name: str
+    args: tuple
+    results: tuple
+    input: int
+    state: int
+    backward: bool
+    lengths: bool
+
+
+class _OpTable(ctypes.Structure):  # lltm_op (csrc/binding/tensor_args.h)
+    _fields_ = [("name", ctypes.c_char_p), ("n_args", ctypes.c_int),
+                ("n_results", ctypes.c_int), ("input", ctypes.c_int), ("state", ctypes.c_int),
+                ("backward", ctypes.c_bool), ("lengths", ctypes.c_bool),
+                ("always", ctypes.c_uint), ("args", (ctypes.c_char_p * 2) * 12),
+                ("results", (ctypes.c_char_p * 2) * 6), ("parsed", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=None)
+def operators() -> tuple[Operator, ...]:
+    """Every operator's table, from the CPU library."""
+    table = ensure_loaded().lltm_operator
+    table.restype, table.argtypes = ctypes.POINTER(_OpTable), [ctypes.c_int]
+
+    def pairs(entries, n):
+        return tuple((name.decode(), shape.decode()) for name, shape in entries[:n])
+    found = []
+    while op := table(len(found)):
+        op = op.contents
+        found.append(Operator(op.name.decode(), pairs(op.args, op.n_args),
+                              pairs(op.results, op.n_results), op.input, op.state,
+                              op.backward, op.lengths))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=None)
+def size_symbols() -> dict[str, str]:
+    """{symbol: what it is} of the tables' shapes, for messages (``%s``: the
+    name of the argument that gives H and L)."""
+    symbol = ensure_loaded().lltm_size_symbol
+    symbol.restype = ctypes.c_char_p
+    symbol.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    found, what = {}, ctypes.c_char_p()
+    while (name := symbol(len(found), ctypes.byref(what))) is not None:
+        found[name.decode()] = what.value.decode()
+    return found
+
+
 def operator_names() -> list[str]:
     """Every lltm operator with its overload ("stack_forward.lengths"): the
     public ones and their autograd-free twins (lltm/_ops.py)."""
-    names = []
-    for base in ("cell_forward", "cell_backward", "sequence_forward", "sequence_backward",
-                 "sequence_backward_gates", "stack_forward", "stack_backward"):
-        for prefix in ("", "_"):
-            packet = getattr(torch.ops.lltm, prefix + base, None)
-            for overload in packet.overloads() if packet is not None else ():
-                names.append(prefix + base + ("" if overload == "default" else "." + overload))
-    return names
+    return [prefix + op.name.split("::")[1] + overload for op in operators()
+            for prefix in ("", "_") for overload in ("", ".lengths")[:1 + op.lengths]]
 
 
 def load_from(paths: dict[str, Path]) -> ctypes.CDLL:

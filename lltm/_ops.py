@@ -7,7 +7,7 @@ autograd-free twin (``lltm::_cell_forward``), which the formulas call: graphs
 torch.compile builds from them then reach the kernels without entering Python."""
 from __future__ import annotations
 
-import inspect
+import re
 import types
 
 import torch
@@ -15,202 +15,111 @@ import torch.autograd.forward_ad as _forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import _autocast, _autotune, _differentiable, _settings, _sharing
+from . import _autocast, _autotune, _differentiable, _native, _settings, _sharing
 from .backends import cuda as _backend
 
-# --- fake kernels: the C binding's checks and messages -------------------------------
+# --- fake kernels: the binding's checks, from its tables -----------------------------
+# For tracing (torch.compile, export, FakeTensor): each operator's arguments
+# checked against its table (csrc/binding/ops.c, lltm/_native.operators) as
+# lltm_open checks them (csrc/binding/tensor_args.c), with its messages; the
+# results' shapes from the same table. Sizes may be symbolic.
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+           torch.bfloat16: "bfloat16"}
+_LETTERS = "TBIHL"
 
 
-def _same_dtype_device(op: str, **tensors: torch.Tensor) -> None:
-    names = list(tensors)
-    first = tensors[names[0]]
-    if first.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-        raise RuntimeError(f"{op}: {names[0]} has dtype {first.dtype}; expected a floating dtype")
-    for name in names[1:]:
-        t = tensors[name]
-        if t.device != first.device:
-            raise RuntimeError(f"{op}: all tensors must be on one device: "
-                               f"{names[0]} is on {first.device}, {name} on {t.device}")
-        if t.dtype != first.dtype:
-            raise RuntimeError(f"{op}: all tensors must have one dtype: "
-                               f"{names[0]} is {first.dtype}, {name} is {t.dtype}")
+def _forms(shape: str) -> list[list[str]]:
+    """"[3H] (or [1, 3H])" -> [["3H"], ["1", "3H"]]"""
+    return [[s.strip() for s in form.split(",")] for form in re.findall(r"\[([^]]*)\]", shape)]
 
 
-def _register_fake(name: str, fake) -> None:  # (the autograd-free twin's too)
-    torch.library.register_fake(f"lltm::{name}")(fake)
-    torch.library.register_fake(f"lltm::_{name}")(fake)
+def _value(symbol: str, sizes: dict):
+    """A symbol's size ("3H", "I+H", "L-1", "1") from the letters' sizes."""
+    total = 0
+    for sign, coefficient, letter in re.findall(r"([+-]?)(\d*)([A-Z]?)", symbol):
+        if coefficient or letter:
+            term = (int(coefficient) if coefficient else 1) * (sizes[letter] if letter else 1)
+            total = total - term if sign == "-" else total + term
+    return total
 
 
-def _fake(name: str):
-    """Registers the decorated function as the fake kernel of lltm::name and
-    its twin, behind the check every operator makes first: its tensors of one
-    floating dtype, on one device."""
-    def register(fake):
-        tensors = [p for p in inspect.signature(fake).parameters
-                   if p not in ("output_mask", "settings")]
-
-        def checked(*args):
-            _same_dtype_device(f"lltm::{name}", **dict(zip(tensors, args)))
-            return fake(*args)
-        _register_fake(name, checked)
-        return checked
-    return register
+def _device_text(device: torch.device) -> str:
+    return f"{device.type if device.type in ('cpu', 'cuda') else 'another device'}:" \
+           f"{-1 if device.index is None else device.index}"
 
 
-def _expect(op: str, shape: tuple, **tensors: torch.Tensor) -> None:
-    for name, t in tensors.items():
-        if tuple(t.shape) != tuple(shape):
-            raise RuntimeError(f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
+def _fake_kernel(op: _native.Operator, with_lengths: bool):
+    names = [name for name, _ in op.args]
+    shapes = [_forms(shape) for _, shape in op.args]
+    results = [_forms(shape)[0] for _, shape in op.results]
+    what = _native.size_symbols()
+    state = names[op.state]
+
+    def fail(message):
+        raise RuntimeError(f"{op.name}: {message}")
+
+    def form(k, t):  # the symbols of t's shape: the form of argument k of t's rank
+        for symbols in shapes[k]:
+            if len(symbols) == t.dim():
+                return symbols
+        fail(f"{names[k]} must be {len(shapes[k][0])}-dimensional {op.args[k][1]}, "
+             f"got shape {list(t.shape)}")
+
+    def fake(*args, **kwargs):
+        tensors = args[:len(names)]
+        rest = list(args[len(names) + with_lengths:])
+        mask = rest[0] if rest and op.backward else kwargs.get("output_mask", [True] * len(results))
+        if op.backward and len(mask) != len(results):
+            fail(f"output_mask has {len(mask)} entries, expected {len(results)} (one per gradient)")
+        first = tensors[0]
+        if first.dtype not in _DTYPES:
+            fail(f"{names[0]} has dtype a non-floating or unsupported dtype; expected float32, "
+                 "float64, float16 or bfloat16")
+        for name, t in zip(names, tensors):
+            if t.device != first.device:
+                fail(f"all tensors must be on one device: {names[0]} is on "
+                     f"{_device_text(first.device)}, {name} on {_device_text(t.device)}")
+            if t.dtype != first.dtype:
+                fail(f"all tensors must have one dtype: {names[0]} is {_DTYPES[first.dtype]}, "
+                     f"{name} is {_DTYPES.get(t.dtype, 'a non-floating or unsupported dtype')}")
+        sizes, bound = {"T": 1, "L": 1}, set()
+        for k in (op.input, op.state):
+            for size, symbol in zip(tensors[k].shape, form(k, tensors[k])):
+                if symbol in _LETTERS and symbol not in bound:
+                    sizes[symbol] = size
+                    bound.add(symbol)
+        if sizes["L"] < 1:
+            fail(f"{state} holds L = 0 layers; expected at least one")
+        if sizes["H"] == 0:
+            fail(f"{state} has state size H = 0; expected H > 0")
+        for k in (op.state, *range(len(names))):  # the state's batch size first
+            t = tensors[k]
+            for j, symbol in enumerate(form(k, t)):
+                if t.shape[j] != _value(symbol, sizes):
+                    fail(f"{names[k]} has size {t.shape[j]} in dimension {j}, expected "
+                         f"{_value(symbol, sizes)} ({what[symbol].replace('%s', state)}); "
+                         f"shape {list(t.shape)}")
+        if with_lengths:
+            lengths, B = args[len(names)], sizes["B"]
+            int64 = lengths.dtype == torch.int64
+            if not int64 or lengths.dim() != 1 or lengths.shape[0] != B:
+                fail(f"lengths must be an int64 tensor of shape [{B}] (one length per batch row "
+                     f"B of input), got {'int64' if int64 else 'another dtype'} of "
+                     f"{lengths.dim()} dimensions, first size "
+                     f"{lengths.shape[0] if lengths.dim() else 0}")
+            if lengths.device != first.device:
+                fail(f"lengths must be on the device of {names[0]}")
+        return tuple(first.new_empty([_value(s, sizes) for s in shape]) if wanted else None
+                     for shape, wanted in zip(results, mask))
+    return fake
 
 
-def _dims(op: str, input, input_dims: str, state_name: str, state, state_dims: str) -> tuple:
-    """The sizes of ``input`` (dims named by ``input_dims``: "BI", "TBI"), then
-    the state size H. B = 0 and I = 0 are allowed (empty results); H = 0 and
-    L = 0 layers are not."""
-    for name, t, dims in (("input", input, input_dims), (state_name, state, state_dims)):
-        if t.dim() != len(dims):
-            raise RuntimeError(f"{op}: {name} must be {len(dims)}-dimensional "
-                               f"[{', '.join(dims)}], got shape {list(t.shape)}")
-    if state_dims[0] == "L" and state.shape[0] == 0:
-        raise RuntimeError(f"{op}: {state_name} holds L = 0 layers; expected at least one")
-    if state.shape[-1] == 0:
-        raise RuntimeError(f"{op}: {state_name} has state size H = 0; expected H > 0")
-    return (*input.shape, state.shape[-1])
-
-
-def _layer_dims(op: str, input_dims: str, input, weights, bias, **state) -> tuple:
-    """The shape checks of a one-layer forward (``state``: h and c by name):
-    input's sizes, then H."""
-    h_name = next(iter(state))
-    *sizes, I, H = _dims(op, input, input_dims, h_name, state[h_name], "BH")
-    _expect(op, (sizes[-1], H), **state)
-    _expect(op, (3 * H, I + H), weights=weights)
-    if tuple(bias.shape) not in ((3 * H,), (1, 3 * H)):  # (1, 3H): the tutorial's bias
-        raise RuntimeError(f"{op}: bias has shape {list(bias.shape)}, expected [{3 * H}]")
-    return (*sizes, I, H)
-
-
-def _masked(op: str, results: tuple, output_mask) -> tuple:
-    """``results`` with None where ``output_mask`` (which gradients a backward
-    computes; default all) is False, as the kernels return them."""
-    if output_mask is None:
-        return results
-    if len(output_mask) != len(results):
-        raise RuntimeError(f"{op}: output_mask has {len(output_mask)} entries, expected "
-                           f"{len(results)} (one per gradient)")
-    return tuple(r if m else None for r, m in zip(results, output_mask))
-
-
-@_fake("cell_forward")
-def _cell_forward_fake(input, weights, bias, old_h, old_cell, settings=-1):
-    B, I, H = _layer_dims("lltm::cell_forward", "BI", input, weights, bias,
-                          old_h=old_h, old_cell=old_cell)
-    return old_h.new_empty(B, H), old_h.new_empty(B, H), old_h.new_empty(B, 3 * H)
-
-
-@_fake("cell_backward")
-def _cell_backward_fake(grad_h, grad_cell, new_cell, gates, input, old_h, weights,
-                        output_mask=None, settings=-1):
-    op = "lltm::cell_backward"
-    B, I, H = _dims(op, input, "BI", "old_h", old_h, "BH")
-    _expect(op, (B, H), grad_h=grad_h, grad_cell=grad_cell, new_cell=new_cell, old_h=old_h)
-    _expect(op, (B, 3 * H), gates=gates)
-    _expect(op, (3 * H, I + H), weights=weights)
-    return _masked(op, (input.new_empty(B, I), weights.new_empty(3 * H, I + H),
-                        weights.new_empty(3 * H), old_h.new_empty(B, H), old_h.new_empty(B, H)),
-                   output_mask)
-
-
-@_fake("sequence_forward")
-def _sequence_forward_fake(input, weights, bias, h0, c0, settings=-1):
-    T, B, I, H = _layer_dims("lltm::sequence_forward", "TBI", input, weights, bias, h0=h0, c0=c0)
-    return (h0.new_empty(T, B, H), h0.new_empty(B, H), h0.new_empty(B, H),
-            h0.new_empty(T, B, H), h0.new_empty(T, B, 3 * H))
-
-
-@_fake("sequence_backward")
-def _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                            cells, gates, output_mask=None, settings=-1):
-    op = "lltm::sequence_backward"
-    T, B, I, H = _dims(op, input, "TBI", "h0", h0, "BH")
-    _expect(op, (B, H), grad_h_n=grad_h_n, grad_c_n=grad_c_n, h0=h0)
-    _expect(op, (T, B, H), grad_output=grad_output, output=output, cells=cells)
-    _expect(op, (T, B, 3 * H), gates=gates)
-    _expect(op, (3 * H, I + H), weights=weights)
-    return _masked(op, (input.new_empty(T, B, I), weights.new_empty(3 * H, I + H),
-                        weights.new_empty(3 * H), h0.new_empty(B, H), h0.new_empty(B, H)),
-                   output_mask)
-
-
-@_fake("sequence_backward_gates")
-def _sequence_backward_gates_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                  cells, gates, output_mask=None, settings=-1):
-    grads = _sequence_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights, h0, output,
-                                    cells, gates)
-    return _masked("lltm::sequence_backward_gates",
-                   (grads[0], gates.new_empty(gates.shape), *grads[2:]), output_mask)
-
-
-def _stack_dims(op: str, input, weights0, weights, h0) -> tuple[int, int, int, int, int]:
-    T, B, I, H = _dims(op, input, "TBI", "h0", h0, "LBH")
-    L = h0.shape[0]
-    _expect(op, (L, B, H), h0=h0)
-    _expect(op, (3 * H, H + I), weights0=weights0)
-    _expect(op, (L - 1, 3 * H, 2 * H), weights=weights)
-    return T, B, I, H, L
-
-
-@_fake("stack_forward")
-def _stack_forward_fake(input, weights0, weights, biases, h0, c0, settings=-1):
-    op = "lltm::stack_forward"
-    T, B, I, H, L = _stack_dims(op, input, weights0, weights, h0)
-    _expect(op, (L, 3 * H), biases=biases)
-    _expect(op, (L, B, H), c0=c0)
-    return (h0.new_empty(T, B, H), h0.new_empty(L, B, H), h0.new_empty(L, B, H),
-            h0.new_empty(L - 1, T, B, H), h0.new_empty(L, T, B, H),
-            h0.new_empty(L, T, B, 3 * H))
-
-
-@_fake("stack_backward")
-def _stack_backward_fake(grad_output, grad_h_n, grad_c_n, input, weights0, weights, h0, output,
-                         outputs, cells, gates, output_mask=None, settings=-1):
-    op = "lltm::stack_backward"
-    T, B, I, H, L = _stack_dims(op, input, weights0, weights, h0)
-    _expect(op, (L, B, H), grad_h_n=grad_h_n, grad_c_n=grad_c_n)
-    _expect(op, (T, B, H), grad_output=grad_output, output=output)
-    _expect(op, (L - 1, T, B, H), outputs=outputs)
-    _expect(op, (L, T, B, H), cells=cells)
-    _expect(op, (L, T, B, 3 * H), gates=gates)
-    return _masked(op, (input.new_empty(T, B, I), weights0.new_empty(3 * H, H + I),
-                        weights.new_empty(L - 1, 3 * H, 2 * H), h0.new_empty(L, 3 * H),
-                        h0.new_empty(L, B, H), h0.new_empty(L, B, H)), output_mask)
-
-
-def _lengths_fake(name: str, fake, lengths_at: int):
-    """The fake of lltm::name.lengths: the base operator's ``fake`` without the
-    lengths (argument ``lengths_at``), which must be int64 [B] on the input's
-    device."""
-    def lengths_fake(*args):
-        results = fake(*args[:lengths_at], *args[lengths_at + 1:])
-        lengths, input = args[lengths_at], args[0 if name.endswith("forward") else 3]
-        B = input.shape[1]
-        if lengths.dtype != torch.int64 or tuple(lengths.shape) != (B,):
-            raise RuntimeError(f"lltm::{name}: lengths must be an int64 tensor of shape [{B}] "
-                               f"(one length per batch row), got {lengths.dtype} of shape "
-                               f"{list(lengths.shape)}")
-        if lengths.device != input.device:
-            raise RuntimeError(f"lltm::{name}: lengths must be on the input's device "
-                               f"{input.device}, got {lengths.device}")
-        return results
-    return lengths_fake
-
-
-for _name, _base, _lengths_at in (("sequence_forward", _sequence_forward_fake, 5),
-                                  ("sequence_backward", _sequence_backward_fake, 9),
-                                  ("sequence_backward_gates", _sequence_backward_gates_fake, 9),
-                                  ("stack_forward", _stack_forward_fake, 6),
-                                  ("stack_backward", _stack_backward_fake, 11)):
-    _register_fake(f"{_name}.lengths", _lengths_fake(_name, _base, _lengths_at))
+for _op in _native.operators():
+    for _overload in ("", ".lengths")[:1 + _op.lengths]:
+        for _prefix in ("lltm::", "lltm::_"):  # the operator and its autograd-free twin
+            torch.library.register_fake(_prefix + _op.name[6:] + _overload)(
+                _fake_kernel(_op, bool(_overload)))
 
 
 # --- the autograd formulas -----------------------------------------------------------

@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the argument, never a crash, a silently
 wrong result or a leak."""
+import contextlib
 import gc
 
 import pytest
@@ -39,9 +40,33 @@ def good():
     ("bias", torch.randn(2, 3 * H), r"bias has size 2 in dimension 0, expected 1"),
     ("bias", torch.randn(1, 1, 3 * H), r"bias must be 1-dimensional"),
 ])
-def test_forward_rejects(name, bad, pattern):
-    with pytest.raises(RuntimeError, match=pattern):
-        forward(**{name: bad})
+@pytest.mark.parametrize("kernel", ["native", "fake"])
+def test_forward_rejects(name, bad, pattern, kernel):
+    args = good()
+    args[name] = bad
+    mode = contextlib.nullcontext()
+    if kernel == "fake":  # the fake kernel: the same table, checks and messages
+        mode, fakes = _fake(list(args.values()))
+        args = dict(zip(args, fakes))
+    with pytest.raises(RuntimeError, match=pattern), mode:
+        torch.ops.lltm.cell_forward(*args.values())
+
+
+@pytest.mark.parametrize("kernel", ["native", "fake"])
+@pytest.mark.parametrize("lengths,pattern", [
+    (torch.tensor([3, 3], dtype=torch.int32), r"lengths must be an int64 tensor of shape \[3\]"),
+    (torch.tensor([3, 3, 3, 3]), r"shape \[3\] \(one length per batch row B of input\), got "
+                                 r"int64 of 1 dimensions, first size 4"),
+])
+def test_lengths_rejected_by_both_kernels(kernel, lengths, pattern):
+    T, I_, H_ = 4, 2, 5
+    args = [torch.randn(T, 3, I_), torch.randn(3 * H_, I_ + H_), torch.randn(3 * H_),
+            torch.randn(3, H_), torch.randn(3, H_), lengths]
+    mode = contextlib.nullcontext()
+    if kernel == "fake":
+        mode, args = _fake(args)
+    with pytest.raises(RuntimeError, match="lltm::sequence_forward: .*" + pattern), mode:
+        torch.ops.lltm.sequence_forward.lengths(*args)
 
 
 def test_mixed_devices_rejected():

@@ -75,6 +75,14 @@ static const struct {
     lltm_boxed_kernel fn;
 } kernels[] = {LLTM_KERNELS(LLTM_KERNEL)};
 
+/* The table of the k-th operator (ops.c), NULL past the last: lltm/_ops.py
+ * makes the fake kernels from the tables, with the same checks and
+ * messages as lltm_open. */
+LLTM_EXPORT const lltm_op *lltm_operator(int k)
+{
+    return k >= 0 && k < (int)(sizeof kernels / sizeof kernels[0]) ? kernels[k].op : NULL;
+}
+
 /* Library handles must live as long as the process: deleting one would
  * remove its registrations. */
 static TorchLibraryHandle kernel_library;

@@ -155,6 +155,16 @@ static const struct {
 };
 enum { N_LETTERS = 5, N_SIZES = sizeof SIZES / sizeof SIZES[0] };
 
+/* The k-th symbol of the tables' shapes and what it is (for lltm/_ops.py's
+ * fake kernels); NULL past the last. */
+__attribute__((visibility("default"))) const char *lltm_size_symbol(int k, const char **what)
+{
+    if (k < 0 || k >= N_SIZES)
+        return NULL;
+    *what = SIZES[k].what;
+    return SIZES[k].symbol;
+}
+
 /* The value of each of SIZES for the sizes d. */
 static void size_values(const lltm_dims *d, int64_t value[N_SIZES])
 {
