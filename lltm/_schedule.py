@@ -261,6 +261,7 @@ _RULES = Schedule(why="the rules (measured: none clearly faster)")  # the candid
 def _tuned_schedule(module, x: torch.Tensor, rules: Schedule) -> Schedule:
     L = module.num_layers
     if (L < 2 or (module.dropout > 0 and module.training)
+            or torch.is_autocast_enabled("cuda")  # (x is not yet in the dtype the layers run)
             or overrides.current_stacked_layers() != "auto"
             or overrides.current_wavefront_chunks() is not None):
         return rules

@@ -363,9 +363,11 @@ def test_the_rules_schedule_unless_one_clearly_wins(fake_schedules, monkeypatch)
     assert fake_schedules.for_call(m, x) == rules
 
 
-@pytest.mark.parametrize("force", ["stacked", "wavefront", "dropout"])
+@pytest.mark.parametrize("force", ["stacked", "wavefront", "dropout", "autocast"])
 def test_a_forced_schedule_is_not_measured(fake_schedules, monkeypatch, force):
     monkeypatch.setattr(_autotune, "_timed", lambda run: pytest.fail("measured"))
+    if force == "autocast":  # (a CPU build of torch turns CUDA autocast off)
+        monkeypatch.setattr(torch, "is_autocast_enabled", lambda device: device == "cuda")
     m = lltm.LLTM(5, 7, num_layers=2, dropout=0.5 if force == "dropout" else 0.0).double()
     x = torch.randn(40, 3, 5, dtype=F64)
     with overrides.stacked_layers("off" if force == "stacked" else "auto"), \
