@@ -40,8 +40,10 @@ class Schedule(NamedTuple):
     why: str = ""
 
 
-def for_call(module, x: torch.Tensor) -> Schedule:
-    """The schedule of ``module`` (an lltm.LLTM) over x [T, B, I]."""
+def for_call(module, x: torch.Tensor, measure: bool = True) -> Schedule:
+    """The schedule of ``module`` (an lltm.LLTM) over x [T, B, I]; with
+    ``measure`` False, one lltm.backends.cuda.benchmark would measure is the
+    rules' until it is."""
     if module.num_directions == 2:
         return Schedule(directions=_directions_of(module, x), why="bidirectional: a call a layer")
     if module.impl != "native":
@@ -50,7 +52,7 @@ def for_call(module, x: torch.Tensor) -> Schedule:
     if measuring is not None:  # (a candidate of _measure_schedules)
         return _by_rules(module, x) if measuring is _RULES else measuring
     rules = _by_rules(module, x)
-    return _tuned_schedule(module, x, rules) if _backend.benchmark else rules
+    return _tuned_schedule(module, x, rules, measure) if _backend.benchmark else rules
 
 
 def _by_rules(module, x: torch.Tensor) -> Schedule:
@@ -91,7 +93,7 @@ def explain(module, input: torch.Tensor) -> str:
     kernel plan. For users and bug reports; runs nothing."""
     x = module._time_major(input)
     T, B, I = x.shape
-    s = for_call(module, x)
+    s = for_call(module, x, measure=False)
     H, L, dtype = module.hidden_size, module.num_layers, x.dtype
     lines = [f"lltm.LLTM {I} -> {H}, {L} layer(s), {module.num_directions} direction(s); "
              f"input T={T} B={B} {dtype} on {x.device}",
@@ -258,7 +260,7 @@ _measuring = threading.local()  # .schedule: for_call's answer while a candidate
 _RULES = Schedule(why="the rules (measured: none clearly faster)")  # the candidate "rules"
 
 
-def _tuned_schedule(module, x: torch.Tensor, rules: Schedule) -> Schedule:
+def _tuned_schedule(module, x: torch.Tensor, rules: Schedule, measure: bool) -> Schedule:
     L = module.num_layers
     if (L < 2 or (module.dropout > 0 and module.training)
             or torch.is_autocast_enabled("cuda")  # (x is not yet in the dtype the layers run)
@@ -277,8 +279,9 @@ def _tuned_schedule(module, x: torch.Tensor, rules: Schedule) -> Schedule:
     key = (*key, "schedule", L)
     chosen = _autotune.cached(key)
     if chosen is None:
-        if key[8] or not _autotune._may_measure(x):  # (8: captured)
-            return rules
+        if key[8] or not measure or not _autotune._may_measure(x):  # (8: captured)
+            return rules._replace(why=rules.why + " (lltm.backends.cuda.benchmark: not yet "
+                                  "measured; measured at the first eager call)")
         _measure_schedules(module, x, index, key)
         chosen = _autotune.cached(key)
     route, groups, chunks, sharing = chosen

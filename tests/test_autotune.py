@@ -355,6 +355,14 @@ def test_the_schedule_measured(fake_schedules, training):
     torch.testing.assert_close(m(x)[0], reference_lltm(m, x)[0])  # the stacked launch
 
 
+def test_explain_measures_nothing(fake_schedules, monkeypatch):
+    monkeypatch.setattr(_autotune, "_timed", lambda run: pytest.fail("measured"))
+    m = lltm.LLTM(5, 7, num_layers=3).double()
+    x = torch.randn(40, 3, 5, dtype=F64)
+    assert "not yet measured" in fake_schedules.for_call(m, x, measure=False).why
+    assert "not yet measured" in lltm.explain(m, x)
+
+
 def test_the_rules_schedule_unless_one_clearly_wins(fake_schedules, monkeypatch):
     monkeypatch.setattr(_autotune, "_timed", lambda run: run() or [10.0, 10.5])
     m = lltm.LLTM(5, 7, num_layers=2).double()
