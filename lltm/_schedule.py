@@ -239,8 +239,8 @@ def wavefront_chunks(x: torch.Tensor, H: int, L: int) -> tuple[int, int]:
     forced = overrides.current_wavefront_chunks()
     if forced is not None:
         if _settings.onnx_exporting():  # (a dynamic T would be fixed to the example's)
-            raise ValueError(f"lltm.overrides.wavefront(chunks={forced}) cannot be exported to ONNX: "
-                             "the chunks split T while exporting. Export without the "
+            raise ValueError(f"lltm.overrides.wavefront(chunks={forced}) cannot be exported to "
+                             "ONNX: the chunks split T while exporting. Export without the "
                              "override (one call a layer)")
         return min(forced, T), 1
     if not _directions.concurrent(x):
