@@ -485,6 +485,9 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  StackLengthsForward: _differentiable.stack_forward}
 
 
+_KEEPING = (SequenceForward, SequenceLengthsForward, StackForward, StackLengthsForward)
+
+
 def _eager(function, args):
     """eager_call outside transforms and autocast (``args``: the settings last)."""
     if _backend.benchmark and function in _TUNED:
@@ -493,6 +496,8 @@ def _eager(function, args):
         if any(map(_is_wrapped, args[:-1])):  # left over from a finished transform: apply unwraps
             return function.apply(*args)
         return function.c_apply(*args)
+    if function in _KEEPING and args[0].is_cpu and args[-1] != _settings.NOT_GIVEN:
+        args = (*args[:-1], args[-1] | _settings.INFERENCE)  # cells, gates: None
     return function.kernel(*args)  # no gradient to track: the autograd-free twin
 
 
@@ -566,6 +571,8 @@ def _register_autograd(name: str, overload: str, function=None) -> None:
         elif (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
             if _transforms_active():
                 raise _transform_error(name)
+            if args[-1] != _settings.NOT_GIVEN:  # a backward reads what inference drops
+                args = (*args[:-1], args[-1] & ~_settings.INFERENCE)
             return function.c_apply(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return kernel.redispatch(keyset & _after_autograd, *args)

@@ -321,6 +321,27 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
               "c_n is c_T", B, H, name);
     }
 
+    /* inference (cells, gates NULL): the same output, h_n, c_n, bit for bit,
+     * the input projection a chunk of steps at a time in the workspace */
+    void *i_out = poisoned(nTH, dt), *i_h_n = poisoned(nS, dt), *i_c_n = poisoned(nS, dt);
+    const size_t ws_i = lltm_sequence_infer_workspace_cpu(dt, T, I, B, H);
+    void *work_i = poisoned_bytes(ws_i);
+    gemm_log i_log = {0, -1, 0};
+    const lltm_sequence_forward_tensors inf = {x, W, b, h0, c0, i_out, i_h_n, i_c_n, NULL, NULL,
+                                               L.len};
+    status = lltm_sequence_forward_cpu(dt, T, B, I, H, &inf, work_i, naive_gemm, &i_log, pfor);
+    const size_t e = lltm_dtype_size(dt);
+    check(status == LLTM_OK && ws_i >= ws_f, "inference status", B, H, name);
+    check(memcmp(i_out, out, nTH * e) == 0 && memcmp(i_h_n, h_n, nS * e) == 0 &&
+              memcmp(i_c_n, c_n, nS * e) == 0,
+          "inference = forward", B, H, name);
+    const lltm_sequence_forward_tensors half = {x, W, b, h0, c0, i_out, i_h_n, i_c_n, cells,
+                                                NULL, L.len};
+    check(lltm_sequence_forward_cpu(dt, T, B, I, H, &half, work_i, naive_gemm, &i_log, pfor) ==
+              (T * B > 0 ? LLTM_ERR_ARGUMENT : LLTM_OK),
+          "cells without gates refused", B, H, name);
+    free(i_out), free(i_h_n), free(i_c_n), free(work_i);
+
     void *d_x = poisoned(nx, dt), *d_W = poisoned(nW, dt), *d_b = poisoned((size_t)G, dt);
     void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, I, H);
@@ -523,6 +544,12 @@ int main(void)
                           runners[r], shapes[s][0] > 0);
         }
     }
+    /* inference in several chunks of steps (~512 KB of projections each) */
+    for (int isa = LLTM_ISA_BASELINE; isa <= best; ++isa) {
+        check(lltm_cpu_set_isa(isa) == isa, "ISA forced", 0, 0, "-");
+        test_case(7, 64, 10, 200, LLTM_FLOAT32, chunked_for, 2);
+    }
+    test_case(5, 40, 10, 200, LLTM_FLOAT64, chunked_for, 0);
     check(lltm_cpu_set_isa(LLTM_ISA_AVX512 + 1) == LLTM_ERR_ARGUMENT &&
               lltm_cpu_set_isa(LLTM_ISA_AUTO) == best,
           "ISA out of range refused, AUTO the best", 0, 0, "-");
