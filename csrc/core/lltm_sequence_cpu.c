@@ -310,7 +310,25 @@ typedef struct fused_step {
     sequence_forward_args *step;
     lltm_mm mm; /* one gate block: [m,H] = h_{t-1} [m,H] packed, c at column 0 of r */
     size_t gate_floats;
+    bool infer; /* keep nothing: no activations, no cells */
 } fused_step;
+
+/* The pointwise part of a step, units [lo, hi), on AVX-512 */
+static void forward_body_avx512(int64_t lo, int64_t hi, const sequence_forward_args *a,
+                                bool infer)
+{
+    const int64_t H = a->H, G = 3 * H;
+    for (int64_t b = 0; b < a->B; ++b) {
+        float *g = (float *)a->gates + b * G + lo, *c = (float *)a->cell_state + b * H + lo;
+        float *h = (float *)a->new_h + b * H + lo, *c_out = (float *)a->new_cell + b * H + lo;
+        if (a->lengths && a->t >= a->lengths[b])
+            seq_stopped_row_f32(hi - lo, g, g + H, g + 2 * H, c, h, c_out);
+        else
+            lltm_step_forward_avx512_f32(hi - lo, H, (const float *)a->recurrent + b * G + lo,
+                                         (const float *)a->bias + lo, g, c, h,
+                                         infer ? NULL : c_out);
+    }
+}
 
 static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
 {
@@ -322,7 +340,10 @@ static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
         lltm_packed_mm_panels_f32(&mm, lo, hi);
     }
     const int64_t H = f->mm.N, end = hi * LLTM_PANEL;
-    seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
+    if (lltm_cpu_isa() == LLTM_ISA_AVX512)
+        forward_body_avx512(lo * LLTM_PANEL, end < H ? end : H, f->step, f->infer);
+    else
+        seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
 }
 
 static int run_fused(lltm_parallel_for pfor, fused_step *f)
@@ -544,7 +565,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
             const lltm_mm mm = {.M = running_rows(B, lengths, t), .N = H, .K = H, .lda = H,
                                 .a_cs = 1, .ldc = G, .ldp = H, .a = h_prev,
                                 .packed = W_h_t, .c = recurrent};
-            fused_step f = {&args, mm, gate_floats};
+            fused_step f = {&args, mm, gate_floats, infer};
             status = run_fused(pfor, &f);
         } else {
             status = run(pfor, B, H, k.forward, &args);

@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "../../csrc/core/lltm_cpu_gemm.h"
 
+#include <float.h>
 #include <time.h>
 
 /* The naive gemm: each sum in long double, stored in the dtype. */
@@ -177,6 +178,16 @@ static int matches(const void *got, const double *want, size_t n, lltm_dtype dt)
             return 0;
     }
     return 1;
+}
+
+/* float32 results of two computations of the same math: within 8 ulp of
+ * the larger, or 2e-5 where c_t cancels (c up to ~80 here, its ulp ~1e-5),
+ * or both NaN / the same infinity */
+static int close_f32(float got, float want)
+{
+    if (isnan(want) || isinf(want))
+        return isnan(want) ? isnan(got) : got == want;
+    return fabsf(got - want) <= 8 * FLT_EPSILON * fmaxf(fabsf(got), fabsf(want)) + 2e-5f;
 }
 
 static double *array_of(size_t n)
@@ -516,6 +527,52 @@ static void test_packed_mm(lltm_parallel_for pfor)
     }
 }
 
+/* The AVX-512 forward step against the C math, element by element, over
+ * pre-activations from the linear to the saturated range, the branch points
+ * of expm1 (-0.5) and tanh (0.625), infinities and NaN; with c_out (the
+ * activations written) and without (inference: neither written). */
+static void test_step_avx512(void)
+{
+    const int64_t n = 37, H = 41; /* a tail of 5 lanes; gate blocks H apart */
+    static const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, -0.49999f, 0.625f, -0.625f,
+                                    88.0f, -88.0f, 89.5f, -104.5f, 1e-30f, -1e-30f,
+                                    INFINITY, -INFINITY, NAN};
+    const int n_special = (int)(sizeof special / sizeof special[0]);
+    float r[3 * 41], bias[3 * 41], g[3 * 41], c[41], h[41], c_out[41];
+    for (int pass = 0; pass < 2; ++pass)
+        for (int trial = 0; trial < 200; ++trial) {
+            for (int k = 0; k < 3 * H; ++k) {
+                const float v = (float)(rand() % 20001 - 10000) / 10000.0f;
+                r[k] = trial < 100 ? 3.0f * v : 40.0f * v * v * v;
+                bias[k] = 0.1f * v;
+                g[k] = rand() % 9 == 0 ? special[rand() % n_special] : 2.0f * v;
+            }
+            for (int k = 0; k < H; ++k) {
+                c[k] = rand() % 11 == 0 ? special[rand() % n_special] : 2.0f * r[k];
+                h[k] = c_out[k] = 7.0f; /* past n: untouched */
+            }
+            float want_h[41], want_c[41], want_g[3 * 41], g0[3 * 41], c0[41];
+            memcpy(g0, g, sizeof g), memcpy(c0, c, sizeof c);
+            for (int64_t k = 0; k < n; ++k)
+                lltm_step_forward_f32(g[k] + r[k] + bias[k], g[H + k] + r[H + k] + bias[H + k],
+                                      g[2 * H + k] + r[2 * H + k] + bias[2 * H + k], c[k],
+                                      &want_g[k], &want_g[H + k], &want_g[2 * H + k],
+                                      &want_c[k], &want_h[k]);
+            lltm_step_forward_avx512_f32(n, H, r, bias, g, c, h, pass ? c_out : NULL);
+            int ok = 1;
+            for (int64_t k = 0; k < H; ++k) {
+                const int in = k < n;
+                ok &= in ? close_f32(h[k], want_h[k]) && close_f32(c[k], want_c[k])
+                         : h[k] == 7.0f && memcmp(&c[k], &c0[k], 4) == 0;
+                ok &= pass && in ? close_f32(c_out[k], want_c[k]) : c_out[k] == 7.0f;
+                for (int q = 0; q < 3; ++q)
+                    ok &= pass && in ? close_f32(g[q * H + k], want_g[q * H + k])
+                                     : memcmp(&g[q * H + k], &g0[q * H + k], 4) == 0;
+            }
+            check(ok, pass ? "AVX-512 step" : "AVX-512 step, inference", 1, H, "float32");
+        }
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
@@ -544,6 +601,8 @@ int main(void)
                           runners[r], shapes[s][0] > 0);
         }
     }
+    if (best >= LLTM_ISA_AVX512)
+        test_step_avx512();
     /* inference in several chunks of steps (~512 KB of projections each) */
     for (int isa = LLTM_ISA_BASELINE; isa <= best; ++isa) {
         check(lltm_cpu_set_isa(isa) == isa, "ISA forced", 0, 0, "-");
