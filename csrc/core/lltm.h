@@ -133,7 +133,9 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * also read as [T*B,n].
  *
  * Forward (lltm_sequence_forward_cpu):
- *   gates[T*B,G] = x[T*B,I] W_x^T             one matrix product, all steps
+ *   gates[T*B,G] = x[T*B,I] W_x^T             a matrix product a chunk of
+ *                                             steps (~512 KB, >= 256 rows)
+ *                                             before them, while in cache
  *   for t = 1..T: r[B,G] = h_{t-1} W_h^T      one matrix product per step
  *                 one fused pass: gates[t] + r + b -> activations [i | o | z],
  *                 c_t = c_{t-1} + i z, h_t = tanh(c_t) o

@@ -440,7 +440,7 @@ size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t 
            round_up((size_t)(B * H) * k.acc);
 }
 
-/* Steps of input projection an inference forward holds at once: ~512 KB,
+/* Steps of input projection the forward forms at once: ~512 KB,
  * which stays in cache between the product that writes them and the steps
  * that read them, but at least 256 rows, so that reading W_x once a chunk
  * costs little beside the product (at least one step, at most T). */
@@ -507,10 +507,10 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     float *W_x_t = own ? take(&cursor, lltm_packed_floats(G, I) * 4) : NULL;
     void *recurrent = take(&cursor, (size_t)(B * G) * elem);  /* [B,G] */
     void *cell_state = take(&cursor, (size_t)(B * H) * k.acc); /* [B,H] acc */
-    /* Steps of input projection held at once: all of them in gates when
-     * training; a chunk in the workspace, and one step's cells, for
-     * inference. */
-    const int64_t chunk = infer ? infer_chunk(T, B, H, elem) : (steps > 1 ? steps : 1);
+    /* The input projection a chunk of steps at a time, just before the
+     * steps that read it, while it is in cache: into gates when training;
+     * into the workspace, with one step's cells, for inference. */
+    const int64_t chunk = infer_chunk(T, B, H, elem);
     void *gates = infer ? take(&cursor, (size_t)(chunk * B * G) * elem) : tensors->gates;
     void *cells = infer ? take(&cursor, (size_t)(B * H) * elem) : tensors->cells;
 
@@ -530,8 +530,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
 
     for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
         /* gates [n*B,G] = x [n*B,I] W_x^T: the input projection of the next
-         * n steps that run, all of them at once when training; W_x^T (i, g)
-         * = W[g, H + i]. */
+         * n steps that run; W_x^T (i, g) = W[g, H + i]. */
         const int64_t n = steps - t < chunk ? steps - t : chunk;
         void *gates_t = at(gates, (infer ? t % chunk : t) * B * G, elem);
         if (t % chunk == 0 && n > 0)

@@ -372,7 +372,15 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
      * (if I > 0) backward; the steps: T, or up to the longest row. float32:
      * none on AVX2 and up (all on the core's kernel). */
     const int own = dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
-    const long long want_calls = T * B == 0 || own ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
+    /* x W_x^T a chunk of steps at a time: ~512 KB of gates, at least 256
+     * rows (lltm_sequence_cpu.c) */
+    const long long fit = (512 << 10) / (B * G * (long long)lltm_dtype_size(dt) + !B);
+    const long long rows = B > 0 ? (256 + B - 1) / B : T, want = fit > rows ? fit : rows;
+    const long long chunk = want < T ? (want > 1 ? want : 1) : (T > 1 ? T : 1);
+    const long long projections = (steps + chunk - 1) / chunk;
+    const long long want_calls = T * B == 0 || own ? 0
+                                                   : (I > 0) * projections + steps + steps + 1 +
+                                                         2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
     /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
      * last row still running at step t (B without lengths); x W_x^T, dW_h,
