@@ -348,10 +348,11 @@ static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
 
 static int run_fused(lltm_parallel_for pfor, fused_step *f)
 {
-    /* a range of at least ~256k multiply-adds and the grain of the
-     * pointwise pass (fewer would not pay for waking a thread) */
+    /* a range of at least ~64k multiply-adds and the grain of the
+     * pointwise pass (fewer would not pay for waking a thread; at B = 1 each
+     * core then streams its half of W_h from its own L2) */
     const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t by_mm = (1 << 18) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
+    const int64_t by_mm = (1 << 16) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
     const int64_t by_pointwise = lltm_grain_for_batch(f->step->B) / LLTM_PANEL + 1;
     const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
     return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
