@@ -99,7 +99,9 @@ class Operator(NamedTuple):
     results' (name, shape) in lltm.h's notation ("[T, B, 3H]", "[3H] (or
     [1, 3H])"), the arguments that give the sizes (``input``: T, B, I;
     ``state``: H, L), whether it is a backward (an output_mask after the
-    tensors) and whether it has a lengths overload."""
+    tensors), whether it has a lengths overload, and the results only a
+    backward reads (``kept``: bits; not made on the CPU in inference,
+    lltm/_settings.INFERENCE)."""
     name: str
     args: tuple
     results: tuple
@@ -107,13 +109,15 @@ class Operator(NamedTuple):
     state: int
     backward: bool
     lengths: bool
+    kept: int
 
 
 class _OpTable(ctypes.Structure):  # lltm_op (csrc/binding/tensor_args.h)
     _fields_ = [("name", ctypes.c_char_p), ("n_args", ctypes.c_int),
                 ("n_results", ctypes.c_int), ("input", ctypes.c_int), ("state", ctypes.c_int),
                 ("backward", ctypes.c_bool), ("lengths", ctypes.c_bool),
-                ("always", ctypes.c_uint), ("args", (ctypes.c_char_p * 2) * 12),
+                ("always", ctypes.c_uint), ("kept", ctypes.c_uint),
+                ("args", (ctypes.c_char_p * 2) * 12),
                 ("results", (ctypes.c_char_p * 2) * 6), ("parsed", ctypes.c_void_p)]
 
 
@@ -130,7 +134,7 @@ def operators() -> tuple[Operator, ...]:
         op = op.contents
         found.append(Operator(op.name.decode(), pairs(op.args, op.n_args),
                               pairs(op.results, op.n_results), op.input, op.state,
-                              op.backward, op.lengths))
+                              op.backward, op.lengths, op.kept))
     return tuple(found)
 
 

@@ -110,6 +110,11 @@ def _fake_kernel(op: _native.Operator, with_lengths: bool):
                      f"{lengths.shape[0] if lengths.dim() else 0}")
             if lengths.device != first.device:
                 fail(f"lengths must be on the device of {names[0]}")
+        settings = (rest[op.backward] if len(rest) > op.backward
+                    else kwargs.get("settings", _settings.NOT_GIVEN))
+        if first.device.type == "cpu" and settings != _settings.NOT_GIVEN and (
+                settings & _settings.INFERENCE):  # (the CPU library's inference forward)
+            mask = [wanted and not op.kept >> k & 1 for k, wanted in enumerate(mask)]
         return tuple(first.new_empty([_value(s, sizes) for s in shape]) if wanted else None
                      for shape, wanted in zip(results, mask))
     return fake
@@ -395,6 +400,9 @@ _FORWARD_MATH = {CellForward: _differentiable.cell_forward,
                  StackLengthsForward: _differentiable.stack_forward}
 
 
+_KEEPING = (SequenceForward, SequenceLengthsForward, StackForward, StackLengthsForward)
+
+
 def _eager(function, args):
     """eager_call outside transforms and autocast (``args``: the settings last)."""
     if _backend.benchmark and function in _TUNED:
@@ -403,6 +411,8 @@ def _eager(function, args):
         if any(map(_is_wrapped, args[:-1])):  # left over from a finished transform: apply unwraps
             return function.apply(*args)
         return function.c_apply(*args)
+    if function in _KEEPING and args[0].is_cpu and args[-1] != _settings.NOT_GIVEN:
+        args = (*args[:-1], args[-1] | _settings.INFERENCE)  # cells, gates: None
     return function.kernel(*args)  # no gradient to track: the autograd-free twin
 
 
@@ -476,6 +486,8 @@ def _register_autograd(name: str, overload: str, function=None) -> None:
         elif (_grad_enabled() and _any_requires_grad(*args)) or _has_tangent(args):
             if _transforms_active():
                 raise _transform_error(name)
+            if args[-1] != _settings.NOT_GIVEN:  # a backward reads what inference drops
+                args = (*args[:-1], args[-1] & ~_settings.INFERENCE)
             return function.c_apply(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return kernel.redispatch(keyset & _after_autograd, *args)

@@ -24,6 +24,7 @@ from . import _sharing, overrides
 NOT_GIVEN = -1
 TF32 = 1           # float32 products may run on TF32 tensor cores
 DETERMINISTIC = 2  # torch.use_deterministic_algorithms (warn-only too)
+INFERENCE = 4      # a forward no backward reads: the CPU library keeps nothing
 CONCURRENT_SHIFT = 8  # the field of the layers running at once
 
 

@@ -48,6 +48,7 @@ CPU_SOURCES = [
     "binding/torch_abi_loader.c",
     "core/lltm_cpu.c",
     "core/lltm_cpu_gemm.c",
+    "core/lltm_cpu_step.c",
     "binding/tensor_args.c",
     "binding/ops.c",
     "binding/call_settings.c",

@@ -131,6 +131,54 @@ def test_float32_on_each_cpu_instruction_set(isa):
         _native.cpu_isa("sse9")
 
 
+@pytest.mark.parametrize("dtype", DTYPES + HALF_DTYPES)
+def test_inference_forward_keeps_nothing_and_matches_training(dtype):
+    """Under no_grad the CPU forward keeps no cells or gates and projects the
+    input a chunk of steps at a time (several chunks at B64/H200): the same
+    output, h_n and c_n, bit for bit, as the forward that keeps them, on one
+    and two layers, with and without lengths, on each instruction set."""
+    from lltm import _settings
+    isas = _native.CPU_ISAS if dtype == torch.float32 else ("auto",)
+    try:
+        for isa in isas:
+            try:
+                _native.cpu_isa(isa)
+            except ValueError:
+                continue
+            for T, B, I, H, L in ((7, 64, 10, 200, 1), (5, 3, 7, 17, 2), (9, 1, 4, 33, 1),
+                                  (2, 130, 3, 20, 2), (0, 2, 3, 4, 1)):
+                m = lltm.LLTM(I, H, num_layers=L, dtype=dtype)
+                x = torch.randn(T, B, I, dtype=dtype)
+                lengths = [max(1, T - k % 3) for k in range(B)] if T > 0 else None
+                for kw in ({}, {"lengths": lengths}) if lengths else ({},):
+                    out, (h_n, c_n) = m(x, **kw)
+                    with torch.no_grad():
+                        i_out, (i_h_n, i_c_n) = m(x, **kw)
+                    for got, want in ((i_out, out), (i_h_n, h_n), (i_c_n, c_n)):
+                        assert torch.equal(got, want), (isa, T, B, I, H, L, kw)
+            x, W, b, h0, c0 = seq_inputs(4, 3, 5, 6, dtype)
+            with torch.no_grad():
+                kept = torch.ops.lltm.sequence_forward(x, W, b, h0, c0)
+                lean = torch.ops.lltm.sequence_forward(x, W, b, h0, c0,
+                                                       settings=_settings.INFERENCE)
+            assert lean[3] is None and lean[4] is None and kept[3] is not None
+            for got, want in zip(lean[:3], kept[:3]):
+                assert torch.equal(got, want)
+            from torch._subclasses import FakeTensorMode
+            mode = FakeTensorMode()  # the fake kernel (torch.compile) agrees
+            fakes = [mode.from_tensor(t) for t in (x, W, b, h0, c0)]
+            with mode, torch.no_grad():
+                traced = torch.ops.lltm.sequence_forward(*fakes, settings=_settings.INFERENCE)
+            assert [t is None for t in traced] == [t is None for t in lean]
+            # with gradients the flag is dropped: the backward needs them
+            W.requires_grad_()
+            training = torch.ops.lltm.sequence_forward(x, W, b, h0, c0,
+                                                       settings=_settings.INFERENCE)
+            assert training[3] is not None and training[4] is not None
+    finally:
+        _native.cpu_isa("auto")
+
+
 @pytest.mark.parametrize("through", [(0,), (1,), (2,), (1, 2), (0, 2)])
 def test_gradients_through_output_h_n_c_n_separately(through):
     compare(seq_inputs(6, 3, 4, 5), torch.float64, through=through)

@@ -34,12 +34,13 @@ int lltm_call_settings_decode(int64_t packed, lltm_call_settings *out, lltm_erro
     out->given = true;
     out->float32_tf32 = (flags & LLTM_SETTING_TF32) != 0;
     out->deterministic = (flags & LLTM_SETTING_DETERMINISTIC) != 0;
+    out->inference = (flags & LLTM_SETTING_INFERENCE) != 0;
     out->cell_matmul = field(packed, 1, 4);
     o->concurrent = field(packed, 2, 4);
     o->family = field(packed, 3, 4);
     o->grid_groups_max = field(packed, 6, 8);
     o->grid_tf32 = tf32 == 2 ? -1 : tf32;
-    if (packed < 0 || (packed >> 52) != 0 || (flags & ~3) || out->cell_matmul > 2 ||
+    if (packed < 0 || (packed >> 52) != 0 || (flags & ~7) || out->cell_matmul > 2 ||
         o->concurrent > 2 || o->family > LLTM_SEQ_BLOCK || tf32 > 2 ||
         size_field(packed, 4, lanes, &o->grid_lanes) ||
         size_field(packed, 5, values, &o->grid_values) ||

@@ -19,7 +19,11 @@
  * else log2(size) + 1):
  *   0      flags: LLTM_SETTING_TF32 (float32 products may run on TF32,
  *          torch.backends.cuda.matmul), LLTM_SETTING_DETERMINISTIC
- *          (torch.use_deterministic_algorithms, warn-only too)
+ *          (torch.use_deterministic_algorithms, warn-only too),
+ *          LLTM_SETTING_INFERENCE (a forward whose results no backward
+ *          reads: the CPU library neither makes nor writes what it keeps
+ *          for one, which comes back undefined; lltm sets it on eager CPU
+ *          calls without gradients)
  *   1      the cell's matrix-product route: LLTM_MATMUL_AUTO, _FUSED, _CUBLAS
  *   2      layers running at once on the device (0 or 1: one; 2)
  *   3      family (lltm_sequence_plan_options, csrc/core/lltm.h: 0 any)
@@ -41,13 +45,14 @@ typedef struct lltm_error lltm_error; /* (tensor_args.h) */
 #define LLTM_SETTINGS_NOT_GIVEN (-1)
 #define LLTM_SCHEMA_SETTINGS "int settings=-1"
 
-enum { LLTM_SETTING_TF32 = 1, LLTM_SETTING_DETERMINISTIC = 2 };
+enum { LLTM_SETTING_TF32 = 1, LLTM_SETTING_DETERMINISTIC = 2, LLTM_SETTING_INFERENCE = 4 };
 enum { LLTM_MATMUL_AUTO = 0, LLTM_MATMUL_FUSED = 1, LLTM_MATMUL_CUBLAS = 2 };
 
 typedef struct lltm_call_settings {
     bool given;         /* false: LLTM_SETTINGS_NOT_GIVEN */
     bool float32_tf32;  /* float32 products may run on TF32 tensor cores */
     bool deterministic; /* every product through aten::mm */
+    bool inference;     /* nothing kept for a backward (CPU) */
     int cell_matmul;    /* LLTM_MATMUL_* */
     lltm_sequence_plan_options plan; /* constraints and concurrent layers; eager 0 */
 } lltm_call_settings;

@@ -50,6 +50,7 @@ const lltm_op lltm_sequence_forward_op = {
              {"h0", "[B, H]"}, {"c0", "[B, H]"}},
     .results = {{"output", "[T, B, H]"}, {"h_n", "[B, H]"}, {"c_n", "[B, H]"},
                 {"cells", "[T, B, H]"}, {"gates", "[T, B, 3H]"}},
+    .kept = 1 << 3 | 1 << 4,
     PARSED,
 };
 
@@ -92,6 +93,7 @@ const lltm_op lltm_stack_forward_op = {
     .results = {{"output", "[T, B, H]"}, {"h_n", "[L, B, H]"}, {"c_n", "[L, B, H]"},
                 {"outputs", "[L-1, T, B, H]"}, {"cells", "[L, T, B, H]"},
                 {"gates", "[L, T, B, 3H]"}},
+    .kept = 1 << 4 | 1 << 5,
     PARSED,
 };
 

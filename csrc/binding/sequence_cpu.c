@@ -39,9 +39,10 @@ static void layers_cpu(const lltm_op *op, StableIValue *stack, uint64_t num_args
     const lltm_dims *d = &c.d;
     /* one layer's workspace, for the widest input, serves each in turn */
     const int64_t I = d->L > 1 && d->H > d->I ? d->H : d->I;
-    const size_t bytes = op->backward
-                             ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, I, d->H)
-                             : lltm_sequence_forward_workspace_cpu(d->dtype, I, d->B, d->H);
+    const size_t bytes =
+        op->backward         ? lltm_sequence_backward_workspace_cpu(d->dtype, d->T, d->B, I, d->H)
+        : c.settings.inference ? lltm_sequence_infer_workspace_cpu(d->dtype, d->T, I, d->B, d->H)
+                               : lltm_sequence_forward_workspace_cpu(d->dtype, I, d->B, d->H);
     const size_t scratch_bytes = lltm_stack_scratch_bytes(&c);
     if (lltm_workspace(&c, bytes, &ctx.workspace) ||
         (scratch_bytes > 0 && lltm_workspace(&c, scratch_bytes, &scratch)) ||

@@ -512,6 +512,11 @@ int lltm_open(lltm_call *c, const lltm_op *op, StableIValue *stack, uint64_t num
     if (check_args(c, device_type) ||
         lltm_call_settings_decode(packed, &c->settings, &c->err))
         return -1;
+#ifndef LLTM_WITH_CUDA
+    /* an inference forward: what only a backward reads is not made */
+    for (int k = 0; k < op->n_results && c->settings.inference; ++k)
+        c->mask[k] = c->mask[k] && !(op->kept >> k & 1);
+#endif
     if (with_lengths) {
         if (check_lengths(&a[n - 1], &a[0], &c->d, device_type == aoti_torch_device_type_cpu(),
                           &c->err))

@@ -77,6 +77,7 @@ typedef struct lltm_op {
     bool backward; /* `bool[n_results] output_mask` after the tensors */
     bool lengths;  /* an overload takes lengths [B] after the tensors */
     unsigned always; /* bits of the results made where output_mask leaves them out */
+    unsigned kept;   /* bits of the results only a backward reads (LLTM_SETTING_INFERENCE) */
     const char *args[LLTM_MAX_ARGS][2]; /* name, shape */
     const char *results[LLTM_MAX_RESULTS][2];
     lltm_op_shapes *parsed; /* the shapes above, parsed once (lltm_op_parse) */

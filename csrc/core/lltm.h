@@ -133,7 +133,9 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * also read as [T*B,n].
  *
  * Forward (lltm_sequence_forward_cpu):
- *   gates[T*B,G] = x[T*B,I] W_x^T             one matrix product, all steps
+ *   gates[T*B,G] = x[T*B,I] W_x^T             a matrix product a chunk of
+ *                                             steps (~512 KB, >= 256 rows)
+ *                                             before them, while in cache
  *   for t = 1..T: r[B,G] = h_{t-1} W_h^T      one matrix product per step
  *                 one fused pass: gates[t] + r + b -> activations [i | o | z],
  *                 c_t = c_{t-1} + i z, h_t = tanh(c_t) o
@@ -187,6 +189,11 @@ typedef int (*lltm_gemm)(void *ctx, lltm_dtype dtype, int64_t M, int64_t N, int6
  * runs every float32 product where the CPU has AVX2 or AVX-512 (gemm is then
  * not called); the rest go through the lltm_gemm callback. */
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H);
+/* The forward for inference (cells and gates NULL: nothing kept): the same,
+ * plus a few steps' input projections (at least one step's, ~512 KB) and
+ * one step's cells. */
+size_t lltm_sequence_infer_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t I, int64_t B,
+                                         int64_t H);
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H);
 
@@ -202,7 +209,10 @@ size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t
  *   gates     [T,B,G]  out: the activations [i | o | z] of every step
  *   lengths   [B]      int64, each in [1, T], or NULL (every row T steps)
  * Outputs do not overlap the inputs or each other. Arrays with no elements
- * may be NULL.
+ * may be NULL. On the CPU, cells and gates both NULL is a forward for
+ * inference: nothing is kept, the input projection runs a few steps at a
+ * time in the workspace (lltm_sequence_infer_workspace_cpu), so what a step
+ * reads and writes stays in cache; output, h_n and c_n come out the same.
  */
 typedef struct lltm_sequence_forward_tensors {
     const void *input, *weights, *bias, *h0, *c0;
@@ -242,8 +252,9 @@ typedef struct lltm_sequence_backward_tensors {
 /*
  * Forward and backward over T steps on the CPU. T, B, I >= 0, H >= 1; any
  * lltm_dtype.
- *   workspace  lltm_sequence_forward_workspace_cpu /
- *              _backward_workspace_cpu bytes, 8-byte aligned (NULL if 0)
+ *   workspace  lltm_sequence_forward_workspace_cpu (_infer_workspace_cpu
+ *              for inference) / _backward_workspace_cpu bytes, 8-byte
+ *              aligned (NULL if 0)
  */
 int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
                               const lltm_sequence_forward_tensors *tensors, void *workspace,

@@ -57,4 +57,14 @@ typedef struct lltm_mm {
  * calling thread: for callers that split the work themselves. */
 void lltm_packed_mm_panels_f32(const lltm_mm *x, int64_t lo, int64_t hi);
 
+/* float32's forward step for one row on AVX-512 (lltm_cpu_step.c; only
+ * where lltm_cpu_isa() is LLTM_ISA_AVX512): units [0, n) of gate blocks H
+ * apart in r (the recurrent product), bias and g (in: the input
+ * projection; out: the activations [i | o | z] where c_out is not NULL);
+ * c [n] the cell state, in and out; h_out [n] h_t; c_out [n] c_t, or NULL
+ * (inference: neither it nor the activations are written). The math of
+ * lltm_cpu_math.h with fused multiply-adds: within a few ulp of it. */
+void lltm_step_forward_avx512_f32(int64_t n, int64_t H, const float *r, const float *bias,
+                                  float *g, float *c, float *h_out, float *c_out);
+
 #endif /* LLTM_CORE_CPU_GEMM_H */

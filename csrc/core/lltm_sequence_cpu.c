@@ -310,7 +310,25 @@ typedef struct fused_step {
     sequence_forward_args *step;
     lltm_mm mm; /* one gate block: [m,H] = h_{t-1} [m,H] packed, c at column 0 of r */
     size_t gate_floats;
+    bool infer; /* keep nothing: no activations, no cells */
 } fused_step;
+
+/* The pointwise part of a step, units [lo, hi), on AVX-512 */
+static void forward_body_avx512(int64_t lo, int64_t hi, const sequence_forward_args *a,
+                                bool infer)
+{
+    const int64_t H = a->H, G = 3 * H;
+    for (int64_t b = 0; b < a->B; ++b) {
+        float *g = (float *)a->gates + b * G + lo, *c = (float *)a->cell_state + b * H + lo;
+        float *h = (float *)a->new_h + b * H + lo, *c_out = (float *)a->new_cell + b * H + lo;
+        if (a->lengths && a->t >= a->lengths[b])
+            seq_stopped_row_f32(hi - lo, g, g + H, g + 2 * H, c, h, c_out);
+        else
+            lltm_step_forward_avx512_f32(hi - lo, H, (const float *)a->recurrent + b * G + lo,
+                                         (const float *)a->bias + lo, g, c, h,
+                                         infer ? NULL : c_out);
+    }
+}
 
 static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
 {
@@ -322,15 +340,19 @@ static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
         lltm_packed_mm_panels_f32(&mm, lo, hi);
     }
     const int64_t H = f->mm.N, end = hi * LLTM_PANEL;
-    seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
+    if (lltm_cpu_isa() == LLTM_ISA_AVX512)
+        forward_body_avx512(lo * LLTM_PANEL, end < H ? end : H, f->step, f->infer);
+    else
+        seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
 }
 
 static int run_fused(lltm_parallel_for pfor, fused_step *f)
 {
-    /* a range of at least ~256k multiply-adds and the grain of the
-     * pointwise pass (fewer would not pay for waking a thread) */
+    /* a range of at least ~64k multiply-adds and the grain of the
+     * pointwise pass (fewer would not pay for waking a thread; at B = 1 each
+     * core then streams its half of W_h from its own L2) */
     const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t by_mm = (1 << 18) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
+    const int64_t by_mm = (1 << 16) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
     const int64_t by_pointwise = lltm_grain_for_batch(f->step->B) / LLTM_PANEL + 1;
     const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
     return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
@@ -419,6 +441,30 @@ size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t 
            round_up((size_t)(B * H) * k.acc);
 }
 
+/* Steps of input projection the forward forms at once: ~512 KB,
+ * which stays in cache between the product that writes them and the steps
+ * that read them, but at least 256 rows, so that reading W_x once a chunk
+ * costs little beside the product (at least one step, at most T). */
+static int64_t infer_chunk(int64_t T, int64_t B, int64_t H, size_t elem)
+{
+    const int64_t step = B * 3 * H * (int64_t)elem, fit = step > 0 ? (512 << 10) / step : T;
+    const int64_t rows = B > 0 ? (256 + B - 1) / B : T;
+    const int64_t want = fit > rows ? fit : rows, chunk = want < T ? want : T;
+    return chunk > 1 ? chunk : 1;
+}
+
+size_t lltm_sequence_infer_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t I, int64_t B,
+                                         int64_t H)
+{
+    sequence_kernels k;
+    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
+        return 0;
+    const size_t step = (size_t)(B * 3 * H) * k.elem;
+    return lltm_sequence_forward_workspace_cpu(dtype, I, B, H) +
+           round_up((size_t)infer_chunk(T, B, H, k.elem) * step) +
+           round_up((size_t)(B * H) * k.elem);
+}
+
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H)
 {
@@ -436,13 +482,19 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
     sequence_kernels k;
+    /* inference: cells and gates both NULL (one alone is an error) */
+    const bool infer = tensors != NULL && tensors->cells == NULL && tensors->gates == NULL;
     int status = check_call(dtype, T, B, I, H, tensors, workspace,
-                            lltm_sequence_forward_workspace_cpu(dtype, I, B, H), gemm, pfor, &k);
+                            infer ? lltm_sequence_infer_workspace_cpu(dtype, T, I, B, H)
+                                  : lltm_sequence_forward_workspace_cpu(dtype, I, B, H),
+                            gemm, pfor, &k);
     if (status != LLTM_OK)
         return status;
+    if (!infer && T * B * H > 0 && (tensors->cells == NULL || tensors->gates == NULL))
+        return LLTM_ERR_ARGUMENT;
     const void *input = tensors->input, *weights = tensors->weights, *bias = tensors->bias;
     const void *h0 = tensors->h0;
-    void *output = tensors->output, *gates = tensors->gates;
+    void *output = tensors->output;
     const int64_t *lengths = tensors->lengths;
     const int64_t steps = run_steps(T, B, lengths);
     if (steps < 0)
@@ -456,6 +508,12 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     float *W_x_t = own ? take(&cursor, lltm_packed_floats(G, I) * 4) : NULL;
     void *recurrent = take(&cursor, (size_t)(B * G) * elem);  /* [B,G] */
     void *cell_state = take(&cursor, (size_t)(B * H) * k.acc); /* [B,H] acc */
+    /* The input projection a chunk of steps at a time, just before the
+     * steps that read it, while it is in cache: into gates when training;
+     * into the workspace, with one step's cells, for inference. */
+    const int64_t chunk = infer_chunk(T, B, H, elem);
+    void *gates = infer ? take(&cursor, (size_t)(chunk * B * G) * elem) : tensors->gates;
+    void *cells = infer ? take(&cursor, (size_t)(B * H) * elem) : tensors->cells;
 
     /* W_h^T [H,G] (W_h^T (h, g) = W[g, h]): each gate's block packed on its
      * own (a step's range of units takes the same panels of all three), or
@@ -471,12 +529,19 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     }
     k.load(B * H, tensors->c0, cell_state);
 
-    /* gates [steps*B,G] = x [steps*B,I] W_x^T: the input projection of every
-     * step that runs; W_x^T (i, g) = W[g, H + i]. */
-    status = own ? packed_product(pfor, steps * B, G, I, input, I, W_x_t, gates, G)
-                 : product(gemm, gemm_ctx, dtype, elem, steps * B, G, I, input, I, 1,
-                           at(weights, H, elem), 1, K, gates, G);
     for (int64_t t = 0; t < T && B > 0 && status == LLTM_OK; ++t) {
+        /* gates [n*B,G] = x [n*B,I] W_x^T: the input projection of the next
+         * n steps that run; W_x^T (i, g) = W[g, H + i]. */
+        const int64_t n = steps - t < chunk ? steps - t : chunk;
+        void *gates_t = at(gates, (infer ? t % chunk : t) * B * G, elem);
+        if (t % chunk == 0 && n > 0)
+            status = own ? packed_product(pfor, n * B, G, I, at(input, t * B * I, elem), I,
+                                          W_x_t, gates_t, G)
+                         : product(gemm, gemm_ctx, dtype, elem, n * B, G, I,
+                                   at(input, t * B * I, elem), I, 1, at(weights, H, elem), 1,
+                                   K, gates_t, G);
+        if (status != LLTM_OK)
+            break;
         /* h_{t-1}: h0, or the previous step's row block of the output. No
          * product past the longest row (every row has stopped: nothing
          * reads it). */
@@ -491,16 +556,16 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                       .t = t,
                                       .lengths = lengths,
                                       .recurrent = recurrent,
-                                      .gates = at(gates, t * B * G, elem),
+                                      .gates = gates_t,
                                       .bias = bias,
                                       .cell_state = cell_state,
                                       .new_h = at(output, t * B * H, elem),
-                                      .new_cell = at(tensors->cells, t * B * H, elem)};
+                                      .new_cell = infer ? cells : at(cells, t * B * H, elem)};
         if (t < steps && own) {
             const lltm_mm mm = {.M = running_rows(B, lengths, t), .N = H, .K = H, .lda = H,
                                 .a_cs = 1, .ldc = G, .ldp = H, .a = h_prev,
                                 .packed = W_h_t, .c = recurrent};
-            fused_step f = {&args, mm, gate_floats};
+            fused_step f = {&args, mm, gate_floats, infer};
             status = run_fused(pfor, &f);
         } else {
             status = run(pfor, B, H, k.forward, &args);

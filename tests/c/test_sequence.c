@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "../../csrc/core/lltm_cpu_gemm.h"
 
+#include <float.h>
 #include <time.h>
 
 /* The naive gemm: each sum in long double, stored in the dtype. */
@@ -179,6 +180,16 @@ static int matches(const void *got, const double *want, size_t n, lltm_dtype dt)
     return 1;
 }
 
+/* float32 results of two computations of the same math: within 8 ulp of
+ * the larger, or 2e-5 where c_t cancels (c up to ~80 here, its ulp ~1e-5),
+ * or both NaN / the same infinity */
+static int close_f32(float got, float want)
+{
+    if (isnan(want) || isinf(want))
+        return isnan(want) ? isnan(got) : got == want;
+    return fabsf(got - want) <= 8 * FLT_EPSILON * fmaxf(fabsf(got), fabsf(want)) + 2e-5f;
+}
+
 static double *array_of(size_t n)
 {
     double *p = malloc(n * sizeof(double) + 1);
@@ -321,6 +332,27 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
               "c_n is c_T", B, H, name);
     }
 
+    /* inference (cells, gates NULL): the same output, h_n, c_n, bit for bit,
+     * the input projection a chunk of steps at a time in the workspace */
+    void *i_out = poisoned(nTH, dt), *i_h_n = poisoned(nS, dt), *i_c_n = poisoned(nS, dt);
+    const size_t ws_i = lltm_sequence_infer_workspace_cpu(dt, T, I, B, H);
+    void *work_i = poisoned_bytes(ws_i);
+    gemm_log i_log = {0, -1, 0};
+    const lltm_sequence_forward_tensors inf = {x, W, b, h0, c0, i_out, i_h_n, i_c_n, NULL, NULL,
+                                               L.len};
+    status = lltm_sequence_forward_cpu(dt, T, B, I, H, &inf, work_i, naive_gemm, &i_log, pfor);
+    const size_t e = lltm_dtype_size(dt);
+    check(status == LLTM_OK && ws_i >= ws_f, "inference status", B, H, name);
+    check(memcmp(i_out, out, nTH * e) == 0 && memcmp(i_h_n, h_n, nS * e) == 0 &&
+              memcmp(i_c_n, c_n, nS * e) == 0,
+          "inference = forward", B, H, name);
+    const lltm_sequence_forward_tensors half = {x, W, b, h0, c0, i_out, i_h_n, i_c_n, cells,
+                                                NULL, L.len};
+    check(lltm_sequence_forward_cpu(dt, T, B, I, H, &half, work_i, naive_gemm, &i_log, pfor) ==
+              (T * B > 0 ? LLTM_ERR_ARGUMENT : LLTM_OK),
+          "cells without gates refused", B, H, name);
+    free(i_out), free(i_h_n), free(i_c_n), free(work_i);
+
     void *d_x = poisoned(nx, dt), *d_W = poisoned(nW, dt), *d_b = poisoned((size_t)G, dt);
     void *d_h0 = poisoned(nS, dt), *d_c0 = poisoned(nS, dt);
     const size_t ws_b = lltm_sequence_backward_workspace_cpu(dt, T, B, I, H);
@@ -340,7 +372,15 @@ static void test_case(long long T, long long B, long long I, long long H, lltm_d
      * (if I > 0) backward; the steps: T, or up to the longest row. float32:
      * none on AVX2 and up (all on the core's kernel). */
     const int own = dt == LLTM_FLOAT32 && lltm_cpu_isa() >= LLTM_ISA_AVX2;
-    const long long want_calls = T * B == 0 || own ? 0 : (I > 0) + steps + steps + 1 + 2 * (I > 0);
+    /* x W_x^T a chunk of steps at a time: ~512 KB of gates, at least 256
+     * rows (lltm_sequence_cpu.c) */
+    const long long fit = (512 << 10) / (B * G * (long long)lltm_dtype_size(dt) + !B);
+    const long long rows = B > 0 ? (256 + B - 1) / B : T, want = fit > rows ? fit : rows;
+    const long long chunk = want < T ? (want > 1 ? want : 1) : (T > 1 ? T : 1);
+    const long long projections = (steps + chunk - 1) / chunk;
+    const long long want_calls = T * B == 0 || own ? 0
+                                                   : (I > 0) * projections + steps + steps + 1 +
+                                                         2 * (I > 0);
     check(log.calls == want_calls, "number of matrix products", B, H, name);
     /* their rows: the per-step products take rows 0 .. m_t - 1, m_t = 1 + the
      * last row still running at step t (B without lengths); x W_x^T, dW_h,
@@ -495,6 +535,52 @@ static void test_packed_mm(lltm_parallel_for pfor)
     }
 }
 
+/* The AVX-512 forward step against the C math, element by element, over
+ * pre-activations from the linear to the saturated range, the branch points
+ * of expm1 (-0.5) and tanh (0.625), infinities and NaN; with c_out (the
+ * activations written) and without (inference: neither written). */
+static void test_step_avx512(void)
+{
+    const int64_t n = 37, H = 41; /* a tail of 5 lanes; gate blocks H apart */
+    static const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, -0.49999f, 0.625f, -0.625f,
+                                    88.0f, -88.0f, 89.5f, -104.5f, 1e-30f, -1e-30f,
+                                    INFINITY, -INFINITY, NAN};
+    const int n_special = (int)(sizeof special / sizeof special[0]);
+    float r[3 * 41], bias[3 * 41], g[3 * 41], c[41], h[41], c_out[41];
+    for (int pass = 0; pass < 2; ++pass)
+        for (int trial = 0; trial < 200; ++trial) {
+            for (int k = 0; k < 3 * H; ++k) {
+                const float v = (float)(rand() % 20001 - 10000) / 10000.0f;
+                r[k] = trial < 100 ? 3.0f * v : 40.0f * v * v * v;
+                bias[k] = 0.1f * v;
+                g[k] = rand() % 9 == 0 ? special[rand() % n_special] : 2.0f * v;
+            }
+            for (int k = 0; k < H; ++k) {
+                c[k] = rand() % 11 == 0 ? special[rand() % n_special] : 2.0f * r[k];
+                h[k] = c_out[k] = 7.0f; /* past n: untouched */
+            }
+            float want_h[41], want_c[41], want_g[3 * 41], g0[3 * 41], c0[41];
+            memcpy(g0, g, sizeof g), memcpy(c0, c, sizeof c);
+            for (int64_t k = 0; k < n; ++k)
+                lltm_step_forward_f32(g[k] + r[k] + bias[k], g[H + k] + r[H + k] + bias[H + k],
+                                      g[2 * H + k] + r[2 * H + k] + bias[2 * H + k], c[k],
+                                      &want_g[k], &want_g[H + k], &want_g[2 * H + k],
+                                      &want_c[k], &want_h[k]);
+            lltm_step_forward_avx512_f32(n, H, r, bias, g, c, h, pass ? c_out : NULL);
+            int ok = 1;
+            for (int64_t k = 0; k < H; ++k) {
+                const int in = k < n;
+                ok &= in ? close_f32(h[k], want_h[k]) && close_f32(c[k], want_c[k])
+                         : h[k] == 7.0f && memcmp(&c[k], &c0[k], 4) == 0;
+                ok &= pass && in ? close_f32(c_out[k], want_c[k]) : c_out[k] == 7.0f;
+                for (int q = 0; q < 3; ++q)
+                    ok &= pass && in ? close_f32(g[q * H + k], want_g[q * H + k])
+                                     : memcmp(&g[q * H + k], &g0[q * H + k], 4) == 0;
+            }
+            check(ok, pass ? "AVX-512 step" : "AVX-512 step, inference", 1, H, "float32");
+        }
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
@@ -523,6 +609,14 @@ int main(void)
                           runners[r], shapes[s][0] > 0);
         }
     }
+    if (best >= LLTM_ISA_AVX512)
+        test_step_avx512();
+    /* inference in several chunks of steps (~512 KB of projections each) */
+    for (int isa = LLTM_ISA_BASELINE; isa <= best; ++isa) {
+        check(lltm_cpu_set_isa(isa) == isa, "ISA forced", 0, 0, "-");
+        test_case(7, 64, 10, 200, LLTM_FLOAT32, chunked_for, 2);
+    }
+    test_case(5, 40, 10, 200, LLTM_FLOAT64, chunked_for, 0);
     check(lltm_cpu_set_isa(LLTM_ISA_AVX512 + 1) == LLTM_ERR_ARGUMENT &&
               lltm_cpu_set_isa(LLTM_ISA_AUTO) == best,
           "ISA out of range refused, AUTO the best", 0, 0, "-");
