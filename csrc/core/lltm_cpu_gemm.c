@@ -23,19 +23,24 @@
 void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b_cs,
                    float *packed)
 {
-    /* read along b's rows or columns, whichever is contiguous */
+    /* read along b's rows or columns, whichever is contiguous; a whole
+     * panel of a row-major b is one copy a row (the long-K products pack
+     * all of dG or the layer's input this way) */
     for (int64_t p = 0; p * LLTM_PANEL < N; ++p) {
         float *dst = packed + p * K * LLTM_PANEL;
-        for (int64_t j = 0; j < LLTM_PANEL; ++j) {
-            const int64_t n = p * LLTM_PANEL + j;
-            for (int64_t k = 0; b_rs == 1 && k < K; ++k)
-                dst[k * LLTM_PANEL + j] = n < N ? b[k + n * b_cs] : 0.0f;
+        const int64_t n0 = p * LLTM_PANEL, cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
+        if (b_rs == 1) {
+            for (int64_t j = 0; j < LLTM_PANEL; ++j)
+                for (int64_t k = 0; k < K; ++k)
+                    dst[k * LLTM_PANEL + j] = j < cols ? b[k + (n0 + j) * b_cs] : 0.0f;
+        } else if (b_cs == 1 && cols == LLTM_PANEL) {
+            for (int64_t k = 0; k < K; ++k)
+                memcpy(dst + k * LLTM_PANEL, b + k * b_rs + n0, LLTM_PANEL * sizeof(float));
+        } else {
+            for (int64_t k = 0; k < K; ++k)
+                for (int64_t j = 0; j < LLTM_PANEL; ++j)
+                    dst[k * LLTM_PANEL + j] = j < cols ? b[k * b_rs + (n0 + j) * b_cs] : 0.0f;
         }
-        for (int64_t k = 0; b_rs != 1 && k < K; ++k)
-            for (int64_t j = 0; j < LLTM_PANEL; ++j) {
-                const int64_t n = p * LLTM_PANEL + j;
-                dst[k * LLTM_PANEL + j] = n < N ? b[k * b_rs + n * b_cs] : 0.0f;
-            }
     }
 }
 
@@ -142,14 +147,15 @@ tile_avx512(const int R, TILE_ARGS)
 }
 #endif
 
-/* Panels [lo, hi) of every row on one instruction set: NP panels a tile,
- * MR rows a tile, the last tile of a block with the rows left (R a constant
- * in each case of the switch). */
+/* Rows [r_lo, r_hi) of panels [lo, hi) on one instruction set: NP panels a
+ * tile, MR rows a tile, the last tile of a block with the rows left (R a
+ * constant in each case of the switch). */
 #define DEFINE_PANELS(ISA, TARGET, MR, NP)                                          \
-    TARGET static void panels_##ISA(const lltm_mm *x, int64_t lo, int64_t hi)       \
+    TARGET static void panels_##ISA(const lltm_mm *x, int64_t r_lo, int64_t r_hi,   \
+                                    int64_t lo, int64_t hi)                         \
     {                                                                               \
-        for (int64_t b0 = 0; b0 < x->M; b0 += ROW_BLOCK) {                          \
-            const int64_t b1 = b0 + ROW_BLOCK < x->M ? b0 + ROW_BLOCK : x->M;       \
+        for (int64_t b0 = r_lo; b0 < r_hi; b0 += ROW_BLOCK) {                       \
+            const int64_t b1 = b0 + ROW_BLOCK < r_hi ? b0 + ROW_BLOCK : r_hi;       \
             for (int64_t p = lo; p < hi; p += NP)                                   \
                 for (int64_t r = b0; r < b1; r += MR) {                             \
                     const int two = p + 1 < hi;                                     \
@@ -207,77 +213,182 @@ int lltm_cpu_set_isa(int isa)
 /* panels of a tile on the ISA in use */
 static int64_t tile_panels(void) { return lltm_cpu_isa() == LLTM_ISA_AVX512 ? 2 : 1; }
 
-void lltm_packed_mm_panels_f32(const lltm_mm *x, int64_t lo, int64_t hi)
+/* rows [r_lo, r_hi) of panels [lo, hi) on the ISA in use */
+static void rows_panels(const lltm_mm *x, int64_t r_lo, int64_t r_hi, int64_t lo, int64_t hi)
 {
 #ifdef LLTM_X86
     const int isa = lltm_cpu_isa();
     if (isa == LLTM_ISA_AVX512)
-        return panels_avx512(x, lo, hi);
+        return panels_avx512(x, r_lo, r_hi, lo, hi);
     if (isa == LLTM_ISA_AVX2)
-        return panels_avx2(x, lo, hi);
+        return panels_avx2(x, r_lo, r_hi, lo, hi);
 #endif
-    panels_base(x, lo, hi);
+    panels_base(x, r_lo, r_hi, lo, hi);
 }
 
-/* tiles [lo, hi) of lltm_packed_mm_f32's split */
-static void tile_range(int64_t lo, int64_t hi, void *vctx)
+void lltm_packed_mm_panels_f32(const lltm_mm *x, int64_t lo, int64_t hi)
+{
+    rows_panels(x, 0, x->M, lo, hi);
+}
+
+/* The split of a product over its threads: items of one block of ROW_BLOCK
+ * rows by one tile of panels, the tiles of a row block in a row, so that a
+ * thread's range reads a block of a while it is in cache. Splitting rows
+ * too keeps both cores busy where c has few columns (the input's gradient
+ * and weight gradient at small I, H: a tile or two). */
+static int64_t tiles_of(const lltm_mm *x)
+{
+    const int64_t np = tile_panels(), panels = (x->N + LLTM_PANEL - 1) / LLTM_PANEL;
+    return (panels + np - 1) / np;
+}
+
+/* items [lo, hi) of the split */
+static void item_range(int64_t lo, int64_t hi, void *vctx)
 {
     const lltm_mm *x = (const lltm_mm *)vctx;
     const int64_t np = tile_panels(), panels = (x->N + LLTM_PANEL - 1) / LLTM_PANEL;
-    lltm_packed_mm_panels_f32(x, lo * np, hi * np < panels ? hi * np : panels);
+    const int64_t tiles = tiles_of(x);
+    for (int64_t i = lo; i < hi;) {
+        const int64_t block = i / tiles, t0 = i % tiles;
+        const int64_t t1 = t0 + (hi - i) < tiles ? t0 + (hi - i) : tiles;
+        const int64_t r_lo = block * ROW_BLOCK;
+        const int64_t r_hi = r_lo + ROW_BLOCK < x->M ? r_lo + ROW_BLOCK : x->M;
+        rows_panels(x, r_lo, r_hi, t0 * np, t1 * np < panels ? t1 * np : panels);
+        i += t1 - t0;
+    }
 }
 
-/* ranges of whole tiles, each at least ~256k multiply-adds (less work would
- * not pay for waking a thread) */
-static int split(const lltm_mm *x, lltm_range_body body, lltm_parallel_for pfor)
+/* each range at least ~256k multiply-adds (less work would not pay for
+ * waking a thread) */
+static int split(const lltm_mm *x, lltm_parallel_for pfor)
 {
-    const int64_t np = tile_panels(), panels = (x->N + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t tiles = (panels + np - 1) / np;
-    const int64_t grain = (1 << 18) / (x->M * x->K * LLTM_PANEL * np) + 1;
-    return pfor(0, tiles, grain, body, (void *)x) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
+    const int64_t tiles = tiles_of(x), blocks = (x->M + ROW_BLOCK - 1) / ROW_BLOCK;
+    const int64_t rows = x->M < ROW_BLOCK ? x->M : ROW_BLOCK;
+    const int64_t grain = (1 << 18) / (rows * x->K * LLTM_PANEL * tile_panels()) + 1;
+    return pfor(0, blocks * tiles, grain, item_range, (void *)x) == 0 ? LLTM_OK
+                                                                      : LLTM_ERR_PARALLEL;
 }
 
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor)
 {
     const lltm_mm x = {M, N, K, lda, 1, ldc, K, 0, a, packed, c};
-    return split(&x, tile_range, pfor);
+    return split(&x, pfor);
 }
 
-/* lltm_mm_f32: a block of K_BLOCK rows of b packed at a time, each range of
- * tiles packing its own panels, then adding their share to c. */
+/* lltm_mm_f32: a block of K_BLOCK rows of b packed at a time, then the
+ * block's product added to c. Where a's steps along k are more than 1 KB
+ * apart (a_cs > A_STRIDE floats), a's block is laid out as rows along k
+ * beside b's: read in place, a tile's k steps fall in a few cache sets and
+ * miss L1; closer steps are read in place (the copy would cost more than it
+ * saves: 0.6x - 0.7x the time of the copy at dW_h^T of H = 32 - 64 on the
+ * machine of docs/performance.md). */
 #define K_BLOCK 256
+#define A_ROWS 16   /* rows of a laid out by one item of the packing */
+#define A_STRIDE 256
 
 typedef struct unpacked_mm {
-    lltm_mm mm;
-    const float *b;
-    int64_t b_rs, b_cs;
+    lltm_mm mm; /* the block's product, on a's laid-out rows or a in place */
+    const float *a, *b;
+    int64_t a_rs, a_cs, b_rs, b_cs, k0, a_items;
+    float *a_rows;
 } unpacked_mm;
 
-static void unpacked_range(int64_t lo, int64_t hi, void *vctx)
+/* items [lo, hi) of a block's packing: first a's rows to lay out (A_ROWS an
+ * item; a_items of them), then b's panels (one an item) */
+static void pack_range(int64_t lo, int64_t hi, void *vctx)
 {
     const unpacked_mm *u = (const unpacked_mm *)vctx;
-    const int64_t np = tile_panels(), panels = (u->mm.N + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t p_hi = hi * np < panels ? hi * np : panels, cols = p_hi * LLTM_PANEL;
-    const int64_t n_lo = lo * np * LLTM_PANEL, n_hi = cols < u->mm.N ? cols : u->mm.N;
-    lltm_pack_f32(n_hi - n_lo, u->mm.K, u->b + n_lo * u->b_cs, u->b_rs, u->b_cs,
-                  (float *)u->mm.packed + n_lo * u->mm.ldp);
-    lltm_packed_mm_panels_f32(&u->mm, lo * np, p_hi);
+    const int64_t kb = u->mm.K;
+    for (int64_t i = lo; i < hi; ++i) {
+        if (i < u->a_items) {
+            const int64_t m0 = i * A_ROWS;
+            const int64_t m1 = m0 + A_ROWS < u->mm.M ? m0 + A_ROWS : u->mm.M;
+            for (int64_t k = 0; k < kb; ++k) {
+                const float *src = u->a + (u->k0 + k) * u->a_cs;
+                for (int64_t m = m0; m < m1; ++m)
+                    u->a_rows[m * kb + k] = src[m * u->a_rs];
+            }
+        } else {
+            const int64_t n0 = (i - u->a_items) * LLTM_PANEL;
+            const int64_t cols = u->mm.N - n0 < LLTM_PANEL ? u->mm.N - n0 : LLTM_PANEL;
+            lltm_pack_f32(cols, kb, u->b + u->k0 * u->b_rs + n0 * u->b_cs, u->b_rs, u->b_cs,
+                          (float *)u->mm.packed + n0 * kb);
+        }
+    }
 }
 
-size_t lltm_mm_workspace_f32(int64_t N) { return lltm_packed_floats(N, K_BLOCK); }
+size_t lltm_mm_workspace_f32(int64_t M, int64_t N)
+{
+    return lltm_packed_floats(N, K_BLOCK) + (size_t)M * K_BLOCK;
+}
 
 int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, int64_t a_cs,
                 const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc, float *work,
                 lltm_parallel_for pfor)
 {
+    const int64_t panels = (N + LLTM_PANEL - 1) / LLTM_PANEL;
+    const int64_t a_items = (M + A_ROWS - 1) / A_ROWS;
+    const int lay_out = a_cs > A_STRIDE;
+    float *a_rows = work + lltm_packed_floats(N, K_BLOCK);
     for (int64_t k0 = 0; k0 < K; k0 += K_BLOCK) {
         const int64_t kb = K - k0 < K_BLOCK ? K - k0 : K_BLOCK;
-        const unpacked_mm u = {{M, N, kb, a_rs, a_cs, ldc, kb, k0 > 0, a + k0 * a_cs, work, c},
-                               b + k0 * b_rs, b_rs, b_cs};
-        const int status = split(&u.mm, unpacked_range, pfor);
+        const unpacked_mm u = {
+            lay_out ? (lltm_mm){M, N, kb, kb, 1, ldc, kb, k0 > 0, a_rows, work, c}
+                    : (lltm_mm){M, N, kb, a_rs, a_cs, ldc, kb, k0 > 0, a + k0 * a_cs, work, c},
+            a, b, a_rs, a_cs, b_rs, b_cs, k0, lay_out ? a_items : 0, a_rows};
+        /* each item ~4k floats moved */
+        const int64_t grain = 4096 / (A_ROWS * kb) + 1;
+        if (pfor(0, u.a_items + panels, grain, pack_range, (void *)&u) != 0)
+            return LLTM_ERR_PARALLEL;
+        const int status = split(&u.mm, pfor);
         if (status != LLTM_OK)
             return status;
     }
     return LLTM_OK;
+}
+
+/* c = a^T b (dW = dG^T x): where c is wide (N >= WIDE), directly, a's
+ * blocks laid out (the copy of dG paid for by N multiply-adds an element);
+ * narrower, as the transpose of b^T a, in which dG is b, packed row by row,
+ * x the side read in place, and c^T is written back transposed, 16 rows of
+ * c an item. At G x N = 384 x 64 over 1,600 rows the transposed route takes
+ * 0.65x the time of the direct one, at 1536 x 512 1.19x, and at 3072 x 1024
+ * over 100 rows 5.3x (the transpose of c); the two are within 2% at N = 128
+ * - 256 for G = 2N - 3N (2 threads, the machine of docs/performance.md). */
+#define WIDE 256
+
+typedef struct transposed {
+    int64_t M, N, ldc;
+    const float *c_t;
+    float *c;
+} transposed;
+
+static void transpose_range(int64_t lo, int64_t hi, void *vctx)
+{
+    const transposed *t = (const transposed *)vctx;
+    const int64_t m0 = lo * 16, m1 = hi * 16 < t->M ? hi * 16 : t->M;
+    for (int64_t n = 0; n < t->N; ++n)
+        for (int64_t m = m0; m < m1; ++m)
+            t->c[m * t->ldc + n] = t->c_t[n * t->M + m];
+}
+
+size_t lltm_mm_tn_workspace_f32(int64_t M, int64_t N)
+{
+    return N >= WIDE ? lltm_mm_workspace_f32(M, N) : lltm_mm_workspace_f32(N, M) + (size_t)(N * M);
+}
+
+int lltm_mm_tn_f32(int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c,
+                   int64_t ldc, float *work, lltm_parallel_for pfor)
+{
+    if (N >= WIDE)
+        return lltm_mm_f32(M, N, K, a, 1, M, b, N, 1, c, ldc, work, pfor);
+    float *c_t = work + lltm_mm_workspace_f32(N, M); /* [N,M] */
+    const int status = lltm_mm_f32(N, M, K, b, 1, N, a, M, 1, c_t, M, work, pfor);
+    if (status != LLTM_OK)
+        return status;
+    const transposed t = {M, N, ldc, c_t, c};
+    const int64_t grain = 4096 / (16 * N) + 1; /* ~4k floats an item */
+    return pfor(0, (M + 15) / 16, grain, transpose_range, (void *)&t) == 0 ? LLTM_OK
+                                                                         : LLTM_ERR_PARALLEL;
 }

@@ -30,19 +30,27 @@ void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b
                    float *packed);
 
 /* c [M,N] (row stride ldc) = a [M,K] (row stride lda) times the packed b;
- * M, N, K >= 1, split over the columns with pfor. LLTM_OK or
- * LLTM_ERR_PARALLEL. */
+ * M, N, K >= 1, split over blocks of rows and columns with pfor. LLTM_OK
+ * or LLTM_ERR_PARALLEL. */
 int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                        const float *packed, float *c, int64_t ldc, lltm_parallel_for pfor);
 
 /* c [M,N] = a [M,K] b [K,N], element (m,k) of a at a[m*a_rs + k*a_cs],
  * (k,n) of b at b[k*b_rs + n*b_cs], for long K (the weight gradients, K =
  * T*B): b packed a block of rows at a time into work, of
- * lltm_mm_workspace_f32(N) floats. M, N, K >= 1. */
-size_t lltm_mm_workspace_f32(int64_t N);
+ * lltm_mm_workspace_f32(M, N) floats, and a's block laid out along k there
+ * too where a's steps along k are far apart. M, N, K >= 1. */
+size_t lltm_mm_workspace_f32(int64_t M, int64_t N);
 int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, int64_t a_cs,
                 const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc, float *work,
                 lltm_parallel_for pfor);
+
+/* c [M,N] (row stride ldc) = a^T b for row-major a [K,M] and b [K,N], long
+ * K (the weight gradients dG^T x over T*B rows), through lltm_mm_f32 in
+ * work, of lltm_mm_tn_workspace_f32(M, N) floats. M, N, K >= 1. */
+size_t lltm_mm_tn_workspace_f32(int64_t M, int64_t N);
+int lltm_mm_tn_f32(int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c,
+                   int64_t ldc, float *work, lltm_parallel_for pfor);
 
 /* One product for lltm_packed_mm_panels_f32: c [M,N] = a [M,K] packed. */
 typedef struct lltm_mm {

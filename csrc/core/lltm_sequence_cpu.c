@@ -417,7 +417,7 @@ static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, 
         return callback;
     const size_t own = backward ? round_up(lltm_packed_floats(H, G) * 4) +
                                       round_up(lltm_packed_floats(I, G) * 4) +
-                                      round_up(lltm_mm_workspace_f32(I > H ? I : H) * 4)
+                                      round_up(lltm_mm_tn_workspace_f32(G, I > H ? I : H) * 4)
                                 : round_up(3 * lltm_packed_floats(H, H) * 4) +
                                       round_up(lltm_packed_floats(G, I) * 4);
     return own > callback ? own : callback; /* either route fits, whatever the ISA */
@@ -611,7 +611,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     char *cursor = (char *)workspace;
     float *W_h = own ? take(&cursor, lltm_packed_floats(H, G) * 4) : NULL;
     float *W_x = own ? take(&cursor, lltm_packed_floats(I, G) * 4) : NULL;
-    float *mm_work = own ? take(&cursor, lltm_mm_workspace_f32(I > H ? I : H) * 4) : NULL;
+    float *mm_work = own ? take(&cursor, lltm_mm_tn_workspace_f32(G, I > H ? I : H) * 4) : NULL;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     if (a->grad_gates != NULL)
         d_gates = a->grad_gates;
@@ -680,18 +680,18 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     /* Over the steps that ran (SB = steps*B rows; dG is 0 past them), all at
      * once, dG^T (g, r) = dG[r, g]:
      *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
-     *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB */
+     *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB
+     * (the core's kernel: lltm_mm_tn_f32) */
     const int64_t SB = steps * B;
     if (grad_weights != NULL) {
         /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
         memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
         memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
         if (own) {
-            status = lltm_mm_f32(G, H, SB, d_gates, 1, G, h_prev, H, 1, grad_weights, K,
-                                 mm_work, pfor);
+            status = lltm_mm_tn_f32(G, H, SB, d_gates, h_prev, grad_weights, K, mm_work, pfor);
             if (status == LLTM_OK && I > 0)
-                status = lltm_mm_f32(G, I, SB, d_gates, 1, G, a->input, I, 1,
-                                     (float *)grad_weights + H, K, mm_work, pfor);
+                status = lltm_mm_tn_f32(G, I, SB, d_gates, a->input, (float *)grad_weights + H,
+                                        K, mm_work, pfor);
         } else {
             status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H,
                              1, grad_weights, K);

@@ -492,11 +492,13 @@ static void test_errors(void)
  * rows and panels, more rows than a block, strided a and c), b read both
  * ways (contiguous along k, and along n), on the ISA in use: b packed
  * first (lltm_packed_mm_f32), and packed a block of K at a time with a read
- * transposed (lltm_mm_f32; K past one block). */
+ * transposed (lltm_mm_f32; K past one block; a's steps along k close, and
+ * far enough apart to be laid out first). */
 static void test_packed_mm(lltm_parallel_for pfor)
 {
     static const long long sizes[][3] = {{1, 1, 1},    {3, 17, 5},  {9, 33, 40}, {8, 48, 7},
-                                         {13, 50, 64}, {130, 35, 9}, {2, 1, 70},  {11, 20, 600}};
+                                         {13, 50, 64}, {130, 35, 9}, {2, 1, 70},  {11, 20, 600},
+                                         {300, 19, 270}};
     char name[32];
     snprintf(name, sizeof name, "float32 isa %d", lltm_cpu_isa());
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
@@ -504,7 +506,7 @@ static void test_packed_mm(lltm_parallel_for pfor)
         const long long lda = K + 3, ldc = N + 2;
         float *a = malloc(sizeof(float) * (size_t)(M * lda)), *b = malloc(sizeof(float) * (size_t)(N * K));
         float *c = malloc(sizeof(float) * (size_t)(M * ldc));
-        float *pk = malloc(sizeof(float) * (lltm_packed_floats(N, K) + lltm_mm_workspace_f32(N)));
+        float *pk = malloc(sizeof(float) * (lltm_packed_floats(N, K) + lltm_mm_workspace_f32(M, N)));
         if (!a || !b || !c || !pk) { perror("malloc"); exit(2); }
         for (long long k = 0; k < M * lda; ++k) a[k] = (float)uniform();
         for (long long k = 0; k < N * K; ++k) b[k] = (float)uniform();
@@ -532,6 +534,38 @@ static void test_packed_mm(lltm_parallel_for pfor)
             check(ok, "packed product (only c's columns written)", M, N, name);
         }
         free(a), free(b), free(c), free(pk);
+    }
+}
+
+/* c = a^T b over long K (lltm_mm_tn_f32: the weight gradients) against long
+ * double sums, into a wider c: narrow c (transposed), wide c with a's
+ * blocks in place (M <= 256) and laid out (M > 256). */
+static void test_mm_tn(lltm_parallel_for pfor)
+{
+    static const long long sizes[][3] = {{1, 1, 1}, {7, 3, 5}, {50, 17, 300}, {33, 270, 260},
+                                         {270, 300, 9}};
+    char name[32];
+    snprintf(name, sizeof name, "float32 isa %d", lltm_cpu_isa());
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
+        const long long M = sizes[s][0], N = sizes[s][1], K = sizes[s][2], ldc = N + 3;
+        float *a = malloc(sizeof(float) * (size_t)(K * M)), *b = malloc(sizeof(float) * (size_t)(K * N));
+        float *c = malloc(sizeof(float) * (size_t)(M * ldc));
+        float *work = malloc(sizeof(float) * lltm_mm_tn_workspace_f32(M, N));
+        if (!a || !b || !c || !work) { perror("malloc"); exit(2); }
+        for (long long k = 0; k < K * M; ++k) a[k] = (float)uniform();
+        for (long long k = 0; k < K * N; ++k) b[k] = (float)uniform();
+        for (long long k = 0; k < M * ldc; ++k) c[k] = NAN;
+        int ok = lltm_mm_tn_f32(M, N, K, a, b, c, ldc, work, pfor) == LLTM_OK;
+        for (long long m = 0; m < M; ++m)
+            for (long long n = 0; n < ldc; ++n) {
+                real want = 0;
+                for (long long k = 0; k < K && n < N; ++k)
+                    want += (real)a[k * M + m] * b[k * N + n];
+                const float got = c[m * ldc + n];
+                ok &= n < N ? fabsl(got - want) <= 1e-5L * (1 + K) : isnan(got);
+            }
+        check(ok, "a^T b (only c's columns written)", M, N, name);
+        free(a), free(b), free(c), free(work);
     }
 }
 
@@ -604,6 +638,7 @@ int main(void)
         check(lltm_cpu_set_isa(isa) == isa && lltm_cpu_isa() == isa, "ISA forced", 0, 0, "-");
         for (size_t r = 0; r < 2; ++r) {
             test_packed_mm(runners[r]);
+            test_mm_tn(runners[r]);
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
                 test_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], LLTM_FLOAT32,
                           runners[r], shapes[s][0] > 0);
