@@ -373,9 +373,12 @@ static void transpose_range(int64_t lo, int64_t hi, void *vctx)
             t->c[m * t->ldc + n] = t->c_t[n * t->M + m];
 }
 
+/* enough for either route, so that the work for N serves every narrower c */
 size_t lltm_mm_tn_workspace_f32(int64_t M, int64_t N)
 {
-    return N >= WIDE ? lltm_mm_workspace_f32(M, N) : lltm_mm_workspace_f32(N, M) + (size_t)(N * M);
+    const size_t direct = lltm_mm_workspace_f32(M, N);
+    const size_t transposed = lltm_mm_workspace_f32(N, M) + (size_t)(N * M);
+    return direct > transposed ? direct : transposed;
 }
 
 int lltm_mm_tn_f32(int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c,

@@ -47,7 +47,8 @@ int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, i
 
 /* c [M,N] (row stride ldc) = a^T b for row-major a [K,M] and b [K,N], long
  * K (the weight gradients dG^T x over T*B rows), through lltm_mm_f32 in
- * work, of lltm_mm_tn_workspace_f32(M, N) floats. M, N, K >= 1. */
+ * work, of lltm_mm_tn_workspace_f32(M, N) floats (which serve any N' <= N
+ * too). M, N, K >= 1. */
 size_t lltm_mm_tn_workspace_f32(int64_t M, int64_t N);
 int lltm_mm_tn_f32(int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c,
                    int64_t ldc, float *work, lltm_parallel_for pfor);

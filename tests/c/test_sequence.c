@@ -644,6 +644,13 @@ int main(void)
                           runners[r], shapes[s][0] > 0);
         }
     }
+    /* one weight gradient wide, the other narrow (lltm_mm_tn_f32's two
+     * routes in one workspace) */
+    for (int isa = LLTM_ISA_AVX2; isa <= best; ++isa) {
+        check(lltm_cpu_set_isa(isa) == isa, "ISA forced", 0, 0, "-");
+        test_case(3, 2, 100, 256, LLTM_FLOAT32, chunked_for, 0);
+        test_case(3, 2, 300, 40, LLTM_FLOAT32, chunked_for, 1);
+    }
     if (best >= LLTM_ISA_AVX512)
         test_step_avx512();
     /* inference in several chunks of steps (~512 KB of projections each) */
