@@ -604,9 +604,14 @@ static void test_step_avx512(void)
             int ok = 1;
             for (int64_t k = 0; k < H; ++k) {
                 const int in = k < n;
-                ok &= in ? close_f32(h[k], want_h[k]) && close_f32(c[k], want_c[k])
+                /* i * z with z infinite and i under FLT_MIN: the C math's
+                 * exp saturates there (i = 0, c NaN), the vector one keeps
+                 * i's denormal (c infinite): both round the exact sigmoid,
+                 * so c, c_out and h are not compared */
+                const int edge = in && isinf(want_g[2 * H + k]) && want_g[k] < FLT_MIN;
+                ok &= in ? edge || (close_f32(h[k], want_h[k]) && close_f32(c[k], want_c[k]))
                          : h[k] == 7.0f && memcmp(&c[k], &c0[k], 4) == 0;
-                ok &= pass && in ? close_f32(c_out[k], want_c[k]) : c_out[k] == 7.0f;
+                ok &= pass && in ? edge || close_f32(c_out[k], want_c[k]) : c_out[k] == 7.0f;
                 for (int q = 0; q < 3; ++q)
                     ok &= pass && in ? close_f32(g[q * H + k], want_g[q * H + k])
                                      : memcmp(&g[q * H + k], &g0[q * H + k], 4) == 0;
