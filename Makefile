@@ -77,7 +77,8 @@ test-c:
 	mkdir -p build
 	$(CC) $(TEST_C_FLAGS) tests/c/test_core.c csrc/core/lltm_cpu.c -lm -o build/test_core
 	$(CC) $(TEST_C_FLAGS) tests/c/test_sequence.c csrc/core/lltm_sequence_cpu.c \
-	    csrc/core/lltm_cpu_gemm.c csrc/core/lltm_cpu_step.c csrc/core/lltm_cpu.c -lm \
+	    csrc/core/lltm_sequence_cpu_steps.c csrc/core/lltm_cpu_gemm.c csrc/core/lltm_cpu_step.c \
+	    csrc/core/lltm_cpu.c -lm \
 	    -o build/test_sequence
 	$(CC) $(TEST_C_FLAGS) tests/c/test_rules.c csrc/core/lltm_cuda_rules.c -lm -o build/test_rules
 	./build/test_core

@@ -54,6 +54,7 @@ CPU_SOURCES = [
     "binding/call_settings.c",
     "binding/cell_cpu.c",
     "core/lltm_sequence_cpu.c",
+    "core/lltm_sequence_cpu_steps.c",
     "binding/layers.c",
     "binding/sequence_cpu.c",
     "binding/register.c",

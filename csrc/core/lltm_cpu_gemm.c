@@ -284,36 +284,52 @@ int lltm_packed_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t 
  * saves: 0.6x - 0.7x the time of the copy at dW_h^T of H = 32 - 64 on the
  * machine of docs/performance.md). */
 #define K_BLOCK 256
-#define A_ROWS 16   /* rows of a laid out by one item of the packing */
+#define K_CHUNK 16 /* rows of k one item of the packing copies */
 #define A_STRIDE 256
 
 typedef struct unpacked_mm {
     lltm_mm mm; /* the block's product, on a's laid-out rows or a in place */
     const float *a, *b;
-    int64_t a_rs, a_cs, b_rs, b_cs, k0, a_items;
-    float *a_rows;
+    int64_t a_rs, a_cs, b_rs, b_cs, k0, chunks;
+    float *a_rows; /* NULL: a read in place */
 } unpacked_mm;
 
-/* items [lo, hi) of a block's packing: first a's rows to lay out (A_ROWS an
- * item; a_items of them), then b's panels (one an item) */
+/* items [lo, hi) of a block's packing: first its chunks of K_CHUNK rows of
+ * k, in each a's rows laid out and a row-major b's rows packed; then, for
+ * a b stored along k, b's panels (one an item). A chunk reads whole rows of
+ * dG, x or h in order: its loads stream (the lines of a column of them, a
+ * row apart, are each a miss to memory where a panel or row block an item
+ * walks k). */
 static void pack_range(int64_t lo, int64_t hi, void *vctx)
 {
     const unpacked_mm *u = (const unpacked_mm *)vctx;
-    const int64_t kb = u->mm.K;
+    const int64_t kb = u->mm.K, M = u->mm.M, N = u->mm.N;
     for (int64_t i = lo; i < hi; ++i) {
-        if (i < u->a_items) {
-            const int64_t m0 = i * A_ROWS;
-            const int64_t m1 = m0 + A_ROWS < u->mm.M ? m0 + A_ROWS : u->mm.M;
-            for (int64_t k = 0; k < kb; ++k) {
-                const float *src = u->a + (u->k0 + k) * u->a_cs;
-                for (int64_t m = m0; m < m1; ++m)
-                    u->a_rows[m * kb + k] = src[m * u->a_rs];
-            }
-        } else {
-            const int64_t n0 = (i - u->a_items) * LLTM_PANEL;
-            const int64_t cols = u->mm.N - n0 < LLTM_PANEL ? u->mm.N - n0 : LLTM_PANEL;
+        if (i >= u->chunks) {
+            const int64_t n0 = (i - u->chunks) * LLTM_PANEL;
+            const int64_t cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
             lltm_pack_f32(cols, kb, u->b + u->k0 * u->b_rs + n0 * u->b_cs, u->b_rs, u->b_cs,
                           (float *)u->mm.packed + n0 * kb);
+            continue;
+        }
+        const int64_t k_lo = i * K_CHUNK, k_hi = k_lo + K_CHUNK < kb ? k_lo + K_CHUNK : kb;
+        for (int64_t m = 0; u->a_rows && m < M; ++m) {
+            const float *src = u->a + (u->k0 + k_lo) * u->a_cs + m * u->a_rs;
+            float *dst = u->a_rows + m * kb;
+            for (int64_t k = k_lo; k < k_hi; ++k, src += u->a_cs)
+                dst[k] = *src;
+        }
+        if (u->b_cs != 1)
+            continue;
+        float *packed = (float *)u->mm.packed;
+        for (int64_t k = k_lo; k < k_hi; ++k) {
+            const float *row = u->b + (u->k0 + k) * u->b_rs;
+            for (int64_t n0 = 0; n0 < N; n0 += LLTM_PANEL) {
+                float *dst = packed + (n0 * kb + k * LLTM_PANEL);
+                const int64_t cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
+                memcpy(dst, row + n0, (size_t)cols * sizeof(float));
+                memset(dst + cols, 0, (size_t)(LLTM_PANEL - cols) * sizeof(float));
+            }
         }
     }
 }
@@ -328,18 +344,19 @@ int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, i
                 lltm_parallel_for pfor)
 {
     const int64_t panels = (N + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t a_items = (M + A_ROWS - 1) / A_ROWS;
     const int lay_out = a_cs > A_STRIDE;
     float *a_rows = work + lltm_packed_floats(N, K_BLOCK);
     for (int64_t k0 = 0; k0 < K; k0 += K_BLOCK) {
         const int64_t kb = K - k0 < K_BLOCK ? K - k0 : K_BLOCK;
+        const int64_t chunks = lay_out || b_cs == 1 ? (kb + K_CHUNK - 1) / K_CHUNK : 0;
         const unpacked_mm u = {
             lay_out ? (lltm_mm){M, N, kb, kb, 1, ldc, kb, k0 > 0, a_rows, work, c}
                     : (lltm_mm){M, N, kb, a_rs, a_cs, ldc, kb, k0 > 0, a + k0 * a_cs, work, c},
-            a, b, a_rs, a_cs, b_rs, b_cs, k0, lay_out ? a_items : 0, a_rows};
+            a, b, a_rs, a_cs, b_rs, b_cs, k0, chunks, lay_out ? a_rows : NULL};
         /* each item ~4k floats moved */
-        const int64_t grain = 4096 / (A_ROWS * kb) + 1;
-        if (pfor(0, u.a_items + panels, grain, pack_range, (void *)&u) != 0)
+        const int64_t per_chunk = K_CHUNK * ((lay_out ? M : 0) + (b_cs == 1 ? N : 0));
+        const int64_t grain = 4096 / (per_chunk > 0 ? per_chunk : K_CHUNK * kb) + 1;
+        if (pfor(0, chunks + (b_cs == 1 ? 0 : panels), grain, pack_range, (void *)&u) != 0)
             return LLTM_ERR_PARALLEL;
         const int status = split(&u.mm, pfor);
         if (status != LLTM_OK)

@@ -1,223 +1,23 @@
 /*
  * lltm_sequence_cpu.c - one LLTM layer over a whole sequence on the CPU: the
  * time loop, forward and backward (lltm_sequence_forward_cpu /
- * lltm_sequence_backward_cpu). float32's products run on the core's own
- * kernel (lltm_cpu_gemm.h) on AVX2 and AVX-512 CPUs, W packed once per call, the forward step's
- * product fused with its pointwise pass; the other dtypes' go through the
- * caller's lltm_gemm callback (the binding: aten::mm), each step's
- * pointwise part one fused pass. lltm.h documents the algorithm, the shapes
- * and the workspaces.
- *
- * As in lltm_cpu.c, the pointwise work is split over hidden units k: a range
- * [lo, hi) owns columns k, H+k, 2H+k of every gate row, so it also owns those
- * entries of the bias gradient and accumulates them without atomics, in a
- * fixed order (deterministic for any thread count).
+ * lltm_sequence_backward_cpu), the products and the workspaces; one step's
+ * pointwise work is in lltm_sequence_cpu_steps.c. float32's products run on
+ * the core's own kernel (lltm_cpu_gemm.h) on AVX2 and AVX-512 CPUs, W packed
+ * once per call, the forward step's product fused with its pointwise pass;
+ * the other dtypes' go through the caller's lltm_gemm callback (the
+ * binding: aten::mm). lltm.h documents the algorithm, the shapes and the
+ * workspaces.
  *
  * The recurrent cell state c and its running gradient dL/dc are carried in
  * the accumulation type (float for float16 / bfloat16) between steps; the
  * saved cells are those values rounded to the dtype.
  */
-#include "lltm.h"
-#include "lltm_cpu_gemm.h"
+#include "lltm_sequence_cpu_steps.h"
 #include "lltm_cpu_math.h"
 
 #include <stdbool.h>
 #include <string.h>
-
-/* The step bodies are compiled for AVX-512 too (16 floats a vector): on
- * machines that have it they run ~2x faster than the AVX2 clone; the loader
- * picks one per machine (GNU ifunc), as for LLTM_CPU_CLONES. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LLTM_NO_CLONES)
-#define LLTM_SEQUENCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LLTM_SEQUENCE_CLONES
-#endif
-
-/* Rows past their length at step t (t >= lengths[b]; lengths NULL: none)
- * keep their state: gates 0, c unchanged, h_t 0; the recurrent product is
- * not read for them. */
-typedef struct sequence_forward_args {
-    int64_t B, H, t;
-    const int64_t *lengths;
-    const void *recurrent;
-    void *gates;
-    const void *bias;
-    void *cell_state; /* acc, in/out: c_{t-1} -> c_t */
-    void *new_h, *new_cell;
-} sequence_forward_args;
-
-/* Row b at step t: past its length (t >= lengths[b]): dG 0, dL/dc passes
- * through, no bias share; at its last step (t == lengths[b] - 1, or T - 1
- * without lengths) dL/dh_t is grad_output + grad_h_n, before it
- * grad_output + grad_h (dG_{t+1} W_h). */
-typedef struct sequence_backward_args {
-    int64_t B, H, t, T;
-    const int64_t *lengths;
-    const void *grad_output, *grad_h, *grad_h_n;
-    void *grad_cell; /* acc, in/out: dL/dc_t -> dL/dc_{t-1} */
-    const void *cell, *gates;
-    void *grad_gates, *grad_bias; /* grad_bias: acc */
-} sequence_backward_args;
-
-/* One set of functions per dtype around the shared per-element math of
- * lltm_cpu_math.h (float32: branch-free, vectorisable; float64: libm;
- * float16 / bfloat16: loaded into float, the float32 math, stored back): S
- * the storage type, C the compute and accumulation type, MATH the math's
- * suffix. Each row's loop over hidden units is its own function whose
- * arrays are restrict-qualified parameters (the gate blocks of a row are
- * disjoint, and so are the arrays); GCC needs that to vectorise. Rows take
- * n units from pointers already offset to the range's first unit. */
-#define LLTM_DEFINE_SEQUENCE_BODIES(S, C, SUFFIX, MATH)                             \
-    static inline void seq_forward_row_##SUFFIX(                                    \
-        int64_t n, const S *restrict r_i, const S *restrict r_o,                    \
-        const S *restrict r_z, S *restrict g_i, S *restrict g_o, S *restrict g_z,   \
-        const S *restrict b_i, const S *restrict b_o, const S *restrict b_z,        \
-        C *restrict c, S *restrict h_out, S *restrict c_out)                        \
-    {                                                                               \
-        for (int64_t k = 0; k < n; ++k) {                                           \
-            C i, o, z, c_new, h_new;                                                \
-            lltm_step_forward_##MATH(lltm_load_##SUFFIX(g_i[k]) +                   \
-                                         lltm_load_##SUFFIX(r_i[k]) +               \
-                                         lltm_load_##SUFFIX(b_i[k]),                \
-                                     lltm_load_##SUFFIX(g_o[k]) +                   \
-                                         lltm_load_##SUFFIX(r_o[k]) +               \
-                                         lltm_load_##SUFFIX(b_o[k]),                \
-                                     lltm_load_##SUFFIX(g_z[k]) +                   \
-                                         lltm_load_##SUFFIX(r_z[k]) +               \
-                                         lltm_load_##SUFFIX(b_z[k]),                \
-                                     c[k], &i, &o, &z, &c_new, &h_new);             \
-            g_i[k] = lltm_store_##SUFFIX(i);                                        \
-            g_o[k] = lltm_store_##SUFFIX(o);                                        \
-            g_z[k] = lltm_store_##SUFFIX(z);                                        \
-            c[k] = c_new;                                                           \
-            c_out[k] = lltm_store_##SUFFIX(c_new);                                  \
-            h_out[k] = lltm_store_##SUFFIX(h_new);                                  \
-        }                                                                           \
-    }                                                                               \
-                                                                                    \
-    /* a row past its length: gates 0, h 0, the cell state kept */              \
-    static inline void seq_stopped_row_##SUFFIX(                                    \
-        int64_t n, S *restrict g_i, S *restrict g_o, S *restrict g_z,               \
-        const C *restrict c, S *restrict h_out, S *restrict c_out)                  \
-    {                                                                               \
-        for (int64_t k = 0; k < n; ++k) {                                           \
-            g_i[k] = g_o[k] = g_z[k] = h_out[k] = lltm_store_##SUFFIX(0);           \
-            c_out[k] = lltm_store_##SUFFIX(c[k]);                                   \
-        }                                                                           \
-    }                                                                               \
-                                                                                    \
-    LLTM_SEQUENCE_CLONES                                                            \
-    static void seq_forward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)       \
-    {                                                                               \
-        const sequence_forward_args *a = (const sequence_forward_args *)vctx;       \
-        const int64_t H = a->H, G = 3 * a->H;                                       \
-        const S *bias = (const S *)a->bias + lo;                                    \
-        for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const S *r = (const S *)a->recurrent + b * G + lo;                      \
-            S *g = (S *)a->gates + b * G + lo;                                      \
-            if (a->lengths && a->t >= a->lengths[b]) {                              \
-                seq_stopped_row_##SUFFIX(hi - lo, g, g + H, g + 2 * H,              \
-                                         (const C *)a->cell_state + b * H + lo,     \
-                                         (S *)a->new_h + b * H + lo,                \
-                                         (S *)a->new_cell + b * H + lo);            \
-                continue;                                                           \
-            }                                                                       \
-            seq_forward_row_##SUFFIX(hi - lo, r, r + H, r + 2 * H, g, g + H,        \
-                                     g + 2 * H, bias, bias + H, bias + 2 * H,       \
-                                     (C *)a->cell_state + b * H + lo,               \
-                                     (S *)a->new_h + b * H + lo,                    \
-                                     (S *)a->new_cell + b * H + lo);                \
-        }                                                                           \
-    }                                                                               \
-                                                                                    \
-    static inline void seq_backward_row_##SUFFIX(                                   \
-        int64_t n, const S *restrict dy, const S *restrict dh, C *restrict dc,      \
-        const S *restrict c_new, const S *restrict a_i, const S *restrict a_o,      \
-        const S *restrict a_z, S *restrict dg_i, S *restrict dg_o,                  \
-        S *restrict dg_z, C *restrict db_i, C *restrict db_o, C *restrict db_z)     \
-    {                                                                               \
-        for (int64_t k = 0; k < n; ++k) {                                           \
-            C d_gi, d_go, d_gz, d_cell;                                             \
-            /* dL/dh_t: from the output at t plus through step t+1 */               \
-            lltm_step_backward_##MATH(                                              \
-                lltm_load_##SUFFIX(a_i[k]), lltm_load_##SUFFIX(a_o[k]),             \
-                lltm_load_##SUFFIX(a_z[k]), lltm_load_##SUFFIX(c_new[k]),           \
-                lltm_load_##SUFFIX(dy[k]) + lltm_load_##SUFFIX(dh[k]), dc[k],       \
-                &d_gi, &d_go, &d_gz, &d_cell);                                      \
-            dg_i[k] = lltm_store_##SUFFIX(d_gi);                                    \
-            dg_o[k] = lltm_store_##SUFFIX(d_go);                                    \
-            dg_z[k] = lltm_store_##SUFFIX(d_gz);                                    \
-            dc[k] = d_cell; /* c_t = c_{t-1} + i z: dL/dc_{t-1} = dL/dc_t */        \
-            db_i[k] += d_gi;                                                        \
-            db_o[k] += d_go;                                                        \
-            db_z[k] += d_gz;                                                        \
-        }                                                                           \
-    }                                                                               \
-                                                                                    \
-    LLTM_SEQUENCE_CLONES                                                            \
-    static void seq_backward_body_##SUFFIX(int64_t lo, int64_t hi, void *vctx)      \
-    {                                                                               \
-        const sequence_backward_args *a = (const sequence_backward_args *)vctx;     \
-        const int64_t H = a->H, G = 3 * a->H;                                       \
-        C *db = (C *)a->grad_bias + lo;                                             \
-        for (int64_t b = 0; b < a->B; ++b) {                                        \
-            const S *act = (const S *)a->gates + b * G + lo;                        \
-            S *dg = (S *)a->grad_gates + b * G + lo;                                \
-            const int64_t steps = a->lengths ? a->lengths[b] : a->T;                \
-            if (a->t >= steps) { /* past the row's end */                           \
-                memset(dg, 0, (size_t)(hi - lo) * sizeof(S));                       \
-                memset(dg + H, 0, (size_t)(hi - lo) * sizeof(S));                   \
-                memset(dg + 2 * H, 0, (size_t)(hi - lo) * sizeof(S));               \
-                continue;                                                           \
-            }                                                                       \
-            const S *dh = a->t == steps - 1 ? a->grad_h_n : a->grad_h;              \
-            seq_backward_row_##SUFFIX(                                              \
-                hi - lo, (const S *)a->grad_output + b * H + lo,                    \
-                dh + b * H + lo, (C *)a->grad_cell + b * H + lo,                    \
-                (const S *)a->cell + b * H + lo, act, act + H, act + 2 * H, dg,     \
-                dg + H, dg + 2 * H, db, db + H, db + 2 * H);                        \
-        }                                                                           \
-    }                                                                               \
-                                                                                    \
-    /* dst [n] (C) = src [n] (S), and back */                                       \
-    static void seq_load_##SUFFIX(int64_t n, const void *src, void *dst)            \
-    {                                                                               \
-        for (int64_t k = 0; k < n; ++k)                                             \
-            ((C *)dst)[k] = lltm_load_##SUFFIX(((const S *)src)[k]);                \
-    }                                                                               \
-    static void seq_store_##SUFFIX(int64_t n, const void *src, void *dst)           \
-    {                                                                               \
-        for (int64_t k = 0; k < n; ++k)                                             \
-            ((S *)dst)[k] = lltm_store_##SUFFIX(((const C *)src)[k]);               \
-    }
-
-LLTM_DEFINE_SEQUENCE_BODIES(float, float, f32, f32)
-LLTM_DEFINE_SEQUENCE_BODIES(double, double, f64, f64)
-LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, f16, f32)
-LLTM_DEFINE_SEQUENCE_BODIES(uint16_t, float, bf16, f32)
-
-/* The functions of one dtype. */
-typedef struct sequence_kernels {
-    size_t elem, acc; /* bytes of an element, of an accumulator */
-    lltm_range_body forward, backward;
-    void (*load)(int64_t n, const void *src, void *dst);  /* dtype -> acc */
-    void (*store)(int64_t n, const void *src, void *dst); /* acc -> dtype */
-} sequence_kernels;
-
-static int kernels_for(lltm_dtype dtype, sequence_kernels *k)
-{
-#define LLTM_SEQUENCE_KERNELS(ELEM, ACC, SUFFIX)                                       \
-    (sequence_kernels){ELEM, ACC, seq_forward_body_##SUFFIX, seq_backward_body_##SUFFIX, \
-                       seq_load_##SUFFIX, seq_store_##SUFFIX}
-    switch (dtype) {
-    case LLTM_FLOAT32: *k = LLTM_SEQUENCE_KERNELS(4, 4, f32); return LLTM_OK;
-    case LLTM_FLOAT64: *k = LLTM_SEQUENCE_KERNELS(8, 8, f64); return LLTM_OK;
-    case LLTM_FLOAT16: *k = LLTM_SEQUENCE_KERNELS(2, 4, f16); return LLTM_OK;
-    case LLTM_BFLOAT16: *k = LLTM_SEQUENCE_KERNELS(2, 4, bf16); return LLTM_OK;
-    }
-#undef LLTM_SEQUENCE_KERNELS
-    return LLTM_ERR_DTYPE;
-}
 
 /* Byte address of element `index` of an array of `elem`-byte items. */
 static inline void *at(const void *base, int64_t index, size_t elem)
@@ -302,62 +102,6 @@ static int run(lltm_parallel_for pfor, int64_t B, int64_t H, lltm_range_body bod
     return pfor(0, H, lltm_grain_for_batch(B), body, args) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
 }
 
-/* float32's forward step in one pass per range of units: the three gate
- * blocks of h_{t-1} W_h^T for those units on the core's kernel, then the
- * pointwise pass over them while they are in cache. Ranges are of whole
- * panels (16 units). */
-typedef struct fused_step {
-    sequence_forward_args *step;
-    lltm_mm mm; /* one gate block: [m,H] = h_{t-1} [m,H] packed, c at column 0 of r */
-    size_t gate_floats;
-    bool infer; /* keep nothing: no activations, no cells */
-} fused_step;
-
-/* The pointwise part of a step, units [lo, hi), on AVX-512 */
-static void forward_body_avx512(int64_t lo, int64_t hi, const sequence_forward_args *a,
-                                bool infer)
-{
-    const int64_t H = a->H, G = 3 * H;
-    for (int64_t b = 0; b < a->B; ++b) {
-        float *g = (float *)a->gates + b * G + lo, *c = (float *)a->cell_state + b * H + lo;
-        float *h = (float *)a->new_h + b * H + lo, *c_out = (float *)a->new_cell + b * H + lo;
-        if (a->lengths && a->t >= a->lengths[b])
-            seq_stopped_row_f32(hi - lo, g, g + H, g + 2 * H, c, h, c_out);
-        else
-            lltm_step_forward_avx512_f32(hi - lo, H, (const float *)a->recurrent + b * G + lo,
-                                         (const float *)a->bias + lo, g, c, h,
-                                         infer ? NULL : c_out);
-    }
-}
-
-static void fused_step_body(int64_t lo, int64_t hi, void *vctx)
-{
-    const fused_step *f = (const fused_step *)vctx;
-    for (int q = 0; q < 3; ++q) {
-        lltm_mm mm = f->mm;
-        mm.packed += (size_t)q * f->gate_floats;
-        mm.c += q * mm.N;
-        lltm_packed_mm_panels_f32(&mm, lo, hi);
-    }
-    const int64_t H = f->mm.N, end = hi * LLTM_PANEL;
-    if (lltm_cpu_isa() == LLTM_ISA_AVX512)
-        forward_body_avx512(lo * LLTM_PANEL, end < H ? end : H, f->step, f->infer);
-    else
-        seq_forward_body_f32(lo * LLTM_PANEL, end < H ? end : H, f->step);
-}
-
-static int run_fused(lltm_parallel_for pfor, fused_step *f)
-{
-    /* a range of at least ~64k multiply-adds and the grain of the
-     * pointwise pass (fewer would not pay for waking a thread; at B = 1 each
-     * core then streams its half of W_h from its own L2) */
-    const int64_t H = f->mm.N, panels = (H + LLTM_PANEL - 1) / LLTM_PANEL;
-    const int64_t by_mm = (1 << 16) / (3 * LLTM_PANEL * f->mm.M * H) + 1;
-    const int64_t by_pointwise = lltm_grain_for_batch(f->step->B) / LLTM_PANEL + 1;
-    const int64_t grain = by_mm < by_pointwise ? by_mm : by_pointwise;
-    return pfor(0, panels, grain, fused_step_body, f) == 0 ? LLTM_OK : LLTM_ERR_PARALLEL;
-}
-
 static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
 {
     return T >= 0 && B >= 0 && I >= 0 && H >= 1;
@@ -366,9 +110,9 @@ static bool sizes_ok(int64_t T, int64_t B, int64_t I, int64_t H)
 /* The checks both directions start with; k: the dtype's functions. */
 static int check_call(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
                       const void *tensors, void *workspace, size_t workspace_bytes,
-                      lltm_gemm gemm, lltm_parallel_for pfor, sequence_kernels *k)
+                      lltm_gemm gemm, lltm_parallel_for pfor, lltm_seq_kernels *k)
 {
-    const int status = kernels_for(dtype, k);
+    const int status = lltm_seq_kernels_for(dtype, k);
     if (status != LLTM_OK)
         return status;
     if (!sizes_ok(T, B, I, H) || tensors == NULL || gemm == NULL || pfor == NULL ||
@@ -417,7 +161,7 @@ static size_t weight_bytes(lltm_dtype dtype, size_t elem, int64_t I, int64_t H, 
         return callback;
     const size_t own = backward ? round_up(lltm_packed_floats(H, G) * 4) +
                                       round_up(lltm_packed_floats(I, G) * 4) +
-                                      round_up(lltm_mm_tn_workspace_f32(G, I > H ? I : H) * 4)
+                                      round_up(lltm_mm_tn_workspace_f32(G, I + H) * 4)
                                 : round_up(3 * lltm_packed_floats(H, H) * 4) +
                                       round_up(lltm_packed_floats(G, I) * 4);
     return own > callback ? own : callback; /* either route fits, whatever the ISA */
@@ -433,8 +177,8 @@ static bool own_products(lltm_dtype dtype)
 
 size_t lltm_sequence_forward_workspace_cpu(lltm_dtype dtype, int64_t I, int64_t B, int64_t H)
 {
-    sequence_kernels k;
-    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(0, B, I, H))
+    lltm_seq_kernels k;
+    if (lltm_seq_kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(0, B, I, H))
         return 0;
     const size_t G = (size_t)(3 * H);
     return weight_bytes(dtype, k.elem, I, H, false) + round_up((size_t)B * G * k.elem) +
@@ -456,8 +200,8 @@ static int64_t infer_chunk(int64_t T, int64_t B, int64_t H, size_t elem)
 size_t lltm_sequence_infer_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t I, int64_t B,
                                          int64_t H)
 {
-    sequence_kernels k;
-    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
+    lltm_seq_kernels k;
+    if (lltm_seq_kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
         return 0;
     const size_t step = (size_t)(B * 3 * H) * k.elem;
     return lltm_sequence_forward_workspace_cpu(dtype, I, B, H) +
@@ -468,12 +212,12 @@ size_t lltm_sequence_infer_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t I,
 size_t lltm_sequence_backward_workspace_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                                             int64_t H)
 {
-    sequence_kernels k;
-    if (kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
+    lltm_seq_kernels k;
+    if (lltm_seq_kernels_for(dtype, &k) != LLTM_OK || !sizes_ok(T, B, I, H))
         return 0;
     const size_t G = (size_t)(3 * H), TB = (size_t)(T * B);
     return weight_bytes(dtype, k.elem, I, H, true) + round_up(TB * G * k.elem) +
-           round_up(TB * (size_t)H * k.elem) + round_up((size_t)(B * H) * k.elem) +
+           round_up(TB * (size_t)(I + H) * k.elem) + round_up((size_t)(B * H) * k.elem) +
            round_up((size_t)(B * H) * k.acc) + round_up(G * k.acc);
 }
 
@@ -481,7 +225,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                               const lltm_sequence_forward_tensors *tensors, void *workspace,
                               lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
-    sequence_kernels k;
+    lltm_seq_kernels k;
     /* inference: cells and gates both NULL (one alone is an error) */
     const bool infer = tensors != NULL && tensors->cells == NULL && tensors->gates == NULL;
     int status = check_call(dtype, T, B, I, H, tensors, workspace,
@@ -551,7 +295,7 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
                              h_prev, H, 1, W_h_t, G, 1, recurrent, G);
         if (status != LLTM_OK)
             break;
-        sequence_forward_args args = {.B = B,
+        lltm_seq_forward_args args = {.B = B,
                                       .H = H,
                                       .t = t,
                                       .lengths = lengths,
@@ -565,8 +309,8 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
             const lltm_mm mm = {.M = running_rows(B, lengths, t), .N = H, .K = H, .lda = H,
                                 .a_cs = 1, .ldc = G, .ldp = H, .a = h_prev,
                                 .packed = W_h_t, .c = recurrent};
-            fused_step f = {&args, mm, gate_floats, infer};
-            status = run_fused(pfor, &f);
+            lltm_seq_fused_step f = {&args, mm, gate_floats, infer};
+            status = lltm_seq_fused_step_f32(pfor, &f);
         } else {
             status = run(pfor, B, H, k.forward, &args);
         }
@@ -589,11 +333,33 @@ int lltm_sequence_forward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I,
     return LLTM_OK;
 }
 
+/* Rows of the backward's X [SB,K] = [h_{t-1} | x_t], h_{t-1} from h0 (t =
+ * 0) or the output, a range of rows an item. */
+typedef struct inputs_rows {
+    int64_t B, H, I;
+    size_t elem;
+    const void *h0, *output, *input;
+    void *X;
+} inputs_rows;
+
+static void inputs_range(int64_t lo, int64_t hi, void *vctx)
+{
+    const inputs_rows *r = (const inputs_rows *)vctx;
+    const size_t elem = r->elem;
+    for (int64_t row = lo; row < hi; ++row) {
+        char *dst = at(r->X, row * (r->H + r->I), elem);
+        const void *h = row < r->B ? at(r->h0, row * r->H, elem)
+                                   : at(r->output, (row - r->B) * r->H, elem);
+        memcpy(dst, h, (size_t)r->H * elem);
+        memcpy(dst + (size_t)r->H * elem, at(r->input, row * r->I, elem), (size_t)r->I * elem);
+    }
+}
+
 int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I, int64_t H,
                                const lltm_sequence_backward_tensors *tensors, void *workspace,
                                lltm_gemm gemm, void *gemm_ctx, lltm_parallel_for pfor)
 {
-    sequence_kernels k;
+    lltm_seq_kernels k;
     int status = check_call(dtype, T, B, I, H, tensors, workspace,
                             lltm_sequence_backward_workspace_cpu(dtype, T, B, I, H), gemm, pfor,
                             &k);
@@ -611,11 +377,11 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     char *cursor = (char *)workspace;
     float *W_h = own ? take(&cursor, lltm_packed_floats(H, G) * 4) : NULL;
     float *W_x = own ? take(&cursor, lltm_packed_floats(I, G) * 4) : NULL;
-    float *mm_work = own ? take(&cursor, lltm_mm_tn_workspace_f32(G, I > H ? I : H) * 4) : NULL;
+    float *mm_work = own ? take(&cursor, lltm_mm_tn_workspace_f32(G, K) * 4) : NULL;
     void *d_gates = take(&cursor, (size_t)(TB * G) * elem); /* [T,B,G] */
     if (a->grad_gates != NULL)
         d_gates = a->grad_gates;
-    void *h_prev = take(&cursor, (size_t)(TB * H) * elem);  /* [T,B,H] */
+    void *X = take(&cursor, (size_t)(TB * K) * elem);       /* [T,B,K] */
     void *dh = take(&cursor, (size_t)(B * H) * elem);       /* [B,H] */
     void *dc = take(&cursor, (size_t)(B * H) * k.acc);      /* [B,H] acc */
     void *bias_acc = take(&cursor, (size_t)G * k.acc);      /* [G] acc */
@@ -633,7 +399,7 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
     k.load(B * H, a->grad_c_n, dc);
     const void *dh_next = a->grad_h_n;
     for (int64_t t = T - 1; t >= 0 && B > 0; --t) {
-        sequence_backward_args args = {.B = B,
+        lltm_seq_backward_args args = {.B = B,
                                        .H = H,
                                        .t = t,
                                        .T = T,
@@ -679,26 +445,18 @@ int lltm_sequence_backward_cpu(lltm_dtype dtype, int64_t T, int64_t B, int64_t I
         return LLTM_OK;
     /* Over the steps that ran (SB = steps*B rows; dG is 0 past them), all at
      * once, dG^T (g, r) = dG[r, g]:
-     *   dW_h [G,H] = dG^T h_prev   dW_x [G,I] = dG^T x   (row stride K in dW)
+     *   dW [G,K] = dG^T X, X [SB,K] = [h_{t-1} | x_t] (the cell's X)
      *   dx [SB,I] = dG W_x         W_x (g, i) = W[g, H + i]; 0 past SB
-     * (the core's kernel: lltm_mm_tn_f32) */
+     * (dW on the core's kernel: lltm_mm_tn_f32) */
     const int64_t SB = steps * B;
     if (grad_weights != NULL) {
-        /* h_prev [SB,H] = [h0; h_1 .. h_{steps-1}] = h0, output[0 .. steps-2] */
-        memcpy(h_prev, a->h0, (size_t)(B * H) * elem);
-        memcpy(at(h_prev, B * H, elem), a->output, (size_t)((steps - 1) * B * H) * elem);
-        if (own) {
-            status = lltm_mm_tn_f32(G, H, SB, d_gates, h_prev, grad_weights, K, mm_work, pfor);
-            if (status == LLTM_OK && I > 0)
-                status = lltm_mm_tn_f32(G, I, SB, d_gates, a->input, (float *)grad_weights + H,
-                                        K, mm_work, pfor);
-        } else {
-            status = product(gemm, gemm_ctx, dtype, elem, G, H, SB, d_gates, 1, G, h_prev, H,
-                             1, grad_weights, K);
-            if (status == LLTM_OK)
-                status = product(gemm, gemm_ctx, dtype, elem, G, I, SB, d_gates, 1, G,
-                                 a->input, I, 1, at(grad_weights, H, elem), K);
-        }
+        /* h_{t-1}: h0, then output[0 .. steps-2] */
+        const inputs_rows rows = {B, H, I, elem, a->h0, a->output, a->input, X};
+        if (pfor(0, SB, 64, inputs_range, (void *)&rows) != 0)
+            return LLTM_ERR_PARALLEL;
+        status = own ? lltm_mm_tn_f32(G, K, SB, d_gates, X, grad_weights, K, mm_work, pfor)
+                     : product(gemm, gemm_ctx, dtype, elem, G, K, SB, d_gates, 1, G, X, K, 1,
+                               grad_weights, K);
     }
     if (status == LLTM_OK && a->grad_input != NULL)
         status = own ? packed_product(pfor, SB, I, G, d_gates, G, W_x, a->grad_input, I)
