@@ -143,8 +143,8 @@ int lltm_cell_backward_pointwise_cpu(lltm_dtype dtype, int64_t B, int64_t H,
  * h_n), dc = dL/dc_T (from c_n):
  *   for t = T..1: one fused pass: dG[t] [B,G], dc <- dL/dc_{t-1}, bias sums
  *                 dh[B,H] = dG[t] W_h         one matrix product per step
- *   then dW_x = dG^T x, dW_h = dG^T [h_0..h_{T-1}], dx = dG W_x: one large
- *   matrix product each over all T*B rows.
+ *   then dW = dG^T [h_{t-1} | x_t] and dx = dG W_x: one large matrix
+ *   product each over all T*B rows.
  * float16 / bfloat16 carry c and dL/dc between steps, and sum the bias
  * gradient, in float32 (the saved cells are c rounded to the dtype); the
  * matrix products run in the dtype.

@@ -20,12 +20,32 @@
 
 #define ROW_BLOCK 128
 
+/* Rows [k_lo, k_hi) of a row-major b [.,N] (row k at b + k*b_rs) into the
+ * packed form of a b of ldp rows: each row read whole, in order, and copied
+ * a panel's width at a time (a panel's walk down k would take one cache
+ * line a row, each a miss to memory where rows are far apart). */
+static void pack_rows(int64_t N, int64_t k_lo, int64_t k_hi, const float *b, int64_t b_rs,
+                      int64_t ldp, float *packed)
+{
+    for (int64_t k = k_lo; k < k_hi; ++k) {
+        const float *row = b + k * b_rs;
+        for (int64_t n0 = 0; n0 < N; n0 += LLTM_PANEL) {
+            float *dst = packed + (n0 * ldp + k * LLTM_PANEL);
+            const int64_t cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
+            memcpy(dst, row + n0, (size_t)cols * sizeof(float));
+            memset(dst + cols, 0, (size_t)(LLTM_PANEL - cols) * sizeof(float));
+        }
+    }
+}
+
 void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b_cs,
                    float *packed)
 {
-    /* read along b's rows or columns, whichever is contiguous; a whole
-     * panel of a row-major b is one copy a row (the long-K products pack
-     * all of dG or the layer's input this way) */
+    /* read along b's rows or columns, whichever is contiguous */
+    if (b_rs != 1 && b_cs == 1) {
+        pack_rows(N, 0, K, b, b_rs, K, packed);
+        return;
+    }
     for (int64_t p = 0; p * LLTM_PANEL < N; ++p) {
         float *dst = packed + p * K * LLTM_PANEL;
         const int64_t n0 = p * LLTM_PANEL, cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
@@ -33,9 +53,6 @@ void lltm_pack_f32(int64_t N, int64_t K, const float *b, int64_t b_rs, int64_t b
             for (int64_t j = 0; j < LLTM_PANEL; ++j)
                 for (int64_t k = 0; k < K; ++k)
                     dst[k * LLTM_PANEL + j] = j < cols ? b[k + (n0 + j) * b_cs] : 0.0f;
-        } else if (b_cs == 1 && cols == LLTM_PANEL) {
-            for (int64_t k = 0; k < K; ++k)
-                memcpy(dst + k * LLTM_PANEL, b + k * b_rs + n0, LLTM_PANEL * sizeof(float));
         } else {
             for (int64_t k = 0; k < K; ++k)
                 for (int64_t j = 0; j < LLTM_PANEL; ++j)
@@ -319,18 +336,8 @@ static void pack_range(int64_t lo, int64_t hi, void *vctx)
             for (int64_t k = k_lo; k < k_hi; ++k, src += u->a_cs)
                 dst[k] = *src;
         }
-        if (u->b_cs != 1)
-            continue;
-        float *packed = (float *)u->mm.packed;
-        for (int64_t k = k_lo; k < k_hi; ++k) {
-            const float *row = u->b + (u->k0 + k) * u->b_rs;
-            for (int64_t n0 = 0; n0 < N; n0 += LLTM_PANEL) {
-                float *dst = packed + (n0 * kb + k * LLTM_PANEL);
-                const int64_t cols = N - n0 < LLTM_PANEL ? N - n0 : LLTM_PANEL;
-                memcpy(dst, row + n0, (size_t)cols * sizeof(float));
-                memset(dst + cols, 0, (size_t)(LLTM_PANEL - cols) * sizeof(float));
-            }
-        }
+        if (u->b_cs == 1)
+            pack_rows(N, k_lo, k_hi, u->b + u->k0 * u->b_rs, u->b_rs, kb, (float *)u->mm.packed);
     }
 }
 
@@ -355,7 +362,7 @@ int lltm_mm_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, i
             a, b, a_rs, a_cs, b_rs, b_cs, k0, chunks, lay_out ? a_rows : NULL};
         /* each item ~4k floats moved */
         const int64_t per_chunk = K_CHUNK * ((lay_out ? M : 0) + (b_cs == 1 ? N : 0));
-        const int64_t grain = 4096 / (per_chunk > 0 ? per_chunk : K_CHUNK * kb) + 1;
+        const int64_t grain = 4096 / (per_chunk > 0 ? per_chunk : LLTM_PANEL * kb) + 1;
         if (pfor(0, chunks + (b_cs == 1 ? 0 : panels), grain, pack_range, (void *)&u) != 0)
             return LLTM_ERR_PARALLEL;
         const int status = split(&u.mm, pfor);
